@@ -1,0 +1,57 @@
+"""Which phase an event name stands for: gapscope's own marks first, then the frameworks' own."""
+from __future__ import annotations
+
+from profilers.phases import MARKED_PHASES, TF_SCOPE_PREFIX, TORCH_PREFIX
+
+# Where a phase's time came from, best first.
+MARKED = "gapscope marks"
+FRAMEWORK = "framework markers"
+INFERRED = "inferred"
+MISSING = "not identified"
+
+_TORCH_MARKERS = (
+    ("enumerate(DataLoader)#", "data_load"),
+    ("Optimizer.step#", "optimizer"),
+    ("Optimizer.zero_grad#", "optimizer"),
+    ("autograd::engine::evaluate_function:", "backward"),
+)
+# Keras name scopes of its optimizers (snake_case of the class names), for XPlane files
+# of models that gapscope did not mark.
+_KERAS_OPTIMIZER_SCOPES = frozenset({
+    "sgd", "adam", "adam_w", "adamax", "nadam", "adagrad", "adadelta", "adafactor",
+    "ftrl", "lion", "lamb", "loss_scale_optimizer", "muon", "rm_sprop"})
+_GAPSCOPE_SCOPES = {TF_SCOPE_PREFIX + p: p for p in MARKED_PHASES}
+
+
+def gapscope_phase(name: str) -> str | None:
+    """Phase of a gapscope mark: a `gapscope/<phase>` range or an op inside a `gapscope_<phase>` scope."""
+    if name.startswith(TORCH_PREFIX):
+        phase = name[len(TORCH_PREFIX):]
+        return phase if phase in MARKED_PHASES else None
+    if TF_SCOPE_PREFIX not in name:
+        return None
+    scopes = name.partition(":")[0].split("/")
+    # TF names gradient ops after the forward op they differentiate: "gradient_tape/gapscope_forward/..."
+    if "gradient_tape" in scopes:
+        return "backward"
+    for scope in scopes:
+        phase = _GAPSCOPE_SCOPES.get(scope)
+        if phase:
+            return phase
+    return None
+
+
+def framework_phase(name: str) -> str | None:
+    """Phase of a marker the framework emits by itself, in traces nobody marked."""
+    for prefix, phase in _TORCH_MARKERS:
+        if name.startswith(prefix):
+            return phase
+    if name.startswith("IteratorGetNext"):
+        return "data_load"
+    if ":" in name:  # TF op
+        scopes = name.partition(":")[0].split("/")
+        if "gradient_tape" in scopes:
+            return "backward"
+        if _KERAS_OPTIMIZER_SCOPES.intersection(scopes):
+            return "optimizer"
+    return None

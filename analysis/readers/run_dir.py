@@ -1,0 +1,82 @@
+"""Finds what a PATH holds (a gapscope run directory, any folder, or one trace file) and reads
+the run directory's own files: manifest.json and steps.csv."""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from profilers.errors import GapscopeInputError, TraceFormatError
+
+from profilers.run_dir import MANIFEST, STEPS_CSV
+TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
+XPLANE_GLOB = "*.xplane.pb"
+
+
+@dataclass
+class Located:
+    path: Path
+    manifest: dict | None = None
+    steps_csv: Path | None = None
+    torch_traces: list[Path] = field(default_factory=list)
+    xplanes: list[Path] = field(default_factory=list)
+
+    @property
+    def trace_files(self) -> list[Path]:
+        return self.torch_traces + self.xplanes
+
+
+def locate(path: str | Path) -> Located:
+    path = Path(path)
+    if not path.exists():
+        raise GapscopeInputError(f"{path}: no such file or directory")
+    if path.is_file():
+        if path.name.endswith(".xplane.pb"):
+            return Located(path, xplanes=[path])
+        return Located(path, torch_traces=[path])
+    manifest = read_manifest(path / MANIFEST) if (path / MANIFEST).exists() else None
+    steps = path / STEPS_CSV
+    found = Located(path, manifest, steps if steps.exists() else None)
+    # Newest first: a folder written by several profiler cycles holds one file per cycle.
+    found.torch_traces = _newest_first(p for g in TORCH_TRACE_GLOBS for p in path.rglob(g))
+    found.xplanes = _newest_first(path.rglob(XPLANE_GLOB))
+    return found
+
+
+def _newest_first(paths) -> list[Path]:
+    return sorted(paths, key=lambda p: (p.stat().st_mtime, str(p)), reverse=True)
+
+
+def read_manifest(path: Path) -> dict:
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise TraceFormatError(f"{path}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict) or "run_id" not in manifest:
+        raise TraceFormatError(f"{path}: not a gapscope manifest (no run_id)")
+    return manifest
+
+
+def read_steps_csv(path: Path) -> list[dict]:
+    """Rows of steps.csv with numbers parsed; an empty cell (a phase not timed) is None."""
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            if reader.fieldnames is None or "step_ms" not in reader.fieldnames:
+                raise TraceFormatError(f"{path}: not a gapscope steps.csv (no step_ms column)")
+            rows = []
+            for row in reader:
+                rows.append({key: _number(value) for key, value in row.items()})
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    except ValueError as exc:
+        raise TraceFormatError(f"{path}: corrupt steps.csv ({exc})") from None
+    return rows
+
+
+def _number(value: str | None) -> float | int | None:
+    if value is None or value == "":
+        return None
+    number = float(value)
+    return int(number) if number.is_integer() and "." not in value else number

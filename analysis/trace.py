@@ -1,0 +1,45 @@
+"""The neutral event model that every reader produces and every analyzer consumes."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import msgspec
+
+# Event kinds, independent of the framework that wrote the trace.
+STEP = "step"              # one training step (ProfilerStep#N, gapscope/step#N, TF "train" trace)
+ANNOTATION = "annotation"  # a user or framework range (record_function, NVTX, TF TraceMe)
+HOST_OP = "host_op"        # an operator executed on the host (aten op, TF op, XLA thunk)
+KERNEL = "kernel"          # device kernel
+MEMCPY = "memcpy"
+MEMSET = "memset"
+RUNTIME = "runtime"        # CUDA runtime / driver call on the host
+OTHER = "other"
+
+
+class Event(msgspec.Struct, gc=False):
+    """One complete duration event; times in microseconds on the trace's own clock."""
+
+    name: str
+    kind: str
+    start_us: float
+    dur_us: float
+    track: str  # "host/<pid>/<tid>" or "device/<id>/<stream>": events on a track are serial
+    step_num: int | None = None
+    correlation: int | None = None
+
+    @property
+    def end_us(self) -> float:
+        return self.start_us + self.dur_us
+
+
+@dataclass
+class Trace:
+    """All events of one trace file plus what the file says about where it came from."""
+
+    source_format: str  # "torch" (Chrome-trace JSON of torch.profiler) or "xplane"
+    path: str
+    events: list[Event]
+    metadata: dict = field(default_factory=dict)
+
+    def of_kind(self, *kinds: str) -> list[Event]:
+        return [e for e in self.events if e.kind in kinds]

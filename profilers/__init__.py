@@ -1,0 +1,1 @@
+"""Phase marks, step timers and profiler sessions: the only code runners use to mark time."""

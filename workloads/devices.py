@@ -1,0 +1,26 @@
+"""Resolving `--device` for each framework, refusing what the machine cannot run."""
+from __future__ import annotations
+
+from profilers.errors import UnsupportedVariantError
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def torch_device(requested: str):
+    import torch
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UnsupportedVariantError("device cuda requested, but torch sees no CUDA GPU")
+    if requested == "auto":
+        requested = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(requested)
+
+
+def tf_device(requested: str) -> str:
+    """A TF device string; TF places ops on a GPU by itself when it sees one."""
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if requested == "cuda" and not gpus:
+        raise UnsupportedVariantError("device cuda requested, but TensorFlow sees no GPU")
+    if requested == "cpu" or not gpus:
+        return "/CPU:0"
+    return "/GPU:0"

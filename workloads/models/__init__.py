@@ -1,0 +1,1 @@
+"""Model builders: one module per workload, with a builder for each framework."""
