@@ -75,6 +75,16 @@ def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
     return sum(max(0.0, r["step_ms"] - median) for r in rows[:warmup_steps])
 
 
+def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
+    """Profiling distorts small steps: median traced step against median untraced step."""
+    steady = rows[warmup_steps:]
+    traced = [r["step_ms"] for r in steady if r.get("traced")]
+    untraced = [r["step_ms"] for r in steady if not r.get("traced")]
+    if not traced or not untraced:
+        return None
+    return 100.0 * (statistics.median(traced) / statistics.median(untraced) - 1.0)
+
+
 def _steps(trace: Trace) -> list[Event]:
     """Host step events; gapscope's own step ranges win over ProfilerStep when both exist."""
     steps = [e for e in trace.events if e.kind == STEP]
@@ -133,4 +143,6 @@ def _infer_forward(ops: list[Event], steps: list[Event], by_phase: dict) -> list
         data_end = max((e for s, e in intervals.clip(data, lo, hi)), default=lo)
         if first_backward is not None and data_end <= op.start_us < first_backward:
             found.append((op.start_us, min(op.end_us, first_backward)))
-    return intervals.merge(found)
+    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
+    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
+    return intervals.subtract(intervals.merge(found), marked)

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.breakdown import breakdown_from_timers, breakdown_from_trace, compile_ms
+from analysis.breakdown import (breakdown_from_timers, breakdown_from_trace, compile_ms,
+                                trace_overhead_pct)
 from profilers.errors import GapscopeInputError
 from analysis.readers.run_dir import Located, locate, read_steps_csv
 from analysis.results import Breakdown
@@ -40,6 +41,10 @@ def breakdown_of(path: str | Path, source: str = "auto") -> Breakdown:
             result.notes.append(f"{len(found.trace_files)} trace files found; used {chosen.name}")
         if rows is not None:
             result.compile_ms = compile_ms(rows, warmup)
+            result.trace_overhead_pct = trace_overhead_pct(rows, warmup)
+            if result.trace_overhead_pct is not None:
+                result.notes.append(f"traced steps took {result.trace_overhead_pct:+.0f}% against "
+                                    "untraced ones (step timers): the profiler's own cost")
     _label(result, found)
     return result
 

@@ -39,6 +39,8 @@ class Breakdown:
     variant: str | None = None
     device: str | None = None
     compile_ms: float | None = None
+    # How much longer traced steps took than untraced ones (step timers), in percent.
+    trace_overhead_pct: float | None = None
     phase_sources: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -77,6 +79,8 @@ class Breakdown:
             "variant": self.variant, "device": self.device, "source": self.source,
             "steps": len(self.steps), "step_ms": stats, "phases": phases,
             "compile_ms": None if self.compile_ms is None else round(self.compile_ms, 3),
+            "trace_overhead_pct": None if self.trace_overhead_pct is None
+            else round(self.trace_overhead_pct, 1),
             "phase_sources": self.phase_sources,
             "unidentified_phases": self.unidentified_phases,
             "notes": self.notes,
@@ -87,7 +91,7 @@ class Breakdown:
     def from_json_dict(cls, data: dict) -> "Breakdown":
         steps = [StepBreakdown(**s) for s in data["per_step"]]
         fields = ("run_id", "workload", "framework", "variant", "device", "compile_ms",
-                  "phase_sources", "notes")
+                  "trace_overhead_pct", "phase_sources", "notes")
         return cls(data["source"], steps, **{k: data[k] for k in fields if k in data})
 
 

@@ -51,10 +51,11 @@ def read_torch_trace(path: str | Path) -> Trace:
         if path.suffix == ".gz":
             data = gzip.decompress(data)
         raw = _DECODER.decode(data)
+    except (msgspec.DecodeError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
+        # BadGzipFile is an OSError: it must be caught before the plain read failure below.
+        raise TraceFormatError(f"{path}: not a torch profiler trace ({exc})") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except (msgspec.DecodeError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
-        raise TraceFormatError(f"{path}: not a torch profiler trace ({exc})") from None
 
     events = []
     for raw_event in raw.traceEvents:

@@ -1,0 +1,12 @@
+"""Breakdowns as JSON: the stable contract of `gapscope breakdown --format json`."""
+from __future__ import annotations
+
+import json
+
+from analysis.results import Breakdown
+
+
+def render(breakdowns: list[Breakdown]) -> str:
+    documents = [b.to_json_dict() for b in breakdowns]
+    # One run gives one object (the contract); several give a list of them.
+    return json.dumps(documents[0] if len(documents) == 1 else documents, indent=2)

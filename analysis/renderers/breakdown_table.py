@@ -1,0 +1,30 @@
+"""Breakdown tables for the terminal (rich), one column pair per run, side by side."""
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+from rich.table import Table
+
+from analysis.renderers.columns import UNIT_FOOTER, run_label, side_by_side
+from analysis.results import Breakdown
+
+
+def render(breakdowns: list[Breakdown]) -> str:
+    table = Table(title="gapscope breakdown", caption=UNIT_FOOTER, caption_justify="left")
+    table.add_column("phase")
+    for b in breakdowns:
+        table.add_column(f"{run_label(b)}\nms", justify="right")
+        table.add_column("%", justify="right")
+    for phase, cells in side_by_side(breakdowns):
+        table.add_row(phase, *cells, end_section=phase in ("other", "step"))
+    table.add_row("steps", *[c for b in breakdowns for c in (str(len(b.steps)), "")])
+    console = Console(file=io.StringIO(), width=max(80, 22 + 24 * len(breakdowns)), record=True)
+    console.print(table)
+    for b in breakdowns:
+        for note in b.notes:
+            console.print(f"{b.run_id}: {note}", soft_wrap=True, markup=False)
+    if any(m in b.phase_sources.values() for b in breakdowns for m in ("inferred", "not identified")):
+        console.print("~ inferred, ? not identified in the trace (counted in other)", markup=False)
+    return console.export_text()
+

@@ -1,0 +1,216 @@
+"""Runs TensorBoard over a traces folder and asks its profiler plugins which runs they list."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Callable, Iterable, Mapping
+
+from profilers.errors import GapscopeInputError
+
+# Run-listing endpoint of each plugin gapscope writes traces for.
+PLUGIN_RUNS = {
+    "pytorch_profiler": "/data/plugin/pytorch_profiler/runs",
+    "profile": "/data/plugin/profile/runs",
+}
+_URL_LINE = re.compile(r"TensorBoard \S+ at (http\S+) \(Press CTRL\+C")
+# Requests only ever go to the server we started: never through a proxy from the environment.
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class TensorBoardError(RuntimeError):
+    """TensorBoard did not start, exited, or did not list the expected runs in time."""
+
+
+class TensorBoardServer:
+    """One TensorBoard process over `logdir`: `with TensorBoardServer(d) as tb: tb.url`."""
+
+    def __init__(self, logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
+                 ready_timeout: float = 60.0):
+        self.logdir = Path(logdir).resolve()
+        if not self.logdir.is_dir():
+            raise GapscopeInputError(f"not a directory: {logdir}")
+        self.host, self.port, self.ready_timeout = host, port, ready_timeout
+        self.url: str | None = None
+        self.plugins: list[str] = []
+        self._process: subprocess.Popen | None = None
+        self._log: Path | None = None
+
+    def start(self) -> str:
+        """Starts the server and returns its URL once it answers with its plugins loaded."""
+        fd, log = tempfile.mkstemp(prefix="gapscope-tensorboard-", suffix=".log")
+        self._log = Path(log)
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # A subprocess rather than tensorboard.program in-process: the plugins start threads
+        # and worker processes that only a process-group kill can stop, and TensorFlow stays
+        # out of the caller. Port 0 lets the OS pick a free port with no race; the legacy
+        # loader avoids a second (data server) process.
+        command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(self.logdir),
+                   "--host", self.host, "--port", str(self.port or 0), "--load_fast", "false"]
+        with os.fdopen(fd, "w") as out:
+            self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL, env=env,
+                                             start_new_session=True)
+        try:
+            self.url = self._wait_for_url()
+            self.plugins = wait_until_ready(self.url, self._process, self.ready_timeout)
+        except TensorBoardError as error:
+            tail = self.log_tail()
+            self.stop()
+            raise TensorBoardError(f"{error}\n{tail}") from None
+        except BaseException:
+            self.stop()
+            raise
+        return self.url
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ends TensorBoard and every process it started; safe to call twice."""
+        process, self._process = self._process, None
+        if process is not None:
+            if process.poll() is None:
+                _signal_group(process.pid, signal.SIGTERM)  # TensorBoard exits cleanly on SIGTERM
+                try:
+                    process.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    _signal_group(process.pid, signal.SIGKILL)
+                    process.wait()
+            # Plugin worker processes may outlive the leader; they share its group.
+            _signal_group(process.pid, signal.SIGKILL)
+        if self._log is not None:
+            self._log.unlink(missing_ok=True)
+            self._log = None
+
+    @property
+    def pid(self) -> int | None:
+        """The TensorBoard process, also the id of its process group; None when stopped."""
+        return self._process.pid if self._process else None
+
+    def wait(self) -> int:
+        """Blocks until the server exits (the CLI's foreground mode); returns its exit code."""
+        return self._process.wait() if self._process else 0
+
+    def log_tail(self, lines: int = 20) -> str:
+        if self._log is None or not self._log.exists():
+            return ""
+        return "\n".join(self._log.read_text(errors="replace").splitlines()[-lines:])
+
+    def _wait_for_url(self) -> str:
+        deadline = time.monotonic() + self.ready_timeout
+        while time.monotonic() < deadline:
+            match = _URL_LINE.search(self._log.read_text(errors="replace"))
+            if match:
+                return match.group(1)
+            _raise_if_exited(self._process)
+            time.sleep(0.2)
+        raise TensorBoardError(f"TensorBoard printed no URL within {self.ready_timeout:.0f} s")
+
+    def __enter__(self) -> "TensorBoardServer":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve(logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
+          echo: Callable[[str], None] = print) -> int:
+    """Foreground mode for `gapscope tensorboard`: prints the URL, runs until Ctrl-C."""
+    server = TensorBoardServer(logdir, host, port)
+    try:
+        url = server.start()
+        profilers = [name for name in PLUGIN_RUNS if name in server.plugins] or ["none"]
+        echo(f"TensorBoard at {url} (profiler plugins: {', '.join(profilers)}); Ctrl-C to stop")
+        return server.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        server.stop()
+
+
+def wait_until_ready(url: str, process: subprocess.Popen | None = None,
+                     timeout: float = 60.0) -> list[str]:
+    """Waits until the server answers, returns the names of the plugins that loaded."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if process is not None:
+            _raise_if_exited(process)
+        try:
+            return sorted(_get_json(url, "/data/plugins_listing"))
+        except OSError as error:  # refused, reset, HTTP errors (URLError is an OSError)
+            if time.monotonic() >= deadline:
+                raise TensorBoardError(f"{url} did not answer within {timeout:.0f} s: "
+                                       f"{error}") from error
+        time.sleep(0.2)
+
+
+def listed_runs(url: str) -> dict[str, list[str]]:
+    """Run directories (relative to the logdir) each profiler plugin lists now.
+
+    A plugin that did not load has no key. The profile plugin names a run
+    `<run dir>/<session>`; the session part is dropped so both plugins speak of run
+    directories ('.' is the logdir itself).
+    """
+    listed = {}
+    for plugin, route in PLUGIN_RUNS.items():
+        try:
+            data = _get_json(url, route)
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                continue
+            raise
+        if plugin == "pytorch_profiler":
+            listed[plugin] = sorted(data["runs"])
+        else:
+            listed[plugin] = sorted({run.rstrip("/").rpartition("/")[0] or "." for run in data})
+    return listed
+
+
+def wait_for_runs(url: str, expected: Mapping[str, Iterable[str]], timeout: float = 60.0,
+                  poll: float = 0.5) -> dict[str, list[str]]:
+    """Polls `listed_runs` until each plugin lists the expected runs.
+
+    Plugins scan the logdir and parse traces in the background (torch-tb-profiler
+    rescans every 10 s), so a run written just now appears only after a while.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        listed = listed_runs(url)
+        missing = {plugin: sorted(set(runs) - set(listed.get(plugin, [])))
+                   for plugin, runs in expected.items()}
+        if not any(missing.values()):
+            return listed
+        if time.monotonic() >= deadline:
+            raise TensorBoardError(f"after {timeout:.0f} s still not listed: {missing}; "
+                                   f"listed: {listed}")
+        time.sleep(poll)
+
+
+def _get_json(url: str, route: str, timeout: float = 10.0):
+    with _OPENER.open(url.rstrip("/") + route, timeout=timeout) as response:
+        body = response.read()
+        # The profile plugin gzips its answers whatever the request accepts.
+        if response.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+    return json.loads(body)
+
+
+def _raise_if_exited(process: subprocess.Popen) -> None:
+    if process.poll() is not None:
+        raise TensorBoardError(f"TensorBoard exited with code {process.returncode}")
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

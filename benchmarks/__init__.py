@@ -1,0 +1,1 @@
+"""Benchmarks of gapscope itself: trace parsing speed and the overhead of phase marks."""

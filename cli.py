@@ -1,0 +1,204 @@
+"""gapscope's command line: thin click commands over workloads/, profilers/ and analysis/."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from profilers.errors import GapscopeInputError
+
+EXIT_RUN_FAILED = 1
+EXIT_BAD_INPUT = 2
+DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
+FORMATS = ("table", "json", "csv", "markdown")
+
+
+class _Group(click.Group):
+    """Turns user mistakes into one line on stderr and exit code 2, never a traceback."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except GapscopeInputError as exc:
+            click.echo(f"gapscope: error: {exc}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except KeyboardInterrupt:
+            click.echo("gapscope: interrupted", err=True)
+            sys.exit(130)
+
+
+def format_option(choices=FORMATS):
+    def decorate(command):
+        return click.option("--format", "fmt", type=click.Choice(choices), default="table",
+                            show_default=True, help="Output format.")(command)
+    return decorate
+
+
+def _say(quiet: bool, message: str) -> None:
+    """Progress goes to stderr so that stdout stays clean for --format json pipes."""
+    if not quiet:
+        click.echo(message, err=True)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="gapscope")
+def cli():
+    """Why does the same model train faster in one framework than another? gapscope runs
+    workloads under the torch and TensorFlow profilers and breaks every step into data_load,
+    forward, backward, optimizer and other.
+
+    \b
+    Example:
+      gapscope run mlp --framework torch
+      gapscope breakdown traces/<run-id> --format json
+    """
+
+
+@cli.command("list")
+@format_option(("table", "json"))
+def list_command(fmt):
+    """List workloads, framework paths and variants.
+
+    \b
+    Example:
+      gapscope list --format json
+    """
+    from workloads.catalog import catalog
+    entries = catalog()
+    if fmt == "json":
+        click.echo(json.dumps(entries, indent=2))
+        return
+    for entry in entries["workloads"]:
+        click.echo(f"{entry['name']:<10} {entry['description']}")
+    click.echo(f"frameworks: {', '.join(entries['frameworks'])}")
+    click.echo(f"variants:   {', '.join(entries['variants'])}")
+
+
+def run_options(command):
+    options = [
+        click.option("--steps", type=click.IntRange(2), default=60, show_default=True,
+                     help="Training steps in the run."),
+        click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5,
+                     show_default=True, help="First steps excluded from the steady state."),
+        click.option("--trace/--no-trace", default=True, show_default=True,
+                     help="Record a profiler trace (detailed) or only step timers (cheap)."),
+        click.option("--trace-steps", type=click.IntRange(1), default=20, show_default=True,
+                     help="Steps recorded by the profiler, right after warm-up."),
+        click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+                     show_default=True),
+        click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+                     show_default=True, help="Folder that receives the run directories."),
+        click.option("--quiet", "-q", is_flag=True, help="No progress messages."),
+    ]
+    return functools.reduce(lambda c, option: option(c), reversed(options), command)
+
+
+@cli.command()
+@click.argument("workload")
+@click.option("--framework", type=click.Choice(("torch", "keras")), required=True)
+@run_options
+@format_option()
+def run(workload, framework, fmt, quiet, **settings):
+    """Run WORKLOAD once in a new run directory and print its breakdown.
+
+    \b
+    Example:
+      gapscope run mlp --framework keras --steps 100 --trace-steps 30
+    """
+    outcomes = _run_all(workload, [framework], quiet, settings)
+    _print_breakdowns(outcomes, fmt)
+
+
+@cli.command()
+@run_options
+@format_option()
+def demo(fmt, quiet, **settings):
+    """Run the MLP in PyTorch and in Keras/TF and print both breakdowns side by side.
+
+    \b
+    Example:
+      gapscope demo --steps 100
+    """
+    outcomes = _run_all("mlp", ["torch", "keras"], quiet, settings)
+    _print_breakdowns(outcomes, fmt)
+
+
+def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
+    from workloads.launch import launch
+    from workloads.registry import get_workload
+    from workloads.settings import RunSettings
+    get_workload(workload)  # refuse an unknown name before any progress message
+    outcomes = []
+    for framework in frameworks:
+        run_settings = RunSettings(workload=workload, framework=framework,
+                                   **{k: v for k, v in settings.items() if k != "out_dir"})
+        _say(quiet, f"running {workload} on {framework} ({run_settings.steps} steps)...")
+        outcome = launch(run_settings, settings["out_dir"])
+        _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
+        outcomes.append(outcome)
+    failed = [o for o in outcomes if o.status != "complete"]
+    for outcome in failed:
+        click.echo(f"gapscope: run {outcome.run_dir.name} failed: {outcome.error}", err=True)
+    if failed and len(failed) == len(outcomes):
+        sys.exit(EXIT_BAD_INPUT if all(o.exit_code == EXIT_BAD_INPUT for o in failed)
+                 else EXIT_RUN_FAILED)
+    return outcomes
+
+
+def _print_breakdowns(outcomes, fmt: str) -> None:
+    from analysis.load import breakdown_of
+    from analysis.renderers import render_breakdowns
+    complete = [o for o in outcomes if o.status == "complete"]
+    click.echo(render_breakdowns([breakdown_of(o.run_dir) for o in complete], fmt), nl=False)
+    if len(complete) < len(outcomes):
+        sys.exit(EXIT_RUN_FAILED)
+
+
+@cli.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path())
+@click.option("--source", type=click.Choice(("auto", "trace", "timers")), default="auto",
+              show_default=True, help="Trace (sees inside compiled steps) or step timers.")
+@format_option()
+def breakdown(paths, source, fmt):
+    """Per-phase breakdown of PATHS: run directories, folders or trace files
+    (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
+
+    \b
+    Example:
+      gapscope breakdown traces/mlp-torch-default-* --format markdown
+    """
+    from analysis.load import breakdown_of
+    from analysis.renderers import render_breakdowns
+    results = [breakdown_of(Path(p), source) for p in paths]
+    click.echo(render_breakdowns(results, fmt), nl=False)
+
+
+@cli.command()
+@click.argument("logdir", default=DEFAULT_OUT, type=click.Path())
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to bind; loopback unless you mean to share it.")
+@click.option("--port", type=click.IntRange(0, 65535), default=6006, show_default=True,
+              help="0 picks a free port.")
+def tensorboard(logdir, host, port):
+    """Open TensorBoard (pytorch_profiler and profile plugins) over LOGDIR.
+
+    \b
+    Example:
+      gapscope tensorboard traces --port 6007
+    """
+    from analysis.tensorboard_server import serve_forever
+    if not Path(logdir).is_dir():
+        raise GapscopeInputError(f"{logdir}: no such directory")
+    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url))
+
+
+def main():
+    cli(prog_name="gapscope")
+
+
+if __name__ == "__main__":
+    main()

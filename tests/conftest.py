@@ -1,0 +1,41 @@
+"""Shared fixtures: hand-made trace files, and real torch and Keras runs made once per session."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Small real runs: enough steady steps for stable figures, short enough for a 2-core CI.
+SMALL_RUN = dict(steps=24, warmup_steps=3, trace_steps=8)
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def runs_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("runs")
+
+
+def _launch(framework: str, out_dir: Path, **overrides):
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    outcome = launch(RunSettings("mlp", framework, **{**SMALL_RUN, **overrides}), out_dir)
+    assert outcome.status == "complete", (outcome.error, (outcome.run_dir / "run.log").read_text())
+    return outcome.run_dir
+
+
+@pytest.fixture(scope="session")
+def torch_run(runs_dir) -> Path:
+    return _launch("torch", runs_dir)
+
+
+@pytest.fixture(scope="session")
+def keras_run(runs_dir) -> Path:
+    return _launch("keras", runs_dir)

@@ -1,0 +1,124 @@
+"""The command line through click's CliRunner: formats, exit codes and one-line errors."""
+import csv
+import io
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from cli import cli
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def _commands():
+    return sorted(cli.commands)
+
+
+@pytest.mark.parametrize("name", _commands())
+def test_every_command_has_help_with_an_example(runner, name):
+    result = runner.invoke(cli, [name, "--help"])
+    assert result.exit_code == 0
+    assert "Example" in result.output
+
+
+def test_list_json(runner):
+    result = runner.invoke(cli, ["list", "--format", "json"])
+    assert result.exit_code == 0
+    doc = json.loads(result.output)
+    assert [w["name"] for w in doc["workloads"]] == ["mlp"]
+    assert doc["frameworks"] == ["torch", "keras"]
+
+
+@pytest.mark.parametrize("fmt", ["table", "json", "csv", "markdown"])
+def test_breakdown_formats_on_fixture(runner, fixtures_dir, fmt):
+    path = str(fixtures_dir / "marked_two_steps.pt.trace.json")
+    result = runner.invoke(cli, ["breakdown", path, "--format", fmt])
+    assert result.exit_code == 0, result.output
+    if fmt == "json":
+        assert json.loads(result.output)["phases"]["backward"]["ms"] == pytest.approx(0.035)
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(result.output)))
+        assert [r["phase"] for r in rows] == ["data_load", "forward", "backward", "optimizer", "other", "step"]
+        assert float(rows[2]["time(ms)"]) == pytest.approx(0.035)
+    elif fmt == "markdown":
+        assert "| backward | 0.035 | 31.8 |" in result.output
+    else:
+        assert "backward" in result.output and "0.035" in result.output
+
+
+def test_breakdown_of_two_runs_side_by_side_json_is_a_list(runner, torch_run, keras_run):
+    result = runner.invoke(cli, ["breakdown", str(torch_run), str(keras_run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert [d["framework"] for d in json.loads(result.output)] == ["torch", "keras"]
+
+
+def _assert_one_line_error(result, fragment):
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gapscope: error:") and fragment in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_missing_path(runner, tmp_path):
+    _assert_one_line_error(runner.invoke(cli, ["breakdown", str(tmp_path / "nope")]), "no such file")
+
+
+def test_corrupt_torch_trace(runner, tmp_path):
+    bad = tmp_path / "bad.pt.trace.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": ')
+    _assert_one_line_error(runner.invoke(cli, ["breakdown", str(bad)]), "not a torch profiler trace")
+
+
+def test_corrupt_gzip_trace(runner, tmp_path):
+    bad = tmp_path / "w.1.pt.trace.json.gz"
+    bad.write_bytes(b"not gzip at all")
+    _assert_one_line_error(runner.invoke(cli, ["breakdown", str(bad)]), "not a torch profiler trace")
+
+
+def test_folder_without_traces(runner, tmp_path):
+    _assert_one_line_error(runner.invoke(cli, ["breakdown", str(tmp_path)]), "no trace file")
+
+
+def test_unknown_workload_creates_nothing(runner, tmp_path):
+    result = runner.invoke(cli, ["run", "resnet9000", "--framework", "torch", "--out", str(tmp_path)])
+    _assert_one_line_error(result, "unknown workload 'resnet9000'")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cuda_on_a_cpu_machine_is_refused_and_recorded(runner, tmp_path):
+    import torch
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the refusal is for machines without one")
+    result = runner.invoke(cli, ["run", "mlp", "--framework", "torch", "--device", "cuda",
+                                 "--steps", "4", "--warmup", "1", "--no-trace", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "torch sees no CUDA GPU" in result.stderr
+    (run_dir,) = tmp_path.iterdir()
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    assert manifest["status"] == "failed" and "no CUDA GPU" in manifest["error"]
+
+
+@pytest.mark.parametrize("status,fragment", [("failed", "failed: boom"), ("running", "did not finish")])
+def test_failed_or_interrupted_run_is_refused(runner, torch_run, tmp_path, status, fragment):
+    copy = tmp_path / torch_run.name
+    shutil.copytree(torch_run, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest.update(status=status, error="boom" if status == "failed" else None)
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    _assert_one_line_error(runner.invoke(cli, ["breakdown", str(copy)]), fragment)
+
+
+def test_run_writes_a_new_directory_each_time_and_prints_the_breakdown(runner, tmp_path):
+    args = ["run", "mlp", "--framework", "torch", "--steps", "8", "--warmup", "2",
+            "--trace-steps", "3", "--out", str(tmp_path), "--format", "json", "--quiet"]
+    first = runner.invoke(cli, args)
+    second = runner.invoke(cli, args)
+    assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
+    ids = {json.loads(r.stdout)["run_id"] for r in (first, second)}
+    assert len(ids) == 2 and {p.name for p in tmp_path.iterdir()} == ids
+    assert json.loads(first.stdout)["steps"] == 3
