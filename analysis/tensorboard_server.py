@@ -122,14 +122,12 @@ class TensorBoardServer:
         self.stop()
 
 
-def serve(logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
-          echo: Callable[[str], None] = print) -> int:
-    """Foreground mode for `gapscope tensorboard`: prints the URL, runs until Ctrl-C."""
+def serve_forever(logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
+                  announce: Callable[[str], None] = print) -> int:
+    """Foreground mode for `gapscope tensorboard`: announces the URL, runs until Ctrl-C."""
     server = TensorBoardServer(logdir, host, port)
     try:
-        url = server.start()
-        profilers = [name for name in PLUGIN_RUNS if name in server.plugins] or ["none"]
-        echo(f"TensorBoard at {url} (profiler plugins: {', '.join(profilers)}); Ctrl-C to stop")
+        announce(server.start())
         return server.wait()
     except KeyboardInterrupt:
         return 0

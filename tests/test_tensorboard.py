@@ -10,29 +10,12 @@ import pytest
 
 from analysis.tensorboard_server import (TensorBoardError, TensorBoardServer, listed_runs,
                                          wait_for_runs)
-from workloads.launch import launch
-from workloads.settings import RunSettings
 
 
-@pytest.fixture(scope="module")
-def logdir(tmp_path_factory):
-    """One small torch run and one small keras run: the two trace layouts."""
-    root = tmp_path_factory.mktemp("traces")
-    for framework in ("torch", "keras"):
-        outcome = launch(RunSettings("mlp", framework, steps=12, warmup_steps=2, trace_steps=4),
-                         root)
-        assert outcome.status == "complete", (outcome.run_dir / "run.log").read_text()[-2000:]
-    return root
-
-
-def _run_dir(logdir, framework: str) -> str:
-    (name,) = [p.name for p in logdir.iterdir() if p.name.startswith(f"mlp-{framework}-")]
-    return name
-
-
-def test_plugins_list_torch_and_keras_runs(logdir):
-    torch_run, keras_run = _run_dir(logdir, "torch"), _run_dir(logdir, "keras")
-    with TensorBoardServer(logdir, ready_timeout=60) as server:
+def test_plugins_list_torch_and_keras_runs(runs_dir, torch_run, keras_run):
+    """runs_dir holds the session's torch run and keras run: the two trace layouts."""
+    torch_run, keras_run = torch_run.name, keras_run.name
+    with TensorBoardServer(runs_dir, ready_timeout=60) as server:
         assert server.url.startswith("http://127.0.0.1:")
         assert {"pytorch_profiler", "profile"} <= set(server.plugins)
         listed = wait_for_runs(server.url, {"pytorch_profiler": [torch_run],
