@@ -1,6 +1,8 @@
 """Which phase an event name stands for: gapscope's own marks first, then the frameworks' own."""
 from __future__ import annotations
 
+import functools
+
 from profilers.phases import MARKED_PHASES, TF_SCOPE_PREFIX, TORCH_PREFIX
 
 # Where a phase's time came from, best first.
@@ -23,6 +25,8 @@ _KERAS_OPTIMIZER_SCOPES = frozenset({
 _GAPSCOPE_SCOPES = {TF_SCOPE_PREFIX + p: p for p in MARKED_PHASES}
 
 
+# Traces repeat a few thousand names over 100k+ events: classify each name once.
+@functools.lru_cache(maxsize=1 << 16)
 def gapscope_phase(name: str) -> str | None:
     """Phase of a gapscope mark: a `gapscope/<phase>` range or an op inside a `gapscope_<phase>` scope."""
     if name.startswith(TORCH_PREFIX):
@@ -41,6 +45,7 @@ def gapscope_phase(name: str) -> str | None:
     return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def framework_phase(name: str) -> str | None:
     """Phase of a marker the framework emits by itself, in traces nobody marked."""
     for prefix, phase in _TORCH_MARKERS:

@@ -1,7 +1,8 @@
-"""Writes a deterministic torch.profiler trace of any size (a marked GPU run, record_shapes on) to time readers on."""
+"""Writes a deterministic torch.profiler trace of any size (a marked GPU run), to time readers on."""
 from __future__ import annotations
 
 import argparse
+import math
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ AUTOGRAD_TID = 4246  # CUDA backward runs on the autograd engine's device thread
 DEVICE, STREAM, SM_COUNT = 0, 7, 108
 BASE_TIME_NS = 1790857026000000000
 START_NS = 4_432_814_179_695_967
-DATASET_ROWS = 60_000
+DATASET_ROWS = 1_281_167  # e.g. ImageNet-1k train images as 1024-d features
 
 
 @dataclass(frozen=True)
@@ -24,10 +25,10 @@ class TraceShape:
     The defaults give about 140k events and 56 MB, the size of design.md's reference trace."""
 
     events: int = 140_000  # steps are added until the trace holds at least this many events
-    layers: int = 12
+    layers: int = 8
     width: int = 1024
     classes: int = 1000
-    batch: int = 64
+    batch: int = 256  # as the mlp workload
     seed: int = 0
 
 
@@ -130,11 +131,11 @@ def _data_load(b, shape: TraceShape) -> None:
         for _ in range(shape.batch):  # TensorDataset.__getitem__: one select per tensor and sample
             index = _scalar(b.randint(0, DATASET_ROWS - 1))
             for source in (_tensor(*features), labels):
-                with b.op("aten::select", (source, _scalar(0), index)):
+                with b.op("aten::select", (source, _scalar(0), index), autograd=True):
                     with b.op("aten::as_strided", (source, _list(shape.width), _list(1), _none())):
                         pass
         for row in (_tensor(shape.width), ("long", ())):  # default_collate: torch.stack
-            with b.op("aten::stack", (("TensorList", None), _scalar(0))):
+            with b.op("aten::stack", (("TensorList", None), _scalar(0)), autograd=True):
                 for _ in range(shape.batch):
                     with b.op("aten::unsqueeze", (row, _scalar(0))):
                         with b.op("aten::as_strided", (row, _list(1, shape.width), _list(shape.width, 1),
@@ -143,7 +144,7 @@ def _data_load(b, shape: TraceShape) -> None:
                 with b.op("aten::cat", (("TensorList", None), _scalar(0))):
                     pass
     for dims, dtype, size in (((shape.batch, shape.width), "float", 4), ((shape.batch,), "long", 8)):
-        _to_device(b, (dtype, dims), size * _numel(dims))
+        _to_device(b, (dtype, dims), size * math.prod(dims))
 
 
 def _to_device(b, source, nbytes: int) -> None:
@@ -161,7 +162,7 @@ def _forward(b, shape: TraceShape):
     x = (shape.batch, shape.width)
     for i, (fan_in, fan_out) in enumerate(_layers(shape)):
         weight = (fan_out, fan_in)
-        with b.op("aten::linear", _tensors(x, weight, (fan_out,))):
+        with b.op("aten::linear", _tensors(x, weight, (fan_out,)), autograd=True):
             with b.op("aten::t", _tensors(weight), records_grad=True) as t_link:
                 _transpose(b, weight)
             with b.op("aten::addmm", _tensors((fan_out,), x, (fan_in, fan_out)) + (_scalar(1), _scalar(1)),
@@ -175,13 +176,16 @@ def _forward(b, shape: TraceShape):
                     b.launch(CLAMP)
         layer_links.append((t_link, mm_link, relu_link))
     labels = ("long", (shape.batch,))
-    with b.op("aten::cross_entropy_loss", _tensors(x) + (labels, _none(), _scalar(1), _scalar(-100))):
-        with b.op("aten::log_softmax", _tensors(x) + (_scalar(1), _none())):
+    with b.op("aten::cross_entropy_loss", _tensors(x) + (labels, _none(), _scalar(1), _scalar(-100)),
+              autograd=True):
+        with b.op("aten::log_softmax", _tensors(x) + (_scalar(1), _none()), autograd=True):
             with b.op("aten::_log_softmax", _tensors(x) + (_scalar(1), _scalar("False")),
                       records_grad=True) as softmax_link:
                 b.launch(SOFTMAX)
-        with b.op("aten::nll_loss_nd", _tensors(x) + (labels, _none(), _scalar(1), _scalar(-100))):
-            with b.op("aten::nll_loss", _tensors(x) + (labels, _none(), _scalar(1), _scalar(-100))):
+        with b.op("aten::nll_loss_nd", _tensors(x) + (labels, _none(), _scalar(1), _scalar(-100)),
+                  autograd=True):
+            with b.op("aten::nll_loss", _tensors(x) + (labels, _none(), _scalar(1), _scalar(-100)),
+                      autograd=True):
                 with b.op("aten::nll_loss_forward", _tensors(x) + (labels, _none(), _scalar(1)),
                           records_grad=True) as nll_link:
                     b.launch(NLL)
@@ -265,7 +269,7 @@ def _tensor(*dims: int):
 
 
 def _tensors(*shapes):
-    return tuple(("float", dims) for dims in shapes)
+    return tuple(_tensor(*dims) for dims in shapes)
 
 
 def _scalar(value):
@@ -280,19 +284,13 @@ def _none():
     return ("", "")
 
 
-def _numel(dims) -> int:
-    total = 1
-    for d in dims:
-        total *= d
-    return total
-
-
 # --- writing events ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class _GradLink:
-    """A forward op that recorded an autograd node: its sequence number and fwdbwd flow id."""
+    """A forward op that recorded an autograd node: its sequence number and fwdbwd flow id
+    (0: no flow; kineto's ids start at 1)."""
 
     sequence: int
     flow: int
@@ -321,8 +319,10 @@ class _TraceBuilder:
 
     @contextmanager
     def op(self, name: str, inputs=(), *, cat: str = "cpu_op", tid: int | None = None,
-           records_grad: bool = False, backward_of: _GradLink | None = None):
-        """One host range; its children are whatever runs inside the `with`."""
+           autograd: bool = False, records_grad: bool = False, backward_of: _GradLink | None = None):
+        """One host range; its children are whatever runs inside the `with`. `autograd`: the op
+        went through the autograd layer (it carries the current sequence number); `records_grad`:
+        it also created a node (a new sequence number and a fwdbwd flow to `backward_of`)."""
         tid = tid or (self._open[-1][1] if self._open else MAIN_TID)
         slot = len(self._host)
         self._host.append(None)
@@ -334,25 +334,26 @@ class _TraceBuilder:
             self._sequence += 1
             self._flow += 1
             link = _GradLink(self._sequence, self._flow)
-        autograd = link or backward_of
-        args = _op_args(external, autograd.sequence if autograd else None, backward_of is not None,
-                        inputs)
+        node = link or backward_of
+        sequence = node.sequence if node else (self._sequence if autograd else None)
+        args = _op_args(external, sequence, backward_of is not None, inputs)
         self._open.append((external, tid))
         yield link
         self._open.pop()
         duration = self._advance(300, 3_000) - start
         text = _complete(cat, name, HOST_PID, tid, start, duration, args)
-        if link:
-            text += ",\n" + _flow("s", "fwdbwd", link.flow, HOST_PID, tid, start)
-        elif backward_of:
-            text += ",\n" + _flow("f", "fwdbwd", backward_of.flow, HOST_PID, tid, start)
+        flow = node.flow if node else 0
+        if flow:
+            text += ",\n" + _flow("f" if backward_of else "s", "fwdbwd", flow, HOST_PID, tid, start)
         self._host[slot] = text
-        self.count += 1 + bool(link or backward_of)
+        self.count += 1 + bool(flow)
 
     @contextmanager
     def node(self, name: str, forward: _GradLink | None):
         """An autograd node run by the engine, wrapped in evaluate_function as torch records it."""
-        with self.op(f"autograd::engine::evaluate_function: {name}", tid=AUTOGRAD_TID):
+        wrapper = forward and _GradLink(forward.sequence, flow=0)  # the flow ends on the node
+        with self.op(f"autograd::engine::evaluate_function: {name}", tid=AUTOGRAD_TID,
+                     backward_of=wrapper):
             with self.op(name, backward_of=forward):
                 yield
 
@@ -367,7 +368,7 @@ class _TraceBuilder:
         begin, duration = self._device_slot(start, (nbytes // 20 + 1_000, nbytes // 10 + 2_000))
         args = (f'"External id": {self._open[-1][0]},\n      "device": {DEVICE}, "context": 1,\n'
                 f'      "stream": {STREAM}, "correlation": {correlation},\n'
-                f'      "bytes": {nbytes}, "memory bandwidth (GB/s)": {nbytes / duration!r}')
+                f'      "bytes": {nbytes}, "memory bandwidth (GB/s)": {nbytes / duration!r}{_GRAPH_NODE}')
         self._device_event("gpu_memcpy", "Memcpy HtoD (Pinned -> Device)", begin, duration, args,
                            correlation)
 
@@ -403,6 +404,10 @@ class _TraceBuilder:
 
 
 # --- JSON text, as kineto formats it -----------------------------------------------------
+
+
+# CUDA 12 builds add the CUDA-graph ids to every device activity (0: not in a graph).
+_GRAPH_NODE = ',\n      "graph id": 0, "graph node id": 0'
 
 
 def _us(ns: int) -> str:
@@ -453,8 +458,8 @@ def _contiguous_strides(dims: tuple[int, ...]) -> list[int]:
 
 
 def _kernel_args(kernel: _Kernel, external: int, correlation: int) -> str:
-    blocks = _numel(kernel.grid) / SM_COUNT
-    warps = blocks * _numel(kernel.block) / 32
+    blocks = math.prod(kernel.grid) / SM_COUNT
+    warps = blocks * math.prod(kernel.block) / 32
     occupancy = min(100, int(0.5 + warps / 64 * 100))
     return (f'"External id": {external},\n      "queued": 0, "device": {DEVICE}, "context": 1,\n'
             f'      "stream": {STREAM}, "correlation": {correlation},\n'
@@ -463,7 +468,7 @@ def _kernel_args(kernel: _Kernel, external: int, correlation: int) -> str:
             f'      "blocks per SM": {blocks:.6f},\n      "warps per SM": {warps:.6f},\n'
             f'      "grid": [{", ".join(map(str, kernel.grid))}],\n'
             f'      "block": [{", ".join(map(str, kernel.block))}],\n'
-            f'      "est. achieved occupancy %": {occupancy}')
+            f'      "est. achieved occupancy %": {occupancy}{_GRAPH_NODE}')
 
 
 def _metadata_event(name: str, pid, tid, key: str, value) -> str:

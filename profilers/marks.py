@@ -2,6 +2,8 @@
 an NVTX range and a step timer at once."""
 from __future__ import annotations
 
+import importlib
+
 import nvtx
 
 from profilers.phases import check_phase, torch_range_name
@@ -10,12 +12,16 @@ from profilers.timers import StepTimer
 NVTX_DOMAIN = "gapscope"
 
 
-def _torch_profiler_enabled() -> bool:
+class _NoTorchProfiler:
+    _is_profiler_enabled = False
+
+
+def _torch_profiler_state():
+    """torch's module whose `_is_profiler_enabled` flag is True while any profiler records."""
     try:
-        from torch.autograd.profiler import _is_profiler_enabled
+        return importlib.import_module("torch.autograd.profiler")
     except ImportError:
-        return False
-    return _is_profiler_enabled
+        return _NoTorchProfiler
 
 
 class PhaseMarks:
@@ -27,15 +33,14 @@ class PhaseMarks:
 
     def __init__(self, timer: StepTimer | None = None, uses_torch: bool = True):
         self.timer = timer or StepTimer()
-        self._uses_torch = uses_torch
-        self._domain = nvtx.get_domain(NVTX_DOMAIN)
-        self._ranges = {}
+        self.profiler_state = _torch_profiler_state() if uses_torch else _NoTorchProfiler
+        self.domain = nvtx.get_domain(NVTX_DOMAIN)
+        self._ranges: dict[str, _PhaseRange] = {}
 
     def phase(self, name: str) -> "_PhaseRange":
         phase_range = self._ranges.get(name)
         if phase_range is None:
-            check_phase(name)
-            phase_range = self._ranges[name] = _PhaseRange(self, name)
+            phase_range = self._ranges[check_phase(name)] = _PhaseRange(self, name)
         return phase_range
 
     def begin_step(self) -> None:
@@ -44,35 +49,42 @@ class PhaseMarks:
     def end_step(self, loss=None) -> None:
         self.timer.end_step(loss)
 
-    def _recording(self) -> bool:
-        return self._uses_torch and _torch_profiler_enabled()
-
 
 class _PhaseRange:
-    """Reusable context manager for one phase (not re-entrant: phases do not nest)."""
+    """Reusable context manager for one phase (not re-entrant: phases do not nest).
 
-    __slots__ = ("_marks", "_phase", "_attributes", "_record")
+    Everything the hot path touches is bound once here: a mark is then two clock reads, an
+    NVTX push/pop and one list append."""
+
+    __slots__ = ("_phase", "_name", "_now", "_add", "_push", "_pop", "_attributes",
+                 "_profiler_state", "_start", "_record")
 
     def __init__(self, marks: PhaseMarks, phase: str):
-        self._marks = marks
         self._phase = phase
-        self._attributes = marks._domain.get_event_attributes(message=torch_range_name(phase))
+        self._name = torch_range_name(phase)
+        self._now = marks.timer.now
+        self._add = marks.timer.add_phase
+        self._push = marks.domain.push_range
+        self._pop = marks.domain.pop_range
+        self._attributes = marks.domain.get_event_attributes(message=self._name)
+        self._profiler_state = marks.profiler_state
+        self._start = None
         self._record = None
 
     def __enter__(self):
-        marks = self._marks
-        marks.timer.begin(self._phase)
-        marks._domain.push_range(self._attributes)
-        if marks._recording():
+        self._push(self._attributes)
+        if self._profiler_state._is_profiler_enabled:
             from torch.profiler import record_function
-            self._record = record_function(torch_range_name(self._phase))
+            self._record = record_function(self._name)
             self._record.__enter__()
+        self._start = self._now()
         return self
 
     def __exit__(self, *exc_info):
+        end = self._now()
         if self._record is not None:
             self._record.__exit__(*exc_info)
             self._record = None
-        self._marks._domain.pop_range()
-        self._marks.timer.end(self._phase)
+        self._pop()
+        self._add((self._phase, self._start, end))
         return False

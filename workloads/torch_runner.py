@@ -49,7 +49,7 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                 loss.backward()
             with marks.phase("optimizer"):
                 optimizer.step()
-            marks.end_step(loss.detach())
+            marks.end_step(loss)
             if profiler is not None:
                 profiler.step()
 
