@@ -80,8 +80,16 @@ def list_command(fmt):
 
 def run_options(command):
     options = [
+        click.option("--variant", default="default", show_default=True,
+                     help="Comma-separated variants, e.g. compile-reduce-overhead,high-precision "
+                          "(see `gapscope list`)."),
         click.option("--steps", type=click.IntRange(2), default=60, show_default=True,
                      help="Training steps in the run."),
+        click.option("--epochs", type=click.IntRange(1), default=None,
+                     help="Whole passes over the data set instead of --steps."),
+        click.option("--data", "data_path", type=click.Path(exists=True, dir_okay=True),
+                     default=None, help="A real MNIST you have (mnist.npz or IDX files); "
+                                        "nothing is downloaded."),
         click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5,
                      show_default=True, help="First steps excluded from the steady state."),
         click.option("--trace/--no-trace", default=True, show_default=True,
@@ -99,7 +107,9 @@ def run_options(command):
 
 @cli.command()
 @click.argument("workload")
-@click.option("--framework", type=click.Choice(("torch", "keras")), required=True)
+@click.option("--framework", type=click.Choice(("torch", "keras", "keras-torch", "tf")),
+              required=True, help="torch; keras (Keras 3 on TF); keras-torch (Keras 3 on torch); "
+                                  "tf (raw TensorFlow loop).")
 @run_options
 @format_option()
 def run(workload, framework, fmt, quiet, **settings):

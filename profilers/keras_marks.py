@@ -1,10 +1,11 @@
-"""Phase marks for Keras 3 on TensorFlow: a train_step with a name scope per phase, and a
-callback that times steps and records the TF profile over the trace window."""
+"""Phase marks for Keras 3: a train_step that marks each phase (TF name scopes on the
+tensorflow backend, PhaseMarks on the torch backend), and a callback that times steps and
+records the profile over the trace window."""
 from __future__ import annotations
 
 import types
-from pathlib import Path
 
+from profilers.marks import PhaseMarks
 from profilers.tf_marks import tf_phase_scope
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
@@ -12,7 +13,7 @@ from profilers.trace_window import TraceWindow
 BATCH_LOSS = "batch_loss"
 
 
-def _marked_train_step(self, data):
+def _marked_train_step_tf(self, data):
     """Keras' own TF train_step, with each phase in its own name scope.
 
     The scopes become op-name prefixes inside tf.function and HLO metadata under XLA, so
@@ -32,48 +33,106 @@ def _marked_train_step(self, data):
         gradients = tape.gradient(scaled_loss, self.trainable_weights)
     with tf_phase_scope("optimizer"):
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-    for metric in self.metrics:
+    return _logs(self, x, y, y_pred, sample_weight, loss)
+
+
+def _marked_train_step_torch(self, data):
+    """Keras' own torch-backend train_step (eager autograd), each phase marked by PhaseMarks."""
+    import keras
+    import torch
+
+    marks = self._gapscope_marks
+    x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    with marks.phase("optimizer"):
+        self.zero_grad()  # torch.nn.Module.zero_grad, as Keras' torch trainer does
+    with marks.phase("forward"):
+        y_pred = self(x, training=True)
+        loss = self.compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight,
+                                 training=True)
+        scaled_loss = self.optimizer.scale_loss(loss)
+    with marks.phase("backward"):
+        scaled_loss.backward()
+    with marks.phase("optimizer"):
+        weights = self.trainable_weights[:]
+        with torch.no_grad():
+            self.optimizer.apply([w.value.grad for w in weights], weights)
+    return _logs(self, x, y, y_pred, sample_weight, loss)
+
+
+def _logs(model, x, y, y_pred, sample_weight, loss):
+    for metric in model.metrics:
         if metric.name == "loss":
             metric.update_state(loss)
         else:
             metric.update_state(y, y_pred, sample_weight=sample_weight)
-    logs = {m.name: m.result() for m in self.metrics}
+    logs = {m.name: m.result() for m in model.metrics}
     # The epoch's running mean is what "loss" reports; the per-step loss is kept apart.
     logs[BATCH_LOSS] = loss
     return logs
 
 
-def mark_keras_phases(model):
-    """Give an existing Keras model (before compile/fit) the phase-marking train_step."""
-    model.train_step = types.MethodType(_marked_train_step, model)
+def mark_keras_phases(model, marks: PhaseMarks | None = None):
+    """Give an existing Keras model (before fit) the phase-marking train_step of its backend.
+
+    On the torch backend the phases are host ranges: `marks` (whose timer the step callback
+    shares) records them."""
+    import keras
+    if keras.backend.backend() == "torch":
+        model._gapscope_marks = marks or PhaseMarks()
+        model.train_step = types.MethodType(_marked_train_step_torch, model)
+    else:
+        model.train_step = types.MethodType(_marked_train_step_tf, model)
     return model
 
 
-def step_callback(timer: StepTimer, run_dir: Path | None, window: TraceWindow | None):
-    """A Keras callback that times every `train_function` call and records the TF profile
-    (with one `train` step event per step, as XProf's step view expects) over `window`."""
+def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
+                  torch_profiler=None, data_between_steps: bool = False):
+    """A Keras callback that times every `train_function` call and records a profile over
+    `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
+    step view expects), or a started torch.profiler that it steps once per call.
+
+    With steps_per_execution > 1 Keras reports batches in jumps, so the window opens at the
+    first call at or after its first step and closes after the call that reaches its last.
+    `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
+    torch), so the time since the previous call ended is this step's data_load."""
     import keras
-    import tensorflow as tf
 
     class GapscopeStepCallback(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self._step_trace = None
+            self._tracing = False
+            self._previous_end = None
+            self.traced_batches: list[int] = []
 
         def on_train_batch_begin(self, batch, logs=None):
-            if window and run_dir and batch == window.first:
-                tf.profiler.experimental.start(logdir=str(run_dir))
-            if window and batch in window:
+            if window and tf_logdir and not self._tracing and window.first <= batch <= window.last:
+                import tensorflow as tf
+                tf.profiler.experimental.start(logdir=str(tf_logdir))
+                self._tracing = True
+            if self._tracing:
+                import tensorflow as tf
                 self._step_trace = tf.profiler.experimental.Trace("train", step_num=batch, _r=1)
                 self._step_trace.__enter__()
-            timer.begin_step()
+            if window and window.first <= batch <= window.last:
+                self.traced_batches.append(batch)
+            if data_between_steps and self._previous_end is not None:
+                timer.begin_step_at(self._previous_end)
+                timer.add_phase(("data_load", self._previous_end, timer.now()))
+            else:
+                timer.begin_step()
 
         def on_train_batch_end(self, batch, logs=None):
             timer.end_step((logs or {}).get(BATCH_LOSS))
             if self._step_trace is not None:
                 self._step_trace.__exit__(None, None, None)
                 self._step_trace = None
-            if window and run_dir and batch == window.last:
+            if torch_profiler is not None:
+                torch_profiler.step()
+            if self._tracing and batch >= window.last:
+                import tensorflow as tf
                 tf.profiler.experimental.stop()
+                self._tracing = False
+            self._previous_end = timer.now()
 
     return GapscopeStepCallback()

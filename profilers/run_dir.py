@@ -12,7 +12,7 @@ from pathlib import Path
 
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"
-STEP_COLUMNS = ("step", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
+STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
                 "backward_ms", "optimizer_ms", "loss")
 
 

@@ -72,6 +72,10 @@ class StepTimer:
     def begin_step(self) -> None:
         self._step_begin = (len(self.phase_marks), self.now())
 
+    def begin_step_at(self, start) -> None:
+        """Begin a step at an earlier mark (work between two calls that belongs to the next)."""
+        self._step_begin = (len(self.phase_marks), start)
+
     def end_step(self, loss=None) -> None:
         """loss may be a tensor; on a GPU it is read after the run, so it never stalls a step."""
         end = self.now()

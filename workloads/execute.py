@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 import traceback
+from contextlib import nullcontext
 from pathlib import Path
 
 from profilers import environment
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import Manifest, write_steps_csv
+from profilers.samplers import ResourceSampler
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
 
@@ -28,13 +31,17 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
         "host": environment.host(), "device": None, "versions": None, "pid": os.getpid(),
     })
     try:
-        if settings.framework == "torch":
-            from workloads.torch_runner import run_torch as runner
-        else:
-            from workloads.keras_runner import run_keras as runner
-        rows, facts = runner(spec, settings, run_dir)
+        runner = _runner(settings.framework)
+        sampler = ResourceSampler() if settings.sample_resources else None
+        with sampler or nullcontext():
+            started = time.perf_counter()
+            rows, facts = runner(spec, settings, run_dir)
+            wall_s = time.perf_counter() - started
         write_steps_csv(run_dir, rows)
-        manifest.update(**facts, versions=environment.versions(),
+        if sampler is not None:
+            sampler.write_csv(run_dir)
+            facts["resources"] = sampler.summary()
+        manifest.update(**facts, versions=environment.versions(), run_wall_s=round(wall_s, 3),
                         final_loss=rows[-1]["loss"] if rows else None)
         manifest.finish()
         return 0
@@ -49,6 +56,18 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
         manifest.update(versions=environment.versions(), traceback=traceback.format_exc())
         manifest.finish(error=f"{type(exc).__name__}: {exc}")
         return EXIT_FAILED
+
+
+def _runner(framework: str):
+    """The framework's runner, imported only now: each imports its own framework."""
+    if framework == "torch":
+        from workloads.torch_runner import run_torch
+        return run_torch
+    if framework == "tf":
+        from workloads.tf_runner import run_tf
+        return run_tf
+    from workloads.keras_runner import run_keras
+    return run_keras
 
 
 def _spec_fields(spec) -> dict:

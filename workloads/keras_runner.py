@@ -1,58 +1,140 @@
-"""Keras 3 on TensorFlow: `model.fit` with the phase-marking train_step, timed and traced by a callback."""
+"""Keras 3 `model.fit` on the TensorFlow backend (framework `keras`) or the torch backend
+(`keras-torch`), with the phase-marking train_step and a callback that times and traces."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from profilers.keras_marks import mark_keras_phases, step_callback
-from profilers.timers import StepTimer
+from profilers.marks import PhaseMarks
+from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.trace_window import TraceWindow
-from workloads.data import synthetic_classification
-from workloads.devices import tf_device
+from workloads.datasets import dataset_for
+from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 
+XLA_DUMP_DIR = "xla_dump"
+
 
 def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
-    # Keras fixes its backend at first import; each run has its own process, so this holds.
-    os.environ["KERAS_BACKEND"] = "tensorflow"
+    on_torch = settings.framework == "keras-torch"
+    _prepare_environment(settings, run_dir, on_torch)
     import keras
-    import tensorflow as tf
 
-    if keras.backend.backend() != "tensorflow":
+    if keras.backend.backend() != ("torch" if on_torch else "tensorflow"):
         raise RuntimeError(f"keras was already imported with backend {keras.backend.backend()}")
     keras.utils.set_random_seed(spec.seed)
-    device = tf_device(settings.device)
-    x, y = synthetic_classification(spec.batch_size * settings.steps, spec.input_shape,
-                                    spec.num_classes, spec.seed)
-    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, settings.steps)
-    timer = StepTimer()  # host clock: fit returns each step's logs, so the step is done
-    with tf.device(device):
-        model = mark_keras_phases(spec.builders().build_keras(spec))
-        model.compile(
-            optimizer=keras.optimizers.RMSprop(learning_rate=spec.learning_rate),
-            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-            jit_compile=settings.jit_compile,
-            steps_per_execution=settings.steps_per_execution,
-        )
-        callback = step_callback(timer, run_dir if settings.trace else None,
-                                 window if settings.trace and window.steps else None)
-        model.fit(x, y, batch_size=spec.batch_size, epochs=1, shuffle=True, verbose=0,
-                  callbacks=[callback])
+    if settings.mixed_precision:
+        keras.config.set_dtype_policy(settings.mixed_precision)
+    device = _device(settings, on_torch)
+    x, y = dataset_for(spec, settings, raw=settings.pipeline == "transforms")
+    inputs = _inputs(settings, spec, x, y, on_torch, device)
+    updates_per_epoch = -(-len(x) // spec.batch_size)
+    steps = (settings.epochs or 1) * updates_per_epoch
+    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    cuda = device == "cuda"
+    timer = StepTimer(CudaEventClock() if on_torch and cuda else HostClock())
+    profiler = None
+    if settings.trace and window.steps and on_torch:
+        from profilers.torch_session import torch_profiler
+        profiler = torch_profiler(run_dir, _executions_window(window, settings), cuda)
 
-    # Phases run inside the compiled train function: host timers see only whole steps.
-    rows = timer.rows(timed_phases=())
+    model = spec.builders().build_keras(spec)
+    from profilers.keras_marks import mark_keras_phases, step_callback
+    mark_keras_phases(model, PhaseMarks(timer, uses_torch=on_torch))
+    model.compile(optimizer=_optimizer(keras, spec), loss=_loss(keras, spec),
+                  jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
+    callback = step_callback(timer, window if settings.trace else None,
+                             tf_logdir=run_dir if settings.trace and not on_torch else None,
+                             torch_profiler=profiler, data_between_steps=on_torch)
+    if profiler is not None:
+        profiler.start()
+    try:
+        fit_args = dict(epochs=settings.epochs or 1, verbose=0, callbacks=[callback])
+        if isinstance(inputs, tuple):
+            model.fit(*inputs, batch_size=spec.batch_size, shuffle=True, **fit_args)
+        else:
+            model.fit(inputs, **fit_args)
+    finally:
+        if profiler is not None:
+            profiler.stop()
+
+    timed = ("data_load", "forward", "backward", "optimizer") if on_torch else ()
+    rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
+                             updates_per_epoch, steps)
+    traced = set(callback.traced_batches)
     for row in rows:
         row["warmup"] = row["step"] < settings.warmup_steps
-        row["traced"] = settings.trace and row["step"] in window
-    return rows, {"device": _device_name(device), "parameters": model.count_params(),
+        row["traced"] = row["execution_first_step"] in traced
+    return rows, {"device": _device_name(device, on_torch), "parameters": model.count_params(),
+                  "steps_per_epoch": updates_per_epoch, "steps_run": steps,
+                  "jit_compile_resolved": getattr(model, "jit_compile", None),
                   "trace_window": [window.first, window.last] if settings.trace else None}
 
 
-def _device_name(device: str) -> str:
-    import tensorflow as tf
+def _prepare_environment(settings: RunSettings, run_dir: Path, on_torch: bool) -> None:
+    """Before Keras is imported: the backend is fixed at import, and XLA reads its flags once."""
+    os.environ["KERAS_BACKEND"] = "torch" if on_torch else "tensorflow"
+    if not on_torch and settings.jit_compile:
+        # HLO dumps keep each instruction's op_name (gapscope_<phase>/...): the only link from
+        # XLA's fused kernels back to the phases.
+        dump = run_dir / XLA_DUMP_DIR
+        flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
+def _executions_window(window: TraceWindow, settings: RunSettings) -> TraceWindow:
+    """torch.profiler counts calls of the train function, not updates."""
+    spe = settings.steps_per_execution
+    first = max(1, window.first // spe)
+    return TraceWindow(first, max(1, -(-window.steps // spe)))
+
+
+def _device(settings: RunSettings, on_torch: bool) -> str:
+    if on_torch:
+        from workloads.devices import torch_device
+        return torch_device(settings.device).type
+    from workloads.devices import tf_device
+    return "cuda" if tf_device(settings.device).startswith("/GPU") else "cpu"
+
+
+def _inputs(settings: RunSettings, spec: WorkloadSpec, x, y, on_torch: bool, device: str):
+    pipeline = settings.pipeline or "numpy"
+    if pipeline == "numpy":
+        return (x, y)
+    if pipeline == "tfdata":
+        import tensorflow as tf
+        autotune = tf.data.AUTOTUNE
+        return (tf.data.Dataset.from_tensor_slices((x, y))
+                .shuffle(20000, seed=spec.seed)
+                .batch(spec.batch_size, num_parallel_calls=autotune)
+                .prefetch(autotune))
+    import torch
+    from workloads.torch_pipelines import make_batches
+    # Keras on torch takes a DataLoader as it is; the layout stays Keras' (channels last).
+    return make_batches(pipeline, x, y, batch_size=spec.batch_size, num_workers=settings.num_workers,
+                        drop_last=settings.drop_last, device=torch.device(device), seed=spec.seed,
+                        channels_first=False)
+
+
+def _optimizer(keras, spec: WorkloadSpec):
+    optimizers = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}
+    return optimizers[spec.optimizer](learning_rate=spec.learning_rate)
+
+
+def _loss(keras, spec: WorkloadSpec):
+    if spec.loss == "mse":
+        return keras.losses.MeanSquaredError()
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
+def _device_name(device: str, on_torch: bool) -> str:
     from profilers.environment import cpu_name
-    if device.startswith("/GPU"):
-        details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
-        return details.get("device_name", "GPU")
-    return cpu_name()
+    if device != "cuda":
+        return cpu_name()
+    if on_torch:
+        import torch
+        return torch.cuda.get_device_name(0)
+    import tensorflow as tf
+    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
+    return details.get("device_name", "GPU")

@@ -9,6 +9,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from profilers.nvml import gpu_count
 from profilers.run_dir import Manifest, create_run_dir, new_run_id
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
@@ -25,10 +26,12 @@ class RunOutcome:
 
 
 def launch(settings: RunSettings, out_dir: str | Path) -> RunOutcome:
-    get_workload(settings.workload)  # refuse unknown names before creating anything
+    # Refuse unknown names and impossible variants before creating anything.
+    get_workload(settings.workload)
     check_framework(settings.framework)
+    settings = settings.with_variant(cuda_available=gpu_count() > 0)
     run_dir = create_run_dir(out_dir, new_run_id(settings.workload, settings.framework,
-                                                 settings.variant))
+                                                 settings.variant.replace(",", "+")))
     env = dict(os.environ)
     # The child imports the project's packages the same way this process did.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))

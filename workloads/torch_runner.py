@@ -1,4 +1,5 @@
-"""The standard PyTorch training loop (DataLoader, forward, loss, zero_grad, backward, step), marked by phase."""
+"""The standard PyTorch training loop (DataLoader, forward, loss, zero_grad, backward, step),
+marked by phase, with the execution variants of workloads.variants applied."""
 from __future__ import annotations
 
 from contextlib import nullcontext
@@ -8,59 +9,117 @@ from profilers.marks import PhaseMarks
 from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.torch_session import torch_profiler
 from profilers.trace_window import TraceWindow
-from workloads.data import synthetic_classification
+from workloads.datasets import dataset_for
 from workloads.devices import torch_device
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
+from workloads.torch_pipelines import make_batches
 
 
 def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
     import torch
-    from torch.utils.data import DataLoader, TensorDataset
 
     torch.manual_seed(spec.seed)
+    _apply_global_settings(settings)
     device = torch_device(settings.device)
-    cuda = device.type == "cuda"
-    x, y = synthetic_classification(spec.batch_size * settings.steps, spec.input_shape,
-                                    spec.num_classes, spec.seed)
-    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
-                        batch_size=spec.batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(spec.seed), pin_memory=cuda)
+    pipeline = settings.pipeline or "tensor-dataset"
+    x, y = dataset_for(spec, settings, raw=pipeline == "transforms")
+    batches = make_batches(pipeline, x, y, batch_size=spec.batch_size,
+                           num_workers=settings.num_workers, drop_last=settings.drop_last,
+                           device=device, seed=spec.seed)
+    steps = settings.epochs * len(batches) if settings.epochs else settings.steps
     model = spec.builders().build_torch(spec).to(device)
-    optimizer = torch.optim.RMSprop(model.parameters(), lr=spec.learning_rate)
-    loss_fn = torch.nn.CrossEntropyLoss()
+    forward = _compiled(model, settings)
+    loss_fn = _loss(spec)
+    optimizer = _optimizer(spec, model)
+    autocast = (torch.autocast(device.type, dtype=getattr(torch, settings.amp_dtype))
+                if settings.amp_dtype else nullcontext())
+    scaler = torch.amp.GradScaler(device.type) if settings.grad_scaler else None
+    cuda = device.type == "cuda"
     marks = PhaseMarks(StepTimer(CudaEventClock() if cuda else HostClock()))
-    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, settings.steps)
+    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
     profiler = torch_profiler(run_dir, window, cuda) if settings.trace else None
+    step_epochs = []
 
-    with profiler or nullcontext():
-        batches = iter(loader)
-        for _ in range(settings.steps):
+    if settings.inference:
+        model.eval()
+    with profiler or nullcontext(), (torch.inference_mode() if settings.inference else nullcontext()):
+        epoch, epoch_batches = 0, iter(batches)
+        for _ in range(steps):
             marks.begin_step()
             with marks.phase("data_load"):
-                inputs, targets = next(batches)
-                inputs = inputs.to(device, non_blocking=True)
-                targets = targets.to(device, non_blocking=True)
-            with marks.phase("optimizer"):
-                optimizer.zero_grad(set_to_none=True)
-            with marks.phase("forward"):
-                loss = loss_fn(model(inputs), targets)
-            with marks.phase("backward"):
-                loss.backward()
-            with marks.phase("optimizer"):
-                optimizer.step()
+                batch = next(epoch_batches, None)
+                if batch is None:  # epoch boundary: the new iterator's start-up is data loading too
+                    epoch, epoch_batches = epoch + 1, iter(batches)
+                    batch = next(epoch_batches)
+                inputs = batch[0].to(device, non_blocking=True)
+                targets = batch[1].to(device, non_blocking=True)
+            if settings.inference:
+                with marks.phase("forward"), autocast:
+                    loss = loss_fn(forward(inputs), targets)
+            else:
+                loss = _train_step(marks, forward, loss_fn, optimizer, scaler, autocast,
+                                   inputs, targets)
             marks.end_step(loss)
+            step_epochs.append(epoch)
             if profiler is not None:
                 profiler.step()
 
     rows = marks.timer.rows()
     traced = set(range(window.first - 1, window.last + 1)) if profiler else set()
-    for row in rows:
-        row["warmup"] = row["step"] < settings.warmup_steps
-        row["traced"] = row["step"] in traced
-    parameters = sum(p.numel() for p in model.parameters())
-    return rows, {"device": _device_name(device), "parameters": parameters,
+    for row, epoch in zip(rows, step_epochs):
+        row.update(epoch=epoch, warmup=row["step"] < settings.warmup_steps,
+                   traced=row["step"] in traced)
+    return rows, {"device": _device_name(device), "parameters": sum(p.numel() for p in model.parameters()),
+                  "steps_per_epoch": len(batches), "steps_run": steps,
                   "trace_window": [window.first, window.last] if profiler else None}
+
+
+def _train_step(marks, forward, loss_fn, optimizer, scaler, autocast, inputs, targets):
+    with marks.phase("optimizer"):
+        optimizer.zero_grad(set_to_none=True)
+    with marks.phase("forward"), autocast:
+        loss = loss_fn(forward(inputs), targets)
+    with marks.phase("backward"):
+        (scaler.scale(loss) if scaler else loss).backward()
+    with marks.phase("optimizer"):
+        if scaler:
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            optimizer.step()
+    return loss
+
+
+def _apply_global_settings(settings: RunSettings) -> None:
+    import torch
+    if settings.matmul_precision:
+        torch.set_float32_matmul_precision(settings.matmul_precision)
+    if settings.dynamo_cache_limit is not None:
+        import torch._dynamo
+        torch._dynamo.config.cache_size_limit = settings.dynamo_cache_limit
+
+
+def _compiled(model, settings: RunSettings):
+    """torch.compile of the model only, as the blog did; compilation happens on the first call,
+    so it lands in the warm-up steps and is reported as compile time."""
+    import torch
+    if settings.compile_backend:
+        return torch.compile(model, backend=settings.compile_backend)
+    if settings.compile_mode:
+        return torch.compile(model, mode=settings.compile_mode)
+    return model
+
+
+def _loss(spec: WorkloadSpec):
+    import torch
+    return torch.nn.MSELoss() if spec.loss == "mse" else torch.nn.CrossEntropyLoss()
+
+
+def _optimizer(spec: WorkloadSpec, model):
+    import torch
+    optimizers = {"rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
+    return optimizers[spec.optimizer](model.parameters(), lr=spec.learning_rate)
 
 
 def _device_name(device) -> str:

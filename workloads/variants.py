@@ -1,0 +1,127 @@
+"""Execution variants by short name, and how a comma-separated combination becomes run settings.
+
+Variants are data: each names the frameworks it applies to and the settings it sets. A
+combination that cannot run here, or makes no sense, is refused with one line, never
+silently changed."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from profilers.errors import UnsupportedVariantError
+
+TORCH, KERAS, KERAS_TORCH, TF = "torch", "keras", "keras-torch", "tf"
+KERAS_PATHS = (KERAS, KERAS_TORCH)
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    frameworks: tuple[str, ...]
+    description: str
+    settings: dict = field(default_factory=dict)
+    needs_cuda: bool = False
+
+
+_FIXED = (
+    Variant("eager", (TORCH,), "PyTorch eager execution (the baseline)"),
+    Variant("default", (TORCH, KERAS, KERAS_TORCH, TF),
+            "the framework's baseline: torch eager, Keras fit without XLA, TF tf.function"),
+    Variant("compile", (TORCH,), "torch.compile, default mode (Inductor)", {"compile_mode": "default"}),
+    Variant("compile-reduce-overhead", (TORCH,), "torch.compile mode='reduce-overhead'",
+            {"compile_mode": "reduce-overhead"}),
+    Variant("compile-max-autotune", (TORCH,), "torch.compile mode='max-autotune'",
+            {"compile_mode": "max-autotune"}),
+    Variant("cudagraphs", (TORCH,), "torch.compile backend='cudagraphs' (drops the last partial batch)",
+            {"compile_backend": "cudagraphs", "drop_last": True}, needs_cuda=True),
+    Variant("high-precision", (TORCH,), "torch.set_float32_matmul_precision('high') (TF32 on GPUs)",
+            {"matmul_precision": "high"}),
+    Variant("amp-fp16", (TORCH,), "autocast to float16", {"amp_dtype": "float16"}),
+    Variant("amp-bf16", (TORCH,), "autocast to bfloat16", {"amp_dtype": "bfloat16"}),
+    Variant("scaler", (TORCH,), "torch.amp.GradScaler (with amp-fp16)", {"grad_scaler": True}),
+    Variant("jit", KERAS_PATHS, "compile(jit_compile=True): XLA on TF, torch.compile on torch",
+            {"jit_compile": True}),
+    Variant("jit-auto", KERAS_PATHS, "compile(jit_compile='auto')", {"jit_compile": "auto"}),
+    Variant("mixed-float16", KERAS_PATHS, "keras mixed_float16 dtype policy",
+            {"mixed_precision": "mixed_float16"}),
+    Variant("tf-eager", (TF,), "raw TF loop, GradientTape executed eagerly", {"tf_mode": "eager"}),
+    Variant("tf-function", (TF,), "raw TF loop inside tf.function", {"tf_mode": "function"}),
+    Variant("tf-xla", (TF,), "raw TF loop inside tf.function(jit_compile=True)", {"tf_mode": "xla"}),
+    Variant("transforms", (TORCH, KERAS_TORCH),
+            "torch Dataset with per-sample transforms (uint8 -> CHW float, standardise)",
+            {"pipeline": "transforms"}),
+    Variant("tensor-dataset", (TORCH, KERAS_TORCH), "TensorDataset over prepared tensors",
+            {"pipeline": "tensor-dataset"}),
+    Variant("preload", (TORCH,), "prepared tensors preloaded to the device, index shuffling",
+            {"pipeline": "preload"}),
+    Variant("tfdata", (KERAS, TF), "tf.data from_tensor_slices, shuffle(20000), batch, "
+            "num_parallel_calls and prefetch AUTOTUNE", {"pipeline": "tfdata"}),
+    Variant("numpy", (KERAS, KERAS_TORCH), "NumPy arrays straight into fit, fit shuffles",
+            {"pipeline": "numpy"}),
+    Variant("inference", (TORCH, KERAS, KERAS_TORCH, TF), "forward only, no gradients",
+            {"inference": True}),
+)
+# Parametrised names: spe512 (Keras steps_per_execution), nw6 (DataLoader num_workers),
+# cache64 (torch._dynamo.config.cache_size_limit).
+_PATTERNS = (
+    (re.compile(r"^spe(\d+)$"), KERAS_PATHS, "steps_per_execution", "steps_per_execution N (1 ... 512)"),
+    (re.compile(r"^nw(\d+)$"), (TORCH, KERAS_TORCH), "num_workers",
+     "DataLoader(num_workers=N): 0 synchronous, N > 0 worker processes"),
+    (re.compile(r"^cache(\d+)$"), (TORCH,), "dynamo_cache_limit", "torch._dynamo.config.cache_size_limit N"),
+)
+VARIANTS = {v.name: v for v in _FIXED}
+PATTERN_HELP = {"spe<N>": _PATTERNS[0][3], "nw<N>": _PATTERNS[1][3], "cache<N>": _PATTERNS[2][3]}
+
+
+def lookup(name: str) -> Variant:
+    if name in VARIANTS:
+        return VARIANTS[name]
+    for pattern, frameworks, key, help_text in _PATTERNS:
+        match = pattern.match(name)
+        if match:
+            return Variant(name, frameworks, help_text, {key: int(match.group(1))})
+    known = ", ".join(list(VARIANTS) + list(PATTERN_HELP))
+    raise UnsupportedVariantError(f"unknown variant {name!r}; known: {known}")
+
+
+def names_for(framework: str) -> list[str]:
+    fixed = [v.name for v in _FIXED if framework in v.frameworks]
+    return fixed + [n for (p, fw, _, _), n in zip(_PATTERNS, PATTERN_HELP) if framework in fw]
+
+
+def resolve(framework: str, combination: str, cuda_available: bool) -> tuple[str, dict]:
+    """(canonical name, settings) of a comma-separated combination for one framework."""
+    names = [n.strip() for n in combination.split(",") if n.strip()] or ["default"]
+    settings: dict = {}
+    for name in names:
+        variant = lookup(name)
+        if framework not in variant.frameworks:
+            raise UnsupportedVariantError(
+                f"variant {name!r} does not apply to {framework} (only {', '.join(variant.frameworks)})")
+        if variant.needs_cuda and not cuda_available:
+            raise UnsupportedVariantError(f"variant {name!r} needs a CUDA GPU; none is present")
+        for key, value in variant.settings.items():
+            if key in settings and settings[key] != value:
+                raise UnsupportedVariantError(
+                    f"variants in {combination!r} disagree on {key}: {settings[key]!r} vs {value!r}")
+            settings[key] = value
+    _check_combination(framework, settings)
+    canonical = ",".join(n for n in names if n not in ("default", "eager")) or "default"
+    return canonical, settings
+
+
+def _check_combination(framework: str, settings: dict) -> None:
+    if settings.get("grad_scaler") and settings.get("amp_dtype") != "float16":
+        raise UnsupportedVariantError(
+            "GradScaler only makes sense with float16 autocast (amp-fp16): bfloat16 has "
+            "float32's range, and without autocast there is nothing to scale")
+    if settings.get("compile_backend") and settings.get("compile_mode"):
+        raise UnsupportedVariantError("backend='cudagraphs' takes no compile mode")
+    if settings.get("inference") and (settings.get("grad_scaler") or settings.get("compile_mode")
+                                      in ("reduce-overhead", "max-autotune")):
+        raise UnsupportedVariantError("inference runs no backward: drop scaler/training compile modes")
+    if settings.get("num_workers") and settings.get("pipeline") == "preload":
+        raise UnsupportedVariantError("preloaded tensors need no DataLoader workers (nw0)")
+    spe = settings.get("steps_per_execution")
+    if spe is not None and not 1 <= spe <= 512:
+        raise UnsupportedVariantError("steps_per_execution must be between 1 and 512")
