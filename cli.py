@@ -14,6 +14,8 @@ from profilers.errors import GapscopeInputError
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
+# TensorFlow's C++ start-up chatter would bury gapscope's own output; errors still show.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 FORMATS = ("table", "json", "csv", "markdown")
 
 
@@ -59,23 +61,29 @@ def cli():
 
 
 @cli.command("list")
+@click.option("--no-parameters", is_flag=True,
+              help="Skip building every model to count its parameters (faster).")
 @format_option(("table", "json"))
-def list_command(fmt):
-    """List workloads, framework paths and variants.
+def list_command(fmt, no_parameters):
+    """List workloads (with parameter counts per framework), frameworks and their variants.
 
     \b
     Example:
       gapscope list --format json
     """
     from workloads.catalog import catalog
-    entries = catalog()
+    entries = catalog(count_parameters=not no_parameters)
     if fmt == "json":
         click.echo(json.dumps(entries, indent=2))
         return
     for entry in entries["workloads"]:
-        click.echo(f"{entry['name']:<10} {entry['description']}")
-    click.echo(f"frameworks: {', '.join(entries['frameworks'])}")
-    click.echo(f"variants:   {', '.join(entries['variants'])}")
+        counts = ", ".join(f"{k} {v:,}" for k, v in entry["parameters"].items())
+        click.echo(f"{entry['name']:<15} {entry['description']}")
+        if counts:
+            click.echo(f"{'':<15} parameters: {counts}")
+    for framework, names in entries["variants"].items():
+        click.echo(f"variants for {framework}: {', '.join(names)}")
+    click.echo("combine variants with commas: --variant compile-reduce-overhead,high-precision")
 
 
 def run_options(command):
@@ -169,6 +177,56 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
 
 
 @cli.command()
+@click.argument("name", required=False)
+@click.option("--list", "list_matrices", is_flag=True, help="List the named matrices.")
+@click.option("--steps", type=click.IntRange(2), default=50, show_default=True,
+              help="Steps per row (ignored with --epochs).")
+@click.option("--epochs", type=click.IntRange(1), default=None,
+              help="Whole epochs per row, as the blog ran (41 epochs of 60,000 images).")
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True)
+@click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+              help="Steps each row's profiler records, for its phase breakdown.")
+@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+              show_default=True)
+@click.option("--data", "data_path", type=click.Path(exists=True), default=None,
+              help="A real MNIST you have (mnist.npz or IDX files).")
+@click.option("--baseline", default=None, help="Row id the speed ratios refer to.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="Folder that receives <matrix>/ with one run per row.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@format_option()
+def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
+    """Run the named matrix NAME, each row in its own process, and print its table.
+
+    Resumes: rows already complete in --out with the same settings are not run again. A
+    failing row is recorded with its reason and the others go on.
+
+    \b
+    Example:
+      gapscope matrix --list
+      gapscope matrix seed-4060ti --steps 50 --format markdown
+    """
+    from workloads.matrix import load_matrix, matrix_names
+    if list_matrices or not name:
+        for matrix_name in matrix_names():
+            loaded = load_matrix(matrix_name)
+            click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
+        return
+    from analysis.matrix_results import matrix_result
+    from analysis.renderers.matrix_render import RENDERERS
+    from workloads.matrix import run_matrix
+    from workloads.progress import matrix_progress
+    from workloads.settings import RunSettings
+    loaded = load_matrix(name)
+    base = RunSettings(workload="", framework="", **settings)
+    with matrix_progress(loaded, quiet) as on_row:
+        outcomes = run_matrix(loaded, Path(out_dir), base, on_row)
+    click.echo(RENDERERS[fmt](matrix_result(loaded, outcomes, baseline)), nl=False)
+    if any(o.status == "failed" for o in outcomes):
+        sys.exit(EXIT_RUN_FAILED)
+
+
+@cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
 @click.option("--source", type=click.Choice(("auto", "trace", "timers")), default="auto",
               show_default=True, help="Trace (sees inside compiled steps) or step timers.")
@@ -185,6 +243,31 @@ def breakdown(paths, source, fmt):
     from analysis.renderers import render_breakdowns
     results = [breakdown_of(Path(p), source) for p in paths]
     click.echo(render_breakdowns(results, fmt), nl=False)
+
+
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@format_option(("table", "json", "markdown"))
+def compare(runs, fmt):
+    """Compare traced RUNS of one workload: per phase the time in each run, the delta to the
+    first run (the baseline), its ratio and share of the gap, then the evidence behind the
+    biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
+
+    \b
+    Example:
+      gapscope compare traces/mlp-torch-eager-* traces/mlp-torch-compile-* --format markdown
+    """
+    from analysis.compare import compare as compare_runs
+    from analysis.explain import explain_run
+    from analysis.renderers import compare_json, compare_markdown, compare_table
+    if len(runs) < 2:
+        raise GapscopeInputError("compare needs at least two runs")
+    comparison = compare_runs([explain_run(Path(r)) for r in runs])
+    renderer = {"table": compare_table, "json": compare_json, "markdown": compare_markdown}[fmt]
+    click.echo(renderer.render(comparison), nl=False)
+    for warning in comparison.warnings:
+        if fmt != "table":  # the table prints its warnings itself
+            click.echo(f"gapscope: warning: {warning}", err=True)
 
 
 @cli.command()

@@ -7,7 +7,8 @@ from collections import defaultdict
 
 from analysis import intervals
 from profilers.errors import GapscopeInputError
-from analysis.phase_rules import FRAMEWORK, INFERRED, MARKED, MISSING, framework_phase, gapscope_phase
+from analysis.phase_rules import (FRAMEWORK, INFERRED, MARKED, MISSING, NOT_APPLICABLE,
+                                  framework_phase, gapscope_phase)
 from analysis.results import Breakdown, StepBreakdown
 from analysis.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 from profilers.phases import MARKED_PHASES, STEP_PREFIX
@@ -18,13 +19,21 @@ from profilers.phases import MARKED_PHASES, STEP_PREFIX
 PRIORITY = ("forward", "backward", "optimizer", "data_load")
 
 
-def breakdown_from_trace(trace: Trace) -> Breakdown:
+def _mark_not_applicable(sources: dict, runs_phases) -> None:
+    """An inference run has no backward or optimizer: those are not applicable, not missing."""
+    for phase in MARKED_PHASES:
+        if phase not in runs_phases:
+            sources[phase] = NOT_APPLICABLE
+
+
+def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES) -> Breakdown:
     steps = _steps(trace)
     if not steps:
         raise GapscopeInputError(
             f"{trace.path}: no training steps found (expected ProfilerStep#N, gapscope/step#N "
             "or a TF trace with step_num)")
     by_phase, sources = _phase_intervals(trace, steps)
+    _mark_not_applicable(sources, runs_phases)
     per_step = []
     for index, step in enumerate(steps):
         lo, hi = step.start_us, step.end_us
@@ -46,7 +55,8 @@ def breakdown_from_trace(trace: Trace) -> Breakdown:
     return Breakdown("trace", per_step, phase_sources=sources, notes=notes)
 
 
-def breakdown_from_timers(rows: list[dict], warmup_steps: int) -> Breakdown:
+def breakdown_from_timers(rows: list[dict], warmup_steps: int,
+                          runs_phases=MARKED_PHASES) -> Breakdown:
     """Steps from the per-step timers (steps.csv rows); warm-up steps become compile_ms."""
     if len(rows) <= warmup_steps:
         raise GapscopeInputError(
@@ -59,8 +69,9 @@ def breakdown_from_timers(rows: list[dict], warmup_steps: int) -> Breakdown:
                                           {p: r[f"{p}_ms"] or 0.0 for p in timed}, r.get("loss"))
                 for r in steady]
     sources = {p: MARKED if p in timed else MISSING for p in MARKED_PHASES}
+    _mark_not_applicable(sources, runs_phases)
     notes = []
-    if len(timed) < len(MARKED_PHASES):
+    if any(source == MISSING for source in sources.values()):
         notes.append("phases inside a compiled step are not visible to host timers; "
                      "run with --trace for them")
     return Breakdown("timers", per_step, compile_ms=compile_ms(rows, warmup_steps),
@@ -73,6 +84,24 @@ def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
         return None
     median = statistics.median(r["step_ms"] for r in rows[warmup_steps:])
     return sum(max(0.0, r["step_ms"] - median) for r in rows[:warmup_steps])
+
+
+def per_update(result: Breakdown, steps_per_execution: int, steps_run: int,
+               steps_per_epoch: int) -> Breakdown:
+    """With steps_per_execution = N, one traced step event is one call running up to N updates
+    (fewer at an epoch's end): split each into its updates, each an equal share."""
+    updates = []
+    for call in result.steps:
+        first = call.step
+        count = max(1, min(steps_per_execution, steps_run - first,
+                           steps_per_epoch - first % steps_per_epoch))
+        updates += [StepBreakdown(first + i, call.step_ms / count,
+                                  {p: ms / count for p, ms in call.phase_ms.items()}, call.loss)
+                    for i in range(count)]
+    result.steps = updates
+    result.notes.append(f"each traced call ran up to {steps_per_execution} updates "
+                        "(steps_per_execution); figures are per update")
+    return result
 
 
 def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:

@@ -4,11 +4,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from analysis.breakdown import (breakdown_from_timers, breakdown_from_trace, compile_ms,
-                                trace_overhead_pct)
+                                per_update, trace_overhead_pct)
 from profilers.errors import GapscopeInputError
 from analysis.readers.run_dir import Located, locate, read_steps_csv
 from analysis.results import Breakdown
 from analysis.trace import Trace
+from profilers.phases import MARKED_PHASES
 
 
 def read_trace(path: Path) -> Trace:
@@ -28,15 +29,21 @@ def breakdown_of(path: str | Path, source: str = "auto") -> Breakdown:
     _refuse_unfinished(found)
     rows = read_steps_csv(found.steps_csv) if found.steps_csv else None
     warmup = int((found.manifest or {}).get("warmup_steps", 0))
+    inference = (found.manifest or {}).get("settings", {}).get("inference")
+    runs_phases = ("data_load", "forward") if inference else MARKED_PHASES
     if source == "timers" or (source == "auto" and not found.trace_files):
         if rows is None:
             raise GapscopeInputError(f"{found.path}: holds no trace file and no steps.csv")
-        result = breakdown_from_timers(rows, warmup)
+        result = breakdown_from_timers(rows, warmup, runs_phases)
     else:
         if not found.trace_files:
             raise GapscopeInputError(f"{found.path}: holds no torch trace or .xplane.pb file")
         chosen = found.trace_files[0]
-        result = breakdown_from_trace(read_trace(chosen))
+        result = breakdown_from_trace(read_trace(chosen), runs_phases)
+        manifest = found.manifest or {}
+        spe = manifest.get("settings", {}).get("steps_per_execution", 1)
+        if spe > 1 and found.xplanes and chosen in found.xplanes:
+            result = per_update(result, spe, manifest["steps_run"], manifest["steps_per_epoch"])
         if len(found.trace_files) > 1:
             result.notes.append(f"{len(found.trace_files)} trace files found; used {chosen.name}")
         if rows is not None:

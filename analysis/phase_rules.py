@@ -10,6 +10,7 @@ MARKED = "gapscope marks"
 FRAMEWORK = "framework markers"
 INFERRED = "inferred"
 MISSING = "not identified"
+NOT_APPLICABLE = "not applicable"  # e.g. backward and optimizer in an inference run
 
 _TORCH_MARKERS = (
     ("enumerate(DataLoader)#", "data_load"),

@@ -85,6 +85,20 @@ def mark_keras_phases(model, marks: PhaseMarks | None = None):
     return model
 
 
+def mark_keras_inference(model, marks: PhaseMarks | None = None):
+    """Mark Keras' own predict_step as the forward phase (inference runs nothing else)."""
+    import keras
+    original = model.predict_step
+    on_torch = keras.backend.backend() == "torch"
+    marks = marks or PhaseMarks()
+
+    def predict_step(data):
+        with (marks.phase("forward") if on_torch else tf_phase_scope("forward")):
+            return original(data)
+    model.predict_step = predict_step
+    return model
+
+
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
                   torch_profiler=None, data_between_steps: bool = False):
     """A Keras callback that times every `train_function` call and records a profile over
@@ -102,20 +116,29 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             super().__init__()
             self._step_trace = None
             self._tracing = False
+            self._window_done = False
             self._previous_end = None
-            self.traced_batches: list[int] = []
+            # Keras numbers batches from 0 in every epoch; the window counts updates of the run.
+            self._updates = 0
+            self._call_first = 0
+            self._call_begin_batch = 0
+            self.traced_calls: list[int] = []
 
         def on_train_batch_begin(self, batch, logs=None):
-            if window and tf_logdir and not self._tracing and window.first <= batch <= window.last:
-                import tensorflow as tf
-                tf.profiler.experimental.start(logdir=str(tf_logdir))
-                self._tracing = True
+            self._call_first, self._call_begin_batch = self._updates, batch
+            in_window = (window is not None and not self._window_done
+                         and window.first <= self._call_first <= window.last)
+            if in_window:
+                self.traced_calls.append(self._call_first)
+                if tf_logdir and not self._tracing:
+                    import tensorflow as tf
+                    tf.profiler.experimental.start(logdir=str(tf_logdir))
+                    self._tracing = True
             if self._tracing:
                 import tensorflow as tf
-                self._step_trace = tf.profiler.experimental.Trace("train", step_num=batch, _r=1)
+                self._step_trace = tf.profiler.experimental.Trace(
+                    "train", step_num=self._call_first, _r=1)
                 self._step_trace.__enter__()
-            if window and window.first <= batch <= window.last:
-                self.traced_batches.append(batch)
             if data_between_steps and self._previous_end is not None:
                 timer.begin_step_at(self._previous_end)
                 timer.add_phase(("data_load", self._previous_end, timer.now()))
@@ -124,15 +147,22 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
 
         def on_train_batch_end(self, batch, logs=None):
             timer.end_step((logs or {}).get(BATCH_LOSS))
+            self._updates += batch - self._call_begin_batch + 1
             if self._step_trace is not None:
                 self._step_trace.__exit__(None, None, None)
                 self._step_trace = None
             if torch_profiler is not None:
                 torch_profiler.step()
-            if self._tracing and batch >= window.last:
-                import tensorflow as tf
-                tf.profiler.experimental.stop()
-                self._tracing = False
+            if window is not None and self._updates - 1 >= window.last:
+                self._window_done = True
+                if self._tracing:
+                    import tensorflow as tf
+                    tf.profiler.experimental.stop()
+                    self._tracing = False
             self._previous_end = timer.now()
+
+        # model.predict (inference runs) calls the same hooks under other names.
+        on_predict_batch_begin = on_train_batch_begin
+        on_predict_batch_end = on_train_batch_end
 
     return GapscopeStepCallback()

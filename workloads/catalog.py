@@ -1,18 +1,50 @@
-"""What `gapscope list` shows: workloads, framework paths and variants, as plain data."""
+"""What `gapscope list` shows: workloads with parameter counts per framework, frameworks and
+their variants, as plain data."""
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from dataclasses import asdict
 
 from workloads.registry import FRAMEWORKS, WORKLOADS
-
-# Only the baseline exists so far: eager PyTorch, and Keras' tf.function without XLA.
-VARIANTS = ("default",)
+from workloads.variants import PATTERN_HELP, VARIANTS, names_for
 
 
-def catalog() -> dict:
+def catalog(count_parameters: bool = True) -> dict:
+    counts = parameter_counts() if count_parameters else {}
     return {
-        "workloads": [{k: v for k, v in asdict(spec).items() if k != "model_module"}
-                      for spec in WORKLOADS.values()],
+        "workloads": [{**{k: v for k, v in asdict(spec).items() if k != "model_module"},
+                       "parameters": counts.get(spec.name, {})} for spec in WORKLOADS.values()],
         "frameworks": list(FRAMEWORKS),
-        "variants": list(VARIANTS),
+        "variants": {framework: names_for(framework) for framework in FRAMEWORKS},
+        "variant_help": {**{v.name: v.description for v in VARIANTS.values()}, **PATTERN_HELP},
     }
+
+
+def parameter_counts() -> dict[str, dict[str, int]]:
+    """Trainable parameters of every workload as each framework builds it. Keras on torch
+    is counted in its own process: Keras fixes its backend at import."""
+    from workloads.models.params import keras_parameters, torch_parameters
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    counts = {}
+    for spec in WORKLOADS.values():
+        builders = spec.builders()
+        keras_count = keras_parameters(builders.build_keras(spec))
+        counts[spec.name] = {"torch": torch_parameters(builders.build_torch(spec)),
+                             "keras": keras_count, "tf": keras_count}
+    for name, count in _keras_torch_counts().items():
+        counts[name]["keras-torch"] = count
+    return counts
+
+
+def _keras_torch_counts() -> dict[str, int]:
+    code = ("import json; from workloads.registry import WORKLOADS; "
+            "from workloads.models.params import keras_parameters; "
+            "print(json.dumps({n: keras_parameters(s.builders().build_keras(s)) "
+            "for n, s in WORKLOADS.items()}))")
+    env = {**os.environ, "KERAS_BACKEND": "torch"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])

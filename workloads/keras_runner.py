@@ -40,8 +40,12 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
         profiler = torch_profiler(run_dir, _executions_window(window, settings), cuda)
 
     model = spec.builders().build_keras(spec)
-    from profilers.keras_marks import mark_keras_phases, step_callback
-    mark_keras_phases(model, PhaseMarks(timer, uses_torch=on_torch))
+    from profilers.keras_marks import mark_keras_inference, mark_keras_phases, step_callback
+    marks = PhaseMarks(timer, uses_torch=on_torch)
+    if settings.inference:
+        mark_keras_inference(model, marks)
+    else:
+        mark_keras_phases(model, marks)
     model.compile(optimizer=_optimizer(keras, spec), loss=_loss(keras, spec),
                   jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
     callback = step_callback(timer, window if settings.trace else None,
@@ -50,11 +54,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     if profiler is not None:
         profiler.start()
     try:
-        fit_args = dict(epochs=settings.epochs or 1, verbose=0, callbacks=[callback])
-        if isinstance(inputs, tuple):
-            model.fit(*inputs, batch_size=spec.batch_size, shuffle=True, **fit_args)
-        else:
-            model.fit(inputs, **fit_args)
+        _fit_or_predict(model, inputs, spec, settings, callback)
     finally:
         if profiler is not None:
             profiler.stop()
@@ -62,7 +62,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     timed = ("data_load", "forward", "backward", "optimizer") if on_torch else ()
     rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
                              updates_per_epoch, steps)
-    traced = set(callback.traced_batches)
+    traced = set(callback.traced_calls)
     for row in rows:
         row["warmup"] = row["step"] < settings.warmup_steps
         row["traced"] = row["execution_first_step"] in traced
@@ -70,6 +70,20 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                   "steps_per_epoch": updates_per_epoch, "steps_run": steps,
                   "jit_compile_resolved": getattr(model, "jit_compile", None),
                   "trace_window": [window.first, window.last] if settings.trace else None}
+
+
+def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, callback) -> None:
+    if settings.inference:
+        # predict makes one pass; more epochs of inference are more passes.
+        for _ in range(settings.epochs or 1):
+            model.predict(inputs[0] if isinstance(inputs, tuple) else inputs,
+                          batch_size=spec.batch_size, verbose=0, callbacks=[callback])
+        return
+    fit_args = dict(epochs=settings.epochs or 1, verbose=0, callbacks=[callback])
+    if isinstance(inputs, tuple):
+        model.fit(*inputs, batch_size=spec.batch_size, shuffle=True, **fit_args)
+    else:
+        model.fit(inputs, **fit_args)
 
 
 def _prepare_environment(settings: RunSettings, run_dir: Path, on_torch: bool) -> None:

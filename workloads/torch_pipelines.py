@@ -3,13 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-# MNIST's per-pixel mean and standard deviation, the usual torchvision Normalize values.
-_MNIST_MEAN, _MNIST_STD = 0.1307, 0.3081
-
-
-def torch_layout(x: np.ndarray) -> np.ndarray:
-    """Images come NHWC (Keras' layout); torch convolutions want NCHW."""
-    return np.ascontiguousarray(x.transpose(0, 3, 1, 2)) if x.ndim == 4 else x
+from workloads.data import MNIST_MEAN, MNIST_STD, to_torch_layout
 
 
 class TransformingDataset:
@@ -26,7 +20,7 @@ class TransformingDataset:
         import torch
         sample = torch.from_numpy(np.asarray(self.x[index]))
         if sample.dtype == torch.uint8:
-            sample = (sample.float() / 255.0 - _MNIST_MEAN) / _MNIST_STD
+            sample = (sample.float() / 255.0 - MNIST_MEAN) / MNIST_STD
         if sample.dim() == 3 and self.channels_first:
             sample = sample.permute(2, 0, 1).contiguous()  # HWC -> CHW
         return sample.float(), torch.as_tensor(self.y[index])
@@ -64,8 +58,8 @@ def make_batches(pipeline: str, x: np.ndarray, y: np.ndarray, *, batch_size: int
         return DataLoader(TransformingDataset(x, y, channels_first), batch_size=batch_size, shuffle=True,
                           num_workers=num_workers, drop_last=drop_last, generator=generator,
                           pin_memory=cuda, persistent_workers=num_workers > 0)
-    prepared = _prepared(x)
-    prepared_x = torch.from_numpy(torch_layout(prepared) if channels_first else prepared)
+    # x arrives prepared (normalised once, ahead of the data set: the blog's prepared tensors).
+    prepared_x = torch.from_numpy(to_torch_layout(x) if channels_first else x)
     prepared_y = torch.from_numpy(y)
     if pipeline == "preload":
         return PreloadedBatches(prepared_x.to(device), prepared_y.to(device), batch_size,
@@ -74,9 +68,3 @@ def make_batches(pipeline: str, x: np.ndarray, y: np.ndarray, *, batch_size: int
                       num_workers=num_workers, drop_last=drop_last, generator=generator,
                       pin_memory=cuda, persistent_workers=num_workers > 0)
 
-
-def _prepared(x: np.ndarray) -> np.ndarray:
-    """Normalised once, ahead of building the data set (the blog's "prepared tensors")."""
-    if x.dtype == np.uint8:
-        return ((x.astype(np.float32) / 255.0 - _MNIST_MEAN) / _MNIST_STD).astype(np.float32)
-    return x.astype(np.float32, copy=False)

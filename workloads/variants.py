@@ -58,7 +58,7 @@ _FIXED = (
             "num_parallel_calls and prefetch AUTOTUNE", {"pipeline": "tfdata"}),
     Variant("numpy", (KERAS, KERAS_TORCH), "NumPy arrays straight into fit, fit shuffles",
             {"pipeline": "numpy"}),
-    Variant("inference", (TORCH, KERAS, KERAS_TORCH, TF), "forward only, no gradients",
+    Variant("inference", (TORCH, KERAS, KERAS_TORCH), "forward only, no gradients",
             {"inference": True}),
 )
 # Parametrised names: spe512 (Keras steps_per_execution), nw6 (DataLoader num_workers),
@@ -125,3 +125,5 @@ def _check_combination(framework: str, settings: dict) -> None:
     spe = settings.get("steps_per_execution")
     if spe is not None and not 1 <= spe <= 512:
         raise UnsupportedVariantError("steps_per_execution must be between 1 and 512")
+    if spe and spe > 1 and framework == KERAS_TORCH:
+        raise UnsupportedVariantError("Keras on the torch backend runs steps_per_execution=1 only")

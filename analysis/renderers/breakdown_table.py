@@ -24,7 +24,9 @@ def render(breakdowns: list[Breakdown]) -> str:
     for b in breakdowns:
         for note in b.notes:
             console.print(f"{b.run_id}: {note}", soft_wrap=True, markup=False)
-    if any(m in b.phase_sources.values() for b in breakdowns for m in ("inferred", "not identified")):
-        console.print("~ inferred, ? not identified in the trace (counted in other)", markup=False)
+    if any(m in b.phase_sources.values() for b in breakdowns
+           for m in ("inferred", "not identified", "not applicable")):
+        console.print("~ inferred, ? not identified in the trace (counted in other), "
+                      "- not applicable (inference)", markup=False)
     return console.export_text()
 

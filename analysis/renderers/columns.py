@@ -24,7 +24,7 @@ def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
 def source_mark(b: Breakdown, phase: str) -> str:
     """A short flag beside a phase whose time was inferred or not found at all."""
     source = b.phase_sources.get(phase)
-    return {"inferred": " ~", "not identified": " ?"}.get(source, "")
+    return {"inferred": " ~", "not identified": " ?", "not applicable": " -"}.get(source, "")
 
 
 def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:

@@ -1,0 +1,28 @@
+"""A rich progress bar on stderr for matrix runs (stdout stays clean for --format json)."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+@contextmanager
+def matrix_progress(matrix, quiet: bool):
+    """Yields the `on_row(row, outcome)` callback that workloads.matrix.run_matrix calls."""
+    if quiet:
+        yield lambda row, outcome: None
+        return
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task(matrix.name, total=len(matrix.rows))
+
+        def on_row(row, outcome):
+            if outcome is None:
+                progress.update(task, description=f"{matrix.name}: {row.id}")
+                return
+            progress.advance(task)
+            if outcome.status != "complete":
+                console.print(f"  {row.id}: {outcome.status} ({outcome.reason})", markup=False)
+        yield on_row

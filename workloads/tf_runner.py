@@ -1,0 +1,84 @@
+"""A raw TensorFlow custom loop (seed 003): GradientTape executed eagerly, inside tf.function,
+or inside tf.function(jit_compile=True), with the Keras-built model of the workload."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from profilers.marks import PhaseMarks
+from profilers.timers import StepTimer
+from profilers.trace_window import TraceWindow
+from workloads.datasets import dataset_for
+from workloads.settings import RunSettings
+from workloads.spec import WorkloadSpec
+
+
+def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
+    os.environ["KERAS_BACKEND"] = "tensorflow"
+    if settings.tf_mode == "xla":
+        dump = run_dir / "xla_dump"
+        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
+    import keras
+    import tensorflow as tf
+    from profilers.step_sessions import TfStepSession
+    from profilers.tf_marks import TfPhases
+    from workloads.devices import tf_device
+
+    keras.utils.set_random_seed(spec.seed)
+    device = tf_device(settings.device)
+    x, y = dataset_for(spec, settings)
+    batches = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20000, seed=spec.seed)
+               .batch(spec.batch_size).prefetch(tf.data.AUTOTUNE))
+    updates_per_epoch = -(-len(x) // spec.batch_size)
+    steps = settings.epochs * updates_per_epoch if settings.epochs else settings.steps
+    timer = StepTimer()
+    phases = TfPhases(PhaseMarks(timer, uses_torch=False))
+    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    session = TfStepSession(run_dir, window if settings.trace else None)
+
+    with tf.device(device):
+        model = spec.builders().build_keras(spec)
+        optimizer = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}[
+            spec.optimizer](learning_rate=spec.learning_rate)
+        loss_fn = (keras.losses.MeanSquaredError() if spec.loss == "mse" else
+                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+
+        def train_step(inputs, targets):
+            with tf.GradientTape() as tape:
+                with phases.phase("forward"):
+                    loss = loss_fn(targets, model(inputs, training=True))
+            with phases.phase("backward"):
+                gradients = tape.gradient(loss, model.trainable_variables)
+            with phases.phase("optimizer"):
+                optimizer.apply_gradients(zip(gradients, model.trainable_variables))
+            return loss
+
+        if settings.tf_mode != "eager":
+            train_step = tf.function(train_step, jit_compile=settings.tf_mode == "xla")
+        epoch, iterator, epochs_of_steps = 0, iter(batches), []
+        try:
+            for step in range(steps):
+                session.begin_step(step)
+                timer.begin_step()
+                with phases.phase("data_load"):
+                    batch = next(iterator, None)
+                    if batch is None:
+                        epoch, iterator = epoch + 1, iter(batches)
+                        batch = next(iterator)
+                loss = train_step(*batch)
+                timer.end_step(loss)
+                session.end_step(step)
+                epochs_of_steps.append(epoch)
+        finally:
+            session.stop()
+
+    # A compiled step is one call: its phases are in the trace, not in host timers.
+    timed = ("data_load", "forward", "backward", "optimizer") if settings.tf_mode == "eager" else ("data_load",)
+    rows = timer.rows(timed_phases=timed)
+    traced = session.traced_steps(steps) or range(0)
+    for row, epoch in zip(rows, epochs_of_steps):
+        row.update(epoch=epoch, warmup=row["step"] < settings.warmup_steps, traced=row["step"] in traced)
+    from profilers.environment import cpu_name
+    return rows, {"device": cpu_name() if device == "/CPU:0" else device,
+                  "parameters": model.count_params(), "steps_per_epoch": updates_per_epoch,
+                  "steps_run": steps, "trace_window": session.recorded_window(steps)}
