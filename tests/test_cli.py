@@ -30,8 +30,13 @@ def test_list_json(runner):
     result = runner.invoke(cli, ["list", "--format", "json"])
     assert result.exit_code == 0
     doc = json.loads(result.output)
-    assert [w["name"] for w in doc["workloads"]] == ["mlp"]
-    assert doc["frameworks"] == ["torch", "keras"]
+    workloads = {w["name"]: w for w in doc["workloads"]}
+    assert set(workloads) == {"linreg", "mlp", "mlp_bn_dropout", "cnn", "lstm", "dynamic"}
+    assert doc["frameworks"] == ["torch", "keras", "keras-torch", "tf"]
+    # The same architecture in every framework: 100*128+128 + 128*10+10
+    assert workloads["mlp"]["parameters"] == {"torch": 14_218, "keras": 14_218, "tf": 14_218,
+                                              "keras-torch": 14_218}
+    assert "compile-reduce-overhead" in doc["variants"]["torch"]
 
 
 @pytest.mark.parametrize("fmt", ["table", "json", "csv", "markdown"])

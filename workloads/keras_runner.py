@@ -9,6 +9,7 @@ from profilers.marks import PhaseMarks
 from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.trace_window import TraceWindow
 from workloads.datasets import dataset_for
+from workloads.models.params import keras_parameters
 from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
@@ -66,7 +67,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     for row in rows:
         row["warmup"] = row["step"] < settings.warmup_steps
         row["traced"] = row["execution_first_step"] in traced
-    return rows, {"device": _device_name(device, on_torch), "parameters": model.count_params(),
+    return rows, {"device": _device_name(device, on_torch), "parameters": keras_parameters(model),
                   "steps_per_epoch": updates_per_epoch, "steps_run": steps,
                   "jit_compile_resolved": getattr(model, "jit_compile", None),
                   "trace_window": [window.first, window.last] if settings.trace else None}

@@ -4,20 +4,44 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
+TASKS = ("classification", "regression")
+LOSSES = ("cross_entropy", "mse")
+OPTIMIZERS = ("rmsprop", "sgd")
+DATA_SOURCES = ("gaussian_teacher", "mnist", "linear_noise", "sine_sequences", "mean_switch")
+
 
 @dataclass(frozen=True)
 class WorkloadSpec:
     name: str
     description: str
     model_module: str          # module with build_torch(spec) and build_keras(spec)
-    input_shape: tuple[int, ...]
-    num_classes: int
+    input_shape: tuple[int, ...]  # one sample as the data holds it; images channels-last (H, W, C)
+    num_classes: int           # classifier outputs; 0 for regression (one value out)
     hidden: tuple[int, ...] = ()
     batch_size: int = 256
     learning_rate: float = 1e-4
     optimizer: str = "rmsprop"
     loss: str = "cross_entropy"
     seed: int = 0
+    task: str = "classification"
+    data: str = "gaussian_teacher"  # which generator in workloads.data (or a real MNIST file)
+    samples: int = 10_000      # one epoch of synthetic data
+    supports_inference: bool = False
+
+    def __post_init__(self):
+        # Specs are written by hand in the registry: a typo should fail at import, not mid-run.
+        for field, value, allowed in (("task", self.task, TASKS), ("loss", self.loss, LOSSES),
+                                      ("optimizer", self.optimizer, OPTIMIZERS),
+                                      ("data", self.data, DATA_SOURCES)):
+            if value not in allowed:
+                raise ValueError(f"{self.name}: {field} {value!r} is not one of {allowed}")
+        if (self.task == "regression") != (self.num_classes == 0):
+            raise ValueError(f"{self.name}: regression has num_classes 0, classification > 0")
+
+    @property
+    def outputs(self) -> int:
+        """Width of the model's output: logits per class, or the one regressed value."""
+        return self.num_classes if self.task == "classification" else 1
 
     def builders(self):
         return importlib.import_module(self.model_module)

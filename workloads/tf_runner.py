@@ -9,6 +9,7 @@ from profilers.marks import PhaseMarks
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
 from workloads.datasets import dataset_for
+from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 
@@ -80,5 +81,5 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
         row.update(epoch=epoch, warmup=row["step"] < settings.warmup_steps, traced=row["step"] in traced)
     from profilers.environment import cpu_name
     return rows, {"device": cpu_name() if device == "/CPU:0" else device,
-                  "parameters": model.count_params(), "steps_per_epoch": updates_per_epoch,
+                  "parameters": keras_parameters(model), "steps_per_epoch": updates_per_epoch,
                   "steps_run": steps, "trace_window": session.recorded_window(steps)}

@@ -10,6 +10,7 @@ from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.torch_session import torch_profiler
 from profilers.trace_window import TraceWindow
 from workloads.datasets import dataset_for
+from workloads.models.params import torch_parameters
 from workloads.devices import torch_device
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
@@ -70,7 +71,7 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     for row, epoch in zip(rows, step_epochs):
         row.update(epoch=epoch, warmup=row["step"] < settings.warmup_steps,
                    traced=row["step"] in traced)
-    return rows, {"device": _device_name(device), "parameters": sum(p.numel() for p in model.parameters()),
+    return rows, {"device": _device_name(device), "parameters": torch_parameters(model),
                   "steps_per_epoch": len(batches), "steps_run": steps,
                   "trace_window": [window.first, window.last] if profiler else None}
 

@@ -1,0 +1,53 @@
+"""Real short runs of the framework paths and variants on the CPU: each completes, its steps add
+up, and the phases that variant runs are seen."""
+import json
+
+import pytest
+
+from analysis.load import breakdown_of
+from workloads.launch import launch
+from workloads.settings import RunSettings
+
+SHORT = dict(steps=12, warmup_steps=3, trace_steps=4)
+CASES = [
+    # (workload, framework, variant, phases that must be > 0 in the trace breakdown)
+    ("mlp", "torch", "compile", ("data_load", "forward", "backward", "optimizer")),
+    ("mlp", "torch", "preload", ("data_load", "forward", "backward", "optimizer")),
+    ("mlp", "torch", "transforms,nw2", ("data_load", "forward", "backward", "optimizer")),
+    ("mlp", "torch", "amp-bf16", ("forward", "backward", "optimizer")),
+    ("cnn", "torch", "inference", ("data_load", "forward")),
+    ("mlp", "keras", "spe4", ("forward", "backward", "optimizer")),
+    ("mlp", "keras", "tfdata", ("data_load", "forward", "backward", "optimizer")),
+    ("mlp", "keras-torch", "default", ("forward", "backward", "optimizer")),
+    ("linreg", "tf", "tf-eager", ("data_load", "forward", "backward", "optimizer")),
+    ("linreg", "tf", "tf-function", ("forward", "backward", "optimizer")),
+    ("dynamic", "keras", "default", ("forward", "backward", "optimizer")),
+]
+
+
+@pytest.fixture(scope="module")
+def variant_runs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("variant_runs")
+    return {case[:3]: launch(RunSettings(*case[:3], **SHORT), out) for case in CASES}
+
+
+@pytest.mark.parametrize("workload,framework,variant,phases", CASES,
+                         ids=[f"{c[1]}-{c[2]}-{c[0]}" for c in CASES])
+def test_variant_runs_and_adds_up(variant_runs, workload, framework, variant, phases):
+    outcome = variant_runs[(workload, framework, variant)]
+    assert outcome.status == "complete", (outcome.error, (outcome.run_dir / "run.log").read_text()[-3000:])
+    manifest = json.loads((outcome.run_dir / "manifest.json").read_text())
+    assert manifest["variant"] == variant
+    result = breakdown_of(outcome.run_dir)
+    result.self_check()
+    assert result.source == "trace" and result.compile_ms is not None
+    means = result.phase_means()
+    for phase in phases:
+        assert means[phase] > 0, (phase, result.phase_sources, result.notes)
+
+
+def test_keras_jit_leaves_hlo_dumps_for_phase_mapping(tmp_path):
+    outcome = launch(RunSettings("mlp", "keras", "jit", **SHORT), tmp_path)
+    assert outcome.status == "complete", outcome.error
+    dumps = list((outcome.run_dir / "xla_dump").glob("*after_optimizations.txt"))
+    assert dumps and any("gapscope_forward" in d.read_text() for d in dumps)
