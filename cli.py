@@ -289,6 +289,40 @@ def tensorboard(logdir, host, port):
     serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url))
 
 
+@cli.command()
+@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.option("--out", "out_file", type=click.Path(dir_okay=False),
+              default="gapscope-report/report.md", show_default=True,
+              help="The Markdown report; the .html copy and the plots (.png, .svg) go beside it.")
+@click.option("--source", type=click.Choice(("auto", "trace", "timers")), default="auto",
+              show_default=True, help="Trace (sees inside compiled steps) or step timers.")
+@click.option("--baseline", default=None,
+              help="Run the speed ratios refer to: label, run id, matrix row id or path "
+                   "(default: the first).")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
+def report(runs, out_file, source, baseline, quiet):
+    """Write a report on RUNS (run directories, folders of runs, a matrix folder): environment,
+    breakdown tables, comparison, and plots of the phases, the step time over each run and
+    the speed ratios. Prints the paths of the files written.
+
+    \b
+    Example:
+      gapscope report traces/mlp-torch-default-* traces/mlp-keras-default-* --out report/mlp.md
+    """
+    from rich.console import Console
+
+    from analysis.report import write_report
+    console = Console(stderr=True, quiet=quiet, highlight=False)
+    files = write_report(runs, out_file, source, baseline,
+                         progress=lambda message: console.print(f"{message}...", markup=False))
+    for path in files.all:
+        click.echo(str(path))
+    for run in files.problems:
+        click.echo(f"gapscope: run {run.label} has no results: {run.problem}", err=True)
+    if files.problems:
+        sys.exit(EXIT_RUN_FAILED)
+
+
 def main():
     cli(prog_name="gapscope")
 

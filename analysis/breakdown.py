@@ -27,12 +27,12 @@ def _mark_not_applicable(sources: dict, runs_phases) -> None:
 
 
 def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES) -> Breakdown:
-    steps = _steps(trace)
+    steps = step_events(trace)
     if not steps:
         raise GapscopeInputError(
             f"{trace.path}: no training steps found (expected ProfilerStep#N, gapscope/step#N "
             "or a TF trace with step_num)")
-    by_phase, sources = _phase_intervals(trace, steps)
+    by_phase, sources = phase_intervals(trace, steps)
     _mark_not_applicable(sources, runs_phases)
     per_step = []
     for index, step in enumerate(steps):
@@ -114,14 +114,14 @@ def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
     return 100.0 * (statistics.median(traced) / statistics.median(untraced) - 1.0)
 
 
-def _steps(trace: Trace) -> list[Event]:
+def step_events(trace: Trace) -> list[Event]:
     """Host step events; gapscope's own step ranges win over ProfilerStep when both exist."""
     steps = [e for e in trace.events if e.kind == STEP]
     own = [e for e in steps if e.name.startswith(STEP_PREFIX)]
     return sorted(own or steps, key=lambda e: e.start_us)
 
 
-def _phase_intervals(trace: Trace, steps: list[Event]):
+def phase_intervals(trace: Trace, steps: list[Event]):
     """Merged intervals per phase, from the best marker source the trace has for each."""
     found: dict[tuple[str, str], list] = defaultdict(list)
     unclaimed_ops: list[Event] = []

@@ -26,6 +26,12 @@ class Event(msgspec.Struct, gc=False):
     track: str  # "host/<pid>/<tid>" or "device/<id>/<stream>": events on a track are serial
     step_num: int | None = None
     correlation: int | None = None
+    # Optional facts some readers keep; None where the format has no such field.
+    nbytes: int | None = None       # bytes moved by a memcpy/memset
+    hlo_op: str | None = None       # XLA: the HLO instruction an executed thunk runs
+    hlo_module: str | None = None   # XLA: the HLO module (compiled program) it belongs to
+    # Other reader-kept stats by name, e.g. tf.function's tf_function_call / tracing_count.
+    stats: dict | None = None
 
     @property
     def end_us(self) -> float:

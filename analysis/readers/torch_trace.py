@@ -15,6 +15,7 @@ from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, 
 class _Args(msgspec.Struct):
     # Only the fields an analyzer needs: decoding skips every other key without building it.
     correlation: int | None = None
+    nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
 
 
 class _RawEvent(msgspec.Struct):
@@ -73,8 +74,9 @@ def _to_event(raw: _RawEvent) -> Event:
     correlation = raw.args.correlation if raw.args is not None else None
     cat = raw.cat
     if cat in _DEVICE_CATEGORIES:
+        nbytes = raw.args.nbytes if raw.args is not None else None
         return Event(raw.name, _DEVICE_CATEGORIES[cat], raw.ts, raw.dur,
-                     f"device/{raw.pid}/{raw.tid}", None, correlation)
+                     f"device/{raw.pid}/{raw.tid}", None, correlation, nbytes)
     kind = _HOST_CATEGORIES.get(cat, OTHER)
     step_num = None
     if kind == ANNOTATION and raw.name.startswith(_STEP_PREFIXES):

@@ -7,12 +7,18 @@ import re
 from pathlib import Path
 
 from profilers.errors import GapscopeInputError, TraceFormatError
-from analysis.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, STEP, Event, Trace
+from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
+                            Event, Trace)
+from profilers.phases import TORCH_PREFIX
 
 # A TF op event reads "<scope path>:<OpType>", e.g. "StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul".
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
 # The op that hands the next batch to the step; the tf.data threads behind it run ahead (prefetch).
 _GET_NEXT_OPS = ("IteratorGetNextOp::DoCompute",)
+_TF_FUNCTION_STATS = ("tf_function_call", "tracing_count")
+# XLA puts the HloProto of every module it ran into this plane, one event metadata per module.
+_METADATA_PLANE = "/host:metadata"
+_HLO_PROTO_STAT = "Hlo Proto"
 
 
 @functools.lru_cache(maxsize=1)
@@ -41,6 +47,7 @@ def read_xplane(path: str | Path) -> Trace:
         raise TraceFormatError(f"{path}: not an XSpace profile ({exc})") from None
 
     planes = [p for p in space.planes if p.lines]
+    hlo_protos = _hlo_protos(space)
     if not planes:
         raise TraceFormatError(f"{path}: XSpace profile holds no events")
     # Times are kept relative to the earliest line: absolute nanoseconds in a float would
@@ -53,8 +60,45 @@ def read_xplane(path: str | Path) -> Trace:
         elif plane.name.startswith("/device:"):
             events.extend(_device_events(plane, origin_ns))
     metadata = {"base_time_ns": origin_ns, "hostnames": list(space.hostnames),
-                "planes": [p.name for p in planes]}
+                "planes": [p.name for p in planes], "hlo_protos": hlo_protos}
+    if hlo_protos:
+        events += _framework_ops_of_thunks(events, hlo_protos, metadata)
     return Trace("xplane", str(path), events, metadata)
+
+
+def _framework_ops_of_thunks(events: list[Event], hlo_protos: dict, metadata: dict) -> list[Event]:
+    """Under XLA the trace names HLO ops, not the TF ops inside the name scopes that mark
+    phases. The profile's own HloProto says which TF op each HLO op was compiled from: add
+    that op (`<op_name>:<op_type>`, as TF op events read) as a range over each thunk."""
+    from analysis.readers.hlo_proto import read_hlo_protos
+    try:
+        modules = read_hlo_protos(hlo_protos)
+    except TraceFormatError as exc:
+        metadata["hlo_error"] = str(exc)
+        return []
+    added = []
+    for e in events:
+        if e.hlo_op and e.track.startswith("host"):
+            op = modules.find(e.hlo_module, e.hlo_op)
+            if op is not None and op.framework_op:
+                added.append(Event(op.framework_op, ANNOTATION, e.start_us, e.dur_us, e.track))
+    return added
+
+
+def _hlo_protos(space) -> dict[str, bytes]:
+    """Serialized HloProto per module name, as XLA stored them in the profile: the link from
+    a thunk's `hlo_op` to the framework op names (and so the phase) it was compiled from."""
+    found = {}
+    for plane in space.planes:
+        if plane.name != _METADATA_PLANE:
+            continue
+        stat_ids = {key for key, meta in plane.stat_metadata.items() if meta.name == _HLO_PROTO_STAT}
+        for meta in plane.event_metadata.values():
+            for stat in meta.stats:
+                if stat.metadata_id in stat_ids and stat.bytes_value:
+                    # Names read "<module>(<program id>)"; thunks name the module alone.
+                    found[meta.name.rpartition("(")[0] or meta.name] = stat.bytes_value
+    return found
 
 
 def _stat_reader(plane):
@@ -82,6 +126,7 @@ def _line_events(plane, origin_ns):
 def _host_events(plane, origin_ns):
     stats_of = _stat_reader(plane)
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
+    with_stats = {key for key, meta in plane.event_metadata.items() if meta.stats}
     for line, xevent, start_us, dur_us in _line_events(plane, origin_ns):
         name = names.get(xevent.metadata_id, "")
         track = f"host/{plane.id}/{line.id}"
@@ -89,20 +134,41 @@ def _host_events(plane, origin_ns):
             # Input-pipeline work on tf.data's own threads overlaps the step; it only
             # costs step time through the IteratorGetNext wait, which is kept.
             continue
-        if xevent.stats and "step_num" in (stats := stats_of(xevent)) and stats.get("_r") == 1:
+        stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
+        if "step_num" in stats and stats.get("_r") == 1:
             yield Event(name, STEP, start_us, dur_us, track, int(stats["step_num"]))
+        elif "hlo_op" in stats:
+            # An XLA thunk: on the CPU these are the compiled program's kernels.
+            yield Event(name, HOST_OP, start_us, dur_us, track, hlo_op=str(stats["hlo_op"]),
+                        hlo_module=str(stats.get("hlo_module") or "") or None)
+        elif "tf_function_call" in stats:
+            # tf.function entry: says whether this call traced (built a graph) and how often.
+            kept = {k: stats[k] for k in _TF_FUNCTION_STATS if k in stats}
+            yield Event(name, OTHER, start_us, dur_us, track, stats=kept)
+        elif "correlation_id" in stats:
+            # A CUDA API call (CUPTI): the id links it to the kernel or copy it queued.
+            yield Event(name, RUNTIME, start_us, dur_us, track, correlation=int(stats["correlation_id"]))
         elif _TF_OP.match(name) or name in _GET_NEXT_OPS:
             yield Event(name, HOST_OP, start_us, dur_us, track)
+        elif name.startswith(TORCH_PREFIX):
+            # A TraceMe range gapscope opened around an eagerly executed phase (raw TF loop).
+            yield Event(name, ANNOTATION, start_us, dur_us, track)
         elif not name.startswith("end: "):
             yield Event(name, OTHER, start_us, dur_us, track)
 
 
 def _device_events(plane, origin_ns):
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
+    stats_of = _stat_reader(plane)
     for line, xevent, start_us, dur_us in _line_events(plane, origin_ns):
         if not line.name.startswith("Stream"):
             continue
         name = names.get(xevent.metadata_id, "")
         lowered = name.lower()
         kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
-        yield Event(name, kind, start_us, dur_us, f"device/{plane.id}/{line.id}")
+        stats = stats_of(xevent) if xevent.stats else {}
+        correlation = stats.get("correlation_id")
+        yield Event(name, kind, start_us, dur_us, f"device/{plane.id}/{line.id}",
+                    correlation=None if correlation is None else int(correlation),
+                    hlo_op=str(stats["hlo_op"]) if stats.get("hlo_op") else None,
+                    hlo_module=str(stats["hlo_module"]) if stats.get("hlo_module") else None)

@@ -1,0 +1,102 @@
+"""What a compare table shows, shared by the terminal and Markdown renderers."""
+from __future__ import annotations
+
+from analysis.compare import Comparison, run_label
+from profilers.phases import PHASES
+
+UNIT_FOOTER = ("ms per steady-state step (mean); Δ = run − baseline (first run); the phase Δs add "
+               "up to the step Δ (the gap); % gap = Δ / gap; compile = one-time, outside the steps")
+
+
+def _f(value, fmt="{:.3f}", none="n/a"):
+    return none if value is None else fmt.format(value)
+
+
+def header(comparison: Comparison) -> list[str]:
+    runs = comparison.runs
+    cells = ["phase", f"{run_label(runs[0])} ms"]
+    for run in runs[1:]:
+        cells += [f"{run_label(run)} ms", "Δ ms", "ratio", "% gap"]
+    return cells
+
+
+def phase_rows(comparison: Comparison) -> list[list[str]]:
+    pairs = comparison.pairs
+    rows = []
+    for i, phase in enumerate(PHASES):
+        row = [phase, f"{pairs[0].phases[i].a_ms:.3f}"]
+        for pair in pairs:
+            g = pair.phases[i]
+            row += [f"{g.b_ms:.3f}", f"{g.delta_ms:+.3f}", _f(g.ratio, "{:.2f}x"),
+                    _f(g.share_of_gap, "{:.0%}")]
+        rows.append(row)
+    step = ["step", f"{pairs[0].a_step_ms:.3f}"]
+    for pair in pairs:
+        ratio = pair.b_step_ms / pair.a_step_ms if pair.a_step_ms else None
+        step += [f"{pair.b_step_ms:.3f}", f"{pair.gap_ms:+.3f}", _f(ratio, "{:.2f}x"), "100%" if pair.gap_ms else "n/a"]
+    rows.append(step)
+    compile_row = ["compile (once)"]
+    for i, run in enumerate(comparison.runs):
+        compile_row.append(_f(run.breakdown.compile_ms, "{:.1f}"))
+        if i:
+            compile_row += ["", "", ""]
+    rows.append(compile_row)
+    return rows
+
+
+def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Per-run evidence figures, one column per run."""
+    runs = comparison.runs
+    head = ["per step"] + [run_label(r) for r in runs]
+    facts = [
+        ("kernels (count)", lambda r: f"{r.kernels.per_step:.1f}"),
+        ("  of them fused", lambda r: _f(r.kernels.fused_share, "{:.0%}")),
+        ("  fused share of kernel time", lambda r: _f(r.kernels.fused_time_share, "{:.0%}")),
+        ("  mean kernel µs", lambda r: _f(r.kernels.mean_us, "{:.1f}")),
+        ("  counted as kernels", lambda r: r.kernels.source),
+        ("time in kernels ms", lambda r: f"{r.kernels.time_ms_per_step:.3f}"),
+        ("device idle / dispatch ms", lambda r: f"{r.attribution.dispatch_ms:.3f}"),
+        ("launch calls (GPU)", lambda r: _f(r.attribution.launches_per_step, "{:.1f}")),
+        ("first step ms", lambda r: _f(r.compile.first_step_ms, "{:.1f}")),
+        ("steady median step ms", lambda r: _f(r.compile.steady_median_ms, "{:.3f}")),
+        ("compiled-region calls", lambda r: f"{r.compile.compiled_calls_per_step:.1f}"),
+        ("guard (cache lookup) µs", lambda r: f"{1000 * r.compile.guard_ms_per_step:.1f}"),
+        ("tf.function tracing count", lambda r: _f(r.compile.tf_tracing_count, "{}")),
+        ("XLA programs run", lambda r: str(len(r.compile.xla_modules))),
+        ("transfers", _transfers),
+        ("CPU load %", lambda r: _f(r.resources.cpu_percent_mean, "{:.0f}")),
+        ("GPU util %", lambda r: _f(r.resources.gpu_util_percent_mean, "{:.0f}")),
+    ]
+    return head, [[label] + [fn(r) for r in runs] for label, fn in facts]
+
+
+def _transfers(run) -> str:
+    t = run.transfers
+    if t.note:
+        return "none (CPU-only)" if t.cpu_only else "none"
+    return ", ".join(f"{d['count_per_step']:.1f} {way} {d['bytes_per_step'] / 1e3:.0f} kB"
+                     for way, d in t.by_direction.items())
+
+
+def phase_device_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+    """Host (breakdown) against device time per phase, one column pair per run."""
+    runs = comparison.runs
+    head = ["phase"] + [h for r in runs for h in (f"{run_label(r)} host", "device")]
+    buckets = list(PHASES) + [b for b in ("mixed", "unattributed")
+                              if any(b in r.attribution.device_ms for r in runs)]
+    rows = []
+    for b in buckets:
+        row = [b]
+        for r in runs:
+            host = r.attribution.host_ms.get(b)
+            row += [_f(host, "{:.3f}", ""), _f(r.attribution.device_ms.get(b), "{:.3f}", "")]
+        rows.append(row)
+    return head, rows
+
+
+def evidence_lines(comparison: Comparison) -> list[str]:
+    lines = []
+    for pair in comparison.pairs:
+        lines.append(f"{pair.b_label} vs {pair.a_label}: gap {pair.gap_ms:+.3f} ms per step")
+        lines += [f"  - {e.text}" for e in pair.evidence]
+    return lines

@@ -1,0 +1,25 @@
+"""A comparison as Markdown tables and an evidence list, for reports and issues."""
+from __future__ import annotations
+
+from analysis.compare import Comparison
+from analysis.renderers import compare_columns as cols
+
+
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(head) + " |", "|---|" + "---:|" * (len(head) - 1)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return lines
+
+
+def render(comparison: Comparison) -> str:
+    lines = _table(cols.header(comparison), cols.phase_rows(comparison))
+    lines += ["", f"_{cols.UNIT_FOOTER}_", "", "**Host vs device time per phase** (ms per step)", ""]
+    lines += _table(*cols.phase_device_rows(comparison))
+    lines += ["", "**Evidence per run**", ""]
+    lines += _table(*cols.fact_rows(comparison))
+    lines += [""]
+    for line in cols.evidence_lines(comparison):
+        lines.append(line if line.startswith("  - ") else f"**{line}**")
+    lines = [line[2:] if line.startswith("  - ") else line for line in lines]
+    lines += [f"- warning: {w}" for w in comparison.warnings]
+    return "\n".join(lines) + "\n"

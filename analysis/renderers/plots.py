@@ -1,0 +1,131 @@
+"""Report plots with matplotlib's Agg canvas (no pyplot, no display): phases per run as stacked
+bars, step time over each run, and the speed of each run against a baseline."""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+from analysis.results import Breakdown
+from profilers.phases import PHASES
+
+# One colour per phase in every plot, colour-blind safe (Okabe-Ito); `other` stays grey.
+PHASE_COLOURS = {"data_load": "#56B4E9", "forward": "#E69F00", "backward": "#009E73",
+                 "optimizer": "#CC79A7", "other": "#BBBBBB"}
+RUN_COLOURS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+               "#F0E442")
+WIDTH_IN = 9.0
+DPI = 120
+
+
+@dataclass
+class StepSeries:
+    """One run's step timers: every step, warm-up included."""
+
+    label: str
+    steps: list[int]
+    step_ms: list[float]
+    warmup_steps: int
+    traced: list[bool]
+
+
+def phase_bars(labels: list[str], breakdowns: list[Breakdown]):
+    """A horizontal stacked bar per run: its five phases in ms per steady-state step."""
+    fig, ax = _figure(height=1.4 + 0.55 * len(breakdowns))
+    means = [b.to_json_dict() for b in breakdowns]
+    y = list(range(len(breakdowns)))[::-1]
+    widest = max(d["step_ms"]["mean"] for d in means) or 1.0
+    for phase in PHASES:
+        left = [sum(max(0.0, d["phases"][p]["ms"]) for p in PHASES[:PHASES.index(phase)]) for d in means]
+        width = [max(0.0, d["phases"][phase]["ms"]) for d in means]
+        ax.barh(y, width, left=left, color=PHASE_COLOURS[phase], label=phase, height=0.6,
+                edgecolor="white", linewidth=0.5)
+        for yi, lo, w, d in zip(y, left, width, means):
+            share = d["phases"][phase]["share"]
+            if w / widest > 0.07:  # label only segments wide enough to hold it
+                ax.text(lo + w / 2, yi, f"{100 * share:.0f}%", ha="center", va="center", fontsize=8)
+    for yi, d in zip(y, means):
+        ax.text(d["step_ms"]["mean"] + widest * 0.01, yi, f"{d['step_ms']['mean']:.3g} ms",
+                va="center", fontsize=9)
+    ax.set_yticks(y, labels)
+    ax.set_xlim(0, widest * 1.15)
+    ax.set_xlabel("ms per steady-state step (mean); phases add up to the step")
+    ax.set_title("Where each step's time goes")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=5,
+               frameon=False, fontsize=9)
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    return fig
+
+
+def step_times(series: list[StepSeries]):
+    """Step time of every step of each run, so compile and warm-up stand out from the steady
+    state; a log scale where the first steps are far slower than the rest."""
+    fig, ax = _figure(height=4.2)
+    all_ms = [ms for s in series for ms in s.step_ms if ms > 0]
+    steady = sorted(ms for s in series for ms in s.step_ms[s.warmup_steps:] if ms > 0) or all_ms
+    log = bool(all_ms) and max(all_ms) > 20 * steady[len(steady) // 2]
+    warmup = max((s.warmup_steps for s in series), default=0)
+    if warmup:
+        ax.axvspan(-0.5, warmup - 0.5, color="#999999", alpha=0.15, lw=0,
+                   label="warm-up (compile, first-step costs)")
+    for i, s in enumerate(series):
+        colour = RUN_COLOURS[i % len(RUN_COLOURS)]
+        ax.plot(s.steps, s.step_ms, color=colour, lw=1.2, label=s.label)
+        traced = [(n, ms) for n, ms, t in zip(s.steps, s.step_ms, s.traced) if t]
+        if traced:
+            ax.plot(*zip(*traced), "o", color=colour, ms=3,
+                    label="traced by the profiler" if i == 0 else None)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("step time (ms)" + (", log scale" if log else ""))
+    ax.set_title("Step time over the run")
+    ax.grid(alpha=0.3, which="both" if log else "major")
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(4, len(labels)),
+               frameon=False, fontsize=8)
+    return fig
+
+
+def speed_ratio(labels: list[str], breakdowns: list[Breakdown], baseline: int = 0):
+    """Speed of each run against the baseline: baseline step time / run step time (> 1 faster)."""
+    fig, ax = _figure(height=1.4 + 0.45 * len(breakdowns))
+    steps = [b.step_stats()["mean"] for b in breakdowns]
+    base = steps[baseline]
+    ratios = [base / ms if ms else 0.0 for ms in steps]
+    y = list(range(len(ratios)))[::-1]
+    colours = ["#0072B2" if r >= 1 else "#D55E00" for r in ratios]
+    colours[baseline] = "#777777"
+    ax.barh(y, ratios, color=colours, height=0.6)
+    ax.axvline(1.0, color="black", lw=0.8)
+    top = max(ratios + [1.0])
+    for yi, r, ms in zip(y, ratios, steps):
+        ax.text(r + top * 0.01, yi, f"{r:.2f}x  ({ms:.3g} ms/step)", va="center", fontsize=9)
+    ax.set_yticks(y, labels)
+    ax.set_xlim(0, top * 1.35)
+    ax.set_xlabel(f"speed relative to {labels[baseline]} (baseline step time / step time; > 1 faster)")
+    ax.set_title("Speed ratio")
+    ax.grid(axis="x", alpha=0.3)
+    ax.set_axisbelow(True)
+    return fig
+
+
+def png_bytes(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=DPI, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def svg_bytes(fig) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="svg", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _figure(height: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(WIDTH_IN, max(2.5, min(height, 30.0))), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig, fig.add_subplot()
