@@ -101,6 +101,10 @@ def per_update(result: Breakdown, steps_per_execution: int, steps_run: int,
     result.steps = updates
     result.notes.append(f"each traced call ran up to {steps_per_execution} updates "
                         "(steps_per_execution); figures are per update")
+    if result.steps and result.steps[0].step == 0:
+        result.notes.append("the traced call began at the first update, so its figures include "
+                            "warm-up (tracing, compilation): run more steps than "
+                            "steps_per_execution for a steady state")
     return result
 
 

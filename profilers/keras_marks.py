@@ -100,13 +100,14 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False):
+                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
     step view expects), or a started torch.profiler that it steps once per call.
 
-    With steps_per_execution > 1 Keras reports batches in jumps, so the window opens at the
-    first call at or after its first step and closes after the call that reaches its last.
+    With steps_per_execution > 1 Keras reports batches in jumps, so the window takes every
+    call whose updates overlap it (`steps_per_call` each), even a first call that also holds
+    the warm-up: a run of one long call is still traced rather than not at all.
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
     torch), so the time since the previous call ended is this step's data_load."""
     import keras
@@ -126,8 +127,9 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
 
         def on_train_batch_begin(self, batch, logs=None):
             self._call_first, self._call_begin_batch = self._updates, batch
+            call_last = self._call_first + steps_per_call - 1
             in_window = (window is not None and not self._window_done
-                         and window.first <= self._call_first <= window.last)
+                         and self._call_first <= window.last and call_last >= window.first)
             if in_window:
                 self.traced_calls.append(self._call_first)
                 if tf_logdir and not self._tracing:

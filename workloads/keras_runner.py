@@ -51,7 +51,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                   jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
     callback = step_callback(timer, window if settings.trace else None,
                              tf_logdir=run_dir if settings.trace and not on_torch else None,
-                             torch_profiler=profiler, data_between_steps=on_torch)
+                             torch_profiler=profiler, data_between_steps=on_torch,
+                             steps_per_call=settings.steps_per_execution)
     if profiler is not None:
         profiler.start()
     try:

@@ -14,7 +14,7 @@ from profilers.phases import TORCH_PREFIX
 # A TF op event reads "<scope path>:<OpType>", e.g. "StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul".
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
 # The op that hands the next batch to the step; the tf.data threads behind it run ahead (prefetch).
-_GET_NEXT_OPS = ("IteratorGetNextOp::DoCompute",)
+_GET_NEXT_OPS = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")
 _TF_FUNCTION_STATS = ("tf_function_call", "tracing_count")
 # XLA puts the HloProto of every module it ran into this plane, one event metadata per module.
 _METADATA_PLANE = "/host:metadata"

@@ -12,9 +12,10 @@ from rich.table import Table
 from analysis.matrix_results import MatrixResult, MatrixRowResult
 from profilers.phases import PHASES
 
-HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "ratio", "steps/s", "GPU(%)",
+HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", "ratio", "steps/s", "GPU(%)",
            "EC(W)", "CPU(%)", "final loss", *(f"{p}(%)" for p in PHASES), "status")
-FOOTER = ("time = all steps of the run, compile and warm-up included; ratio = baseline time / "
+FOOTER = ("time = all steps of the run, compile and warm-up included (compile = their one-time "
+          "part); ratio = baseline time / "
           "row time (> 1 faster); phase % of the steady-state step; GPU/EC n/a without NVML")
 
 
@@ -23,8 +24,9 @@ def _cells(row: MatrixRowResult) -> list[str]:
         return "n/a" if value is None else f"{value:.{digits}f}"
     shares = [number(100 * row.phase_share[p]) if row.phase_share else "" for p in PHASES]
     status = row.status if row.status == "complete" else f"{row.status}: {row.reason or ''}".strip()
+    compile_s = None if row.compile_ms is None else row.compile_ms / 1000
     return [row.id, row.config, row.input, row.nw, row.spe, number(row.time_s, 2),
-            number(row.speed_ratio, 2), number(row.steps_per_s, 1), number(row.gpu_util_percent),
+            number(compile_s, 2), number(row.speed_ratio, 2), number(row.steps_per_s, 1), number(row.gpu_util_percent),
             number(row.gpu_power_w), number(row.cpu_load_percent), number(row.final_loss, 4),
             *shares, status]
 
