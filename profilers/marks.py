@@ -32,7 +32,8 @@ class PhaseMarks:
     under 1 µs and stay on, so Nsight Systems sees phases without a torch.profiler window."""
 
     def __init__(self, timer: StepTimer | None = None, uses_torch: bool = True):
-        self.timer = timer or StepTimer()
+        # `is None`, not `or`: a StepTimer with no steps yet is falsy (it has __len__).
+        self.timer = timer if timer is not None else StepTimer()
         self.profiler_state = _torch_profiler_state() if uses_torch else _NoTorchProfiler
         self.domain = nvtx.get_domain(NVTX_DOMAIN)
         self._ranges: dict[str, _PhaseRange] = {}

@@ -21,6 +21,13 @@ def tf_scope_name(phase: str) -> str:
     return TF_SCOPE_PREFIX + phase
 
 
+def tf_eager_event_name(phase: str) -> str:
+    """Name of the TraceMe event around an eagerly executed TF phase: eager ops carry no name
+    scope, and named like a TF op in the phase's scope it reads as that phase wherever TF op
+    names are read."""
+    return f"{tf_scope_name(phase)}:Phase"
+
+
 def check_phase(phase: str) -> str:
     if phase not in MARKED_PHASES:
         raise ValueError(f"unknown phase {phase!r}; expected one of {', '.join(MARKED_PHASES)}")

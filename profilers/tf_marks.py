@@ -2,7 +2,7 @@
 names (and HLO metadata), where Python-side timers and NVTX ranges would only run at trace time."""
 from __future__ import annotations
 
-from profilers.phases import check_phase, tf_scope_name, torch_range_name
+from profilers.phases import check_phase, tf_eager_event_name, tf_scope_name
 
 
 def tf_phase_scope(phase: str):
@@ -14,8 +14,8 @@ class TfPhases:
     """`phase(name)` for a raw TensorFlow loop, inside and outside tf.function.
 
     Inside a traced function only graph constructs survive, so a phase is a name scope.
-    Executed eagerly, a phase is host time: a step-timer range plus a TraceMe named like
-    torch's ranges (`gapscope/<phase>`), which the TF profiler records on the host line."""
+    Executed eagerly, a phase is host time: a step-timer range plus a TraceMe event
+    (profilers.phases.tf_eager_event_name) that the TF profiler records on the host line."""
 
     def __init__(self, marks):
         import tensorflow as tf
@@ -26,7 +26,7 @@ class TfPhases:
         if self._tf.inside_function():
             return tf_phase_scope(name)
         return _EagerPhase(self._marks.phase(name), self._tf.profiler.experimental.Trace,
-                           torch_range_name(name))
+                           tf_eager_event_name(name))
 
 
 class _EagerPhase:

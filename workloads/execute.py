@@ -11,6 +11,7 @@ import traceback
 from contextlib import nullcontext
 from pathlib import Path
 
+from analysis.summaries import write_after_run
 from profilers import environment
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import Manifest, write_steps_csv
@@ -44,6 +45,7 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
         manifest.update(**facts, versions=environment.versions(), run_wall_s=round(wall_s, 3),
                         final_loss=rows[-1]["loss"] if rows else None)
         manifest.finish()
+        write_after_run(run_dir)
         return 0
     except KeyboardInterrupt:
         manifest.update(versions=environment.versions())

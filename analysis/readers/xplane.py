@@ -9,7 +9,6 @@ from pathlib import Path
 from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
-from profilers.phases import TORCH_PREFIX
 
 # A TF op event reads "<scope path>:<OpType>", e.g. "StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul".
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
@@ -150,9 +149,6 @@ def _host_events(plane, origin_ns):
             yield Event(name, RUNTIME, start_us, dur_us, track, correlation=int(stats["correlation_id"]))
         elif _TF_OP.match(name) or name in _GET_NEXT_OPS:
             yield Event(name, HOST_OP, start_us, dur_us, track)
-        elif name.startswith(TORCH_PREFIX):
-            # A TraceMe range gapscope opened around an eagerly executed phase (raw TF loop).
-            yield Event(name, ANNOTATION, start_us, dur_us, track)
         elif not name.startswith("end: "):
             yield Event(name, OTHER, start_us, dur_us, track)
 

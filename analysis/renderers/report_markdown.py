@@ -52,7 +52,7 @@ def render(content: ReportContent) -> str:
         lines += _figure(content, "steps", "Step time of every step of each run")
         lines += ["Every step from the step timers, warm-up included: the shaded first steps carry "
                   "one-time costs (tf.function tracing, XLA or torch.compile compilation, first-step "
-                  "allocation); dots mark the steps the profiler recorded, which run slower.", ""]
+                  "allocation); dots mark the steps the profiler recorded, which carry its own cost.", ""]
     if len(complete) > 1:
         lines += ["## Speed", ""]
         lines += _figure(content, "ratio", "Speed of each run relative to the baseline")

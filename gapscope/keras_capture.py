@@ -1,0 +1,166 @@
+"""`gapscope.capture_keras`: one call that makes a compiled Keras 3 model's `fit` a gapscope run,
+on the TensorFlow backend (TF profiler) or the torch backend (torch.profiler)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from gapscope.user_run import UserRun, default_warmup, mark_rows, trace_window
+from profilers.marks import PhaseMarks
+from profilers.phases import MARKED_PHASES
+from profilers.timers import CudaEventClock, HostClock, StepTimer
+
+
+def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 15),
+                  out: str | Path = "traces", *, warmup_steps: int | None = None):
+    """Give `model` the phase-marking train_step and return the callback that records its
+    next `fit` into `out/<name>-<keras|keras-torch>-user-<time>/`.
+
+        cap = gapscope.capture_keras(model, "my-run", trace_steps=(10, 15))
+        model.fit(x, y, epochs=2, callbacks=[cap])
+
+    `steps_per_execution` and `jit_compile` stay as compiled. trace_steps are optimizer
+    updates as in `range(first, stop)`, counted over all epochs; None records timers only.
+    Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
+    raises or is interrupted is recorded as failed; Keras tells callbacks only of success."""
+    import keras
+
+    from profilers.keras_marks import mark_keras_phases
+
+    on_torch = keras.backend.backend() == "torch"
+    if keras.backend.backend() not in ("torch", "tensorflow"):
+        raise ValueError(f"gapscope captures Keras on tensorflow or torch, not {keras.backend.backend()}")
+    mark_keras_phases(model, PhaseMarks(uses_torch=on_torch))
+    # A model that was fit before caches its train function, built from the old train_step.
+    model.train_function = None
+    return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
+
+
+def _callback_class():
+    """Defined on first use: subclassing keras.callbacks.Callback imports Keras."""
+    import keras
+
+    class GapscopeCapture(keras.callbacks.Callback):
+        """Each `fit` it is passed to becomes one run directory (`run_dir`)."""
+
+        def __init__(self, model, name, window, out, warmup_steps, on_torch):
+            super().__init__()
+            self._model_marked = model
+            self._name, self._window, self._out, self._on_torch = name, window, out, on_torch
+            self._warmup = default_warmup(window, warmup_steps)
+            self.run_dir: Path | None = None
+            self._run: UserRun | None = None
+
+        # -- the run ----------------------------------------------------------------
+        def on_train_begin(self, logs=None):
+            from profilers.keras_marks import step_callback
+            model = self._model_marked
+            cuda = self._on_torch and _torch_cuda()
+            self._timer = StepTimer(CudaEventClock() if cuda else HostClock())
+            if self._on_torch:
+                # The torch-backend train_step reads its marks at every call: point them at
+                # this fit's timer.
+                model._gapscope_marks = PhaseMarks(self._timer, uses_torch=True)
+            self._run = UserRun(self._name, "keras-torch" if self._on_torch else "keras", self._out, {
+                "api": "gapscope.capture_keras", "backend": "torch" if self._on_torch else "tensorflow",
+                "trace_steps": None if self._window is None
+                else [self._window.first, self._window.first + self._window.steps],
+                "warmup_steps": self._warmup, "steps_per_execution": model.steps_per_execution,
+                "jit_compile": bool(model.jit_compile)}, self._warmup)
+            self.run_dir = self._run.run_dir
+            self._profiler = None
+            if self._on_torch and self._window is not None:
+                from profilers.torch_session import torch_profiler
+                self._profiler = torch_profiler(self.run_dir, self._window, cuda)
+                self._profiler.start()
+            self._steps = step_callback(
+                self._timer, self._window,
+                tf_logdir=self.run_dir if self._window and not self._on_torch else None,
+                torch_profiler=self._profiler, data_between_steps=self._on_torch,
+                steps_per_call=int(model.steps_per_execution or 1))
+            self._updates, self._call_begin = 0, 0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._call_begin = batch
+            self._steps.on_train_batch_begin(batch, logs)
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._steps.on_train_batch_end(batch, logs)
+            self._updates += batch - self._call_begin + 1
+
+        def on_train_end(self, logs=None):
+            self._finish(None)
+
+        # -- failures, for `with` ------------------------------------------------------
+        def __enter__(self):
+            return self
+
+        def __exit__(self, exc_type, exc, tb):
+            if exc is not None:
+                self._finish(exc)
+            return False
+
+        def _finish(self, exc):
+            if self._run is None or self._run.finished:
+                return
+            if self._profiler is not None:
+                self._profiler.stop()
+            if exc is not None and self._window is not None and not self._on_torch:
+                _stop_tf_profiler_if_running()
+            rows, facts = self._rows_and_facts()
+            if exc is None:
+                self._run.complete(rows, facts)
+            else:
+                self._run.fail(rows, facts, exc)
+
+        def _rows_and_facts(self):
+            model = self._model_marked
+            timed = MARKED_PHASES if self._on_torch else ()
+            rows = self._timer.rows(timed_phases=timed)
+            per_epoch = int(self.params.get("steps") or 0) or max(1, self._updates)
+            spe = int(model.steps_per_execution or 1)
+            if spe > 1:
+                from workloads.execution_rows import expand_executions
+                rows = expand_executions(rows, spe, per_epoch, self._updates)
+            traced = None
+            if self._window is not None:
+                # With steps_per_execution a call is traced as a whole; torch.profiler also
+                # spends the call before its window warming up.
+                calls = set(self._steps.traced_calls)
+                if self._on_torch and calls:
+                    calls.add(min(calls) - 1)
+                traced = {r["step"] for r in rows if r.get("execution_first_step", r["step"]) in calls}
+            mark_rows(rows, self._warmup, traced)
+            facts = {"device": _device_name(self._on_torch), "parameters": model.count_params(),
+                     "steps": self._updates, "steps_run": self._updates,
+                     "steps_per_epoch": per_epoch, "jit_compile_resolved": bool(model.jit_compile),
+                     "trace_window": None if self._window is None or self._updates <= self._window.first
+                     else [self._window.first, min(self._window.last, self._updates - 1)]}
+            return rows, facts
+
+    return GapscopeCapture
+
+
+def _stop_tf_profiler_if_running() -> None:
+    """A fit that died inside the trace window left the TF profiler running."""
+    import tensorflow as tf
+    try:
+        tf.profiler.experimental.stop()
+    except tf.errors.UnavailableError:  # not running: the window had closed or never opened
+        pass
+
+
+def _torch_cuda() -> bool:
+    import torch
+    return torch.cuda.is_available()
+
+
+def _device_name(on_torch: bool) -> str:
+    from profilers.environment import cpu_name
+    if on_torch:
+        import torch
+        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_name()
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU")
+    if gpus:
+        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    return cpu_name()

@@ -1,0 +1,111 @@
+"""`gapscope report`: Markdown, self-contained HTML and plots from real runs."""
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+
+import pytest
+from click.testing import CliRunner
+
+import user_loops
+from cli import cli
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """A PyTorch loop and a Keras fit of the same model, through the public API."""
+    out = tmp_path_factory.mktemp("report_runs")
+    torch_dir = user_loops.torch_loop(out).run_dir
+    keras_dir = user_loops.keras_fit(out)[0].run_dir
+    return torch_dir, keras_dir
+
+
+@pytest.fixture(scope="module")
+def report(two_runs, tmp_path_factory):
+    out = tmp_path_factory.mktemp("report") / "mlp.md"
+    result = CliRunner().invoke(cli, ["report", *map(str, two_runs), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out, result
+
+
+def test_prints_the_files_it_wrote_and_shows_progress_on_stderr(report):
+    out, result = report
+    written = result.stdout.split()
+    names = sorted(p.rsplit("/", 1)[-1] for p in written)
+    assert names == sorted(["mlp.md", "mlp.html"] + [f"mlp-{plot}.{ext}" for plot in
+                                                      ("phases", "steps", "ratio") for ext in ("png", "svg")])
+    assert "plotting" in result.stderr
+
+
+def test_plots_are_real_images(report):
+    out, _ = report
+    for plot in ("phases", "steps", "ratio"):
+        png = out.with_name(f"mlp-{plot}.png")
+        width, height = _png_size(png)
+        assert width >= 800 and height >= 250 and png.stat().st_size > 10_000, (plot, width, height)
+        svg = out.with_name(f"mlp-{plot}.svg").read_text()
+        assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+
+
+def test_markdown_has_environment_tables_plots_and_comparison(report, two_runs):
+    out, _ = report
+    text = out.read_text()
+    for heading in ("## Environment", "## Where the time goes", "## Step time over the run",
+                    "## Speed", "## Comparison with the baseline"):
+        assert heading in text
+    assert "![Phases per run" in text and "(mlp-phases.png)" in text
+    assert "user-mlp torch user" in text and "user-mlp keras user" in text
+    manifest = json.loads((two_runs[0] / "manifest.json").read_text())
+    assert manifest["versions"]["torch"] in text and manifest["device"] in text
+    assert "speed vs baseline" in text
+
+
+def test_html_is_self_contained(report):
+    out, _ = report
+    html = out.with_suffix(".html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+    assert 'src="mlp-' not in html  # nothing links to a file beside it
+    assert "<table>" in html and "<h2>Environment</h2>" in html
+
+
+def test_gapscope_run_directories_and_a_folder_of_runs(torch_run, keras_run, tmp_path):
+    folder = tmp_path / "runs"
+    for run in (torch_run, keras_run):
+        shutil.copytree(run, folder / run.name)
+    out = tmp_path / "r" / "report.md"
+    result = CliRunner().invoke(cli, ["report", str(folder), "--out", str(out), "--quiet",
+                                      "--baseline", keras_run.name])
+    assert result.exit_code == 0, result.output
+    assert result.stderr == ""
+    text = out.read_text()
+    assert "mlp keras (baseline)" in text and "| mlp torch |" in text
+
+
+def test_a_failed_run_is_listed_and_exits_1(two_runs, tmp_path):
+    failed = tmp_path / two_runs[0].name
+    shutil.copytree(two_runs[0], failed)
+    manifest = json.loads((failed / "manifest.json").read_text())
+    manifest.update(status="failed", error="ValueError: boom")
+    (failed / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "report.md"
+    result = CliRunner().invoke(cli, ["report", str(two_runs[1]), str(failed), "--out", str(out), "-q"])
+    assert result.exit_code == 1
+    assert "has no results: failed: ValueError: boom" in result.stderr
+    assert "## Runs without results" in out.read_text()
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["/no/such/run"], "no such file"),
+    (["--baseline", "nope"], "baseline 'nope'"),
+])
+def test_bad_input_exits_2(two_runs, tmp_path, args, fragment):
+    paths = [str(two_runs[0])] if args[0].startswith("--") else []
+    result = CliRunner().invoke(cli, ["report", *paths, *args, "--out", str(tmp_path / "r.md")])
+    assert result.exit_code == 2 and fragment in result.stderr

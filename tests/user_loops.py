@@ -1,0 +1,106 @@
+"""Test helper: small training loops written the way users write them, each run through
+gapscope's public API into a run directory under `out`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+
+BATCHES, BATCH = 24, 64
+TRACE = (6, 10)
+WARMUP = 3
+
+
+def data(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((BATCHES * BATCH, 100), dtype=np.float32)
+    y = (x @ rng.standard_normal((100, 10))).argmax(axis=1).astype(np.int64)
+    return x, y
+
+
+def torch_loop(out: Path, fail_at: int | None = None, interrupt_at: int | None = None):
+    """The PyTorch tutorial's loop: DataLoader, forward, loss, backward, step, zero_grad."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import gapscope
+
+    torch.manual_seed(0)
+    x, y = data()
+    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
+                        batch_size=BATCH, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    with gapscope.capture("user-mlp", trace_steps=TRACE, out=out, device="cpu",
+                          warmup_steps=WARMUP) as cap:
+        for step, (inputs, targets) in enumerate(cap.data(loader)):
+            if step == fail_at:
+                raise ValueError("the user's loop broke")
+            if step == interrupt_at:
+                raise KeyboardInterrupt
+            with cap.phase("forward"):
+                loss = loss_fn(model(inputs), targets)
+            with cap.phase("backward"):
+                loss.backward()
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+            cap.step(loss)
+    return cap
+
+
+def keras_fit(out: Path, steps_per_execution: int = 1):
+    """`model.fit` on a compiled Sequential model, as the Keras guides write it."""
+    os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    import keras
+
+    import gapscope
+
+    keras.utils.set_random_seed(0)
+    x, y = data()
+    model = keras.Sequential([keras.Input((100,)), keras.layers.Dense(64, activation="relu"),
+                              keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  steps_per_execution=steps_per_execution)
+    with gapscope.capture_keras(model, "user-mlp", trace_steps=TRACE, out=out,
+                                warmup_steps=WARMUP) as cap:
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cap])
+    return cap, model
+
+
+def gradient_tape_loop(out: Path, compiled: bool = True):
+    """A TensorFlow custom loop: tf.data, GradientTape and apply_gradients, the step a
+    tf.function (`compiled`) or eager."""
+    import keras
+    import tensorflow as tf
+
+    import gapscope
+
+    x, y = data()
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH)
+    tf.random.set_seed(0)
+    w1 = tf.Variable(tf.random.normal((100, 64), stddev=0.1))
+    w2 = tf.Variable(tf.random.normal((64, 10), stddev=0.1))
+    optimizer = keras.optimizers.SGD(0.1)
+    with gapscope.capture("user-tape", trace_steps=TRACE, out=out, framework="tf",
+                          warmup_steps=WARMUP) as cap:
+        def train_step(inputs, targets):
+            with tf.GradientTape() as tape:
+                with cap.phase("forward"):
+                    logits = tf.nn.relu(inputs @ w1) @ w2
+                    loss = tf.reduce_mean(
+                        tf.nn.sparse_softmax_cross_entropy_with_logits(targets, logits))
+            with cap.phase("backward"):
+                gradients = tape.gradient(loss, [w1, w2])
+            with cap.phase("optimizer"):
+                optimizer.apply_gradients(zip(gradients, [w1, w2]))
+            return loss
+
+        if compiled:
+            train_step = tf.function(train_step)
+        for inputs, targets in cap.data(dataset):
+            cap.step(train_step(inputs, targets))
+    return cap
