@@ -46,6 +46,3 @@ class Trace:
     path: str
     events: list[Event]
     metadata: dict = field(default_factory=dict)
-
-    def of_kind(self, *kinds: str) -> list[Event]:
-        return [e for e in self.events if e.kind in kinds]
