@@ -146,6 +146,7 @@ def demo(fmt, quiet, **settings):
 
 
 def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
+    from profilers.nvml import gpu_count
     from workloads.launch import launch
     from workloads.registry import get_workload
     from workloads.settings import RunSettings
@@ -154,6 +155,7 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     for framework in frameworks:
         run_settings = RunSettings(workload=workload, framework=framework,
                                    **{k: v for k, v in settings.items() if k != "out_dir"})
+        run_settings.with_variant(cuda_available=gpu_count() > 0)  # refuse before announcing
         _say(quiet, f"running {workload} on {framework} ({run_settings.steps} steps)...")
         outcome = launch(run_settings, settings["out_dir"])
         _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
@@ -232,7 +234,7 @@ def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
               show_default=True, help="Trace (sees inside compiled steps) or step timers.")
 @format_option()
 def breakdown(paths, source, fmt):
-    """Per-phase breakdown of PATHS: run directories, folders or trace files
+    """Per-phase breakdown of PATHS: run directories, folders of runs, folders or trace files
     (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
 
     \b
@@ -241,7 +243,8 @@ def breakdown(paths, source, fmt):
     """
     from analysis.load import breakdown_of
     from analysis.renderers import render_breakdowns
-    results = [breakdown_of(Path(p), source) for p in paths]
+    from analysis.readers.run_dir import expand_run_folders
+    results = [breakdown_of(p, source) for p in expand_run_folders(paths)]
     click.echo(render_breakdowns(results, fmt), nl=False)
 
 
@@ -255,7 +258,7 @@ def compare(runs, fmt):
 
     \b
     Example:
-      gapscope compare traces/mlp-torch-eager-* traces/mlp-torch-compile-* --format markdown
+      gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* --format markdown
     """
     from analysis.compare import compare as compare_runs
     from analysis.explain import explain_run

@@ -127,3 +127,17 @@ def test_run_writes_a_new_directory_each_time_and_prints_the_breakdown(runner, t
     ids = {json.loads(r.stdout)["run_id"] for r in (first, second)}
     assert len(ids) == 2 and {p.name for p in tmp_path.iterdir()} == ids
     assert json.loads(first.stdout)["steps"] == 3
+
+
+def test_breakdown_of_a_folder_of_runs_breaks_down_each(runner, torch_run, keras_run):
+    result = runner.invoke(cli, ["breakdown", str(torch_run.parent), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    ids = [d["run_id"] for d in json.loads(result.output)]
+    assert torch_run.name in ids and keras_run.name in ids
+
+
+def test_variant_refused_before_anything_is_announced_or_written(runner, tmp_path):
+    result = runner.invoke(cli, ["run", "mlp", "--framework", "keras", "--variant", "compile",
+                                 "--out", str(tmp_path)])
+    _assert_one_line_error(result, "variant 'compile' does not apply to keras")
+    assert list(tmp_path.iterdir()) == []
