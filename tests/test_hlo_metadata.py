@@ -12,10 +12,10 @@ from analysis.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.kernels import XLA_THUNKS, find_work, kernel_stats
 from analysis.readers.hlo_proto import read_hlo_protos
 from analysis.readers.hlo_text import read_hlo_dump_dir
-from analysis.readers.xplane import _xplane_pb2, read_xplane
+from analysis.readers.xplane import read_xplane
 from analysis.timeline import phase_timeline
+from xspace_builder import PlaneBuilder, new_space
 
-US = 1_000_000  # picoseconds per microsecond
 MODULE = "tiny_step.1"
 EXPECTED = {"MatMul.1": ("dot", "forward"), "select_fusion": ("fusion", MIXED),
             "copy.1": ("copy", UNATTRIBUTED), "subtract_fusion": ("fusion", "optimizer")}
@@ -70,34 +70,15 @@ def tiny_hlo_proto() -> bytes:
 
 
 def tiny_xla_space(with_hlo_proto: bool = True):
-    pb = _xplane_pb2()
-    space = pb.XSpace()
-    plane = space.planes.add(id=1, name="/host:CPU")
-    stat_ids = {}
-    for name in ("step_num", "_r", "hlo_op", "hlo_module"):
-        stat_ids[name] = len(stat_ids) + 1
-        plane.stat_metadata[stat_ids[name]].id = stat_ids[name]
-        plane.stat_metadata[stat_ids[name]].name = name
-    names = {}
-
-    def meta(name):
-        if name not in names:
-            names[name] = len(names) + 1
-            plane.event_metadata[names[name]].id = names[name]
-            plane.event_metadata[names[name]].name = name
-        return names[name]
-
-    python = plane.lines.add(id=10, name="python", timestamp_ns=0)
-    eigen = plane.lines.add(id=11, name="tf_numa_-1_Eigen/11", timestamp_ns=0)
+    space = new_space()
+    host = PlaneBuilder(space, 1, "/host:CPU")
+    python = host.line(10, "python")
+    eigen = host.line(11, "tf_numa_-1_Eigen/11")
     for step, base in ((4, 0), (5, 100)):
-        event = python.events.add(metadata_id=meta("train"), offset_ps=base * US, duration_ps=100 * US)
-        event.stats.add(metadata_id=stat_ids["step_num"], int64_value=step)
-        event.stats.add(metadata_id=stat_ids["_r"], int64_value=1)
+        host.event(python, "train", base, 100, step_num=step, _r=1)
         for op, start, dur in THUNKS:
-            thunk = eigen.events.add(metadata_id=meta(op), offset_ps=(base + start) * US, duration_ps=dur * US)
-            thunk.stats.add(metadata_id=stat_ids["hlo_op"], str_value=op)
-            thunk.stats.add(metadata_id=stat_ids["hlo_module"], str_value=MODULE)
-            eigen.events.add(metadata_id=meta(f"end: {op}"), offset_ps=(base + start + dur) * US, duration_ps=0)
+            host.event(eigen, op, base + start, dur, hlo_op=op, hlo_module=MODULE)
+            host.event(eigen, f"end: {op}", base + start + dur, 0)
     if with_hlo_proto:
         metadata = space.planes.add(id=2, name="/host:metadata")
         metadata.stat_metadata[1].id = 1
@@ -162,22 +143,12 @@ def test_xla_on_gpu_kernels_take_the_phase_of_their_hlo_op(tmp_path):
     """A GPU profile: one launch (cuLaunchKernel, correlation 5) inside the step, and device
     kernels that carry hlo_op: under XLA the HLO op, not the launch, says the phase."""
     space = tiny_xla_space()
-    host = space.planes[0]
-    cupti = host.lines.add(id=12, name="CUPTI/12", timestamp_ns=0)
-    host.stat_metadata[9].id, host.stat_metadata[9].name = 9, "correlation_id"
-    host.event_metadata[99].id, host.event_metadata[99].name = 99, "cuLaunchKernel"
-    launch = cupti.events.add(metadata_id=99, offset_ps=5 * US, duration_ps=2 * US)
-    launch.stats.add(metadata_id=9, int64_value=5)
-    gpu = space.planes.add(id=3, name="/device:GPU:0")
-    for sid, name in ((1, "correlation_id"), (2, "hlo_op"), (3, "hlo_module")):
-        gpu.stat_metadata[sid].id, gpu.stat_metadata[sid].name = sid, name
-    stream = gpu.lines.add(id=7, name="Stream #7(Compute)", timestamp_ns=0)
-    for mid, (op, start, dur) in enumerate((("MatMul.1", 20, 10), ("select_fusion", 30, 4)), start=1):
-        gpu.event_metadata[mid].id, gpu.event_metadata[mid].name = mid, f"kernel_{op}"
-        kernel = stream.events.add(metadata_id=mid, offset_ps=start * US, duration_ps=dur * US)
-        kernel.stats.add(metadata_id=1, int64_value=5)
-        kernel.stats.add(metadata_id=2, str_value=op)
-        kernel.stats.add(metadata_id=3, str_value=MODULE)
+    host = PlaneBuilder.around(space.planes[0])
+    host.event(host.line(12, "CUPTI/12"), "cuLaunchKernel", 5, 2, correlation_id=5)
+    gpu = PlaneBuilder(space, 3, "/device:GPU:0")
+    stream = gpu.line(7, "Stream #7(Compute)")
+    for op, start, dur in (("MatMul.1", 20, 10), ("select_fusion", 30, 4)):
+        gpu.event(stream, f"kernel_{op}", start, dur, correlation_id=5, hlo_op=op, hlo_module=MODULE)
     path = tmp_path / "gpu.xplane.pb"
     path.write_bytes(space.SerializeToString())
     trace = read_xplane(path)

@@ -2,46 +2,31 @@
 import pytest
 
 from analysis.breakdown import breakdown_from_trace
-from analysis.readers.xplane import _xplane_pb2, read_xplane
+from analysis.readers.xplane import read_xplane
 from analysis.trace import HOST_OP, STEP
 from profilers.errors import TraceFormatError
+from xspace_builder import PlaneBuilder, new_space
 
-US = 1_000_000  # picoseconds per microsecond
 
 
 def _hand_made_space():
     """Host plane: a python line with two `train` steps (step_num, _r=1), one compute thread
     with TF ops, and a tf.data thread whose prefetch work must not count."""
-    pb = _xplane_pb2()
-    space = pb.XSpace()
-    plane = space.planes.add(id=1, name="/host:CPU")
-    names = {}
-
-    def event_meta(name):
-        if name not in names:
-            names[name] = len(names) + 1
-            plane.event_metadata[names[name]].id = names[name]
-            plane.event_metadata[names[name]].name = name
-        return names[name]
-
-    for stat_id, stat_name in ((1, "step_num"), (2, "_r")):
-        plane.stat_metadata[stat_id].id = stat_id
-        plane.stat_metadata[stat_id].name = stat_name
-    python = plane.lines.add(id=10, name="python", timestamp_ns=1_000)
+    space = new_space()
+    host = PlaneBuilder(space, 1, "/host:CPU")
+    python = host.line(10, "python", timestamp_ns=1_000)
     for step, start in ((4, 0), (5, 100)):
-        event = python.events.add(metadata_id=event_meta("train"), offset_ps=start * US, duration_ps=100 * US)
-        event.stats.add(metadata_id=1, int64_value=step)
-        event.stats.add(metadata_id=2, int64_value=1)
-    compute = plane.lines.add(id=11, name="tf_Compute/11", timestamp_ns=1_000)
+        host.event(python, "train", start, 100, step_num=step, _r=1)
+    compute = host.line(11, "tf_Compute/11", timestamp_ns=1_000)
     for name, start, dur in (("IteratorGetNextOp::DoCompute", 0, 10),
                              ("StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul", 10, 40),
                              ("StatefulPartitionedCall/gradient_tape/gapscope_forward/dense/MatMul/MatMul:MatMul", 50, 30),
                              ("StatefulPartitionedCall/gapscope_optimizer/rm_sprop/Mul:Mul", 80, 10),
                              ("ExecutorState::Process", 0, 95),
                              ("StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul", 110, 20)):
-        compute.events.add(metadata_id=event_meta(name), offset_ps=start * US, duration_ps=dur * US)
-    data = plane.lines.add(id=12, name="tf_data_iterator_resource/12", timestamp_ns=1_000)
-    data.events.add(metadata_id=event_meta("GatherV2:GatherV2"), offset_ps=0, duration_ps=200 * US)
+        host.event(compute, name, start, dur)
+    data = host.line(12, "tf_data_iterator_resource/12", timestamp_ns=1_000)
+    host.event(data, "GatherV2:GatherV2", 0, 200)
     return space
 
 
