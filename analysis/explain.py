@@ -46,10 +46,10 @@ def explain_run(path: str | Path) -> RunExplanation:
     if not found.trace_files:
         raise GapscopeInputError(f"{found.path}: holds no trace file; compare needs a traced run (--trace)")
     # The breakdown is exactly `gapscope breakdown`'s (same file, same rules); the analyzers
-    # below read the same trace again for what the breakdown does not keep.
-    breakdown = breakdown_of(found.path, source="trace")
+    # below use the same trace for what the breakdown does not keep.
     chosen = found.trace_files[0]
     trace = read_trace(chosen)
+    breakdown = breakdown_of(found.path, source="trace", trace=trace)
     run_dir = found.path if found.path.is_dir() else None
     hlo = _hlo_modules(trace, run_dir)
     rows = read_steps_csv(found.steps_csv) if found.steps_csv else None

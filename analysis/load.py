@@ -20,11 +20,12 @@ def read_trace(path: Path) -> Trace:
     return read_torch_trace(path)
 
 
-def breakdown_of(path: str | Path, source: str = "auto") -> Breakdown:
+def breakdown_of(path: str | Path, source: str = "auto", trace: Trace | None = None) -> Breakdown:
     """Breakdown of a run directory, a folder holding a trace, or a trace file.
 
     source: "trace", "timers", or "auto" (the trace where there is one: it sees inside
-    compiled steps, which host timers cannot)."""
+    compiled steps, which host timers cannot). `trace`: the path's trace file already read
+    by a caller that analyses it further, so it is not read twice."""
     found = locate(path)
     _refuse_unfinished(found)
     rows = read_steps_csv(found.steps_csv) if found.steps_csv else None
@@ -39,7 +40,7 @@ def breakdown_of(path: str | Path, source: str = "auto") -> Breakdown:
         if not found.trace_files:
             raise GapscopeInputError(f"{found.path}: holds no torch trace or .xplane.pb file")
         chosen = found.trace_files[0]
-        result = breakdown_from_trace(read_trace(chosen), runs_phases)
+        result = breakdown_from_trace(trace or read_trace(chosen), runs_phases)
         manifest = found.manifest or {}
         spe = manifest.get("settings", {}).get("steps_per_execution", 1)
         if spe > 1 and found.xplanes and chosen in found.xplanes:
