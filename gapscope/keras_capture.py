@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gapscope.user_run import UserRun, default_warmup, mark_rows, trace_window
+from gapscope.user_run import UserRun, default_warmup, trace_window
+from profilers.environment import tf_device_name, torch_device_name
+from profilers.run_dir import mark_rows
+from workloads.models.params import keras_parameters
 from profilers.marks import PhaseMarks
 from profilers.phases import MARKED_PHASES
 from profilers.timers import CudaEventClock, HostClock, StepTimer
@@ -130,7 +133,8 @@ def _callback_class():
                     calls.add(min(calls) - 1)
                 traced = {r["step"] for r in rows if r.get("execution_first_step", r["step"]) in calls}
             mark_rows(rows, self._warmup, traced)
-            facts = {"device": _device_name(self._on_torch), "parameters": model.count_params(),
+            facts = {"device": torch_device_name() if self._on_torch else tf_device_name(),
+                     "parameters": keras_parameters(model),
                      "steps": self._updates, "steps_run": self._updates,
                      "steps_per_epoch": per_epoch, "jit_compile_resolved": bool(model.jit_compile),
                      "trace_window": None if self._window is None or self._updates <= self._window.first
@@ -153,14 +157,3 @@ def _torch_cuda() -> bool:
     import torch
     return torch.cuda.is_available()
 
-
-def _device_name(on_torch: bool) -> str:
-    from profilers.environment import cpu_name
-    if on_torch:
-        import torch
-        return torch.cuda.get_device_name(0) if torch.cuda.is_available() else cpu_name()
-    import tensorflow as tf
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-    return cpu_name()

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from profilers.step_sessions import TfStepSession, TorchStepSession
-from gapscope.user_run import UserRun, default_warmup, mark_rows, trace_window
+from gapscope.user_run import UserRun, default_warmup, trace_window
+from profilers.environment import tf_device_name, torch_device_name
+from profilers.run_dir import mark_rows
 from profilers.marks import PhaseMarks
 from profilers.phases import MARKED_PHASES
 from profilers.timers import CudaEventClock, HostClock, StepTimer
@@ -175,16 +177,9 @@ class LoopCapture:
         return torch.device(self.device).type == "cuda"
 
     def _device_name(self) -> str:
-        from profilers.environment import cpu_name
-        if self.framework == "torch" and self._uses_cuda():
-            import torch
-            return torch.cuda.get_device_name(torch.device(self.device))
         if self.framework == "tf":
-            import tensorflow as tf
-            gpus = tf.config.list_physical_devices("GPU")
-            if gpus:
-                return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
-        return cpu_name()
+            return tf_device_name()
+        return torch_device_name(self.device or "cpu")
 
 
 def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str | Path = "traces",

@@ -4,7 +4,6 @@ from __future__ import annotations
 import re
 import traceback
 import warnings
-from collections.abc import Container
 from pathlib import Path
 
 from profilers import environment
@@ -36,14 +35,6 @@ def default_warmup(window: TraceWindow | None, warmup_steps: int | None) -> int:
             raise ValueError(f"warmup_steps must be >= 0, got {warmup_steps}")
         return warmup_steps
     return min(5, window.first) if window else 5
-
-
-def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None) -> list[dict]:
-    """Adds the warmup and traced flags that steps.csv and the breakdown read."""
-    for row in rows:
-        row["warmup"] = row["step"] < warmup_steps
-        row["traced"] = traced is not None and row["step"] in traced
-    return rows
 
 
 class UserRun:

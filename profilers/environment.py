@@ -36,3 +36,21 @@ def cpu_name() -> str:
 
 def host() -> str:
     return socket.gethostname()
+
+
+def torch_device_name(device=None) -> str:
+    """A CUDA device's product name, else the CPU's; None means torch's default choice."""
+    import torch
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
+
+
+def tf_device_name(gpu: bool = True) -> str:
+    """The first GPU TensorFlow sees (where `gpu` and there is one), else the CPU."""
+    import tensorflow as tf
+    gpus = tf.config.list_physical_devices("GPU") if gpu else []
+    if gpus:
+        return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
+    return cpu_name()

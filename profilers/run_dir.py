@@ -7,6 +7,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -78,6 +79,16 @@ class Manifest:
 
     def save(self) -> None:
         write_atomic(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+
+
+def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None,
+              traced_key: str = "step") -> list[dict]:
+    """Adds the warmup and traced flags that steps.csv and the breakdown read. `traced_key`:
+    the row field the traced set holds (Keras traces whole calls: their first update)."""
+    for row in rows:
+        row["warmup"] = row["step"] < warmup_steps
+        row["traced"] = traced is not None and row[traced_key] in traced
+    return rows
 
 
 def write_steps_csv(run_dir: Path, rows: list[dict]) -> Path:

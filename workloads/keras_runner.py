@@ -5,7 +5,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from profilers.environment import tf_device_name, torch_device_name
 from profilers.marks import PhaseMarks
+from profilers.run_dir import mark_rows
 from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.trace_window import TraceWindow
 from workloads.datasets import dataset_for
@@ -47,7 +49,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
         mark_keras_inference(model, marks)
     else:
         mark_keras_phases(model, marks)
-    model.compile(optimizer=_optimizer(keras, spec), loss=_loss(keras, spec),
+    model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
                   jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
     callback = step_callback(timer, window if settings.trace else None,
                              tf_logdir=run_dir if settings.trace and not on_torch else None,
@@ -64,11 +66,9 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     timed = ("data_load", "forward", "backward", "optimizer") if on_torch else ()
     rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
                              updates_per_epoch, steps)
-    traced = set(callback.traced_calls)
-    for row in rows:
-        row["warmup"] = row["step"] < settings.warmup_steps
-        row["traced"] = row["execution_first_step"] in traced
-    return rows, {"device": _device_name(device, on_torch), "parameters": keras_parameters(model),
+    mark_rows(rows, settings.warmup_steps, set(callback.traced_calls), "execution_first_step")
+    return rows, {"device": (torch_device_name(device) if on_torch
+                             else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
                   "steps_per_epoch": updates_per_epoch, "steps_run": steps,
                   "jit_compile_resolved": getattr(model, "jit_compile", None),
                   "trace_window": [window.first, window.last] if settings.trace else None}
@@ -92,11 +92,15 @@ def _prepare_environment(settings: RunSettings, run_dir: Path, on_torch: bool) -
     """Before Keras is imported: the backend is fixed at import, and XLA reads its flags once."""
     os.environ["KERAS_BACKEND"] = "torch" if on_torch else "tensorflow"
     if not on_torch and settings.jit_compile:
-        # HLO dumps keep each instruction's op_name (gapscope_<phase>/...): the only link from
-        # XLA's fused kernels back to the phases.
-        dump = run_dir / XLA_DUMP_DIR
-        flags = f"--xla_dump_to={dump} --xla_dump_hlo_as_text"
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+        dump_xla_hlo(run_dir)
+
+
+def dump_xla_hlo(run_dir: Path) -> None:
+    """Have XLA write each program's optimized HLO into the run: its metadata op_name
+    (gapscope_<phase>/...) is the only link from fused kernels back to the phases. XLA reads
+    its flags once, so this must run before TensorFlow is imported."""
+    flags = f"--xla_dump_to={run_dir / XLA_DUMP_DIR} --xla_dump_hlo_as_text"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
 
 
 def _executions_window(window: TraceWindow, settings: RunSettings) -> TraceWindow:
@@ -133,24 +137,13 @@ def _inputs(settings: RunSettings, spec: WorkloadSpec, x, y, on_torch: bool, dev
                         channels_first=False)
 
 
-def _optimizer(keras, spec: WorkloadSpec):
+def keras_optimizer(keras, spec: WorkloadSpec):
     optimizers = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}
     return optimizers[spec.optimizer](learning_rate=spec.learning_rate)
 
 
-def _loss(keras, spec: WorkloadSpec):
+def keras_loss(keras, spec: WorkloadSpec):
     if spec.loss == "mse":
         return keras.losses.MeanSquaredError()
     return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 
-
-def _device_name(device: str, on_torch: bool) -> str:
-    from profilers.environment import cpu_name
-    if device != "cuda":
-        return cpu_name()
-    if on_torch:
-        import torch
-        return torch.cuda.get_device_name(0)
-    import tensorflow as tf
-    details = tf.config.experimental.get_device_details(tf.config.list_physical_devices("GPU")[0])
-    return details.get("device_name", "GPU")

@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from profilers.environment import tf_device_name
 from profilers.marks import PhaseMarks
+from profilers.run_dir import mark_rows
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
 from workloads.datasets import dataset_for
+from workloads.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
@@ -17,8 +20,7 @@ from workloads.spec import WorkloadSpec
 def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
     os.environ["KERAS_BACKEND"] = "tensorflow"
     if settings.tf_mode == "xla":
-        dump = run_dir / "xla_dump"
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text".strip()
+        dump_xla_hlo(run_dir)
     import keras
     import tensorflow as tf
     from profilers.step_sessions import TfStepSession
@@ -39,10 +41,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
 
     with tf.device(device):
         model = spec.builders().build_keras(spec)
-        optimizer = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}[
-            spec.optimizer](learning_rate=spec.learning_rate)
-        loss_fn = (keras.losses.MeanSquaredError() if spec.loss == "mse" else
-                   keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        optimizer = keras_optimizer(keras, spec)
+        loss_fn = keras_loss(keras, spec)
 
         def train_step(inputs, targets):
             with tf.GradientTape() as tape:
@@ -76,10 +76,9 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     # A compiled step is one call: its phases are in the trace, not in host timers.
     timed = ("data_load", "forward", "backward", "optimizer") if settings.tf_mode == "eager" else ("data_load",)
     rows = timer.rows(timed_phases=timed)
-    traced = session.traced_steps(steps) or range(0)
     for row, epoch in zip(rows, epochs_of_steps):
-        row.update(epoch=epoch, warmup=row["step"] < settings.warmup_steps, traced=row["step"] in traced)
-    from profilers.environment import cpu_name
-    return rows, {"device": cpu_name() if device == "/CPU:0" else device,
+        row["epoch"] = epoch
+    mark_rows(rows, settings.warmup_steps, session.traced_steps(steps))
+    return rows, {"device": tf_device_name(gpu=device != "/CPU:0"),
                   "parameters": keras_parameters(model), "steps_per_epoch": updates_per_epoch,
                   "steps_run": steps, "trace_window": session.recorded_window(steps)}

@@ -5,7 +5,9 @@ from __future__ import annotations
 from contextlib import nullcontext
 from pathlib import Path
 
+from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
+from profilers.run_dir import mark_rows
 from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.torch_session import torch_profiler
 from profilers.trace_window import TraceWindow
@@ -67,11 +69,12 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                 profiler.step()
 
     rows = marks.timer.rows()
-    traced = set(range(window.first - 1, window.last + 1)) if profiler else set()
     for row, epoch in zip(rows, step_epochs):
-        row.update(epoch=epoch, warmup=row["step"] < settings.warmup_steps,
-                   traced=row["step"] in traced)
-    return rows, {"device": _device_name(device), "parameters": torch_parameters(model),
+        row["epoch"] = epoch
+    # The profiler's own warm-up step, just before the window, also ran under it.
+    mark_rows(rows, settings.warmup_steps,
+              range(window.first - 1, window.last + 1) if profiler else None)
+    return rows, {"device": torch_device_name(device), "parameters": torch_parameters(model),
                   "steps_per_epoch": len(batches), "steps_run": steps,
                   "trace_window": [window.first, window.last] if profiler else None}
 
@@ -122,8 +125,3 @@ def _optimizer(spec: WorkloadSpec, model):
     optimizers = {"rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD}
     return optimizers[spec.optimizer](model.parameters(), lr=spec.learning_rate)
 
-
-def _device_name(device) -> str:
-    import torch
-    from profilers.environment import cpu_name
-    return torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
