@@ -1,6 +1,7 @@
 """gapscope's command line: thin click commands over workloads/, profilers/ and analysis/."""
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -17,20 +18,59 @@ DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter would bury gapscope's own output; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 FORMATS = ("table", "json", "csv", "markdown")
+MAX_STEPS, MAX_EPOCHS = 10**7, 10**4  # as workloads.settings; spelled here to keep imports light
+
+
+class _ShortUsageError(click.ClickException):
+    """A usage error in two lines at most (click's own takes three or more)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, error: click.UsageError):
+        super().__init__(error.format_message())
+        self.hint = f"try '{error.ctx.command_path} -h' for help" if error.ctx else None
+
+    def show(self, file=None) -> None:
+        click.echo(f"gapscope: error: {self.message}", err=True)
+        if self.hint:
+            click.echo(self.hint, err=True)
 
 
 class _Group(click.Group):
-    """Turns user mistakes into one line on stderr and exit code 2, never a traceback."""
+    """Turns user mistakes into one line on stderr and exit code 2, never a traceback; SIGINT
+    and SIGTERM stop the command (exit 130 or 143) after the run in flight recorded its end."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _ShortUsageError(exc) from None
 
     def invoke(self, ctx):
+        from profilers.run_lifecycle import exit_code_of, signals_interrupt
         try:
-            return super().invoke(ctx)
+            with signals_interrupt():
+                return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _ShortUsageError(exc) from None
         except GapscopeInputError as exc:
             click.echo(f"gapscope: error: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
-        except KeyboardInterrupt:
-            click.echo("gapscope: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:  # SIGTERM too (run_lifecycle.Interrupted)
+            detail = str(exc)
+            click.echo(f"gapscope: interrupted{f' ({detail})' if detail else ''}", err=True)
+            sys.exit(exit_code_of(exc))
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # click quiets a closed pipe itself
+            # A full disk, a folder that vanished: the environment, not a gapscope bug.
+            where = f" {exc.filename}" if exc.filename else ""
+            click.echo(f"gapscope: error:{where} {exc.strerror or exc}", err=True)
+            sys.exit(EXIT_RUN_FAILED)
 
 
 def format_option(choices=FORMATS):
@@ -91,26 +131,45 @@ def run_options(command):
         click.option("--variant", default="default", show_default=True,
                      help="Comma-separated variants, e.g. compile-reduce-overhead,high-precision "
                           "(see `gapscope list`)."),
-        click.option("--steps", type=click.IntRange(2), default=60, show_default=True,
+        click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
                      help="Training steps in the run."),
-        click.option("--epochs", type=click.IntRange(1), default=None,
+        click.option("--epochs", type=click.IntRange(1, MAX_EPOCHS), default=None,
                      help="Whole passes over the data set instead of --steps."),
         click.option("--data", "data_path", type=click.Path(exists=True, dir_okay=True),
                      default=None, help="A real MNIST you have (mnist.npz or IDX files); "
                                         "nothing is downloaded."),
-        click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5,
+        click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
                      show_default=True, help="First steps excluded from the steady state."),
         click.option("--trace/--no-trace", default=True, show_default=True,
                      help="Record a profiler trace (detailed) or only step timers (cheap)."),
-        click.option("--trace-steps", type=click.IntRange(1), default=20, show_default=True,
-                     help="Steps recorded by the profiler, right after warm-up."),
+        click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=20,
+                     show_default=True, help="Steps recorded by the profiler, right after warm-up "
+                                             "(the default is cut to the steps there are)."),
         click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
                      show_default=True),
         click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
                      show_default=True, help="Folder that receives the run directories."),
         click.option("--quiet", "-q", is_flag=True, help="No progress messages."),
     ]
-    return functools.reduce(lambda c, option: option(c), reversed(options), command)
+
+    @functools.wraps(command)
+    def checked(**kwargs):
+        _check_lengths(kwargs)
+        return command(**kwargs)
+    return functools.reduce(lambda c, option: option(c), reversed(options), checked)
+
+
+def _check_lengths(settings: dict) -> None:
+    """Refuses contradictory step counts before anything runs (one line, exit 2). A trace
+    window the user asked for is never cut short; only the default one is fitted to --steps."""
+    from workloads.settings import RunSettings
+    ctx = click.get_current_context()
+    if (ctx.get_parameter_source("trace_steps") == click.core.ParameterSource.DEFAULT
+            and settings["epochs"] is None):
+        room = settings["steps"] - max(1, settings["warmup_steps"])
+        settings["trace_steps"] = max(1, min(settings["trace_steps"], room))
+    RunSettings(workload="", framework="", trace=settings.get("trace", True), **{
+        k: settings[k] for k in ("steps", "epochs", "warmup_steps", "trace_steps")}).check_lengths()
 
 
 @cli.command()
@@ -180,13 +239,16 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
 
 @cli.command()
 @click.argument("name", required=False)
+@click.option("--file", "matrix_file", type=click.Path(dir_okay=False), default=None,
+              help="Your own matrix TOML (the bundled ones' format) instead of NAME.")
 @click.option("--list", "list_matrices", is_flag=True, help="List the named matrices.")
-@click.option("--steps", type=click.IntRange(2), default=50, show_default=True,
+@click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=50, show_default=True,
               help="Steps per row (ignored with --epochs).")
-@click.option("--epochs", type=click.IntRange(1), default=None,
+@click.option("--epochs", type=click.IntRange(1, MAX_EPOCHS), default=None,
               help="Whole epochs per row, as the blog ran (41 epochs of 60,000 images).")
-@click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True)
-@click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
+              show_default=True)
+@click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
               help="Steps each row's profiler records, for its phase breakdown.")
 @click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
               show_default=True)
@@ -197,19 +259,24 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
               show_default=True, help="Folder that receives <matrix>/ with one run per row.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @format_option()
-def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
-    """Run the named matrix NAME, each row in its own process, and print its table.
+def matrix(name, matrix_file, list_matrices, baseline, out_dir, quiet, fmt, **settings):
+    """Run the named matrix NAME (or --file PATH), each row in its own process, and print its
+    table. The runs go to --out/<matrix name>/.
 
     Resumes: rows already complete in --out with the same settings are not run again. A
-    failing row is recorded with its reason and the others go on.
+    failing row is recorded with its reason and the others go on; Ctrl-C stops the matrix,
+    the row in flight recorded as interrupted.
 
     \b
     Example:
       gapscope matrix --list
       gapscope matrix seed-4060ti --steps 50 --format markdown
+      gapscope matrix --file my-matrix.toml --steps 20
     """
-    from workloads.matrix import load_matrix, matrix_names
-    if list_matrices or not name:
+    from workloads.matrix import load_matrix, load_matrix_file, matrix_names
+    if name and matrix_file:
+        raise GapscopeInputError("give a matrix NAME or --file PATH, not both")
+    if list_matrices or not (name or matrix_file):
         for matrix_name in matrix_names():
             loaded = load_matrix(matrix_name)
             click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
@@ -219,7 +286,8 @@ def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
     from workloads.matrix import run_matrix
     from workloads.progress import matrix_progress
     from workloads.settings import RunSettings
-    loaded = load_matrix(name)
+    _check_lengths(settings)
+    loaded = load_matrix_file(matrix_file) if matrix_file else load_matrix(name)
     base = RunSettings(workload="", framework="", **settings)
     with matrix_progress(loaded, quiet) as on_row:
         outcomes = run_matrix(loaded, Path(out_dir), base, on_row)

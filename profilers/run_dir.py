@@ -1,4 +1,5 @@
-"""Creates run directories and writes their manifest and steps.csv atomically."""
+"""Creates run directories, writes their manifest and steps.csv atomically, and tells how a run
+ended (a `running` run whose process is gone ended without saying so)."""
 from __future__ import annotations
 
 import csv
@@ -6,10 +7,13 @@ import io
 import json
 import os
 import secrets
+import socket
 import time
 from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
+
+from profilers.errors import GapscopeInputError
 
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"
@@ -22,20 +26,47 @@ def new_run_id(*parts: str) -> str:
     return "-".join([*(p for p in parts if p), stamp, secrets.token_hex(2)])
 
 
-def create_run_dir(out_dir: str | Path, run_id: str) -> Path:
-    """A fresh directory; never reuses one, so no earlier run is overwritten."""
+def ensure_out_dir(out_dir: str | Path) -> Path:
+    """The folder runs are written into, created if needed; one line (exit 2) when it cannot be:
+    under a file, unwritable, on a read-only disk."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = out_dir / run_id
-    run_dir.mkdir()  # FileExistsError on a clash rather than mixing two runs
-    return run_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GapscopeInputError(f"output folder {out_dir}: cannot create it: "
+                                 f"{exc.strerror or exc}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise GapscopeInputError(f"output folder {out_dir}: not writable")
+    return out_dir
+
+
+def create_run_dir(out_dir: str | Path, *id_parts: str, attempts: int = 20) -> Path:
+    """A fresh directory named `new_run_id(*id_parts)`; never reuses one, so no earlier run is
+    overwritten. The id's random part is short (ids stay readable): on a clash, another id."""
+    out_dir = ensure_out_dir(out_dir)
+    for _ in range(attempts):
+        run_dir = out_dir / new_run_id(*id_parts)
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise GapscopeInputError(f"output folder {out_dir}: cannot create a run directory: "
+                                     f"{exc.strerror or exc}") from None
+    raise GapscopeInputError(f"output folder {out_dir}: no free run id after {attempts} tries")
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, then rename: a reader sees the old file or the new, never half."""
+    """Write beside the target, then rename: a reader sees the old file or the new, never half.
+    The temporary file goes when the write fails (a full disk), so no `.tmp` is left behind."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def utc_now() -> str:
@@ -79,6 +110,49 @@ class Manifest:
 
     def save(self) -> None:
         write_atomic(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+
+
+def effective_status(manifest: dict) -> tuple[str, str | None]:
+    """(status, error) of a run as it really is: a `running` run whose process is gone from this
+    host was killed before it could record its end, so it reads as failed. A run of another
+    host, or one that names no process, is left `running`: nothing here can tell."""
+    status, error = manifest.get("status"), manifest.get("error")
+    pid, host = manifest.get("pid"), manifest.get("host")
+    if (status == "running" and isinstance(pid, int) and not isinstance(pid, bool)
+            and host == socket.gethostname() and not _process_alive(pid, manifest.get("started_at"))):
+        return "failed", f"interrupted (process {pid} on {host} is gone)"
+    return status, error
+
+
+def _process_alive(pid: int, started_at) -> bool:
+    """Whether process `pid` is the run's own: alive, not a zombie, and not a later process
+    that reuses the number (it would have started after the run did)."""
+    if pid <= 0:
+        return False
+    try:
+        import psutil
+    except ImportError:  # a library install without psutil: the pid alone must do
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = process.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # access denied: it exists
+        return True
+    try:
+        started = datetime.fromisoformat(started_at).timestamp()
+    except (TypeError, ValueError):
+        return True
+    return created <= started + 1.0  # the process existed when the run began
 
 
 def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None,
