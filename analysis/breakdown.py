@@ -50,7 +50,7 @@ def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
     """The trace's figures as recorded (a trace with no unprofiled steps beside it)."""
     timeline = timeline or phase_timeline(trace)
     steps, origins, notes = _trace_steps(trace, timeline, runs_phases)
-    return _from_samples(PhaseSamples(None, {}, *_matrices(steps)), steps, origins, notes,
+    return _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins, notes,
                          raw=True)
 
 
@@ -87,7 +87,7 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
     samples = PhaseSamples(
         np.array([r["step_ms"] for r in untraced], float) if untraced else None,
         {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed} if untraced else {},
-        *_matrices(traced),
+        _phase_matrix(traced),
         np.array([r["step_ms"] for r in traced_rows], float) if traced_rows else None)
     if rows and not untraced and not raw:
         notes.append("no unprofiled steady steps: figures are the trace's, profiler cost inside; "
@@ -134,8 +134,7 @@ def _trace_steps(trace: Trace, timeline: PhaseTimeline, runs_phases):
     for index, step in enumerate(timeline.steps):
         number = step.step_num if step.step_num is not None else index
         per_step.append(StepBreakdown.from_marked(number, step.dur_us / 1000.0,
-                                                  timeline.phase_ms(index),
-                                                  events=timeline.events[index]))
+                                                  timeline.phase_ms(index)))
     return per_step, dict(timeline.origins), _origin_notes(timeline.origins, runs_phases)
 
 
@@ -149,11 +148,8 @@ def _origin_notes(origins: dict, runs_phases) -> list[str]:
     return notes
 
 
-def _matrices(steps: list[StepBreakdown]) -> tuple[np.ndarray, np.ndarray]:
-    phases = np.array([[s.phase_ms[p] for p in PHASES] for s in steps], float).reshape(-1, 5)
-    events = np.array([[(s.events or {}).get(p, 0) for p in PHASES] for s in steps],
-                      float).reshape(-1, 5)
-    return phases, events
+def _phase_matrix(steps: list[StepBreakdown]) -> np.ndarray:
+    return np.array([[s.phase_ms[p] for p in PHASES] for s in steps], float).reshape(-1, 5)
 
 
 def _from_samples(samples: PhaseSamples, steps: list[StepBreakdown], origins: dict,
@@ -204,8 +200,7 @@ def per_update(steps: list[StepBreakdown], steps_per_execution: int, steps_run: 
         first = call.step
         count = updates_in_call(first, steps_per_execution, steps_per_epoch, steps_run)
         updates += [StepBreakdown(first + i, call.step_ms / count,
-                                  {p: ms / count for p, ms in call.phase_ms.items()}, call.loss,
-                                  {p: n / count for p, n in (call.events or {}).items()})
+                                  {p: ms / count for p, ms in call.phase_ms.items()}, call.loss)
                     for i in range(count)]
     return updates
 

@@ -31,15 +31,13 @@ class StepBreakdown:
     step_ms: float
     phase_ms: dict[str, float]
     loss: float | None = None
-    # Host events the profiler recorded per phase (traced steps only): what its cost grows with.
-    events: dict[str, float] | None = None
 
     @classmethod
     def from_marked(cls, step: int, step_ms: float, marked_ms: dict[str, float],
-                    loss: float | None = None, events: dict | None = None) -> "StepBreakdown":
+                    loss: float | None = None) -> "StepBreakdown":
         phase_ms = {p: marked_ms.get(p, 0.0) for p in MARKED_PHASES}
         phase_ms["other"] = step_ms - sum(phase_ms.values())
-        return cls(step, step_ms, phase_ms, loss, events)
+        return cls(step, step_ms, phase_ms, loss)
 
 
 @dataclass

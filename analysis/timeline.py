@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from analysis import intervals
 from analysis.phase_rules import PhaseOrigin, framework_phase, gapscope_phase
 from analysis.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
-from profilers.phases import MARKED_PHASES, PHASES
+from profilers.phases import MARKED_PHASES
 
 OTHER = "other"
 # Where host work of two phases overlaps (TF runs ops on several threads), the instant goes
@@ -24,11 +24,6 @@ class PhaseTimeline:
     # Per step: exclusive (start, end, phase) segments, sorted; what no segment covers is `other`.
     segments: list[list[tuple[float, float, str]]]
     origins: dict[str, PhaseOrigin]
-    # Per step and phase (the five): host events that ended there. The profiler pays for an
-    # event as it closes it (timestamp, buffer write), so its cost lands at the event's end:
-    # inside a torch record_function range, or in the gap after a TF op (other). This is what
-    # the profiler's cost is spread over.
-    events: list[dict[str, int]]
 
     def __post_init__(self):
         self._starts = [s.start_us for s in self.steps]
@@ -73,19 +68,7 @@ def phase_timeline(trace: Trace) -> PhaseTimeline:
             found += [(s, e, phase) for s, e in intervals.subtract(own, taken)]
             taken = intervals.merge(taken + own)
         segments.append(sorted(found))
-    timeline = PhaseTimeline(steps, segments, origins, [])
-    timeline.events = _event_counts(trace, timeline)
-    return timeline
-
-
-def _event_counts(trace: Trace, timeline: PhaseTimeline) -> list[dict[str, int]]:
-    counts = [dict.fromkeys(PHASES, 0) for _ in timeline.steps]
-    for event in trace.events:
-        if event.kind in (ANNOTATION, HOST_OP) and event.track.startswith("host"):
-            step, phase = timeline.locate(event.end_us)
-            if step is not None:
-                counts[step][phase] += 1
-    return counts
+    return PhaseTimeline(steps, segments, origins)
 
 
 def step_events(trace: Trace) -> list[Event]:
