@@ -14,7 +14,7 @@ from analysis.trace import Trace
 from profilers.errors import GapscopeInputError
 from profilers.executions import first_update_of_call, updates_in_call
 from profilers.phases import MARKED_PHASES
-from profilers.run_dir import MANIFEST, effective_status
+from profilers.run_dir import MANIFEST, effective_status, inside
 
 MATRIX_STATE = "matrix.json"
 AB_STATE = "ab.json"
@@ -233,16 +233,6 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
             label = str(row_id) if len(runs) == 1 else f"{row_id} #{i + 1}"
             entries.append(RunEntry(label, inside(folder, run)))
     return entries
-
-
-def inside(folder: Path, stored: str) -> Path:
-    """A run directory a state file names: only ever a folder directly inside `folder`
-    (older state files stored a path; its last part is the run's name), so a state file
-    cannot lead gapscope anywhere else."""
-    name = Path(str(stored)).name
-    if name in ("", ".", ".."):
-        raise GapscopeInputError(f"{folder}: state file names no run directory ({stored!r})")
-    return folder / name
 
 
 def _child_runs(folder: Path) -> list[Path]:

@@ -5,7 +5,7 @@ import re
 import warnings
 from pathlib import Path
 
-from profilers.run_lifecycle import INTERRUPTED, RunLifecycle  # noqa: F401 - INTERRUPTED: API
+from profilers.run_lifecycle import RunLifecycle
 from profilers.trace_window import TraceWindow
 
 USER_VARIANT = "user"

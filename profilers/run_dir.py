@@ -102,43 +102,63 @@ class Manifest:
         return self.data.get("status")
 
     def update(self, **fields) -> None:
-        self.data.update(fields)
-        self.save()
+        """Written first, kept after: an update cut short (a signal, a full disk) leaves the
+        manifest in memory as it is on disk, so the end recorded next is the true one."""
+        data = {**self.data, **fields}
+        _write_json(self.path, data)
+        self.data = data
 
     def finish(self, error: str | None = None) -> None:
         self.update(status="failed" if error else "complete", error=error, ended_at=utc_now())
 
     def save(self) -> None:
-        write_atomic(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+        _write_json(self.path, self.data)
+
+
+def _write_json(path: Path, data: dict) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def effective_status(manifest: dict) -> tuple[str, str | None]:
-    """(status, error) of a run as it really is: a `running` run whose process is gone from this
-    host was killed before it could record its end, so it reads as failed. A run of another
-    host, or one that names no process, is left `running`: nothing here can tell."""
+    """(status, error) of a run as it stands now: a run still `running` whose process is gone
+    from this host was killed before it could record its end, and reads as failed: interrupted.
+    A run of another host, or one that names no process, stays `running`: nothing here can tell."""
     status, error = manifest.get("status"), manifest.get("error")
+    if status != "running":
+        return str(status), error
     pid, host = manifest.get("pid"), manifest.get("host")
-    if (status == "running" and isinstance(pid, int) and not isinstance(pid, bool)
-            and host == socket.gethostname() and not _process_alive(pid, manifest.get("started_at"))):
+    if (isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname()
+            and not _process_alive(pid, manifest.get("started_at"))):
         return "failed", f"interrupted (process {pid} on {host} is gone)"
-    return status, error
+    return "running", None
 
+
+def status_of(run_dir: Path) -> tuple[str | None, str | None]:
+    """effective_status of the run in `run_dir`; (None, why) when it has no readable manifest."""
+    try:
+        manifest = json.loads((Path(run_dir) / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"no readable manifest ({exc})"
+    if not isinstance(manifest, dict):
+        return None, "no readable manifest"
+    return effective_status(manifest)
+
+
+def inside(folder: Path, stored) -> Path:
+    """A run directory a state file (matrix.json, ab.json) names: only ever a folder directly
+    inside `folder` (older state files stored a path; its last part is the run's name), so a
+    state file cannot lead gapscope anywhere else, and the folder can move."""
+    name = Path(str(stored)).name if stored else ""
+    if name in ("", ".", ".."):
+        raise GapscopeInputError(f"{folder}: state file names no run directory ({stored!r})")
+    return Path(folder) / name
 
 def _process_alive(pid: int, started_at) -> bool:
     """Whether process `pid` is the run's own: alive, not a zombie, and not a later process
     that reuses the number (it would have started after the run did)."""
+    import psutil
     if pid <= 0:
         return False
-    try:
-        import psutil
-    except ImportError:  # a library install without psutil: the pid alone must do
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
     try:
         process = psutil.Process(pid)
         if process.status() == psutil.STATUS_ZOMBIE:
@@ -153,7 +173,6 @@ def _process_alive(pid: int, started_at) -> bool:
     except (TypeError, ValueError):
         return True
     return created <= started + 1.0  # the process existed when the run began
-
 
 def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None,
               traced_key: str = "step") -> list[dict]:
@@ -185,29 +204,3 @@ def _cell(value):
         return f"{value:.6f}"
     return value
 
-
-def effective_status(manifest: dict) -> tuple[str, str | None]:
-    """(status, error) of a run as it stands now: a run still `running` whose process is gone
-    from this host was killed without recording its end, and reads as failed: interrupted."""
-    status, error = manifest.get("status"), manifest.get("error")
-    if status != "running":
-        return str(status), error
-    pid, host = manifest.get("pid"), manifest.get("host")
-    if isinstance(pid, int) and host == environment_host() and not _alive(pid):
-        return "failed", f"interrupted (process {pid} on {host} is gone)"
-    return "running", None
-
-
-def environment_host() -> str:
-    import socket
-    return socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

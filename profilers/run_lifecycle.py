@@ -10,12 +10,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from profilers import environment
-from profilers.errors import GapscopeInputError
+from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
 from profilers.run_dir import Manifest, create_run_dir, write_steps_csv
 
 INTERRUPTED = "interrupted"
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -38,7 +36,7 @@ def exit_code_of(exc: BaseException) -> int:
         return exc.exit_code
     if isinstance(exc, KeyboardInterrupt):
         return 128 + signal.SIGINT
-    return EXIT_BAD_INPUT if isinstance(exc, GapscopeInputError) else EXIT_FAILED
+    return EXIT_BAD_INPUT if isinstance(exc, GapscopeInputError) else EXIT_RUN_FAILED
 
 
 @contextmanager

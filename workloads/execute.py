@@ -27,7 +27,9 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
                 "device": None, "versions": None,
             })
-        except KeyboardInterrupt as exc:  # stopped before there was a run to record
+        except BaseException as exc:  # no run to record (stopped, a full disk): the launcher does
+            if not isinstance(exc, KeyboardInterrupt):
+                print(f"gapscope: run not started: {type(exc).__name__}: {exc}", file=sys.stderr)
             return exit_code_of(exc)
         try:
             runner = _runner(settings.framework)
