@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from analysis.renderers.columns import UNIT_FOOTER
 from analysis.results import Breakdown
 from profilers.phases import PHASES
+from profilers.run_dir import effective_status
 
 _VERSIONS = ("python", "torch", "tensorflow", "keras", "cuda")
 
@@ -88,7 +89,8 @@ def _environment(runs: list[ReportRun]) -> list[str]:
         steps = m.get("steps_run") or m.get("steps") or (m.get("settings") or {}).get("steps")
         rows.append([r.label, m.get("workload"), m.get("framework"), m.get("variant"),
                      m.get("device"), m.get("host"), *(versions.get(v) for v in _VERSIONS), steps,
-                     (m.get("started_at") or "")[:19].replace("T", " "), m.get("status") or "n/a"])
+                     (m.get("started_at") or "")[:19].replace("T", " "),
+                     effective_status(m)[0] if m else "n/a"])
     return _table(head, [[_cell(v) for v in row] for row in rows], left=len(head))
 
 
