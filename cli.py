@@ -10,15 +10,13 @@ from pathlib import Path
 
 import click
 
-from profilers.errors import GapscopeInputError
+from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
+from workloads.settings import MAX_EPOCHS, MAX_STEPS
 
-EXIT_RUN_FAILED = 1
-EXIT_BAD_INPUT = 2
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter would bury gapscope's own output; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 FORMATS = ("table", "json", "csv", "markdown")
-MAX_STEPS, MAX_EPOCHS = 10**7, 10**4  # as workloads.settings; spelled here to keep imports light
 
 
 class _ShortUsageError(click.ClickException):
@@ -165,11 +163,12 @@ def _check_lengths(settings: dict) -> None:
     from workloads.settings import RunSettings
     ctx = click.get_current_context()
     if (ctx.get_parameter_source("trace_steps") == click.core.ParameterSource.DEFAULT
-            and settings["epochs"] is None):
+            and settings.get("epochs") is None):
         room = settings["steps"] - max(1, settings["warmup_steps"])
         settings["trace_steps"] = max(1, min(settings["trace_steps"], room))
     RunSettings(workload="", framework="", trace=settings.get("trace", True), **{
-        k: settings[k] for k in ("steps", "epochs", "warmup_steps", "trace_steps")}).check_lengths()
+        k: settings[k] for k in ("steps", "epochs", "warmup_steps", "trace_steps")
+        if k in settings}).check_lengths()
 
 
 @cli.command()
@@ -206,10 +205,12 @@ def demo(fmt, quiet, **settings):
 
 def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     from profilers.nvml import gpu_count
+    from profilers.run_dir import ensure_out_dir
     from workloads.launch import launch
     from workloads.registry import get_workload
     from workloads.settings import RunSettings
     get_workload(workload)  # refuse an unknown name before any progress message
+    ensure_out_dir(settings["out_dir"])  # and an --out that cannot be written
     outcomes = []
     for framework in frameworks:
         run_settings = RunSettings(workload=workload, framework=framework,
@@ -254,12 +255,15 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
               show_default=True)
 @click.option("--data", "data_path", type=click.Path(exists=True), default=None,
               help="A real MNIST you have (mnist.npz or IDX files).")
-@click.option("--baseline", default=None, help="Row id the speed ratios refer to.")
+@click.option("--baseline", default=None, help="Row id the step-time ratios refer to.")
+@click.option("--repeats", type=click.IntRange(1, 50), default=1, show_default=True,
+              help="Runs of every row, interleaved (row 1, row 2, ..., row 1, row 2, ...), each "
+                   "a fresh process; the ratios then carry 95 % intervals.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="Folder that receives <matrix>/ with one run per row.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @format_option()
-def matrix(name, matrix_file, list_matrices, baseline, out_dir, quiet, fmt, **settings):
+def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, fmt, **settings):
     """Run the named matrix NAME (or --file PATH), each row in its own process, and print its
     table. The runs go to --out/<matrix name>/.
 
@@ -272,6 +276,7 @@ def matrix(name, matrix_file, list_matrices, baseline, out_dir, quiet, fmt, **se
       gapscope matrix --list
       gapscope matrix seed-4060ti --steps 50 --format markdown
       gapscope matrix --file my-matrix.toml --steps 20
+      gapscope matrix seed-examples --steps 40 --repeats 3
     """
     from workloads.matrix import load_matrix, load_matrix_file, matrix_names
     if name and matrix_file:
@@ -288,9 +293,11 @@ def matrix(name, matrix_file, list_matrices, baseline, out_dir, quiet, fmt, **se
     from workloads.settings import RunSettings
     _check_lengths(settings)
     loaded = load_matrix_file(matrix_file) if matrix_file else load_matrix(name)
+    if baseline is not None and baseline not in {row.id for row in loaded.rows}:
+        raise GapscopeInputError(f"no row {baseline!r} in matrix {loaded.name}")  # before running
     base = RunSettings(workload="", framework="", **settings)
-    with matrix_progress(loaded, quiet) as on_row:
-        outcomes = run_matrix(loaded, Path(out_dir), base, on_row)
+    with matrix_progress(loaded, quiet, repeats) as on_row:
+        outcomes = run_matrix(loaded, Path(out_dir), base, on_row, repeats)
     click.echo(RENDERERS[fmt](matrix_result(loaded, outcomes, baseline)), nl=False)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(EXIT_RUN_FAILED)
@@ -344,11 +351,11 @@ def breakdown(paths, source, fmt):
                    "A B A B ..., each repeat a fresh process, into one A/B folder under --out.")
 @click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
               help="With --measure: runs of each configuration.")
-@click.option("--steps", type=click.IntRange(2, 10**7), default=60, show_default=True,
+@click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
               help="With --measure: steps per run (warm-up and traced steps included).")
-@click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True,
-              help="With --measure: first steps excluded from the steady state.")
-@click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
+              show_default=True, help="With --measure: first steps excluded from the steady state.")
+@click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
               help="With --measure: steps each run's profiler records, for the evidence.")
 @click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
               show_default=True)
@@ -376,6 +383,7 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     from analysis.renderers import compare_json, compare_markdown, compare_table
     from analysis.run import is_measurement, load_measurement, load_run
     if measure:
+        _check_lengths(settings)
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
     if len(runs) == 1 and is_measurement(runs[0]):
         per_config = load_measurement(runs[0])

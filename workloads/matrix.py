@@ -7,14 +7,15 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
 from profilers import environment
 from profilers.errors import GapscopeInputError, UnsupportedVariantError
 from profilers.nvml import gpu_count
-from profilers.run_dir import MANIFEST, effective_status, ensure_out_dir, utc_now, write_atomic
+from profilers.run_dir import (effective_status, ensure_out_dir, inside, status_of, utc_now,
+                               write_atomic)
 from workloads.launch import RunInterrupted, launch
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
@@ -107,52 +108,81 @@ def _parse(text: str, source: str) -> Matrix:
 @dataclass
 class RowOutcome:
     row_id: str
-    status: str            # complete | failed | skipped
-    run_dir: str | None = None
+    status: str            # complete | failed | skipped | running | missing
+    run_dirs: list[str] = field(default_factory=list)  # its runs, in repeat order; a failed one last
     reason: str | None = None
+
+    @property
+    def run_dir(self) -> str | None:
+        return self.run_dirs[0] if self.run_dirs else None
+
+    def stored(self) -> dict:
+        """The row as matrix.json keeps it: its runs by name, inside the matrix folder, so
+        that the folder can be moved and read from anywhere (analysis.run reads it so)."""
+        return {"row_id": self.row_id, "status": self.status,
+                "run_dir": [Path(d).name for d in self.run_dirs], "reason": self.reason}
 
 
 def run_matrix(matrix: Matrix, out_dir: Path, base: RunSettings,
-               on_row: Callable[[MatrixRow, RowOutcome | None], None] = lambda row, outcome: None
-               ) -> list[RowOutcome]:
-    """Runs every row not yet complete; `on_row(row, None)` before a row, `(row, outcome)` after.
+               on_row: Callable[[MatrixRow, RowOutcome | None], None] = lambda row, outcome: None,
+               repeats: int = 1) -> list[RowOutcome]:
+    """Runs every row until it has `repeats` complete runs; `on_row(row, None)` before a run,
+    `(row, outcome)` after each row's turn in a round, run or not.
 
-    `base` carries the run-length settings (steps/epochs, trace window, device); rows add
-    workload, framework and variant. The state file records each row's outcome as soon as
-    it is known, so an interrupted matrix resumes where it stopped: a signal (RunInterrupted)
-    records the row in flight as failed and ends the matrix there."""
+    Repeats are interleaved, row 1, row 2, ..., then row 1, row 2, ... again, each run a fresh
+    process: repeat i of every row sees the same machine, so drift between processes shows in
+    the ratios' intervals instead of biasing one row. `base` carries the run-length settings;
+    rows add workload, framework and variant. The state file records each run as soon as it
+    ends, so an interrupted matrix resumes where it stopped: a signal (RunInterrupted) records
+    the run in flight as failed (interrupted) and ends the matrix there. A row that fails or is
+    skipped runs no further repeats in this invocation; a resume tries it again."""
+    if repeats < 1:
+        raise GapscopeInputError(f"repeats must be 1 or more, got {repeats}")
     matrix_dir = ensure_out_dir(Path(out_dir) / matrix.name)
     state = _load_state(matrix_dir, matrix, base)
-    state.update(pid=os.getpid(), host=environment.host(), started_at=utc_now())
+    state.update(pid=os.getpid(), host=environment.host(), started_at=utc_now(), repeats=repeats)
     cuda = gpu_count() > 0
-    outcomes = []
-    for row in matrix.rows:
-        done = state["rows"].get(row.id)
-        if done and done["status"] == "complete" and _still_complete(matrix_dir, done):
-            outcome = _resolved(matrix_dir, RowOutcome(**done))
+    rows = {row.id: _recorded(matrix_dir, row.id, state["rows"].get(row.id), repeats)
+            for row in matrix.rows}
+    stopped = set()  # rows that failed or were skipped in this invocation
+    for repeat in range(repeats):
+        for row in matrix.rows:
+            if row.id not in stopped and len(list(_complete_runs(rows[row.id]))) <= repeat:
+                on_row(row, None)
+                rows[row.id] = _run_turn(row, rows[row.id], base, matrix_dir, cuda, state, repeats)
+                if rows[row.id].status in ("failed", "skipped"):
+                    stopped.add(row.id)
+            on_row(row, rows[row.id])
+    return [rows[row.id] for row in matrix.rows]
+
+
+def _run_turn(row: MatrixRow, outcome: RowOutcome, base: RunSettings, matrix_dir: Path,
+              cuda: bool, state: dict, repeats: int) -> RowOutcome:
+    """One more run of `row`; the row's record is saved before (in flight) and after."""
+    kept = list(_complete_runs(outcome))
+    # Marked in flight, so that a second matrix process into this folder is refused.
+    state["rows"][row.id] = RowOutcome(row.id, "running", kept).stored()
+    _save_state(matrix_dir, state)
+    try:
+        outcome = _run_row(row, base, matrix_dir, cuda, kept, repeats)
+    except RunInterrupted as stop:
+        state["rows"][row.id] = _with_run(row, kept, stop.outcome, repeats).stored()
+        _save_state(matrix_dir, state)
+        raise
+    except BaseException:  # nothing ran (the out folder went, say): the row is as it was
+        if outcome.status == "missing":
+            del state["rows"][row.id]
         else:
-            on_row(row, None)
-            # Marked in flight, so that a second matrix process into this folder is refused.
-            state["rows"][row.id] = asdict(RowOutcome(row.id, "running"))
-            _save_state(matrix_dir, state)
-            try:
-                outcome = _run_row(row, base, matrix_dir, cuda)
-            except RunInterrupted as stop:
-                state["rows"][row.id] = _stored(_from_run(row, stop.outcome))
-                _save_state(matrix_dir, state)
-                raise
-            except BaseException:
-                del state["rows"][row.id]  # nothing ran: the row stays to do
-                _save_state(matrix_dir, state)
-                raise
-            state["rows"][row.id] = _stored(outcome)
-            _save_state(matrix_dir, state)
-        on_row(row, outcome)
-        outcomes.append(outcome)
-    return outcomes
+            state["rows"][row.id] = outcome.stored()
+        _save_state(matrix_dir, state)
+        raise
+    state["rows"][row.id] = outcome.stored()
+    _save_state(matrix_dir, state)
+    return outcome
 
 
-def _run_row(row: MatrixRow, base: RunSettings, matrix_dir: Path, cuda: bool) -> RowOutcome:
+def _run_row(row: MatrixRow, base: RunSettings, matrix_dir: Path, cuda: bool, kept: list[str],
+             repeats: int) -> RowOutcome:
     if row.needs == "cuda" and not cuda:
         return RowOutcome(row.id, "skipped", reason=f"needs a CUDA GPU: {row.why}".rstrip(": "))
     settings = RunSettings(**{**base.to_dict(), "workload": row.workload,
@@ -161,43 +191,51 @@ def _run_row(row: MatrixRow, base: RunSettings, matrix_dir: Path, cuda: bool) ->
         result = launch(settings, matrix_dir)
     except UnsupportedVariantError as exc:
         return RowOutcome(row.id, "skipped", reason=str(exc))
-    return _from_run(row, result)
+    return _with_run(row, kept, result, repeats)
 
 
-def _from_run(row: MatrixRow, result) -> RowOutcome:
-    status = "complete" if result.status == "complete" else "failed"
-    return RowOutcome(row.id, status, str(result.run_dir), result.error)
+def _with_run(row: MatrixRow, kept: list[str], result, repeats: int) -> RowOutcome:
+    """The row after one more run: complete once it has all its repeats, failed at once when a
+    run failed (that run's directory last, for its reason), else still to be repeated."""
+    runs = [*kept, str(result.run_dir)]
+    if result.status != "complete":
+        return RowOutcome(row.id, "failed", runs, result.error)
+    return RowOutcome(row.id, "complete" if len(runs) >= repeats else "running", runs)
 
 
-def _stored(outcome: RowOutcome) -> dict:
-    """The row as matrix.json keeps it: its run directory by name, inside the matrix folder,
-    so that the folder can be moved and read from anywhere."""
-    return {**asdict(outcome), "run_dir": _run_name(outcome.run_dir)}
-
-
-def _run_name(run_dir: str | None) -> str | None:
-    """A run directory's name; also reads states that stored a path (relative to where the
-    matrix ran): only its last part counts, which can only point inside the matrix folder."""
-    name = Path(run_dir).name if run_dir else ""
-    return name if name not in ("", ".", "..") else None
-
-
-def _resolved(matrix_dir: Path, outcome: RowOutcome) -> RowOutcome:
-    name = _run_name(outcome.run_dir)
-    outcome.run_dir = str(matrix_dir / name) if name else None
+def _recorded(matrix_dir: Path, row_id: str, stored, repeats: int) -> RowOutcome:
+    """A row as an earlier invocation left it, its runs checked on disk: a run gone, or no
+    longer complete, does not count (it is run again)."""
+    if not isinstance(stored, dict):
+        return RowOutcome(row_id, "missing")
+    outcome = _resolved(matrix_dir, {**stored, "row_id": row_id})
+    complete = list(_complete_runs(outcome))
+    if len(complete) >= repeats:
+        return RowOutcome(row_id, "complete", complete)
+    if outcome.status == "complete":
+        outcome.status = "running"  # more repeats asked for this time, or a run went missing
     return outcome
 
 
-def _still_complete(matrix_dir: Path, row: dict) -> bool:
-    """A row recorded complete whose run directory is gone or no longer complete is run again."""
-    name = _run_name(row.get("run_dir"))
-    if name is None:
-        return False
-    try:
-        manifest = json.loads((matrix_dir / name / MANIFEST).read_text())
-    except (OSError, ValueError):
-        return False
-    return isinstance(manifest, dict) and effective_status(manifest)[0] == "complete"
+def _complete_runs(outcome: RowOutcome):
+    for run_dir in outcome.run_dirs:
+        if status_of(Path(run_dir))[0] == "complete":
+            yield run_dir
+
+
+def _resolved(matrix_dir: Path, stored: dict) -> RowOutcome:
+    """A stored row with its runs as paths inside the matrix folder (older states stored one
+    path, relative to where the matrix ran: its name is what counts)."""
+    names = stored.get("run_dir")
+    names = names if isinstance(names, list) else [names] if names else []
+    runs = []
+    for name in names:
+        try:
+            runs.append(str(inside(matrix_dir, name)))
+        except GapscopeInputError:
+            continue  # a state file that names no run: nothing to follow
+    return RowOutcome(str(stored.get("row_id")), str(stored.get("status")), runs,
+                      stored.get("reason"))
 
 
 def _load_state(matrix_dir: Path, matrix: Matrix, base: RunSettings) -> dict:
@@ -246,5 +284,5 @@ def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:
     matrix_dir = Path(out_dir) / matrix.name
     path = matrix_dir / STATE
     rows = json.loads(path.read_text())["rows"] if path.exists() else {}
-    return [_resolved(matrix_dir, RowOutcome(**rows[r.id])) if r.id in rows
+    return [_resolved(matrix_dir, rows[r.id]) if isinstance(rows.get(r.id), dict)
             else RowOutcome(r.id, "missing") for r in matrix.rows]

@@ -8,21 +8,24 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 @contextmanager
-def matrix_progress(matrix, quiet: bool):
-    """Yields the `on_row(row, outcome)` callback that workloads.matrix.run_matrix calls."""
+def matrix_progress(matrix, quiet: bool, repeats: int = 1):
+    """Yields the `on_row(row, outcome)` callback that workloads.matrix.run_matrix calls: once
+    per row and repeat, so the bar counts rows × repeats; a row's problem is told once."""
     if quiet:
         yield lambda row, outcome: None
         return
     console = Console(stderr=True)
+    told = set()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task(matrix.name, total=len(matrix.rows))
+        task = progress.add_task(matrix.name, total=len(matrix.rows) * repeats)
 
         def on_row(row, outcome):
             if outcome is None:
                 progress.update(task, description=f"{matrix.name}: {row.id}")
                 return
             progress.advance(task)
-            if outcome.status != "complete":
+            if outcome.status not in ("complete", "running") and row.id not in told:
+                told.add(row.id)
                 console.print(f"  {row.id}: {outcome.status} ({outcome.reason})", markup=False)
         yield on_row

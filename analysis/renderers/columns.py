@@ -37,6 +37,14 @@ def plus_minus(value: float, interval) -> str:
     return f"{value:.3f} ±{half:.3f}"
 
 
+def ratio_interval(ratio: float | None, interval) -> str:
+    """'1.23x [1.10, 1.38]': a ratio with its 95 % interval, which is not symmetric around it."""
+    if ratio is None:
+        return "n/a"
+    if interval is None:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]"
+
 def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
     """Rows of (phase, [ms ± ci, %, source, ...]) with one triple per run."""
     per_run = [phase_rows(b) for b in breakdowns]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from analysis.compare import Comparison, run_label
+from analysis.renderers.columns import ratio_interval
 from profilers.phases import PHASES
 
 UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
@@ -23,11 +24,7 @@ def delta(value: float, interval) -> str:
 
 
 def ratio_text(pair) -> str:
-    if pair.ratio is None:
-        return "n/a"
-    if pair.ratio_ci95 is None:
-        return f"{pair.ratio:.2f}x"
-    return f"{pair.ratio:.2f}x [{pair.ratio_ci95[0]:.2f}, {pair.ratio_ci95[1]:.2f}]"
+    return ratio_interval(pair.ratio, pair.ratio_ci95)
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
