@@ -288,6 +288,7 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
         return
     from analysis.matrix_results import matrix_result
     from analysis.renderers.matrix_render import RENDERERS
+    from profilers.run_dir import ensure_out_dir
     from workloads.matrix import run_matrix
     from workloads.progress import matrix_progress
     from workloads.settings import RunSettings
@@ -296,6 +297,7 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
     if baseline is not None and baseline not in {row.id for row in loaded.rows}:
         raise GapscopeInputError(f"no row {baseline!r} in matrix {loaded.name}")  # before running
     base = RunSettings(workload="", framework="", **settings)
+    ensure_out_dir(Path(out_dir) / loaded.name)  # before the progress bar starts
     with matrix_progress(loaded, quiet, repeats) as on_row:
         outcomes = run_matrix(loaded, Path(out_dir), base, on_row, repeats)
     click.echo(RENDERERS[fmt](matrix_result(loaded, outcomes, baseline)), nl=False)
@@ -433,9 +435,12 @@ def tensorboard(logdir, host, port):
     Example:
       gapscope tensorboard traces --port 6007
     """
-    from analysis.tensorboard_server import serve_forever
+    from analysis.tensorboard_server import check_address, serve_forever
     if not Path(logdir).is_dir():
         raise GapscopeInputError(f"{logdir}: no such directory")
+    warning = check_address(host, port)
+    if warning:
+        click.echo(f"gapscope: warning: {warning}", err=True)
     serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url))
 
 

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import gzip
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +31,29 @@ _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 class TensorBoardError(RuntimeError):
     """TensorBoard did not start, exited, or did not list the expected runs in time."""
+
+
+def check_address(host: str, port: int | None) -> str | None:
+    """Refuses, before TensorBoard starts, a host that is no address here or a port in use
+    (one line, exit 2, rather than a dead server's log); returns a warning when the address
+    reaches beyond this machine: the traces are then open to anyone on the network."""
+    try:
+        infos = socket.getaddrinfo(host, port or None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        raise GapscopeInputError(f"--host {host!r}: not an address ({getattr(exc, 'strerror', None) or exc})") from None
+    family, kind, proto, _, address = infos[0]
+    if port:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorBoard binds
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise GapscopeInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                                         "(--port 0 picks a free port)") from None
+    if not ipaddress.ip_address(address[0].split("%")[0]).is_loopback:
+        return (f"--host {host}: TensorBoard will answer anyone who can reach this machine, "
+                "and the profiles (code paths, shapes, host names) with it")
+    return None
 
 
 class TensorBoardServer:
