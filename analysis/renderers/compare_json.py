@@ -4,7 +4,14 @@ from __future__ import annotations
 import json
 
 from analysis.compare import Comparison
+from analysis.renderers import evidence_text
 
 
 def render(comparison: Comparison) -> str:
-    return json.dumps(comparison.to_json_dict(), indent=2) + "\n"
+    doc = comparison.to_json_dict()
+    # Each finding's facts, and beside them the line the other formats print.
+    for pair, pair_doc in zip(comparison.pairs, doc["comparisons"]):
+        pair_doc["interval_method"] = evidence_text.interval_method(pair)
+        for evidence, evidence_doc in zip(pair.evidence, pair_doc["evidence"]):
+            evidence_doc["text"] = evidence_text.sentence(evidence, pair)
+    return json.dumps(doc, indent=2) + "\n"

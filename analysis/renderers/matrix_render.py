@@ -76,6 +76,3 @@ def render_csv(result: MatrixResult) -> str:
 def render_json(result: MatrixResult) -> str:
     return json.dumps(result.to_json_dict(), indent=2)
 
-
-RENDERERS = {"table": render_table, "markdown": render_markdown, "csv": render_csv,
-             "json": render_json}
