@@ -95,6 +95,29 @@ def test_signal_stops_run_and_records_it_interrupted(tmp_path, signum):
     _no_temporary_files(out)
 
 
+def test_sigint_as_the_run_finishes_is_not_a_clean_exit(tmp_path):
+    """Ctrl-C just as the run records its end: the run keeps the end it recorded (complete,
+    nothing was cut), and the command still stops with 130 rather than carry on to exit 0."""
+    out = tmp_path / "runs"
+    process = _gapscope(["run", "mlp", "--framework", "torch", "--steps", "12", "--warmup", "2",
+                         "--trace-steps", "4", "--out", str(out), "-q"])
+
+    def completed():
+        for manifest in out.glob("*/manifest.json") if out.is_dir() else ():
+            if (_manifest(manifest.parent) or {}).get("status") == "complete":
+                return manifest.parent
+        return None
+    try:
+        run = _wait_for(lambda: process.poll() is not None or completed(), what="the run to end")
+        process.send_signal(signal.SIGINT)
+    finally:
+        _, stderr = _finish(process)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("gapscope: interrupted")
+    assert _manifest(run)["status"] == "complete"
+    _no_temporary_files(out)
+
+
 MATRIX_TOML = """\
 name = "signalled"
 description = "a quick row, a slow row, a row never reached"
@@ -170,7 +193,8 @@ def test_full_disk_is_one_line_and_a_failed_run(tmp_path):
     assert len(lines) == 1 and lines[0].startswith("gapscope: run ") and "Traceback" not in stderr
     (run,) = out.iterdir()
     manifest = _manifest(run)
-    assert manifest["status"] == "failed" and "File too large" in manifest["error"]
+    assert manifest["status"] == "failed"
+    assert "truncated trace" in manifest["error"] or "File too large" in manifest["error"]
     _no_temporary_files(out)
 
 

@@ -102,7 +102,7 @@ def test_manifest_field_of_the_wrong_type_is_one_line(runner, torch_run, tmp_pat
     manifest[field] = value
     (bad / "manifest.json").write_text(json.dumps(manifest))
     args = {"breakdown": ["breakdown", str(bad)], "compare": ["compare", str(torch_run), str(bad)],
-            "report": ["report", str(bad), "--out", str(tmp_path / "r" / "r.md")]}[command]
+            "report": ["report", str(bad), "--out", str(tmp_path / "r" / "r.md"), "-q"]}[command]
     _one_line(runner.invoke(cli, args), fragment)
 
 
