@@ -215,12 +215,14 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     from workloads.registry import get_workload
     from workloads.settings import RunSettings
     get_workload(workload)  # refuse an unknown name before any progress message
+    all_settings = [RunSettings(workload=workload, framework=framework,
+                                **{k: v for k, v in settings.items() if k != "out_dir"})
+                    for framework in frameworks]
+    for run_settings in all_settings:  # every variant refused before anything is written
+        run_settings.with_variant(cuda_available=gpu_count() > 0)
     ensure_out_dir(settings["out_dir"])  # and an --out that cannot be written
     outcomes = []
-    for framework in frameworks:
-        run_settings = RunSettings(workload=workload, framework=framework,
-                                   **{k: v for k, v in settings.items() if k != "out_dir"})
-        run_settings.with_variant(cuda_available=gpu_count() > 0)  # refuse before announcing
+    for framework, run_settings in zip(frameworks, all_settings):
         _say(quiet, f"running {workload} on {framework} ({run_settings.steps} steps)...")
         outcome = launch(run_settings, settings["out_dir"])
         _say(quiet, f"  {outcome.status}: {outcome.run_dir}")

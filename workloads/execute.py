@@ -20,6 +20,7 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
     (its manifest then says `failed: interrupted`)."""
     with signals_interrupt():
         try:
+            settings.check_lengths()  # again where the workers fork: settings may come from anywhere
             spec = get_workload(settings.workload)
             run = RunLifecycle.start(run_dir, {
                 "workload": spec.name, "framework": settings.framework,

@@ -50,7 +50,11 @@ class RunSettings:
     def check_lengths(self) -> None:
         """Refuses step counts that contradict each other, before anything runs: a warm-up as
         long as the run leaves no steady step, and a trace window longer than the steps after
-        the warm-up would have to be cut short (the window starts right after the warm-up)."""
+        the warm-up would have to be cut short (the window starts right after the warm-up).
+        Also the DataLoader worker count, bounded to the machine: a huge one forks until the
+        machine gives out."""
+        from workloads.variants import max_workers
+        _check_int("DataLoader workers (nw<N>)", self.num_workers, 0, max_workers())
         _check_int("steps", self.steps, 2, MAX_STEPS)
         _check_int("warmup steps", self.warmup_steps, 0, MAX_STEPS)
         _check_int("trace steps", self.trace_steps, 1, MAX_STEPS)
@@ -72,7 +76,9 @@ class RunSettings:
         from workloads.variants import resolve
         self.check_lengths()
         canonical, options = resolve(self.framework, self.variant, cuda_available)
-        return replace(self, variant=canonical, **options)
+        resolved = replace(self, variant=canonical, **options)
+        resolved.check_lengths()
+        return resolved
 
 
 def _check_int(what: str, value, low: int, high: int) -> None:

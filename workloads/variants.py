@@ -114,9 +114,10 @@ def resolve(framework: str, combination: str, cuda_available: bool) -> tuple[str
         for key, value in variant.settings.items():
             if key in settings and settings[key] != value:
                 raise UnsupportedVariantError(
-                    f"variants {set_by[key]!r} and {name!r} contradict each other "
-                    f"({key}: {settings[key]!r} vs {value!r}); keep one")
+                    f"variants {set_by[key]!r} and {name!r} disagree on {key} "
+                    f"({settings[key]!r} vs {value!r}); keep one")
             settings[key], set_by[key] = value, name
+    settings = {k: v for k, v in settings.items() if v is not None}  # eager's "no compile"
     _check_combination(framework, settings)
     canonical = ",".join(n for n in names if n not in ("default", "eager")) or "default"
     return canonical, settings
