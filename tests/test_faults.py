@@ -72,7 +72,7 @@ def _no_temporary_files(folder: Path) -> None:
     assert not [p for p in folder.rglob(".*.tmp*")], "a temporary manifest was left behind"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_stops_run_and_records_it_interrupted(tmp_path, signum):
     """Ctrl-C (SIGINT) or `timeout`/kill (SIGTERM) to gapscope: forwarded to the run process,
     which records its end; the command stops with 128 + the signal, one line on stderr."""
@@ -201,8 +201,8 @@ def test_full_disk_is_one_line_and_a_failed_run(tmp_path):
 def test_write_atomic_leaves_no_temporary_file_when_the_write_fails(tmp_path):
     target = tmp_path / "manifest.json"
     target.write_text("old")
-    with pytest.raises(TypeError):
-        write_atomic(target, None)  # fails inside the write, after the temporary file opened
+    with pytest.raises(UnicodeEncodeError):
+        write_atomic(target, "\udcff")  # fails inside the write, after the temporary file opened
     assert target.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
 
 
