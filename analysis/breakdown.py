@@ -40,6 +40,10 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
         result = _combined(run, traced, timed, raw=source == Source.TRACE)
         result.notes = notes + result.notes
+    requested = run.manifest.get("warmup_steps")
+    if isinstance(requested, int) and run.warmup_steps > requested:
+        result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
+                            "ended inside a compiled call of several updates (steps_per_execution)")
     result.notes = run.notes + result.notes
     _label(result, run)
     return result
