@@ -351,7 +351,9 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict) -> 
 @click.option("--port", type=click.IntRange(0, 65535), default=6006, show_default=True,
               help="0 picks a free port.")
 def tensorboard(logdir, host, port):
-    """Open TensorBoard (pytorch_profiler and profile plugins) over LOGDIR.
+    """Open TensorBoard over LOGDIR: gapscope's own tab (breakdown, steps and compare of every
+    run, offline), Scalars, Text and the pytorch_profiler and profile plugins. Prints the URL;
+    runs until Ctrl-C or SIGTERM.
 
     \b
     Example:
@@ -360,7 +362,8 @@ def tensorboard(logdir, host, port):
     from analysis.tensorboard_server import serve_forever
     if not Path(logdir).is_dir():
         raise GapscopeInputError(f"{logdir}: no such directory")
-    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url))
+    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url),
+                  warn=lambda message: click.echo(f"gapscope: {message}", err=True))
 
 
 @cli.command()
