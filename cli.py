@@ -367,6 +367,38 @@ def tensorboard(logdir, host, port):
 
 
 @cli.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="The JSON file (.json.gz: compressed) [default: <run>.phases.trace.json here].")
+def trace(run, out_file):
+    """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
+    gapscope's steps and one track per phase (the five add up to each step) above the
+    trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
+    Prints the file written.
+
+    \b
+    Example:
+      gapscope trace traces/<run-id> --out mlp-torch.trace.json
+    """
+    import gzip
+
+    from analysis.renderers import trace_events
+    from analysis.run import load_run
+    loaded = load_run(run)
+    if loaded.trace is None:
+        raise GapscopeInputError(f"{run}: holds no trace file (run with --trace)")
+    if not loaded.timeline.steps:
+        raise GapscopeInputError(f"{loaded.trace_file}: no training steps found")
+    out = Path(out_file or f"{loaded.run_id.split('.')[0]}.phases.trace.json")
+    text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
+    if out.name.endswith(".gz"):
+        out.write_bytes(gzip.compress(text.encode()))
+    else:
+        out.write_text(text)
+    click.echo(str(out))
+
+
+@cli.command()
 @click.argument("runs", nargs=-1, required=True, type=click.Path())
 @click.option("--out", "out_file", type=click.Path(dir_okay=False),
               default="gapscope-report/report.md", show_default=True,
