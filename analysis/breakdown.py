@@ -102,9 +102,11 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
         result.compile_ms = compile_ms(rows, run.warmup_steps)
         result.trace_overhead_pct = trace_overhead_pct(rows, run.warmup_steps)
         if result.trace_overhead_pct is not None:
+            where = ("inside these figures" if raw
+                     else "not in these figures (step timers on unprofiled steps)"
+                     if result.source == PhaseSource.TIMERS else "taken out of the phases")
             result.notes.append(f"traced steps took {result.trace_overhead_pct:+.0f}% against "
-                                "unprofiled ones: the profiler's own cost, "
-                                + ("inside these figures" if raw else "taken out of the phases"))
+                                f"unprofiled ones: the profiler's own cost, {where}")
     return result
 
 
