@@ -431,7 +431,9 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict) -> 
 @click.option("--port", type=click.IntRange(0, 65535), default=6006, show_default=True,
               help="0 picks a free port.")
 def tensorboard(logdir, host, port):
-    """Open TensorBoard (pytorch_profiler and profile plugins) over LOGDIR.
+    """Open TensorBoard over LOGDIR: gapscope's own tab (breakdown, steps and compare of every
+    run, offline), Scalars, Text and the pytorch_profiler and profile plugins. Prints the URL;
+    runs until Ctrl-C or SIGTERM.
 
     \b
     Example:
@@ -440,10 +442,43 @@ def tensorboard(logdir, host, port):
     from analysis.tensorboard_server import check_address, serve_forever
     if not Path(logdir).is_dir():
         raise GapscopeInputError(f"{logdir}: no such directory")
-    warning = check_address(host, port)
-    if warning:
-        click.echo(f"gapscope: warning: {warning}", err=True)
-    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url))
+    check_address(host, port)
+    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url),
+                  warn=lambda message: click.echo(f"gapscope: {message}", err=True))
+
+
+@cli.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="The JSON file (.json.gz: compressed) [default: <run>.phases.trace.json here].")
+def trace(run, out_file):
+    """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
+    gapscope's steps and one track per phase (the five add up to each step) above the
+    trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
+    Prints the file written.
+
+    \b
+    Example:
+      gapscope trace traces/<run-id> --out mlp-torch.trace.json
+    """
+    import gzip
+
+    from analysis.renderers import trace_events
+    from analysis.run import load_run
+    from profilers.run_dir import ensure_out_dir
+    loaded = load_run(run)
+    if loaded.trace is None:
+        raise GapscopeInputError(f"{run}: holds no trace file (run with --trace)")
+    if not loaded.timeline.steps:
+        raise GapscopeInputError(f"{loaded.trace_file}: no training steps found")
+    out = Path(out_file or f"{loaded.run_id.split('.')[0]}.phases.trace.json")
+    ensure_out_dir(out.parent)  # one line before the work, as run, matrix and report do
+    text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
+    if out.name.endswith(".gz"):
+        out.write_bytes(gzip.compress(text.encode()))
+    else:
+        out.write_text(text)
+    click.echo(str(out))
 
 
 @cli.command()

@@ -129,7 +129,7 @@ class Breakdown:
             "phase_sources": {p: str(s) for p, s in self.phase_sources.items()},
             "unidentified_phases": self.unidentified_phases,
             "notes": self.notes,
-            "per_step": [_finite(asdict(s)) for s in self.steps],
+            "per_step": [finite(asdict(s)) for s in self.steps],
         }
 
 
@@ -143,10 +143,13 @@ def _interval(interval: Interval | None) -> list[float] | None:
     return [round(interval[0], _DIGITS), round(interval[1], _DIGITS)]
 
 
-def _finite(value):
-    """JSON has no NaN or Infinity: a strict parser must read every document gapscope writes."""
+def finite(value):
+    """JSON has no NaN or Infinity: a strict parser (a browser's JSON.parse) must read every
+    document gapscope writes."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
     return value

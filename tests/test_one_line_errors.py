@@ -82,13 +82,14 @@ def _under_a_file(tmp_path):
 
 
 @pytest.mark.parametrize("where", ["under a file", "unwritable"])
-@pytest.mark.parametrize("command", ["run", "matrix", "report"])
+@pytest.mark.parametrize("command", ["run", "matrix", "report", "trace"])
 def test_out_that_cannot_be_written_is_one_line(runner, torch_run, tmp_path, where, command):
     # /proc refuses new folders even to root, which os.access would let through.
     out = _under_a_file(tmp_path) if where == "under a file" else Path("/proc/gapscope-out")
     args = {"run": [*RUN, "--steps", "8", "--warmup", "2", "--trace-steps", "3", "--out", str(out)],
             "matrix": ["matrix", "seed-examples", "--steps", "8", "--out", str(out)],
-            "report": ["report", str(torch_run), "--out", str(out / "report.md")]}[command]
+            "report": ["report", str(torch_run), "--out", str(out / "report.md")],
+            "trace": ["trace", str(torch_run), "--out", str(out / "t.json")]}[command]
     _one_line(runner.invoke(cli, args), "output folder")
 
 
@@ -129,12 +130,6 @@ def test_tensorboard_port_in_use_or_bad_host_is_one_line(runner, tmp_path):
                   f"cannot listen on 127.0.0.1:{port}")
     _one_line(runner.invoke(cli, ["tensorboard", str(tmp_path), "--host", "no such host"]),
               "not an address")
-
-
-def test_tensorboard_on_all_interfaces_is_warned_of():
-    from analysis.tensorboard_server import check_address
-    assert check_address("127.0.0.1", 0) is None
-    assert "anyone" in check_address("0.0.0.0", 0)
 
 
 def test_worker_count_is_bounded_wherever_settings_come_from():
