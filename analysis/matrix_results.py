@@ -85,8 +85,8 @@ def _ratio(row: MatrixRowResult, reference: MatrixRowResult) -> None:
     if not row.step_ms_repeats or not reference.step_ms_repeats:
         return
     ratio, interval = paired_ratio(reference.step_ms_repeats, row.step_ms_repeats)
-    row.step_ratio = round(ratio, 3)
-    row.step_ratio_ci95 = None if interval is None else [round(x, 3) for x in interval]
+    row.step_ratio = round(ratio, 4)
+    row.step_ratio_ci95 = None if interval is None else [round(x, 4) for x in interval]
 
 
 def _row_result(row, outcome) -> MatrixRowResult:
