@@ -39,7 +39,7 @@ class MatrixRowResult:
     step_ms: float | None = None       # steady-state mean, from the breakdown
     phase_share: dict[str, float] = field(default_factory=dict)
     breakdown_source: str | None = None
-    speed_ratio: float | None = None   # baseline time / this row's time: > 1 is faster
+    speed_ratio: float | None = None   # this row's time / baseline time, as compare's ratio: > 1 is slower
 
 
 @dataclass
@@ -63,7 +63,7 @@ def matrix_result(matrix, outcomes, baseline: str | None = None) -> MatrixResult
     reference = next(r for r in rows if r.id == baseline)
     for row in rows:
         if row.time_s and reference.time_s:
-            row.speed_ratio = round(reference.time_s / row.time_s, 3)
+            row.speed_ratio = round(row.time_s / reference.time_s, 3)
     device = next((r.device for r in rows if r.device), None)
     return MatrixResult(matrix.name, matrix.description, baseline, device, rows)
 

@@ -6,17 +6,15 @@ import csv
 import io
 import json
 
-from rich.console import Console
-from rich.table import Table
-
 from analysis.matrix_results import MatrixResult, MatrixRowResult
+from analysis.renderers.fit import Grid, Page
 from profilers.phases import PHASES
 
-HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", "ratio", "steps/s", "GPU(%)",
+HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", "run/base", "steps/s", "GPU(%)",
            "EC(W)", "CPU(%)", "final loss", *(f"{p}(%)" for p in PHASES), "status")
 FOOTER = ("time = all steps of the run, compile and warm-up included (compile = their one-time "
-          "part); ratio = baseline time / "
-          "row time (> 1 faster); phase % of the steady-state step; GPU/EC n/a without NVML")
+          "part); run/base = row time / "
+          "baseline time, as compare's ratio (> 1 slower); phase % of the steady-state step; GPU/EC n/a without NVML")
 
 
 def _cells(row: MatrixRowResult) -> list[str]:
@@ -32,15 +30,11 @@ def _cells(row: MatrixRowResult) -> list[str]:
 
 
 def render_table(result: MatrixResult) -> str:
-    table = Table(title=f"gapscope matrix {result.name} (baseline {result.baseline}) "
-                        f"on {result.device or 'n/a'}", caption=FOOTER, caption_justify="left")
-    for header in HEADERS:
-        table.add_column(header, overflow="fold")
-    for row in result.rows:
-        table.add_row(*_cells(row))
-    console = Console(file=io.StringIO(), width=240, record=True)
-    console.print(table)
-    return console.export_text()
+    page = Page()
+    page.table(Grid(f"gapscope matrix {result.name} (baseline {result.baseline}) on {result.device or 'n/a'}",
+                    list(HEADERS), [_cells(row) for row in result.rows], [1] * (len(HEADERS) - 1)))
+    page.line(FOOTER)
+    return page.text()
 
 
 def render_markdown(result: MatrixResult) -> str:
