@@ -12,7 +12,8 @@ from rich.table import Table
 
 # Columns of the terminal the tables are fitted to. The CLI sets None for --wide: every table in
 # one piece, side by side, and no line wrapped (for wide terminals and for pasting into files).
-WIDTH: int | None = 80
+DEFAULT_WIDTH = 80
+WIDTH: int | None = DEFAULT_WIDTH
 _UNBOUNDED = 10_000
 # rich's default box: one border per column plus the closing one, one space of padding each side.
 _PER_COLUMN = 3
@@ -77,10 +78,10 @@ class Page:
                 table.add_row(*row, end_section=i in part.ends)
             self._console.print(table)
 
-    def line(self, text: str) -> None:
-        """One line, wrapped under its own indent plus two: evidence bullets stay readable."""
-        indent = text[:len(text) - len(text.lstrip())]
-        lines = (textwrap.wrap(text, self.width, subsequent_indent=indent + "  ", break_on_hyphens=False)
+    def line(self, text: str, hang: int = 2) -> None:
+        """One line, wrapped under its own indent plus `hang`: evidence bullets stay readable."""
+        indent = text[:len(text) - len(text.lstrip())] + " " * hang
+        lines = (textwrap.wrap(text, self.width, subsequent_indent=indent, break_on_hyphens=False)
                  if self.width else [text])
         for part in lines or [""]:
             self._console.print(part, soft_wrap=True, markup=False, highlight=False)
