@@ -173,6 +173,7 @@ def demo(fmt, quiet, **settings):
 def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     from profilers.nvml import gpu_count
     from workloads.launch import launch
+    from workloads.progress import run_progress
     from workloads.registry import get_workload
     from workloads.settings import RunSettings
     get_workload(workload)  # refuse an unknown name before any progress message
@@ -181,8 +182,11 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
         run_settings = RunSettings(workload=workload, framework=framework,
                                    **{k: v for k, v in settings.items() if k != "out_dir"})
         run_settings.with_variant(cuda_available=gpu_count() > 0)  # refuse before announcing
-        _say(quiet, f"running {workload} on {framework} ({run_settings.steps} steps)...")
-        outcome = launch(run_settings, settings["out_dir"])
+        total = None if run_settings.epochs else run_settings.steps
+        _say(quiet, f"running {workload} on {framework} "
+                    f"({f'{run_settings.epochs} epochs' if total is None else f'{total} steps'})...")
+        with run_progress(f"{workload} {framework}", total, quiet) as on_steps:
+            outcome = launch(run_settings, settings["out_dir"], on_steps)
         _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
         outcomes.append(outcome)
     failed = [o for o in outcomes if o.status != "complete"]

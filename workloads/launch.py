@@ -8,11 +8,13 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from profilers.nvml import gpu_count
 from profilers.run_dir import Manifest, create_run_dir, new_run_id
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
+from workloads.step_report import parse
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -25,7 +27,9 @@ class RunOutcome:
     exit_code: int
 
 
-def launch(settings: RunSettings, out_dir: str | Path) -> RunOutcome:
+def launch(settings: RunSettings, out_dir: str | Path,
+           on_steps: Callable[[int], None] = lambda done: None) -> RunOutcome:
+    """`on_steps(done)`: called as the child reports its progress (a few times a second)."""
     # Refuse unknown names and impossible variants before creating anything.
     get_workload(settings.workload)
     check_framework(settings.framework)
@@ -38,13 +42,20 @@ def launch(settings: RunSettings, out_dir: str | Path) -> RunOutcome:
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     command = [sys.executable, "-m", "workloads.execute", str(run_dir),
                json.dumps(settings.to_dict())]
+    lines = []
     try:
-        completed = subprocess.run(command, env=env, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, text=True)
-        exit_code, output = completed.returncode, completed.stdout
+        with subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, errors="replace") as child:
+            for line in child.stdout:
+                done = parse(line)
+                if done is None:
+                    lines.append(line)
+                else:
+                    on_steps(done)
+        exit_code = child.returncode
     except KeyboardInterrupt:
-        exit_code, output = 130, ""
-    return _outcome(run_dir, exit_code, output)
+        exit_code = 130
+    return _outcome(run_dir, exit_code, "".join(lines))
 
 
 def _outcome(run_dir: Path, exit_code: int, output: str) -> RunOutcome:
