@@ -157,3 +157,10 @@ def test_breakdown_to_dict_and_to_pandas(fixtures_dir, monkeypatch):
     monkeypatch.setitem(sys.modules, "pandas", None)
     with pytest.raises(ImportError, match="pip install pandas"):
         b.to_pandas()
+
+
+def test_report_speed_is_per_workload():
+    from analysis.renderers.columns import workload_references
+    runs = [SimpleNamespace(workload=w) for w in ("mlp", "lstm", "mlp", "lstm", None)]
+    assert workload_references(runs, 0) == [0, 1, 0, 1, 0]
+    assert workload_references(runs, 2) == [2, 1, 2, 1, 2]

@@ -33,6 +33,18 @@ def run_names(breakdowns: list[Breakdown]) -> list[str]:
     return unique_labels([b.name for b in breakdowns], [b.run_id or "" for b in breakdowns])
 
 
+def workload_references(breakdowns: list[Breakdown], baseline: int) -> list[int]:
+    """Per run, the index of the run its speed is measured against: the baseline where it ran the
+    same workload, else the first run of its own workload (an LSTM step against an MLP step says
+    nothing). Runs of unknown workload go against the baseline."""
+    base = breakdowns[baseline].workload
+    first = {}
+    for i, b in enumerate(breakdowns):
+        first.setdefault(b.workload, i)
+    return [baseline if b.workload in (base, None) or base is None else first[b.workload]
+            for b in breakdowns]
+
+
 def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
     """(phase, ms, share) for the five phases, then the whole step, as the JSON contract has them."""
     data = b.to_json_dict()
