@@ -4,6 +4,7 @@ from __future__ import annotations
 import errno
 import functools
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -16,8 +17,11 @@ from workloads.devices import DEVICES
 from workloads.settings import MAX_EPOCHS, MAX_STEPS
 
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
-# TensorFlow's C++ start-up chatter would bury gapscope's own output; errors still show.
+# TensorFlow's C++ start-up chatter (oneDNN, CPU features, absl) and the Python warnings of
+# TensorFlow and absl would bury gapscope's own output in every command; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+for _framework_logger in ("tensorflow", "absl"):
+    logging.getLogger(_framework_logger).setLevel(logging.ERROR)
 
 
 class _ShortUsageError(click.ClickException):
@@ -80,6 +84,16 @@ def format_option(renderers: dict = registry.BREAKDOWN):
     return decorate
 
 
+def wide_option(command):
+    """--wide: tables side by side at their natural width, lines unwrapped (default: 80 columns)."""
+    def set_width(ctx, param, wide):
+        from analysis.renderers import fit
+        fit.WIDTH = None if wide else fit.DEFAULT_WIDTH  # set each time: tests invoke many commands
+        return wide
+    return click.option("--wide", is_flag=True, expose_value=False, callback=set_width,
+                        help="Keep tables side by side however wide (default: fit 80 columns).")(command)
+
+
 def _say(quiet: bool, message: str) -> None:
     """Progress goes to stderr so that stdout stays clean for --format json pipes."""
     if not quiet:
@@ -102,28 +116,32 @@ def cli():
 
 @cli.command("list")
 @click.option("--no-parameters", is_flag=True,
-              help="Skip building every model to count its parameters (faster).")
+              help="With --format json: skip building every model to count its parameters (faster).")
 @format_option(("table", "json"))
+@wide_option
 def list_command(fmt, no_parameters):
-    """List workloads (with parameter counts per framework), frameworks and their variants.
+    """List workloads, frameworks and their variants; --format json adds the parameter count of
+    each workload per framework (builds every model: takes seconds).
 
     \b
     Example:
       gapscope list --format json
     """
+    from analysis.renderers.fit import Page
     from workloads.catalog import catalog
-    entries = catalog(count_parameters=not no_parameters)
+    # Counting parameters imports torch and TensorFlow: only the JSON, which carries them, pays.
+    entries = catalog(count_parameters=fmt == "json" and not no_parameters)
     if fmt == "json":
         click.echo(json.dumps(entries, indent=2))
         return
+    page = Page()
     for entry in entries["workloads"]:
-        counts = ", ".join(f"{k} {v:,}" for k, v in entry["parameters"].items())
-        click.echo(f"{entry['name']:<15} {entry['description']}")
-        if counts:
-            click.echo(f"{'':<15} parameters: {counts}")
+        page.line(f"{entry['name']:<15} {entry['description']}", hang=16)
     for framework, names in entries["variants"].items():
-        click.echo(f"variants for {framework}: {', '.join(names)}")
-    click.echo("combine variants with commas: --variant compile-reduce-overhead,high-precision")
+        page.line(f"variants for {framework}: {', '.join(names)}", hang=4)
+    page.line("combine variants with commas: --variant compile-reduce-overhead,high-precision")
+    page.line("parameter counts per framework: gapscope list --format json")
+    click.echo(page.text(), nl=False)
 
 
 def run_options(command):
@@ -183,6 +201,7 @@ def _check_lengths(settings: dict) -> None:
                                   "tf (raw TensorFlow loop).")
 @run_options
 @format_option()
+@wide_option
 def run(workload, framework, fmt, quiet, **settings):
     """Run WORKLOAD once in a new run directory and print its breakdown.
 
@@ -197,6 +216,7 @@ def run(workload, framework, fmt, quiet, **settings):
 @cli.command()
 @run_options
 @format_option()
+@wide_option
 def demo(fmt, quiet, **settings):
     """Run the MLP in PyTorch and in Keras/TF and print both breakdowns side by side.
 
@@ -212,6 +232,7 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     from profilers.nvml import gpu_count
     from profilers.run_dir import ensure_out_dir
     from workloads.launch import launch
+    from workloads.progress import run_progress
     from workloads.registry import get_workload
     from workloads.settings import RunSettings
     get_workload(workload)  # refuse an unknown name before any progress message
@@ -223,8 +244,11 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     ensure_out_dir(settings["out_dir"])  # and an --out that cannot be written
     outcomes = []
     for framework, run_settings in zip(frameworks, all_settings):
-        _say(quiet, f"running {workload} on {framework} ({run_settings.steps} steps)...")
-        outcome = launch(run_settings, settings["out_dir"])
+        total = None if run_settings.epochs else run_settings.steps
+        _say(quiet, f"running {workload} on {framework} "
+                    f"({f'{run_settings.epochs} epochs' if total is None else f'{total} steps'})...")
+        with run_progress(f"{workload} {framework}", total, quiet) as on_steps:
+            outcome = launch(run_settings, settings["out_dir"], on_steps)
         _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
         outcomes.append(outcome)
     failed = [o for o in outcomes if o.status != "complete"]
@@ -269,6 +293,7 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
               show_default=True, help="Folder that receives <matrix>/ with one run per row.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @format_option(registry.MATRIX)
+@wide_option
 def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, fmt, **settings):
     """Run the named matrix NAME (or --file PATH), each row in its own process, and print its
     table. The runs go to --out/<matrix name>/.
@@ -319,6 +344,7 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
                    "timers: step timers only; trace: the trace as recorded (profiler cost inside); "
                    "compensated: every phase from the compensated trace.")
 @format_option()
+@wide_option
 def breakdown(paths, source, fmt):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
@@ -369,6 +395,7 @@ def breakdown(paths, source, fmt):
               show_default=True, help="With --measure: folder that receives the A/B folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @format_option(registry.COMPARE)
+@wide_option
 def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence

@@ -154,12 +154,15 @@ def run_label(manifest: dict | None, path: Path) -> str:
 
 
 def unique_labels(labels: list[str], ids: list[str]) -> list[str]:
-    """Two runs of the same configuration: their ids' random tails tell them apart."""
-    counts: dict[str, int] = {}
-    for label in labels:
-        counts[label] = counts.get(label, 0) + 1
-    return [f"{label} #{run_id.rsplit('-', 1)[-1]}" if counts[label] > 1 else label
-            for label, run_id in zip(labels, ids)]
+    """Two runs of the same configuration: their ids' random tails tell them apart, and a
+    number where even those agree (the same trace named twice)."""
+    def counted(names):
+        return {n: names.count(n) for n in names}
+    counts = counted(labels)
+    tailed = [f"{label} #{str(run_id).rsplit('-', 1)[-1]}" if counts[label] > 1 else label
+              for label, run_id in zip(labels, ids)]
+    counts = counted(tailed)
+    return [f"{name} ({i + 1})" if counts[name] > 1 else name for i, name in enumerate(tailed)]
 
 
 @dataclass

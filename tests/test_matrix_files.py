@@ -132,7 +132,7 @@ def test_table_header_says_the_ratio_direction_and_shows_the_interval(repeated, 
     from workloads.matrix import matrix_outcomes
     result = matrix_result(matrix, matrix_outcomes(matrix, folder.parent))
     table, markdown = render_table(result), render_markdown(result)
-    assert RATIO_HEADER == "ratio(row/base)"
+    assert RATIO_HEADER == "run/base"
     for text in (table, markdown):
         assert "ratio = row / baseline" in text and "interleaved repeats" in text
     assert "[" in markdown.split("| tensors |")[1].split("\n")[0]  # '1.02x [0.95, 1.10]'

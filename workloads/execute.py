@@ -13,6 +13,7 @@ from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrup
 from profilers.samplers import ResourceSampler
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
+from workloads.step_report import StepReporter
 
 
 def execute(run_dir: Path, settings: RunSettings) -> int:
@@ -35,7 +36,7 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
         try:
             runner = _runner(settings.framework)
             sampler = ResourceSampler() if settings.sample_resources else None
-            with sampler or nullcontext():
+            with sampler or nullcontext(), StepReporter(settings.steps_per_execution):
                 started = time.perf_counter()
                 rows, facts = runner(spec, settings, run_dir)
                 wall_s = time.perf_counter() - started

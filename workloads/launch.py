@@ -11,12 +11,14 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from profilers.nvml import gpu_count
 from profilers.run_dir import create_run_dir
 from profilers.run_lifecycle import INTERRUPTED, STOP_SIGNALS, Interrupted, RunLifecycle
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
+from workloads.step_report import parse
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # After a forwarded signal the run process records its end (and torch.profiler may be writing
@@ -43,10 +45,12 @@ class RunInterrupted(Interrupted):
         self.outcome = outcome
 
 
-def launch(settings: RunSettings, out_dir: str | Path) -> RunOutcome:
+def launch(settings: RunSettings, out_dir: str | Path,
+           on_steps: Callable[[int], None] = lambda done: None) -> RunOutcome:
     """Runs one run in a child process. SIGINT and SIGTERM received meanwhile are forwarded to
     the child, which records `failed: interrupted`; then RunInterrupted is raised, so a command
-    stops rather than go on (a matrix does not start its next row)."""
+    stops rather than go on (a matrix does not start its next row). `on_steps(done)`: called as
+    the child reports its progress (a few times a second)."""
     # Refuse unknown names and impossible variants before creating anything.
     get_workload(settings.workload)
     check_framework(settings.framework)
@@ -65,7 +69,7 @@ def launch(settings: RunSettings, out_dir: str | Path) -> RunOutcome:
         process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                    errors="replace", process_group=0)
-        output = forwarder.wait(process)
+        output = forwarder.wait(process, on_steps)
     outcome = _outcome(run_dir, process.returncode, output, forwarder.signum is not None)
     if forwarder.signum is not None:
         raise RunInterrupted(forwarder.signum, outcome)
@@ -101,19 +105,33 @@ class _Forwarder:
         self.signum, self._at = signum, time.monotonic()
         self._send(signum)
 
-    def wait(self, process: subprocess.Popen) -> str:
+    def wait(self, process: subprocess.Popen, on_steps: Callable[[int], None]) -> str:
+        """The child's output, without its progress lines (those go to on_steps)."""
         self._process = process
         if self.signum is not None:  # it came before the child existed
             self._send(self.signum)
-        chunks = []
+        lines: list[str] = []
+
+        def read() -> None:
+            for line in process.stdout:
+                done = parse(line)
+                if done is None:
+                    lines.append(line)
+                else:
+                    on_steps(done)
+        # Read on a thread: this one checks every second whether a stopped child overstays.
+        reader = threading.Thread(target=read, name="gapscope-run-output", daemon=True)
+        reader.start()
         while True:
             try:
-                out, _ = process.communicate(timeout=1.0)
-                chunks.append(out or "")
-                return "".join(chunks)
+                process.wait(timeout=1.0)
+                break
             except subprocess.TimeoutExpired:
                 if self.signum is not None and time.monotonic() - self._at > GRACE_S:
                     self._kill()
+        # A worker the child left behind may hold the pipe open: do not wait on it for long.
+        reader.join(timeout=5.0)
+        return "".join(lines)
 
     def _send(self, signum: int) -> None:
         if self._process is not None and self._process.poll() is None:

@@ -6,14 +6,12 @@ import csv
 import io
 import json
 
-from rich.console import Console
-from rich.table import Table
-
 from analysis.matrix_results import MatrixResult, MatrixRowResult
 from analysis.renderers.columns import ratio_interval
+from analysis.renderers.fit import Grid, Page
 from profilers.phases import PHASES
 
-RATIO_HEADER = "ratio(row/base)"
+RATIO_HEADER = "run/base"
 HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", RATIO_HEADER, "steps/s",
            "GPU(%)", "EC(W)", "CPU(%)", "final loss", *(f"{p}(%)" for p in PHASES), "status")
 
@@ -25,7 +23,7 @@ def footer(result: MatrixResult) -> str:
     else:
         noise = "one run per row: no interval (--repeats N gives one)"
     return ("time = all steps of the run, compile and warm-up included (compile = their one-time "
-            f"part); ratio = row / baseline steady step time from unprofiled steps (> 1 slower) "
+            f"part); run/base = row / baseline steady step time from unprofiled steps (> 1 slower) "
             f"{noise}; phase % of the steady-state step; GPU/EC n/a without NVML")
 
 
@@ -48,14 +46,11 @@ def _cells(row: MatrixRowResult) -> list[str]:
 
 
 def render_table(result: MatrixResult) -> str:
-    table = Table(title=_title(result), caption=footer(result), caption_justify="left")
-    for header in HEADERS:
-        table.add_column(header, overflow="fold")
-    for row in result.rows:
-        table.add_row(*_cells(row))
-    console = Console(file=io.StringIO(), width=240, record=True)
-    console.print(table)
-    return console.export_text()
+    page = Page()
+    page.table(Grid(_title(result), list(HEADERS), [_cells(row) for row in result.rows],
+                    [1] * (len(HEADERS) - 1)))
+    page.line(footer(result))
+    return page.text()
 
 
 def render_markdown(result: MatrixResult) -> str:
