@@ -53,7 +53,8 @@ def test_result_table_has_ratio_phases_and_loss(tiny_matrix, matrix_run):
     assert keras_row.step_ratio == pytest.approx(keras_row.step_ms / torch_row.step_ms, rel=1e-2)
     for row in (torch_row, keras_row):
         assert row.steps == 10 and row.time_s > 0 and row.final_loss > 0
-        assert sum(row.phase_share.values()) == pytest.approx(1.0, abs=1e-4)
+        # five shares, each rounded to 4 decimals: the sum may be off by 5 x 0.00005
+        assert sum(row.phase_share.values()) == pytest.approx(1.0, abs=2.5e-4 + 1e-9)
         assert row.phase_share["forward"] > 0 and row.cpu_load_percent is not None
     assert result.rows[2].time_s is None and json.dumps(result.to_json_dict())
 
