@@ -1,29 +1,32 @@
 """Reads torch.profiler Chrome-trace JSON (.pt.trace.json[.gz]) into the neutral Trace."""
 from __future__ import annotations
 
-import gzip
-import zlib
+import re
+from collections import Counter
 from pathlib import Path
 
 import msgspec
 
 from profilers.errors import TraceFormatError
+from analysis.readers import safe_files, validate
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     # Only the fields an analyzer needs: decoding skips every other key without building it.
     correlation: int | None = None
     nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
 
 
-class _RawEvent(msgspec.Struct):
+class _RawEvent(msgspec.Struct, gc=False):
+    # gc=False: millions of these live at once; tracking them made the collector run for
+    # about half of the decode time. None marks a missing ts/dur (counted, not read as 0).
     ph: str = ""
     name: str = ""
     cat: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float | None = None
+    dur: float | None = None
     pid: int | str = 0
     tid: int | str = 0
     args: _Args | None = None
@@ -35,7 +38,16 @@ class _RawTrace(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
 
 
+class _Header(msgspec.Struct):
+    # What precedes traceEvents, decoded on its own; traceEvents' value is left undecoded.
+    traceEvents: msgspec.Raw
+    deviceProperties: list[dict] = []
+    baseTimeNanoseconds: int | None = None
+
+
 _DECODER = msgspec.json.Decoder(_RawTrace)
+_HEADER_DECODER = msgspec.json.Decoder(_Header)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_RawEvent])
 
 _DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
                       "gpu_user_annotation": ANNOTATION}
@@ -44,47 +56,170 @@ _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
 # Ranges torch itself emits once per step; gapscope's own step ranges take the same role.
 _STEP_PREFIXES = ("ProfilerStep#", "gapscope/step#")
 
+# The file is decoded a chunk of whole events at a time, so memory holds one chunk of raw
+# events plus the compact Events kept, never the whole text or every raw event at once.
+_BLOCK = 4 << 20
+_CHUNK = 16 << 20
+_MAX_HEADER = 64 << 20     # keys before traceEvents: deviceProperties, distributedInfo, ...
+_MAX_EVENT = 256 << 20     # no single event is this large: a file that says so is garbage
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Between two events: "}", a comma, "{" (whitespace allowed). Inside a string or a nested
+# object this may match too; decoding the chunk then fails and the previous match is tried.
+_BETWEEN = re.compile(rb"\}\s*,\s*\{")
+_RETRIES = 8
+
 
 def read_torch_trace(path: str | Path) -> Trace:
     path = Path(path)
+    reader = _Reader(path)
     try:
-        data = path.read_bytes()
-        if path.suffix == ".gz":
-            data = gzip.decompress(data)
-        raw = _DECODER.decode(data)
-    except (msgspec.DecodeError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
-        # BadGzipFile is an OSError: it must be caught before the plain read failure below.
-        raise TraceFormatError(f"{path}: not a torch profiler trace ({exc})") from None
+        with safe_files.open_stream(path) as stream:
+            header = reader.read(stream)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
+        raise TraceFormatError(f"{path}: not a torch profiler trace ({_short(exc)})") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
-    events = []
-    for raw_event in raw.traceEvents:
-        if raw_event.ph != "X":
-            continue
-        events.append(_to_event(raw_event))
-    if not events:
+    events = reader.events
+    dropped = reader.dropped
+    if not events and not dropped:
         raise TraceFormatError(f"{path}: torch profiler trace holds no complete events")
-    metadata = {"device_properties": raw.deviceProperties,
-                "base_time_ns": raw.baseTimeNanoseconds}
+    validate.refuse_mostly_garbage(path, len(events), dropped)
+    events, step_problems = validate.check_steps(path, events, dropped)
+    metadata = {"device_properties": header.deviceProperties,
+                "base_time_ns": header.baseTimeNanoseconds}
+    if dropped:
+        metadata["dropped_events"] = dict(dropped)
+    if step_problems:
+        metadata["step_problems"] = step_problems
     return Trace("torch", str(path), events, metadata)
 
 
-def _to_event(raw: _RawEvent) -> Event:
-    correlation = raw.args.correlation if raw.args is not None else None
-    cat = raw.cat
-    if cat in _DEVICE_CATEGORIES:
-        nbytes = raw.args.nbytes if raw.args is not None else None
-        return Event(raw.name, _DEVICE_CATEGORIES[cat], raw.ts, raw.dur,
-                     f"device/{raw.pid}/{raw.tid}", None, correlation, nbytes)
-    kind = _HOST_CATEGORIES.get(cat, OTHER)
-    step_num = None
-    if kind == ANNOTATION and raw.name.startswith(_STEP_PREFIXES):
-        kind = STEP
-        step_num = _step_number(raw.name)
-    return Event(raw.name, kind, raw.ts, raw.dur, f"host/{raw.pid}/{raw.tid}", step_num, correlation)
+class _Reader:
+    """Splits the traceEvents array into chunks of whole events, decodes each chunk and keeps
+    the complete events as compact Events (names and tracks shared, not one copy each)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.events: list[Event] = []
+        self.dropped: Counter = Counter()
+        self._names: dict[str, str] = {}
+        self._tracks: dict[tuple, tuple] = {}
+
+    def read(self, stream):
+        buf = bytearray()
+        eof = False
+        while not (match := _EVENTS_KEY.search(buf)):
+            if eof or len(buf) > _MAX_HEADER:
+                # No array where torch writes it: decode what there is, for the decoder's
+                # own word on what is wrong (or a valid but unusual layout).
+                if len(buf) > _MAX_HEADER:
+                    raise TraceFormatError(f"{self.path}: no traceEvents array in the first "
+                                           f"{_MAX_HEADER >> 20} MB: not a torch profiler trace")
+                whole = _DECODER.decode(bytes(buf))
+                self._keep(whole.traceEvents)
+                return whole
+            eof = self._fill(stream, buf, len(buf) + _BLOCK)
+        # The keys before the array, closed as if traceEvents were empty: a decode failure
+        # here means the match was not the top-level key or the head is not JSON.
+        head = _HEADER_DECODER.decode(bytes(buf[:match.start()]) + b'"traceEvents": []}')
+        del buf[:match.end() - 1]  # the buffer now starts with the array's "["
+        while not eof:
+            # A buffer left whole by the last decode (one event larger than a chunk) grows.
+            eof = self._fill(stream, buf, max(_CHUNK, len(buf) + 1))
+            if not eof:
+                self._decode_chunk(buf)
+        # The rest: the last events, "]", and the keys after the array.
+        tail = _DECODER.decode(b'{"traceEvents":' + bytes(buf))
+        self._keep(tail.traceEvents)
+        if not head.deviceProperties:
+            head.deviceProperties = tail.deviceProperties
+        if head.baseTimeNanoseconds is None:
+            head.baseTimeNanoseconds = tail.baseTimeNanoseconds
+        return head
+
+    def _fill(self, stream, buf: bytearray, size: int) -> bool:
+        """Read until `buf` holds `size` bytes; True at the end of the stream."""
+        while len(buf) < size:
+            block = safe_files.read_block(stream, max(_BLOCK, size - len(buf)), self.path)
+            if not block:
+                return True
+            buf += block
+        return False
+
+    def _decode_chunk(self, buf: bytearray) -> None:
+        """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
+        leaving "[" + the rest; a buffer with no complete event is left to grow."""
+        candidates = []
+        start = max(0, len(buf) - (1 << 20))
+        while True:
+            candidates = [m.start() for m in _BETWEEN.finditer(buf, start)]
+            if candidates or start == 0:
+                break
+            start = 0  # one huge event: look through the whole buffer
+        if not candidates:
+            if len(buf) > _MAX_EVENT:
+                raise TraceFormatError(f"{self.path}: an event of over {_MAX_EVENT >> 20} MB: "
+                                       "not a torch profiler trace")
+            return
+        error = None
+        for close in reversed(candidates[-_RETRIES:]):
+            # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
+            # for the decode and put back after, which saves copying the chunk.
+            saved = buf[close + 1]
+            buf[close + 1] = 0x5D
+            try:
+                with memoryview(buf) as view, view[:close + 2] as events:
+                    raws = _EVENTS_DECODER.decode(events)
+            except msgspec.DecodeError as exc:
+                error = exc
+                continue
+            finally:
+                buf[close + 1] = saved
+            self._keep(raws)
+            next_event = buf.index(b"{", close + 1)
+            buf[1:next_event] = b""
+            return
+        raise error
+
+    def _keep(self, raws: list[_RawEvent]) -> None:
+        """Complete events that pass the time checks become Events; the others are counted."""
+        events, names, tracks, dropped = self.events, self._names, self._tracks, self.dropped
+        max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
+        for raw in raws:
+            if raw.ph != "X":
+                continue
+            ts, dur = raw.ts, raw.dur
+            # One chained comparison covers the usual case; None and NaN fail it too.
+            if ts is None or dur is None or not (0.0 <= ts <= max_ts and 0.0 <= dur <= max_dur):
+                dropped[validate.time_problem(ts, dur)] += 1
+                continue
+            name = names.setdefault(raw.name, raw.name)
+            where = tracks.get((raw.cat, raw.pid, raw.tid))
+            if where is None:
+                where = self._track(raw.cat, raw.pid, raw.tid)
+            kind, track, device = where
+            args = raw.args
+            correlation = args.correlation if args is not None else None
+            if device:
+                events.append(Event(name, kind, ts, dur, track, None, correlation,
+                                    args.nbytes if args is not None else None))
+            elif kind == ANNOTATION and name.startswith(_STEP_PREFIXES):
+                events.append(Event(name, STEP, ts, dur, track,
+                                    validate.step_number(name.rpartition("#")[2]), correlation))
+            else:
+                events.append(Event(name, kind, ts, dur, track, None, correlation))
+
+    def _track(self, cat: str, pid, tid) -> tuple:
+        if cat in _DEVICE_CATEGORIES:
+            where = (_DEVICE_CATEGORIES[cat], f"device/{pid}/{tid}", True)
+        else:
+            where = (_HOST_CATEGORIES.get(cat, OTHER), f"host/{pid}/{tid}", False)
+        self._tracks[(cat, pid, tid)] = where
+        return where
 
 
-def _step_number(name: str) -> int | None:
-    tail = name.rpartition("#")[2]
-    return int(tail) if tail.isdigit() else None
+def _short(exc: Exception) -> str:
+    """One line, however long the decoder's message (it may quote the offending input)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -1,0 +1,127 @@
+"""Opens input files so that no read runs away: regular files only, with a cap on the bytes read."""
+from __future__ import annotations
+
+import errno
+import gzip
+import io
+import os
+import stat
+import zlib
+from pathlib import Path
+
+from profilers.errors import TraceFormatError
+
+# A symlink to /dev/zero or /dev/urandom reads forever and a FIFO blocks forever: anything
+# but a regular file is refused. Sizes are capped well above the largest real trace (a few GB)
+# so that a wrong file fails in one line instead of exhausting memory or time.
+MAX_FILE_BYTES = 8 << 30
+MAX_DECOMPRESSED_BYTES = 32 << 30
+_GZIP_MAGIC = b"\x1f\x8b"
+_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+
+
+def is_readable_regular_file(path: str | Path) -> bool:
+    """True for a regular file (or a symlink to one) this process may read; False for FIFOs,
+    devices, sockets, folders, dangling or looping symlinks. Never blocks, never raises."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode) and os.access(path, os.R_OK)
+    except (OSError, ValueError):
+        return False
+
+
+def open_regular(path: str | Path, max_bytes: int | None = None) -> io.BufferedReader:
+    """Open `path` for binary reading, or raise a one-line TraceFormatError saying why not."""
+    path = Path(path)
+    max_bytes = MAX_FILE_BYTES if max_bytes is None else max_bytes
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer; the type is checked on the
+        # opened descriptor, so a file swapped in between check and open cannot slip through.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({_why(path, exc)})") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
+            raise TraceFormatError(f"{path}: cannot read ({kind}, not a regular file)")
+        if info.st_size > max_bytes:
+            raise TraceFormatError(f"{path}: a file of {_size(info.st_size)} is over the "
+                                   f"{_size(max_bytes)} gapscope reads")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
+    """The whole (small) file, e.g. an .xplane.pb or an HLO dump, with the same checks."""
+    with open_regular(path, max_bytes) as handle:
+        return handle.read()
+
+
+def open_stream(path: str | Path, max_bytes: int | None = None,
+                max_decompressed: int | None = None) -> io.RawIOBase:
+    """A binary stream of the file's content, gunzipped on the fly when it is gzip (by its
+    magic bytes, whatever its name), refusing to inflate past `max_decompressed` bytes."""
+    handle = open_regular(path, max_bytes)
+    try:
+        is_gzip = handle.peek(2)[:2] == _GZIP_MAGIC
+    except OSError as exc:
+        handle.close()
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not is_gzip:
+        return handle
+    limit = MAX_DECOMPRESSED_BYTES if max_decompressed is None else max_decompressed
+    return _Capped(gzip.GzipFile(fileobj=handle, mode="rb"), handle, limit, Path(path))
+
+
+def read_block(stream, size: int, path: str | Path) -> bytes:
+    """One block of a stream from open_stream; corrupt gzip becomes a TraceFormatError."""
+    try:
+        return stream.read(size)
+    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
+        raise TraceFormatError(f"{path}: corrupt gzip ({exc})") from None
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+class _Capped(io.RawIOBase):
+    """A gzip stream that fails once it has inflated more than its limit (a gzip bomb)."""
+
+    def __init__(self, inner: gzip.GzipFile, raw, limit: int, path: Path):
+        self._inner, self._raw, self._left, self._path = inner, raw, limit, path
+        self._limit = limit
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        want = self._left + 1 if size is None or size < 0 else min(size, self._left + 1)
+        data = self._inner.read(want)
+        self._left -= len(data)
+        if self._left < 0:
+            raise TraceFormatError(f"{self._path}: gzip content inflates past the "
+                                   f"{_size(self._limit)} gapscope reads")
+        return data
+
+    def close(self) -> None:
+        self._inner.close()
+        self._raw.close()
+        super().close()
+
+
+def _why(path: Path, exc: OSError) -> str:
+    if exc.errno == errno.ELOOP:
+        return "symlink loop"
+    if exc.errno == errno.ENOENT and path.is_symlink():
+        return f"dangling symlink to {os.readlink(path)}"
+    if exc.errno == errno.ENXIO:  # a socket, or a FIFO opened for writing
+        return "not a regular file"
+    return exc.strerror or str(exc)

@@ -1,0 +1,123 @@
+"""Reads that must not run away: FIFOs, devices and bad symlinks are refused in one line, sizes capped."""
+import gzip
+import json
+import os
+import threading
+
+import pytest
+
+from analysis.readers import safe_files
+from analysis.readers.hlo_text import read_hlo_text
+from analysis.readers.resources_csv import read_resources_csv
+from analysis.readers.torch_trace import read_torch_trace
+from profilers.errors import TraceFormatError
+
+TRACE = {"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1",
+                          "pid": 1, "tid": 1, "ts": 1000, "dur": 100}]}
+
+
+def _refused_within(seconds, read, path, fragment):
+    """Run the read in a thread: a FIFO would block forever, a device would read forever."""
+    outcome = {}
+
+    def target():
+        try:
+            read(path)
+        except Exception as exc:  # noqa: BLE001 - the test inspects what came out
+            outcome["error"] = exc
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"reading {path} did not return within {seconds} s"
+    error = outcome.get("error")
+    assert isinstance(error, TraceFormatError), error
+    assert fragment in str(error) and "\n" not in str(error)
+
+
+@pytest.fixture
+def odd_paths(tmp_path):
+    fifo = tmp_path / "fifo.pt.trace.json"
+    os.mkfifo(fifo)
+    zero = tmp_path / "zero.pt.trace.json"
+    zero.symlink_to("/dev/zero")
+    urandom = tmp_path / "urandom.pt.trace.json"
+    urandom.symlink_to("/dev/urandom")
+    dangling = tmp_path / "dangling.pt.trace.json"
+    dangling.symlink_to(tmp_path / "gone")
+    loop = tmp_path / "loop.pt.trace.json"
+    loop.symlink_to(loop)
+    return {"fifo": (fifo, "a FIFO"), "zero": (zero, "a character device"),
+            "urandom": (urandom, "a character device"), "dangling": (dangling, "dangling symlink"),
+            "loop": (loop, "symlink loop"), "folder": (tmp_path, "a folder")}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "urandom", "dangling", "loop", "folder"])
+@pytest.mark.parametrize("reader", [read_torch_trace, read_hlo_text, read_resources_csv],
+                         ids=["torch", "hlo_text", "resources_csv"])
+def test_non_regular_files_are_refused_at_once(odd_paths, kind, reader):
+    path, fragment = odd_paths[kind]
+    _refused_within(10, reader, path, fragment)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dangling", "loop"])
+def test_xplane_reader_refuses_them_before_loading_the_schema(odd_paths, kind, monkeypatch):
+    from analysis.readers import xplane
+    monkeypatch.setattr(xplane, "_xplane_pb2", lambda: pytest.fail("schema loaded"))
+    path, fragment = odd_paths[kind]
+    _refused_within(10, xplane.read_xplane, path, fragment)
+
+
+def test_is_readable_regular_file(tmp_path, odd_paths):
+    plain = tmp_path / "w.1.pt.trace.json"
+    plain.write_text(json.dumps(TRACE))
+    link = tmp_path / "link.pt.trace.json"
+    link.symlink_to(plain)
+    assert safe_files.is_readable_regular_file(plain)
+    assert safe_files.is_readable_regular_file(link)
+    assert not safe_files.is_readable_regular_file(tmp_path / "missing.pt.trace.json")
+    for path, _ in odd_paths.values():
+        assert not safe_files.is_readable_regular_file(path), path
+
+
+def test_file_over_the_size_cap_is_refused(tmp_path, monkeypatch):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps(TRACE))
+    monkeypatch.setattr(safe_files, "MAX_FILE_BYTES", 100)
+    with pytest.raises(TraceFormatError, match="of 1[0-9]{2} bytes is over the 100 bytes gapscope reads"):
+        read_torch_trace(path)
+
+
+def test_gzip_bomb_is_refused_past_the_inflate_cap(tmp_path, monkeypatch):
+    # 64 MB of whitespace inside the array: tiny compressed, valid JSON, never-ending to read.
+    text = b'{"traceEvents": [' + b" " * (64 << 20) + b"]}"
+    path = tmp_path / "bomb.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text, compresslevel=9))
+    assert path.stat().st_size < 1 << 20
+    monkeypatch.setattr(safe_files, "MAX_DECOMPRESSED_BYTES", 16 << 20)
+    with pytest.raises(TraceFormatError, match="inflates past"):
+        read_torch_trace(path)
+
+
+def test_gzip_is_recognised_by_content_whatever_the_name(tmp_path):
+    path = tmp_path / "w.1.pt.trace.json"  # gzipped, but not named .gz
+    path.write_bytes(gzip.compress(json.dumps(TRACE).encode()))
+    assert [e.name for e in read_torch_trace(path).events] == ["ProfilerStep#1"]
+
+
+def test_an_event_larger_than_any_real_one_is_refused(tmp_path, monkeypatch):
+    from analysis.readers import torch_trace
+    monkeypatch.setattr(torch_trace, "_CHUNK", 1 << 10)
+    monkeypatch.setattr(torch_trace, "_BLOCK", 1 << 10)
+    monkeypatch.setattr(torch_trace, "_MAX_EVENT", 1 << 16)
+    path = tmp_path / "huge.pt.trace.json"
+    path.write_text('{"traceEvents": [{"ph": "X", "name": "' + "x" * (1 << 18) + '"}]}')
+    with pytest.raises(TraceFormatError, match="an event of over"):
+        read_torch_trace(path)
+
+
+def test_resources_csv_with_nan_or_inf_reads_them_as_no_sample(tmp_path):
+    path = tmp_path / "resources.csv"
+    path.write_text("t_s,cpu_percent,gpu_util_percent\n0.5,nan,inf\n1.0,50,\n")
+    rows = read_resources_csv(path)
+    assert rows[0]["cpu_percent"] is None and rows[0]["gpu_util_percent"] is None
+    assert rows[1]["cpu_percent"] == 50.0
