@@ -108,21 +108,32 @@ class _Reader:
 
     def read(self, stream):
         buf = bytearray()
-        eof = False
-        while not (match := _EVENTS_KEY.search(buf)):
-            if eof or len(buf) > _MAX_HEADER:
-                # No array where torch writes it: decode what there is, for the decoder's
-                # own word on what is wrong (or a valid but unusual layout).
+        eof, searched, head_error = False, 0, None
+        while True:
+            match = _EVENTS_KEY.search(buf, searched)
+            if match is None:
                 if len(buf) > _MAX_HEADER:
+                    if head_error is not None:
+                        raise head_error
                     raise TraceFormatError(f"{self.path}: no traceEvents array in the first "
                                            f"{_MAX_HEADER >> 20} MB: not a torch profiler trace")
-                whole = _DECODER.decode(bytes(buf))
-                self._keep(whole.traceEvents)
-                return whole
-            eof = self._fill(stream, buf, len(buf) + _BLOCK)
-        # The keys before the array, closed as if traceEvents were empty: a decode failure
-        # here means the match was not the top-level key or the head is not JSON.
-        head = _HEADER_DECODER.decode(bytes(buf[:match.start()]) + b'"traceEvents": []}')
+                if eof:
+                    # No array where torch writes it: decode what there is, for the decoder's
+                    # own word on what is wrong (or a valid but unusual layout).
+                    whole = _DECODER.decode(bytes(buf))
+                    self._keep(whole.traceEvents)
+                    return whole
+                searched = max(0, len(buf) - 64)  # the key may straddle two blocks
+                eof = self._fill(stream, buf, len(buf) + _BLOCK)
+                continue
+            # The keys before the array, closed as if traceEvents were empty: a decode failure
+            # means the match was not the top-level key (one nested in an earlier value) or
+            # the head is not JSON; the next match is tried.
+            try:
+                head = _HEADER_DECODER.decode(bytes(buf[:match.start()]) + b'"traceEvents": []}')
+                break
+            except msgspec.DecodeError as exc:
+                head_error, searched = exc, match.end()
         del buf[:match.end() - 1]  # the buffer now starts with the array's "["
         while not eof:
             # A buffer left whole by the last decode (one event larger than a chunk) grows.
@@ -157,11 +168,6 @@ class _Reader:
             if candidates or start == 0:
                 break
             start = 0  # one huge event: look through the whole buffer
-        if not candidates:
-            if len(buf) > _MAX_EVENT:
-                raise TraceFormatError(f"{self.path}: an event of over {_MAX_EVENT >> 20} MB: "
-                                       "not a torch profiler trace")
-            return
         error = None
         for close in reversed(candidates[-_RETRIES:]):
             # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
@@ -180,7 +186,13 @@ class _Reader:
             next_event = buf.index(b"{", close + 1)
             buf[1:next_event] = b""
             return
-        raise error
+        # No cut decoded: the matches were all inside one event still being read (left to
+        # grow), or the JSON is broken, which shows once the buffer is past any real event.
+        if len(buf) > _MAX_EVENT:
+            if error is not None:
+                raise error
+            raise TraceFormatError(f"{self.path}: an event of over {_MAX_EVENT >> 20} MB: "
+                                   "not a torch profiler trace")
 
     def _keep(self, raws: list[_RawEvent]) -> None:
         """Complete events that pass the time checks become Events; the others are counted."""

@@ -1,0 +1,76 @@
+"""The torch reader decodes a trace a chunk of events at a time: chunk edges must change nothing."""
+import gzip
+import json
+
+import pytest
+
+from analysis.readers import torch_trace
+from analysis.readers.torch_trace import read_torch_trace
+
+# Strings and nested values that look like the gap between two events, where the reader cuts.
+TRICKY_NAMES = ["aten::mm", 'x}, {"ph": "X"', "}, {", "},{", 'quote " and }\\n,{', "ünïcødé ✓", ""]
+
+
+def _events(n: int) -> list[dict]:
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    for i in range(n):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}",
+                       "pid": 1, "tid": 1, "ts": 1000 + 100 * i, "dur": 100})
+        events.append({"ph": "X", "cat": "cpu_op", "name": TRICKY_NAMES[i % len(TRICKY_NAMES)],
+                       "pid": 1, "tid": "main", "ts": 1010 + 100 * i, "dur": 20,
+                       "args": {"nested": [{"a": 1}, {"b": {"c": "}, {"}}], "correlation": i}})
+        events.append({"ph": "s", "id": i, "pid": 1, "tid": 1, "ts": 1010 + 100 * i,
+                       "cat": "ac2g", "name": "ac2g"})
+        events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
+                       "ts": 1030 + 100 * i, "dur": 5.5, "args": {"correlation": i, "bytes": 64}})
+    return events
+
+
+def _documents():
+    events = _events(40)
+    yield "kineto layout", json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0}],
+                                       "traceEvents": events, "traceName": "x"}, indent=2)
+    yield "compact", json.dumps({"traceEvents": events}, separators=(",", ":"))
+    yield "keys after the array", json.dumps({"traceEvents": events, "deviceProperties": [{"id": 1}],
+                                              "baseTimeNanoseconds": 123})
+    yield "a nested traceEvents key first", json.dumps(
+        {"distributedInfo": {"traceEvents": [1, 2]}, "traceEvents": events})
+
+
+def _as_tuples(trace):
+    return [tuple(getattr(e, f) for f in e.__struct_fields__) for e in trace.events]
+
+
+@pytest.mark.parametrize("label,text", list(_documents()), ids=[d[0] for d in _documents()])
+@pytest.mark.parametrize("chunk", [1, 7, 64, 300])
+def test_chunk_edges_change_nothing(tmp_path, monkeypatch, label, text, chunk):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(text)
+    whole = read_torch_trace(path)  # default chunks: this small file is decoded in one piece
+    monkeypatch.setattr(torch_trace, "_CHUNK", chunk)
+    monkeypatch.setattr(torch_trace, "_BLOCK", max(1, chunk // 2))
+    chunked = read_torch_trace(path)
+    assert _as_tuples(chunked) == _as_tuples(whole)
+    assert chunked.metadata == whole.metadata
+    assert len(whole.events) == 120
+    gz = tmp_path / "w.1.pt.trace.json.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    assert _as_tuples(read_torch_trace(gz)) == _as_tuples(whole)
+
+
+def test_header_and_trailing_keys_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch_trace, "_CHUNK", 64)
+    monkeypatch.setattr(torch_trace, "_BLOCK", 16)
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": _events(3), "deviceProperties": [{"id": 1}],
+                                "baseTimeNanoseconds": 123}))
+    trace = read_torch_trace(path)
+    assert trace.metadata == {"device_properties": [{"id": 1}], "base_time_ns": 123}
+
+
+def test_garbage_after_the_array_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch_trace, "_CHUNK", 64)
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": _events(3)}) + " trailing")
+    with pytest.raises(torch_trace.TraceFormatError, match="not a torch profiler trace"):
+        read_torch_trace(path)
