@@ -170,7 +170,7 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
-    from analysis.load import breakdown_of
+    from analysis.breakdown import breakdown_of
     from analysis.renderers import render_breakdowns
     complete = [o for o in outcomes if o.status == "complete"]
     click.echo(render_breakdowns([breakdown_of(o.run_dir) for o in complete], fmt), nl=False)
@@ -230,47 +230,118 @@ def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
 
 @cli.command()
 @click.argument("paths", nargs=-1, required=True, type=click.Path())
-@click.option("--source", type=click.Choice(("auto", "trace", "timers")), default="auto",
-              show_default=True, help="Trace (sees inside compiled steps) or step timers.")
+@click.option("--source", type=click.Choice(("auto", "timers", "trace", "compensated")),
+              default="auto", show_default=True,
+              help="auto: step time from unprofiled steps, each phase from the step timers where "
+                   "they see it, else from the trace with the profiler's cost taken out; "
+                   "timers: step timers only; trace: the trace as recorded (profiler cost inside); "
+                   "compensated: every phase from the compensated trace.")
 @format_option()
 def breakdown(paths, source, fmt):
-    """Per-phase breakdown of PATHS: run directories, folders of runs, folders or trace files
-    (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
+    """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
+    trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
+
+    A folder of runs breaks down every run that finished and lists the others (exit 1).
 
     \b
     Example:
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
-    from analysis.load import breakdown_of
+    from analysis.breakdown import breakdown as breakdown_run
     from analysis.renderers import render_breakdowns
-    from analysis.readers.run_dir import expand_run_folders
-    results = [breakdown_of(p, source) for p in expand_run_folders(paths)]
-    click.echo(render_breakdowns(results, fmt), nl=False)
+    from analysis.run import expand_runs, load_run
+    entries = expand_runs(paths)
+    results, problems = [], []
+    for entry in entries:
+        try:
+            if entry.path is None:
+                raise GapscopeInputError(entry.problem)
+            results.append(breakdown_run(load_run(entry.path, entry.label), source))
+        except GapscopeInputError as exc:
+            if len(entries) == 1:
+                raise
+            problems.append(f"{entry.label or entry.path}: {exc}")
+    if results:
+        click.echo(render_breakdowns(results, fmt), nl=False)
+    for problem in problems:
+        click.echo(f"gapscope: skipped {problem}", err=True)
+    if problems:
+        sys.exit(EXIT_RUN_FAILED)
 
 
 @cli.command()
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, required=True)
+@click.option("--measure", is_flag=True,
+              help="RUNS are configurations WORKLOAD:FRAMEWORK[:VARIANT] to run now, interleaved "
+                   "A B A B ..., each repeat a fresh process, into one A/B folder under --out.")
+@click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="With --measure: runs of each configuration.")
+@click.option("--steps", type=click.IntRange(2, 10**7), default=60, show_default=True,
+              help="With --measure: steps per run (warm-up and traced steps included).")
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True,
+              help="With --measure: first steps excluded from the steady state.")
+@click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+              help="With --measure: steps each run's profiler records, for the evidence.")
+@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+              show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="With --measure: folder that receives the A/B folder.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @format_option(("table", "json", "markdown"))
-def compare(runs, fmt):
-    """Compare traced RUNS of one workload: per phase the time in each run, the delta to the
-    first run (the baseline), its ratio and share of the gap, then the evidence behind the
-    biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
+def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
+    """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
+    per phase the delta to the first run (the baseline) with its interval, then the evidence
+    behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
+
+    RUNS are run directories, or one A/B folder, or with --measure configurations to run now.
+    Between two ordinary runs the interval is the noise within each run only; --measure
+    repeats both, interleaved, and the interval includes the drift between processes.
 
     \b
     Example:
       gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* --format markdown
+      gapscope compare --measure cnn:keras cnn:torch --repeats 5
     """
+    from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
-    from analysis.explain import explain_run
+    from analysis.explain import explain
     from analysis.renderers import compare_json, compare_markdown, compare_table
-    if len(runs) < 2:
-        raise GapscopeInputError("compare needs at least two runs")
-    comparison = compare_runs([explain_run(Path(r)) for r in runs])
+    from analysis.run import is_measurement, load_measurement, load_run
+    if measure:
+        runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
+    if len(runs) == 1 and is_measurement(runs[0]):
+        per_config = load_measurement(runs[0])
+        comparison = compare_runs([explain(config_runs[0]) for config_runs in per_config],
+                                  [[breakdown_run(r) for r in config_runs] for config_runs in per_config])
+    else:
+        if len(runs) < 2:
+            raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
+        comparison = compare_runs([explain(load_run(Path(r))) for r in runs])
     renderer = {"table": compare_table, "json": compare_json, "markdown": compare_markdown}[fmt]
     click.echo(renderer.render(comparison), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)
+
+
+def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict) -> Path:
+    from workloads.ab import Config, RunFailed, measure
+    from workloads.settings import RunSettings
+    configs = [Config.parse(spec) for spec in specs]
+
+    def on_run(repeat, config, outcome):
+        if outcome is None:
+            _say(quiet, f"repeat {repeat + 1}/{repeats}: running {config.label}...")
+        else:
+            _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
+    base = RunSettings(workload="", framework="", **settings)
+    try:
+        folder = measure(configs, repeats, base, out_dir, on_run)
+    except RunFailed as exc:
+        click.echo(f"gapscope: A/B measurement failed: {exc}", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    _say(quiet, f"A/B folder: {folder}")
+    return folder
 
 
 @cli.command()

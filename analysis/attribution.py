@@ -71,12 +71,18 @@ def attribute(work: Work, timeline: PhaseTimeline, breakdown: Breakdown) -> Attr
         notes.append("CPU run: device time = time inside the executed ops/thunks that stand for kernels")
     return Attribution(
         device_kind="gpu" if gpu else "cpu", steps=work.steps,
-        host_ms=breakdown.phase_means() if breakdown.steps else {p: 0.0 for p in PHASES},
+        host_ms=_host_view(breakdown),
         device_ms=device_ms,
         device_busy_ms=busy / n / 1000.0, device_idle_ms=idle / n / 1000.0, late_ms=late / n / 1000.0,
         launches_per_step=len(launches) / n if gpu else None,
         launch_ms=sum(e.dur_us for e in launches) / n / 1000.0 if gpu else None,
         notes=notes)
+
+
+def _host_view(breakdown: Breakdown) -> dict[str, float]:
+    """The phases as the trace recorded them: device time is the trace's too, so the two
+    sides of the comparison carry the same profiler cost."""
+    return {p: f.trace_ms if f.trace_ms is not None else f.ms for p, f in breakdown.phases.items()}
 
 
 def _r(value):

@@ -1,81 +1,186 @@
-"""Breaks every step of a Trace, or of the step timers, into the five phases."""
+"""Breaks a run's steady-state step into the five phases: the step time from unprofiled steps,
+each phase from the step timers where they saw it, else from the trace (see phase_estimate)."""
 from __future__ import annotations
 
-import bisect
+import enum
 import statistics
-from collections import defaultdict
 
-from analysis import intervals
+import numpy as np
+
+from analysis.phase_estimate import PhaseSamples, estimate
+from analysis.phase_rules import PhaseOrigin
+from analysis.results import Breakdown, PhaseSource, StepBreakdown
+from analysis.run import Run
+from analysis.timeline import PhaseTimeline, phase_timeline
+from analysis.trace import Trace
 from profilers.errors import GapscopeInputError
-from analysis.phase_rules import (FRAMEWORK, INFERRED, MARKED, MISSING, NOT_APPLICABLE,
-                                  framework_phase, gapscope_phase)
-from analysis.results import Breakdown, StepBreakdown
-from analysis.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
-from profilers.phases import MARKED_PHASES, STEP_PREFIX
-
-# Where host work of two phases overlaps (TF runs ops on several threads), the instant goes
-# to the first phase in this order: compute before input, since input work that overlaps
-# compute (prefetch) does not cost step time. Each instant counts once, so phases add up.
-PRIORITY = ("forward", "backward", "optimizer", "data_load")
+from profilers.executions import updates_in_call
+from profilers.phases import MARKED_PHASES, PHASES
 
 
-def _mark_not_applicable(sources: dict, runs_phases) -> None:
-    """An inference run has no backward or optimizer: those are not applicable, not missing."""
-    for phase in MARKED_PHASES:
-        if phase not in runs_phases:
-            sources[phase] = NOT_APPLICABLE
+class Source(enum.StrEnum):
+    """What `gapscope breakdown --source` asks for."""
+
+    AUTO = "auto"                # unprofiled step; timers where they see a phase, else the compensated trace
+    TIMERS = "timers"            # step timers only (phases inside a compiled step unseen)
+    TRACE = "trace"              # the trace as recorded, profiler cost inside
+    COMPENSATED = "compensated"  # every phase from the trace, compensated (checks the method against timers)
 
 
-def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES) -> Breakdown:
-    steps = step_events(trace)
-    if not steps:
-        raise GapscopeInputError(
-            f"{trace.path}: no training steps found (expected ProfilerStep#N, gapscope/step#N "
-            "or a TF trace with step_num)")
-    by_phase, sources = phase_intervals(trace, steps)
-    _mark_not_applicable(sources, runs_phases)
-    per_step = []
-    for index, step in enumerate(steps):
-        lo, hi = step.start_us, step.end_us
-        taken: list[intervals.Interval] = []
-        marked_ms = {}
-        for phase in PRIORITY:
-            own = intervals.clip(by_phase.get(phase, []), lo, hi)
-            exclusive = intervals.subtract(own, taken)
-            marked_ms[phase] = intervals.total(exclusive) / 1000.0
-            taken = intervals.merge(taken + own)
-        number = step.step_num if step.step_num is not None else index
-        per_step.append(StepBreakdown.from_marked(number, step.dur_us / 1000.0, marked_ms))
-    notes = []
-    if sources.get("forward") == INFERRED:
-        notes.append("forward inferred: host ops between data load and the first backward op")
-    missing = [p for p in MARKED_PHASES if sources[p] == MISSING]
-    if missing:
-        notes.append(f"not identified in this trace (counted in other): {', '.join(missing)}")
-    return Breakdown("trace", per_step, phase_sources=sources, notes=notes)
+def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
+    source = Source(source)
+    if source == Source.TIMERS or run.trace is None:
+        if source in (Source.TRACE, Source.COMPENSATED):
+            raise GapscopeInputError(f"{run.path}: holds no torch trace or .xplane.pb file")
+        if run.rows is None:
+            raise GapscopeInputError(f"{run.path}: holds no trace file and no steps.csv")
+        result = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases)
+    else:
+        traced, notes = trace_steps(run)
+        timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
+        result = _combined(run, traced, timed, raw=source == Source.TRACE)
+        result.notes = notes + result.notes
+    result.notes = run.notes + result.notes
+    _label(result, run)
+    return result
+
+
+def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
+                         timeline: PhaseTimeline | None = None) -> Breakdown:
+    """The trace's figures as recorded (a trace with no unprofiled steps beside it)."""
+    timeline = timeline or phase_timeline(trace)
+    steps, origins, notes = _trace_steps(trace, timeline, runs_phases)
+    return _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins, notes,
+                         raw=True)
 
 
 def breakdown_from_timers(rows: list[dict], warmup_steps: int,
                           runs_phases=MARKED_PHASES) -> Breakdown:
     """Steps from the per-step timers (steps.csv rows); warm-up steps become compile_ms."""
+    steady = _steady(rows, warmup_steps)
+    untraced = [r for r in steady if not r.get("traced")] or steady
+    timed = _timed_phases(rows, warmup_steps)
+    per_step = [StepBreakdown.from_marked(int(r["step"]), r["step_ms"],
+                                          {p: r[f"{p}_ms"] or 0.0 for p in timed}, r.get("loss"))
+                for r in untraced]
+    samples = PhaseSamples(np.array([r["step_ms"] for r in untraced], float),
+                           {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed})
+    origins = {p: PhaseOrigin.MARKED if p in timed else PhaseOrigin.MISSING for p in MARKED_PHASES}
+    notes = []
+    if any(p not in timed for p in runs_phases):
+        notes.append("phases inside a compiled step are not visible to host timers; "
+                     "run with --trace for them")
+    result = _from_samples(samples, per_step, origins, notes, runs_phases=runs_phases)
+    result.compile_ms = compile_ms(rows, warmup_steps)
+    result.unprofiled = any(not r.get("traced") for r in steady)
+    return result
+
+
+def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool) -> Breakdown:
+    """Unprofiled step times from the timers, phases from timers and the compensated trace."""
+    rows = run.rows
+    notes = []
+    origins = dict(run.timeline.origins)
+    steady = _steady(rows, run.warmup_steps) if rows else []
+    untraced = [r for r in steady if not r.get("traced")]
+    traced_rows = [r for r in steady if r.get("traced")]
+    samples = PhaseSamples(
+        np.array([r["step_ms"] for r in untraced], float) if untraced else None,
+        {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed} if untraced else {},
+        _phase_matrix(traced),
+        np.array([r["step_ms"] for r in traced_rows], float) if traced_rows else None)
+    if rows and not untraced and not raw:
+        notes.append("no unprofiled steady steps: figures are the trace's, profiler cost inside; "
+                     "run more steps than --warmup + --trace-steps")
+    result = _from_samples(samples, traced, origins, notes + _origin_notes(origins, run.runs_phases),
+                           raw=raw, runs_phases=run.runs_phases)
+    if rows:
+        result.compile_ms = compile_ms(rows, run.warmup_steps)
+        result.trace_overhead_pct = trace_overhead_pct(rows, run.warmup_steps)
+        if result.trace_overhead_pct is not None:
+            result.notes.append(f"traced steps took {result.trace_overhead_pct:+.0f}% against "
+                                "unprofiled ones: the profiler's own cost, "
+                                + ("inside these figures" if raw else "taken out of the phases"))
+    return result
+
+
+
+def trace_steps(run: Run) -> tuple[list[StepBreakdown], list[str]]:
+    """The run's traced steps as recorded, one per optimizer update, and notes on them."""
+    steps, _, _ = _trace_steps(run.trace, run.timeline, run.runs_phases)
+    spe = run.settings.get("steps_per_execution", 1)
+    notes = []
+    if isinstance(spe, int) and spe > 1 and run.trace_file in run.located.xplanes:
+        steps = per_update(steps, spe, run.manifest["steps_run"], run.manifest["steps_per_epoch"])
+        notes.append(f"each traced call ran up to {spe} updates (steps_per_execution); "
+                     "figures are per update")
+        # A call that ran a warm-up update compiled: it is not a steady step.
+        steady = [s for s in steps if s.step >= run.warmup_steps]
+        if steady:
+            steps = steady
+        elif steps and steps[0].step == 0:
+            notes.append("the traced call began at the first update, so its figures include "
+                         "warm-up (tracing, compilation): run more steps than "
+                         "steps_per_execution for a steady state")
+    return steps, notes
+
+
+def _trace_steps(trace: Trace, timeline: PhaseTimeline, runs_phases):
+    if not timeline.steps:
+        raise GapscopeInputError(
+            f"{trace.path}: no training steps found (expected ProfilerStep#N "
+            "or a TF trace with step_num)")
+    per_step = []
+    for index, step in enumerate(timeline.steps):
+        number = step.step_num if step.step_num is not None else index
+        per_step.append(StepBreakdown.from_marked(number, step.dur_us / 1000.0,
+                                                  timeline.phase_ms(index)))
+    return per_step, dict(timeline.origins), _origin_notes(timeline.origins, runs_phases)
+
+
+def _origin_notes(origins: dict, runs_phases) -> list[str]:
+    notes = []
+    if origins.get("forward") == PhaseOrigin.INFERRED:
+        notes.append("forward inferred: host ops between data load and the first backward op")
+    missing = [p for p in runs_phases if origins.get(p) == PhaseOrigin.MISSING]
+    if missing:
+        notes.append(f"not identified in this trace (counted in other): {', '.join(missing)}")
+    return notes
+
+
+def _phase_matrix(steps: list[StepBreakdown]) -> np.ndarray:
+    return np.array([[s.phase_ms[p] for p in PHASES] for s in steps], float).reshape(-1, 5)
+
+
+def _from_samples(samples: PhaseSamples, steps: list[StepBreakdown], origins: dict,
+                  notes: list[str], raw: bool = False, runs_phases=MARKED_PHASES) -> Breakdown:
+    result = estimate(samples, raw=raw)
+    origins = dict(origins)
+    for phase in MARKED_PHASES:
+        if phase not in runs_phases:
+            origins[phase] = PhaseOrigin.NOT_APPLICABLE
+    unprofiled = result.source != PhaseSource.RAW
+    times = list(samples.untraced_step_ms) if unprofiled else [s.step_ms for s in steps]
+    if raw and samples.untraced_step_ms is not None and len(samples.untraced_step_ms):
+        notes = notes + ["figures as the profiler recorded them, its own cost inside"]
+    elif not unprofiled:
+        notes = notes + ["no unprofiled steps: the profiler's own cost is inside these figures"]
+    return Breakdown(result.source, steps, [float(t) for t in times], result.phases,
+                     step_ci95=result.step_ci95, unprofiled=unprofiled,
+                     phase_sources=origins, notes=notes, replicates=result.replicates)
+
+
+def _steady(rows: list[dict], warmup_steps: int) -> list[dict]:
     if len(rows) <= warmup_steps:
         raise GapscopeInputError(
             f"only {len(rows)} timed steps, all of them warm-up ({warmup_steps}): run more steps")
-    steady = rows[warmup_steps:]
-    # Steps inside a profiler window carry its overhead; use the untraced ones where any.
-    steady = [r for r in steady if not r.get("traced")] or steady
-    timed = [p for p in MARKED_PHASES if any(r.get(f"{p}_ms") is not None for r in steady)]
-    per_step = [StepBreakdown.from_marked(int(r["step"]), r["step_ms"],
-                                          {p: r[f"{p}_ms"] or 0.0 for p in timed}, r.get("loss"))
-                for r in steady]
-    sources = {p: MARKED if p in timed else MISSING for p in MARKED_PHASES}
-    _mark_not_applicable(sources, runs_phases)
-    notes = []
-    if any(source == MISSING for source in sources.values()):
-        notes.append("phases inside a compiled step are not visible to host timers; "
-                     "run with --trace for them")
-    return Breakdown("timers", per_step, compile_ms=compile_ms(rows, warmup_steps),
-                     phase_sources=sources, notes=notes)
+    return rows[warmup_steps:]
+
+
+def _timed_phases(rows: list[dict], warmup_steps: int) -> list[str]:
+    """Phases the step timers measured on the unprofiled steady steps."""
+    steady = [r for r in rows[warmup_steps:] if not r.get("traced")]
+    return [p for p in MARKED_PHASES if steady and all(r.get(f"{p}_ms") is not None for r in steady)]
 
 
 def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
@@ -86,26 +191,18 @@ def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
     return sum(max(0.0, r["step_ms"] - median) for r in rows[:warmup_steps])
 
 
-def per_update(result: Breakdown, steps_per_execution: int, steps_run: int,
-               steps_per_epoch: int) -> Breakdown:
+def per_update(steps: list[StepBreakdown], steps_per_execution: int, steps_run: int,
+               steps_per_epoch: int) -> list[StepBreakdown]:
     """With steps_per_execution = N, one traced step event is one call running up to N updates
     (fewer at an epoch's end): split each into its updates, each an equal share."""
     updates = []
-    for call in result.steps:
+    for call in steps:
         first = call.step
-        count = max(1, min(steps_per_execution, steps_run - first,
-                           steps_per_epoch - first % steps_per_epoch))
+        count = updates_in_call(first, steps_per_execution, steps_per_epoch, steps_run)
         updates += [StepBreakdown(first + i, call.step_ms / count,
                                   {p: ms / count for p, ms in call.phase_ms.items()}, call.loss)
                     for i in range(count)]
-    result.steps = updates
-    result.notes.append(f"each traced call ran up to {steps_per_execution} updates "
-                        "(steps_per_execution); figures are per update")
-    if result.steps and result.steps[0].step == 0:
-        result.notes.append("the traced call began at the first update, so its figures include "
-                            "warm-up (tracing, compilation): run more steps than "
-                            "steps_per_execution for a steady state")
-    return result
+    return updates
 
 
 def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
@@ -118,64 +215,17 @@ def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
     return 100.0 * (statistics.median(traced) / statistics.median(untraced) - 1.0)
 
 
-def step_events(trace: Trace) -> list[Event]:
-    """Host step events; gapscope's own step ranges win over ProfilerStep when both exist."""
-    steps = [e for e in trace.events if e.kind == STEP]
-    own = [e for e in steps if e.name.startswith(STEP_PREFIX)]
-    return sorted(own or steps, key=lambda e: e.start_us)
+def _label(result: Breakdown, run: Run) -> None:
+    manifest = run.manifest
+    result.run_id = run.run_id
+    result.workload = manifest.get("workload")
+    result.framework = run.framework
+    result.variant = manifest.get("variant")
+    result.device = manifest.get("device")
+    result.label = run.label
 
 
-def phase_intervals(trace: Trace, steps: list[Event]):
-    """Merged intervals per phase, from the best marker source the trace has for each."""
-    found: dict[tuple[str, str], list] = defaultdict(list)
-    unclaimed_ops: list[Event] = []
-    for event in trace.events:
-        if event.kind not in (ANNOTATION, HOST_OP) or not event.track.startswith("host"):
-            continue
-        phase = gapscope_phase(event.name)
-        if phase:
-            found[(phase, MARKED)].append((event.start_us, event.end_us))
-            continue
-        phase = framework_phase(event.name)
-        if phase:
-            found[(phase, FRAMEWORK)].append((event.start_us, event.end_us))
-        elif event.kind == HOST_OP:
-            unclaimed_ops.append(event)
-
-    by_phase, sources = {}, {}
-    for phase in MARKED_PHASES:
-        for source in (MARKED, FRAMEWORK):
-            if found.get((phase, source)):
-                by_phase[phase] = intervals.merge(found[(phase, source)])
-                sources[phase] = source
-                break
-        else:
-            sources[phase] = MISSING
-    if sources["forward"] == MISSING and sources["backward"] != MISSING:
-        forward = _infer_forward(unclaimed_ops, steps, by_phase)
-        if forward:
-            by_phase["forward"] = forward
-            sources["forward"] = INFERRED
-    return by_phase, sources
-
-
-def _infer_forward(ops: list[Event], steps: list[Event], by_phase: dict) -> list:
-    """Forward in an unmarked trace: host ops of a step after its data load ends and before
-    its first backward op begins (the loss computation included)."""
-    starts = [s.start_us for s in steps]
-    data = by_phase.get("data_load", [])
-    backward_starts = [s for s, _ in by_phase["backward"]]
-    found = []
-    for op in ops:
-        i = bisect.bisect_right(starts, op.start_us) - 1
-        if i < 0 or op.start_us >= steps[i].end_us:
-            continue
-        lo, hi = steps[i].start_us, steps[i].end_us
-        first_backward = next((b for b in backward_starts[bisect.bisect_left(backward_starts, lo):]
-                               if b < hi), None)
-        data_end = max((e for s, e in intervals.clip(data, lo, hi)), default=lo)
-        if first_backward is not None and data_end <= op.start_us < first_backward:
-            found.append((op.start_us, min(op.end_us, first_backward)))
-    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
-    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
-    return intervals.subtract(intervals.merge(found), marked)
+def breakdown_of(path, source: str = Source.AUTO) -> Breakdown:
+    """The breakdown of whatever `path` holds (run directory, folder with a trace, trace file)."""
+    from analysis.run import load_run
+    return breakdown(load_run(path), source)

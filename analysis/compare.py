@@ -2,12 +2,17 @@
 evidence from the per-run analyzers (kernels, fusion, transfers, dispatch, compile)."""
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass, field
 
 from analysis.explain import RunExplanation
 from analysis.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.results import Breakdown
+from analysis.run import unique_labels
+from analysis.stats import Interval, contains_zero, percentile_interval, t_interval
 from profilers.errors import GapscopeInputError
-from profilers.phases import MARKED_PHASES
+from profilers.phases import MARKED_PHASES, PHASES
 
 _DIGITS = 6
 # Phases whose delta is explained line by line: the biggest, down to this share of the gap.
@@ -23,6 +28,11 @@ class PhaseGap:
     delta_ms: float
     ratio: float | None          # b / a
     share_of_gap: float | None   # delta / gap; the five add up to 1
+    delta_ci95: Interval | None = None
+
+    @property
+    def within_noise(self) -> bool:
+        return contains_zero(self.delta_ci95)
 
 
 @dataclass
@@ -50,12 +60,27 @@ class PairComparison:
     phases: list[PhaseGap]
     evidence: list[Evidence]
     devices_differ: bool
+    ratio: float | None = None   # b / a step time
+    ratio_ci95: Interval | None = None
+    gap_ci95: Interval | None = None
+    interval_method: str = ""
+    repeats: int = 1
+    unprofiled: bool = True      # both step times from unprofiled steps
+
+    @property
+    def within_noise(self) -> bool:
+        return contains_zero(self.gap_ci95)
 
     def to_json_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "a_label": self.a_label, "b_label": self.b_label,
                 "a_step_ms": self.a_step_ms, "b_step_ms": self.b_step_ms, "gap_ms": self.gap_ms,
-                "ratio": _ratio(self.b_step_ms, self.a_step_ms),
+                "gap_ci95": _rounded(self.gap_ci95), "ratio": self.ratio,
+                "ratio_ci95": _rounded(self.ratio_ci95, 4), "within_noise": self.within_noise,
+                "interval_method": self.interval_method, "repeats": self.repeats,
+                "unprofiled": self.unprofiled,
                 "phases": {g.phase: {"a_ms": g.a_ms, "b_ms": g.b_ms, "delta_ms": g.delta_ms,
+                                     "delta_ci95": _rounded(g.delta_ci95),
+                                     "within_noise": g.within_noise,
                                      "ratio": g.ratio, "share_of_gap": g.share_of_gap}
                            for g in self.phases},
                 "evidence": [e.__dict__ for e in self.evidence],
@@ -77,11 +102,14 @@ class Comparison:
 
 def run_label(run: RunExplanation) -> str:
     b = run.breakdown
-    parts = [b.framework or "?", b.variant if b.variant not in (None, "default") else None]
-    return " ".join(p for p in parts if p)
+    return b.label or b.run_id or "?"
 
 
-def compare(runs: list[RunExplanation]) -> Comparison:
+def compare(runs: list[RunExplanation],
+            repeats: list[list[Breakdown]] | None = None) -> Comparison:
+    """The first run is the baseline. `repeats`: for each run, the breakdowns of its
+    interleaved repeats (A/B measurement), which then give the step times and intervals;
+    the runs themselves (one traced repeat each) give the evidence."""
     if len(runs) < 2:
         raise GapscopeInputError("compare needs at least two runs")
     base = runs[0]
@@ -98,25 +126,87 @@ def compare(runs: list[RunExplanation]) -> Comparison:
         if _devices_differ(base, other):
             warnings.append(f"different devices: {base.breakdown.device} ({base.breakdown.run_id}) vs "
                             f"{other.breakdown.device} ({other.breakdown.run_id}): the gap includes the hardware")
-    return Comparison(runs, [compare_pair(base, other) for other in runs[1:]], warnings)
+    labels = unique_labels([run_label(r) for r in runs], [r.breakdown.run_id or "" for r in runs])
+    for run, label in zip(runs, labels):
+        run.breakdown.label = label
+    pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
+             for i, other in enumerate(runs[1:], start=1)]
+    if any(not p.unprofiled for p in pairs):
+        warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
+                        "and the gap may have the wrong size")
+    return Comparison(runs, pairs, warnings)
 
 
-def compare_pair(a: RunExplanation, b: RunExplanation) -> PairComparison:
-    da, db = a.breakdown.to_json_dict(), b.breakdown.to_json_dict()
-    a_step, b_step = da["step_ms"]["mean"], db["step_ms"]["mean"]
+def compare_pair(a: RunExplanation, b: RunExplanation,
+                 repeats: tuple[list[Breakdown], list[Breakdown]] | None = None) -> PairComparison:
+    sides = repeats or ([a.breakdown], [b.breakdown])
+    da = _mean_figures(sides[0])
+    db = _mean_figures(sides[1])
+    a_step, b_step = da["step"], db["step"]
     gap = round(b_step - a_step, _DIGITS)
-    phases = []
-    for phase in MARKED_PHASES:
-        am, bm = da["phases"][phase]["ms"], db["phases"][phase]["ms"]
-        phases.append(PhaseGap(phase, am, bm, round(bm - am, _DIGITS), _ratio(bm, am), None))
+    phases = [PhaseGap(p, da[p], db[p], round(db[p] - da[p], _DIGITS), _ratio(db[p], da[p]), None)
+              for p in MARKED_PHASES]
     # `other` takes what the four leave of the gap, so the five deltas add up to it exactly.
-    am, bm = da["phases"]["other"]["ms"], db["phases"]["other"]["ms"]
-    phases.append(PhaseGap("other", am, bm, round(gap - sum(g.delta_ms for g in phases), _DIGITS),
-                           _ratio(bm, am), None))
+    phases.append(PhaseGap("other", da["other"], db["other"],
+                           round(gap - sum(g.delta_ms for g in phases), _DIGITS),
+                           _ratio(db["other"], da["other"]), None))
     for g in phases:
         g.share_of_gap = round(g.delta_ms / gap, 4) if gap else None
-    return PairComparison(da["run_id"], db["run_id"], run_label(a), run_label(b), a_step, b_step,
-                          gap, phases, _evidence(a, b, phases, gap), _devices_differ(a, b))
+    pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, run_label(a), run_label(b),
+                          a_step, b_step, gap, phases, _evidence(a, b, phases, gap),
+                          _devices_differ(a, b), ratio=_ratio(b_step, a_step),
+                          repeats=len(sides[0]),
+                          unprofiled=all(x.unprofiled for side in sides for x in side))
+    if len(sides[0]) >= 2 and len(sides[0]) == len(sides[1]):
+        _repeat_intervals(pair, *sides)
+    else:
+        _bootstrap_intervals(pair, a.breakdown, b.breakdown)
+    return pair
+
+
+def _mean_figures(breakdowns: list[Breakdown]) -> dict[str, float]:
+    """Step and phases averaged over repeats, from the rounded figures of the JSON contract."""
+    docs = [x.to_json_dict() for x in breakdowns]
+    figures = {"step": round(statistics.fmean(d["step_ms"]["mean"] for d in docs), _DIGITS)}
+    for p in PHASES:
+        figures[p] = round(statistics.fmean(d["phases"][p]["ms"] for d in docs), _DIGITS)
+    return figures
+
+
+def _bootstrap_intervals(pair: PairComparison, a: Breakdown, b: Breakdown) -> None:
+    """One run each: both estimators' bootstrap replicates are independent, so their
+    differences (row by row) are replicates of the difference."""
+    if a.replicates is None or b.replicates is None or a.step_ci95 is None or b.step_ci95 is None:
+        pair.interval_method = "none: a run has too few steps for an interval"
+        return
+    ra, rb = a.replicates, b.replicates
+    pair.gap_ci95 = percentile_interval(rb[:, 0] - ra[:, 0])
+    pair.ratio_ci95 = percentile_interval(rb[:, 0] / ra[:, 0])
+    for i, g in enumerate(pair.phases, start=1):
+        g.delta_ci95 = percentile_interval(rb[:, i] - ra[:, i])
+    pair.interval_method = ("95 % bootstrap over the steps of each run; drift between processes "
+                            "is not in it: measure with `gapscope compare --measure ... --repeats N`")
+
+
+def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: list[Breakdown]) -> None:
+    """Interleaved repeats A B A B ...: repeat i of A and of B ran side by side in time, so
+    their ratio and differences are paired; the t-interval over the pairs carries the drift
+    between processes that one run's steps cannot show."""
+    a_means = [_mean_figures([x]) for x in side_a]
+    b_means = [_mean_figures([x]) for x in side_b]
+    logs = [math.log(fb["step"] / fa["step"]) for fa, fb in zip(a_means, b_means)]
+    pair.ratio = round(math.exp(statistics.fmean(logs)), 4)
+    lo, hi = t_interval(logs)
+    pair.ratio_ci95 = (math.exp(lo), math.exp(hi))
+    pair.gap_ci95 = t_interval([fb["step"] - fa["step"] for fa, fb in zip(a_means, b_means)])
+    for g in pair.phases:
+        g.delta_ci95 = t_interval([fb[g.phase] - fa[g.phase] for fa, fb in zip(a_means, b_means)])
+    pair.interval_method = (f"95 % t-interval over {len(logs)} interleaved repeats (fresh processes); "
+                            "ratio = geometric mean of the paired ratios")
+
+
+def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:
+    return None if interval is None else [round(interval[0], digits), round(interval[1], digits)]
 
 
 def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap: float) -> list[Evidence]:

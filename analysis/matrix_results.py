@@ -6,7 +6,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.load import breakdown_of
+from analysis.breakdown import breakdown_of
 from analysis.readers.run_dir import locate, read_steps_csv
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES

@@ -1,16 +1,20 @@
 """Which phase an event name stands for: gapscope's own marks first, then the frameworks' own."""
 from __future__ import annotations
 
+import enum
 import functools
 
 from profilers.phases import MARKED_PHASES, TF_SCOPE_PREFIX, TORCH_PREFIX
 
-# Where a phase's time came from, best first.
-MARKED = "gapscope marks"
-FRAMEWORK = "framework markers"
-INFERRED = "inferred"
-MISSING = "not identified"
-NOT_APPLICABLE = "not applicable"  # e.g. backward and optimizer in an inference run
+
+class PhaseOrigin(enum.StrEnum):
+    """How a phase was found in a trace, best first."""
+
+    MARKED = "gapscope marks"
+    FRAMEWORK = "framework markers"
+    INFERRED = "inferred"
+    MISSING = "not identified"
+    NOT_APPLICABLE = "not applicable"  # e.g. backward and optimizer in an inference run
 
 _TORCH_MARKERS = (
     ("enumerate(DataLoader)#", "data_load"),

@@ -2,20 +2,19 @@
 the plots as PNG and SVG files beside them."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from analysis.load import breakdown_of
-from analysis.readers.run_dir import locate, read_steps_csv
+from analysis.breakdown import breakdown
+from analysis.readers.run_dir import locate
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
+from analysis.run import RunEntry, expand_runs, load_run, run_label, unfinished, unique_labels
 from profilers.errors import GapscopeInputError
-from profilers.run_dir import MANIFEST, write_atomic
+from profilers.run_dir import write_atomic
 
-MATRIX_STATE = "matrix.json"
 # A comparison table grows four columns per run: beyond this it is no longer readable.
 MAX_COMPARED_RUNS = 6
 
@@ -32,24 +31,6 @@ class ReportFiles:
         return [self.markdown, self.html, *self.images]
 
 
-def expand_paths(paths: list[str | Path]) -> list[tuple[str | None, Path | None, str | None]]:
-    """(label, run path, problem) per run: a matrix folder gives its rows in order, a folder of
-    run directories gives each of them; anything else stands for itself."""
-    runs = []
-    for path in map(Path, paths):
-        if not path.exists():
-            raise GapscopeInputError(f"{path}: no such file or directory")
-        if path.is_dir() and (path / MATRIX_STATE).exists():
-            runs += _matrix_rows(path)
-        elif path.is_dir() and not (path / MANIFEST).exists() and _child_runs(path):
-            runs += [(None, child, None) for child in _child_runs(path)]
-        else:
-            runs.append((None, path, None))
-    if not runs:
-        raise GapscopeInputError("no runs to report on")
-    return runs
-
-
 def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
                  baseline: str | None = None,
                  progress: Callable[[str], None] = lambda message: None) -> ReportFiles:
@@ -61,13 +42,15 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
         raise GapscopeInputError(f"{out}: the report is Markdown (.md) with an .html copy")
     out.parent.mkdir(parents=True, exist_ok=True)
     read = []
-    for label, path, problem in expand_paths(paths):
-        progress(f"reading {path or label}")
-        read.append(_read_run(label, path, problem, source))
-    runs = [run for run, _ in read]
-    _unique_labels(runs)
-    series = [steps for _, steps in read if steps is not None]
-    for run, steps in read:
+    for entry in expand_runs(paths):
+        progress(f"reading {entry.path or entry.label}")
+        read.append(_read_run(entry, source))
+    runs = [run for run, _, _ in read]
+    loaded = {id(run): source_run for run, _, source_run in read}
+    for run, label in zip(runs, unique_labels([r.label for r in runs], [r.path for r in runs])):
+        run.label = label
+    series = [steps for _, steps, _ in read if steps is not None]
+    for run, steps, _ in read:
         if steps is not None:
             steps.label = run.label
     complete = [r for r in runs if r.breakdown is not None]
@@ -77,7 +60,7 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
                             runs=runs, baseline=base)
     if len(complete) > 1:
         progress("comparing runs")
-        _compare(content, complete, base)
+        _compare(content, [loaded[id(r)] for r in complete], complete, base)
 
     progress("plotting")
     figures = {}
@@ -106,29 +89,24 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     return ReportFiles(markdown_path, html_path, images, [r for r in runs if r.breakdown is None])
 
 
-def _read_run(label: str | None, path: Path | None, problem: str | None, source: str):
-    if path is None:  # a matrix row that never produced a run directory
-        return ReportRun(label, "-", None, None, problem), None
-    found = locate(path)
-    manifest = found.manifest
-    label = label or _label(manifest, path)
-    status = (manifest or {}).get("status")
-    if manifest is not None and status != "complete":
-        why = (f"failed: {manifest.get('error')}" if status == "failed"
-               else f"did not finish (status {status!r}): interrupted or still running")
-        return ReportRun(label, str(path), manifest, None, why), None
-    breakdown = breakdown_of(path, source)
-    run = ReportRun(label, str(path), manifest, breakdown)
-    if found.steps_csv is None:
-        return run, None
-    rows = read_steps_csv(found.steps_csv)
-    warmup = int((manifest or {}).get("warmup_steps", 0))
-    return run, plots.StepSeries(label, [int(r["step"]) for r in rows],
-                                 [float(r["step_ms"]) for r in rows], warmup,
-                                 [bool(r.get("traced")) for r in rows])
+def _read_run(entry: RunEntry, source: str):
+    if entry.path is None:  # a matrix row that never produced a run directory
+        return ReportRun(entry.label, "-", None, None, entry.problem), None, None
+    found = locate(entry.path)
+    label = entry.label or run_label(found.manifest, entry.path)
+    problem = unfinished(found.manifest)
+    if problem:
+        return ReportRun(label, str(entry.path), found.manifest, None, problem), None, None
+    run = load_run(entry.path, label)
+    report_run = ReportRun(label, str(entry.path), found.manifest, breakdown(run, source))
+    if run.rows is None:
+        return report_run, None, run
+    return report_run, plots.StepSeries(label, [int(r["step"]) for r in run.rows],
+                                        [float(r["step_ms"]) for r in run.rows], run.warmup_steps,
+                                        [bool(r.get("traced")) for r in run.rows]), run
 
 
-def _compare(content: ReportContent, complete: list[ReportRun], base: int) -> None:
+def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], base: int) -> None:
     """The compare analyzer's table and evidence, baseline first."""
     if len(complete) > MAX_COMPARED_RUNS:
         content.comparison_note = (f"{len(complete)} runs: the comparison table is left out above "
@@ -136,35 +114,18 @@ def _compare(content: ReportContent, complete: list[ReportRun], base: int) -> No
         return
     try:
         from analysis.compare import compare
-        from analysis.explain import explain_run
+        from analysis.explain import explain
         from analysis.renderers import compare_markdown
     except ImportError as exc:
         content.comparison_note = f"no comparison: the compare analyzer is not available ({exc})"
         return
-    ordered = [complete[base]] + [r for i, r in enumerate(complete) if i != base]
+    ordered = [loaded[base]] + [r for i, r in enumerate(loaded) if i != base]
     try:
-        comparison = compare([explain_run(Path(r.path)) for r in ordered])
+        comparison = compare([explain(r) for r in ordered])
     except GapscopeInputError as exc:
         content.comparison_note = f"no comparison: {exc}"
         return
     content.comparison_markdown = compare_markdown.render(comparison)
-
-
-def _label(manifest: dict | None, path: Path) -> str:
-    if not manifest:
-        return path.name
-    parts = [manifest.get("workload"), manifest.get("framework"), manifest.get("variant")]
-    return " ".join(p for p in parts if p and p not in ("default",))
-
-
-def _unique_labels(runs: list[ReportRun]) -> None:
-    """Two runs of the same workload, framework and variant: their ids' tails tell them apart."""
-    counts: dict[str, int] = {}
-    for r in runs:
-        counts[r.label] = counts.get(r.label, 0) + 1
-    for r in runs:
-        if counts[r.label] > 1 and r.path != "-":
-            r.label = f"{r.label} #{Path(r.path).name.rsplit('-', 1)[-1]}"
 
 
 def _baseline_index(complete: list[ReportRun], baseline: str | None) -> int:
@@ -175,20 +136,3 @@ def _baseline_index(complete: list[ReportRun], baseline: str | None) -> int:
             return i
     raise GapscopeInputError(f"baseline {baseline!r} is none of the complete runs: "
                              f"{', '.join(r.label for r in complete)}")
-
-
-def _matrix_rows(folder: Path) -> list[tuple[str, Path | None, str | None]]:
-    try:
-        state = json.loads((folder / MATRIX_STATE).read_text())
-    except ValueError:
-        raise GapscopeInputError(f"{folder / MATRIX_STATE}: corrupt matrix state") from None
-    rows = []
-    for row_id, row in state.get("rows", {}).items():
-        run_dir = row.get("run_dir")
-        problem = None if run_dir else f"{row.get('status')}: {row.get('reason') or ''}".strip(": ")
-        rows.append((row_id, Path(run_dir) if run_dir else None, problem))
-    return rows
-
-
-def _child_runs(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / MANIFEST).exists())

@@ -1,18 +1,31 @@
-"""Result objects of the analyzers: plain dataclasses that round-trip through JSON."""
+"""Result objects of the breakdown: plain dataclasses that serialise to the JSON contract."""
 from __future__ import annotations
 
+import enum
+import math
 import statistics
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
+
+from analysis.stats import Interval, percentile
 from profilers.phases import MARKED_PHASES, PHASES
 
 # Rounding of figures written to JSON: 1 ns is far below timer resolution.
 _DIGITS = 6
 
 
+class PhaseSource(enum.StrEnum):
+    """How a phase's time was measured, best first."""
+
+    TIMERS = "timers"                    # host timers around the phase, on unprofiled steps
+    COMPENSATED = "trace, compensated"   # the trace's share, its profiler cost removed, scaled to the unprofiled step
+    RAW = "trace, raw"                   # as the profiler recorded it, its own cost inside
+
+
 @dataclass
 class StepBreakdown:
-    """One steady-state step; its five phases add up to step_ms by construction."""
+    """One step; its five phases add up to step_ms by construction."""
 
     step: int
     step_ms: float
@@ -28,39 +41,58 @@ class StepBreakdown:
 
 
 @dataclass
-class Breakdown:
-    """Per-phase time of every steady-state step of one run or trace."""
+class PhaseFigure:
+    """One phase's time per steady-state step."""
 
-    source: str  # "trace" or "timers"
-    steps: list[StepBreakdown]
+    ms: float
+    source: PhaseSource
+    ci95: Interval | None = None
+    trace_ms: float | None = None   # as recorded under the profiler (mean over traced steps)
+
+
+@dataclass
+class Breakdown:
+    """Per-phase time of one run's steady-state step: the step time from unprofiled steps
+    where the run has them, each phase from the best source available."""
+
+    source: PhaseSource                  # the weakest source among the phases
+    steps: list[StepBreakdown]           # per-step detail of that source (timer steps, or traced steps as recorded)
+    step_times_ms: list[float]           # the steps the step time comes from
+    phases: dict[str, PhaseFigure]
+    step_ci95: Interval | None = None
+    unprofiled: bool = False             # step_times_ms ran without the profiler
     run_id: str | None = None
     workload: str | None = None
     framework: str | None = None
     variant: str | None = None
     device: str | None = None
+    label: str | None = None
     compile_ms: float | None = None
     # How much longer traced steps took than untraced ones (step timers), in percent.
     trace_overhead_pct: float | None = None
-    phase_sources: dict[str, str] = field(default_factory=dict)
+    phase_sources: dict[str, str] = field(default_factory=dict)  # how each phase was found in the trace
     notes: list[str] = field(default_factory=list)
+    # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);
+    # row 0 is the estimate itself. Kept for the intervals of differences between runs.
+    replicates: np.ndarray | None = field(default=None, repr=False)
 
     def self_check(self, tolerance_ms: float = 1e-6) -> None:
-        """Assert that every step's phases add up to the step, as pyinstrument checks frames."""
+        """Assert that every step's phases add up to the step, and the phases to the mean
+        step, as pyinstrument checks frames."""
         for s in self.steps:
             gap = s.step_ms - sum(s.phase_ms[p] for p in PHASES)
             assert abs(gap) <= tolerance_ms, f"step {s.step}: phases miss the step by {gap} ms"
-
-    @property
-    def step_times_ms(self) -> list[float]:
-        return [s.step_ms for s in self.steps]
+        gap = self.step_stats()["mean"] - sum(f.ms for f in self.phases.values())
+        assert abs(gap) <= tolerance_ms, f"phases miss the mean step by {gap} ms"
+        assert all(math.isfinite(f.ms) for f in self.phases.values()), "a phase is not finite"
 
     def step_stats(self) -> dict[str, float]:
         times = sorted(self.step_times_ms)
         return {"mean": statistics.fmean(times), "median": statistics.median(times),
-                "p10": _percentile(times, 10), "p90": _percentile(times, 90)}
+                "p10": percentile(times, 10), "p90": percentile(times, 90)}
 
     def phase_means(self) -> dict[str, float]:
-        return {p: statistics.fmean(s.phase_ms[p] for s in self.steps) for p in PHASES}
+        return {p: self.phases[p].ms for p in PHASES}
 
     @property
     def unidentified_phases(self) -> list[str]:
@@ -69,37 +101,47 @@ class Breakdown:
     def to_json_dict(self) -> dict:
         """The stable `gapscope breakdown --format json` contract, plus per-step detail."""
         stats = {k: round(v, _DIGITS) for k, v in self.step_stats().items()}
-        means = {p: round(v, _DIGITS) for p, v in self.phase_means().items() if p != "other"}
+        means = {p: round(self.phases[p].ms, _DIGITS) for p in MARKED_PHASES}
         # `other` is derived after rounding so the five figures written add up to the mean.
         means["other"] = round(stats["mean"] - sum(means.values()), _DIGITS)
-        phases = {p: {"ms": means[p], "share": round(means[p] / stats["mean"], _DIGITS)
-                      if stats["mean"] else 0.0} for p in PHASES}
+        phases = {p: {"ms": means[p],
+                      "share": round(means[p] / stats["mean"], _DIGITS) if stats["mean"] else 0.0,
+                      "source": str(self.phases[p].source),
+                      "ci95": _interval(self.phases[p].ci95),
+                      "trace_ms": _round(self.phases[p].trace_ms),
+                      "distortion_ms": None if self.phases[p].trace_ms is None
+                      else round(self.phases[p].trace_ms - means[p], _DIGITS)}
+                  for p in PHASES}
         return {
             "run_id": self.run_id, "workload": self.workload, "framework": self.framework,
-            "variant": self.variant, "device": self.device, "source": self.source,
-            "steps": len(self.steps), "step_ms": stats, "phases": phases,
-            "compile_ms": None if self.compile_ms is None else round(self.compile_ms, 3),
-            "trace_overhead_pct": None if self.trace_overhead_pct is None
-            else round(self.trace_overhead_pct, 1),
-            "phase_sources": self.phase_sources,
+            "variant": self.variant, "device": self.device, "label": self.label,
+            "source": str(self.source), "steps": len(self.step_times_ms),
+            "step_ms": {**stats, "ci95": _interval(self.step_ci95)},
+            "step_source": "unprofiled steps" if self.unprofiled else "traced steps (profiler cost inside)",
+            "phases": phases,
+            "compile_ms": _round(self.compile_ms, 3),
+            "trace_overhead_pct": _round(self.trace_overhead_pct, 1),
+            "phase_sources": {p: str(s) for p, s in self.phase_sources.items()},
             "unidentified_phases": self.unidentified_phases,
             "notes": self.notes,
-            "per_step": [asdict(s) for s in self.steps],
+            "per_step": [_finite(asdict(s)) for s in self.steps],
         }
 
-    @classmethod
-    def from_json_dict(cls, data: dict) -> "Breakdown":
-        steps = [StepBreakdown(**s) for s in data["per_step"]]
-        fields = ("run_id", "workload", "framework", "variant", "device", "compile_ms",
-                  "trace_overhead_pct", "phase_sources", "notes")
-        return cls(data["source"], steps, **{k: data[k] for k in fields if k in data})
+
+def _round(value: float | None, digits: int = _DIGITS) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-def _percentile(sorted_values: list[float], pct: float) -> float:
-    """Linear interpolation between closest ranks (numpy's default), without numpy."""
-    if len(sorted_values) == 1:
-        return sorted_values[0]
-    pos = (len(sorted_values) - 1) * pct / 100
-    low = int(pos)
-    high = min(low + 1, len(sorted_values) - 1)
-    return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
+def _interval(interval: Interval | None) -> list[float] | None:
+    if interval is None or not all(math.isfinite(v) for v in interval):
+        return None
+    return [round(interval[0], _DIGITS), round(interval[1], _DIGITS)]
+
+
+def _finite(value):
+    """JSON has no NaN or Infinity: a strict parser must read every document gapscope writes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    return value

@@ -21,7 +21,7 @@ def write_run_summaries(run_dir: str | Path) -> Path:
     """Scalars per step and the breakdown text of `run_dir`; returns the event file.
 
     Idempotent: an earlier gapscope event file of the run is replaced, never doubled."""
-    from analysis.load import breakdown_of
+    from analysis.breakdown import breakdown_of
 
     found = locate(run_dir)
     if found.manifest is None or found.steps_csv is None:

@@ -10,7 +10,6 @@ PHASES = MARKED_PHASES + ("other",)
 # scopes cannot contain '/', so the TF side uses an underscore.
 TORCH_PREFIX = "gapscope/"
 TF_SCOPE_PREFIX = "gapscope_"
-STEP_PREFIX = "gapscope/step#"
 
 
 def torch_range_name(phase: str) -> str:

@@ -110,3 +110,30 @@ def _cell(value):
     if isinstance(value, float):
         return f"{value:.6f}"
     return value
+
+
+def effective_status(manifest: dict) -> tuple[str, str | None]:
+    """(status, error) of a run as it stands now: a run still `running` whose process is gone
+    from this host was killed without recording its end, and reads as failed: interrupted."""
+    status, error = manifest.get("status"), manifest.get("error")
+    if status != "running":
+        return str(status), error
+    pid, host = manifest.get("pid"), manifest.get("host")
+    if isinstance(pid, int) and host == environment_host() and not _alive(pid):
+        return "failed", f"interrupted (process {pid} on {host} is gone)"
+    return "running", None
+
+
+def environment_host() -> str:
+    import socket
+    return socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

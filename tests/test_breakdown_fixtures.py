@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from analysis.breakdown import PRIORITY, breakdown_from_timers, breakdown_from_trace
-from analysis.load import breakdown_of
+from analysis.breakdown import breakdown_from_timers, breakdown_from_trace, breakdown_of
+from analysis.timeline import PRIORITY
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.trace import HOST_OP, STEP, Event, Trace
 from profilers.phases import PHASES
@@ -85,5 +85,5 @@ def test_json_contract_keys_and_sum(fixtures_dir):
     assert set(doc["phases"]) == set(PHASES)
     assert sum(doc["phases"][p]["ms"] for p in PHASES) == pytest.approx(doc["step_ms"]["mean"], abs=1e-9)
     assert sum(doc["phases"][p]["share"] for p in PHASES) == pytest.approx(1.0, abs=1e-5)
-    assert doc["source"] == "trace" and doc["steps"] == 2 and doc["framework"] == "torch"
+    assert doc["source"] == "trace, raw" and doc["steps"] == 2 and doc["framework"] == "torch"
     assert doc["compile_ms"] is None

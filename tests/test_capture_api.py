@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
-from analysis.load import breakdown_of
+from analysis.breakdown import breakdown_of
 from cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,8 +135,11 @@ def test_keras_fit_on_tensorflow(tmp_path):
     assert manifest["status"] == "complete" and manifest["framework"] == "keras"
     assert manifest["steps"] == user_loops.BATCHES and manifest["parameters"] == model.count_params()
     assert list(cap.run_dir.glob("plugins/profile/*/*.xplane.pb"))
-    doc = _assert_all_phases(cap.run_dir, steps=4)
-    assert doc["source"] == "trace"
+    doc = _assert_all_phases(cap.run_dir)
+    # fit compiles the step: only the trace sees its phases, compensated and scaled to the
+    # steps the profiler did not run on.
+    assert doc["source"] == "trace, compensated" and doc["step_source"] == "unprofiled steps"
+    assert len(doc["per_step"]) == 4
     assert len(_steps(cap.run_dir)) == user_loops.BATCHES
 
 

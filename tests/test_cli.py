@@ -2,6 +2,7 @@
 import csv
 import io
 import json
+import os
 import shutil
 
 import pytest
@@ -51,7 +52,7 @@ def test_breakdown_formats_on_fixture(runner, fixtures_dir, fmt):
         assert [r["phase"] for r in rows] == ["data_load", "forward", "backward", "optimizer", "other", "step"]
         assert float(rows[2]["time(ms)"]) == pytest.approx(0.035)
     elif fmt == "markdown":
-        assert "| backward | 0.035 | 31.8 |" in result.output
+        assert "| backward | 0.035 ±0.005 | 31.8 | R |" in result.output
     else:
         assert "backward" in result.output and "0.035" in result.output
 
@@ -108,12 +109,19 @@ def test_cuda_on_a_cpu_machine_is_refused_and_recorded(runner, tmp_path):
     assert manifest["status"] == "failed" and "no CUDA GPU" in manifest["error"]
 
 
-@pytest.mark.parametrize("status,fragment", [("failed", "failed: boom"), ("running", "did not finish")])
-def test_failed_or_interrupted_run_is_refused(runner, torch_run, tmp_path, status, fragment):
+@pytest.mark.parametrize("status,pid,fragment", [
+    ("failed", None, "failed: boom"),
+    # `running` whose process is gone from this host: killed without recording its end.
+    ("running", None, "failed: interrupted (process"),
+    # `running` whose process is alive (this one): still running, not analysable yet.
+    ("running", os.getpid(), "did not finish")])
+def test_failed_or_interrupted_run_is_refused(runner, torch_run, tmp_path, status, pid, fragment):
     copy = tmp_path / torch_run.name
     shutil.copytree(torch_run, copy)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest.update(status=status, error="boom" if status == "failed" else None)
+    if pid is not None:
+        manifest["pid"] = pid
     (copy / "manifest.json").write_text(json.dumps(manifest))
     _assert_one_line_error(runner.invoke(cli, ["breakdown", str(copy)]), fragment)
 

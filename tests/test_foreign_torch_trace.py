@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from analysis.load import breakdown_of
+from analysis.breakdown import breakdown_of
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_user_trace_phases_from_torch_markers(user_trace_dir):
     result = breakdown_of(user_trace_dir)
     result.self_check()
     assert len(result.steps) == 4
-    assert result.framework == "torch" and result.source == "trace" and result.compile_ms is None
+    assert result.framework == "torch" and result.source == "trace, raw" and result.compile_ms is None
     assert result.phase_sources == {"data_load": "framework markers", "forward": "inferred",
                                     "backward": "framework markers", "optimizer": "framework markers"}
     means = result.phase_means()

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from analysis.load import breakdown_of
+from analysis.breakdown import breakdown_of
 from workloads.launch import launch
 from workloads.settings import RunSettings
 
@@ -40,7 +40,7 @@ def test_variant_runs_and_adds_up(variant_runs, workload, framework, variant, ph
     assert manifest["variant"] == variant
     result = breakdown_of(outcome.run_dir)
     result.self_check()
-    assert result.source == "trace" and result.compile_ms is not None
+    assert result.source in ("timers", "trace, compensated") and result.unprofiled and result.compile_ms is not None
     means = result.phase_means()
     for phase in phases:
         assert means[phase] > 0, (phase, result.phase_sources, result.notes)

@@ -87,7 +87,7 @@ def test_text_dashboard_shows_the_breakdown_table(browser, tensorboard):
     # Markdown rendered as tables, one per run: the phases and the step are cells.
     for cell in ("phase", "data_load", "forward", "backward", "optimizer", "other", "step"):
         assert cells.count(cell) >= 2, (cell, cells[:40])
-    assert "torch user (trace) ms" in cells and "keras user (trace) ms" in cells
+    assert "user-mlp torch user ms" in cells and "user-mlp keras user ms" in cells
 
 
 @pytest.mark.parametrize("tab,shows", [

@@ -4,14 +4,14 @@ With steps_per_execution = N, one call runs N optimizer updates and callbacks se
 call; each update is given an equal share of the call (the mean is what can be known)."""
 from __future__ import annotations
 
+from profilers.executions import updates_in_call
+
 
 def expand_executions(rows: list[dict], steps_per_execution: int, updates_per_epoch: int,
                       total_updates: int) -> list[dict]:
     expanded, update = [], 0
     for row in rows:
-        # A call never crosses an epoch end: the last call of an epoch may run fewer updates.
-        left_in_epoch = updates_per_epoch - update % updates_per_epoch
-        count = max(1, min(steps_per_execution, left_in_epoch, total_updates - update))
+        count = updates_in_call(update, steps_per_execution, updates_per_epoch, total_updates)
         first = update
         for _ in range(count):
             share = {key: value / count if key.endswith("_ms") and value is not None else value

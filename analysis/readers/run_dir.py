@@ -44,17 +44,6 @@ def locate(path: str | Path) -> Located:
     return found
 
 
-def expand_run_folders(paths) -> list[Path]:
-    """Each path as given, except a folder that is not itself a run but holds run directories
-    (traces/, a matrix folder): it stands for those runs, in name order."""
-    expanded = []
-    for path in map(Path, paths):
-        runs = sorted(p for p in path.iterdir() if (p / MANIFEST).is_file()) \
-            if path.is_dir() and not (path / MANIFEST).exists() else []
-        expanded += runs or [path]
-    return expanded
-
-
 def _newest_first(paths) -> list[Path]:
     return sorted(paths, key=lambda p: (p.stat().st_mtime, str(p)), reverse=True)
 

@@ -8,7 +8,8 @@ from analysis.renderers.columns import phase_rows
 from analysis.results import Breakdown
 
 COLUMNS = ("run_id", "workload", "framework", "variant", "device", "source", "steps", "phase",
-           "time(ms)", "share", "phase_source", "compile(ms)")
+           "time(ms)", "ci95_low(ms)", "ci95_high(ms)", "share", "measured_by", "phase_source",
+           "compile(ms)")
 
 
 def render(breakdowns: list[Breakdown]) -> str:
@@ -17,8 +18,12 @@ def render(breakdowns: list[Breakdown]) -> str:
     writer.writerow(COLUMNS)
     for b in breakdowns:
         for phase, ms, share in phase_rows(b):
+            figure = b.phases.get(phase)
+            interval = b.step_ci95 if figure is None else figure.ci95
+            low, high = ("", "") if interval is None else (f"{interval[0]:.6f}", f"{interval[1]:.6f}")
             writer.writerow([b.run_id, b.workload, b.framework, b.variant, b.device, b.source,
-                             len(b.steps), phase, f"{ms:.6f}", f"{share:.6f}",
+                             len(b.step_times_ms), phase, f"{ms:.6f}", low, high, f"{share:.6f}",
+                             "" if figure is None else figure.source,
                              b.phase_sources.get(phase, ""),
                              "" if b.compile_ms is None else f"{b.compile_ms:.3f}"])
     return out.getvalue()

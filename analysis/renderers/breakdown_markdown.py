@@ -6,8 +6,8 @@ from analysis.results import Breakdown
 
 
 def render(breakdowns: list[Breakdown]) -> str:
-    header = ["phase"] + [h for b in breakdowns for h in (f"{run_label(b)} ms", "%")]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" + "---:|" * (len(header) - 1)]
+    header = ["phase"] + [h for b in breakdowns for h in (f"{run_label(b)} ms", "%", "source")]
+    lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|---:|---|" * len(breakdowns)]
     for phase, cells in side_by_side(breakdowns):
         name = f"**{phase}**" if phase == "step" else phase
         lines.append("| " + " | ".join([name, *cells]) + " |")

@@ -16,10 +16,11 @@ def render(breakdowns: list[Breakdown]) -> str:
     for b in breakdowns:
         table.add_column(f"{run_label(b)}\nms", justify="right")
         table.add_column("%", justify="right")
+        table.add_column("src")
     for phase, cells in side_by_side(breakdowns):
         table.add_row(phase, *cells, end_section=phase in ("other", "step"))
-    table.add_row("steps", *[c for b in breakdowns for c in (str(len(b.steps)), "")])
-    console = Console(file=io.StringIO(), width=max(80, 22 + 24 * len(breakdowns)), record=True)
+    table.add_row("steps", *[c for b in breakdowns for c in (str(len(b.step_times_ms)), "", "")])
+    console = Console(file=io.StringIO(), width=max(80, 22 + 32 * len(breakdowns)), record=True)
     console.print(table)
     for b in breakdowns:
         for note in b.notes:

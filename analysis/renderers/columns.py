@@ -1,16 +1,18 @@
 """What a breakdown table shows, shared by the table, Markdown and CSV renderers."""
 from __future__ import annotations
 
-from analysis.results import Breakdown
+from analysis.results import Breakdown, PhaseSource
 from profilers.phases import PHASES
 
-UNIT_FOOTER = ("ms per steady-state step (mean); % of the step; phases add up to the step; "
-               "compile = one-time warm-up cost, outside the steps")
+UNIT_FOOTER = ("ms per steady-state step (mean, ± half its 95 % interval), from unprofiled steps; "
+               "% of the step; phases add up to the step; compile = one-time warm-up cost. "
+               "Phase source: T timers, C trace with the profiler's cost taken out, "
+               "R trace as recorded (profiler cost inside)")
+SOURCE_MARKS = {PhaseSource.TIMERS: "T", PhaseSource.COMPENSATED: "C", PhaseSource.RAW: "R"}
 
 
 def run_label(b: Breakdown) -> str:
-    parts = [b.framework or "?", b.variant if b.variant not in (None, "default") else None]
-    return " ".join(p for p in parts if p) + f" ({b.source})"
+    return b.label or b.run_id or "?"
 
 
 def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
@@ -21,23 +23,37 @@ def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
     return rows
 
 
-def source_mark(b: Breakdown, phase: str) -> str:
+def origin_mark(b: Breakdown, phase: str) -> str:
     """A short flag beside a phase whose time was inferred or not found at all."""
-    source = b.phase_sources.get(phase)
-    return {"inferred": " ~", "not identified": " ?", "not applicable": " -"}.get(source, "")
+    origin = b.phase_sources.get(phase)
+    return {"inferred": "~", "not identified": "?", "not applicable": "-"}.get(origin, "")
+
+
+def plus_minus(value: float, interval) -> str:
+    """'12.345 ±0.210': the half-width of the interval around the estimate."""
+    if interval is None:
+        return f"{value:.3f}"
+    half = max(value - interval[0], interval[1] - value)
+    return f"{value:.3f} ±{half:.3f}"
 
 
 def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
-    """Rows of (phase, [ms, %, ms, %, ...]) with one ms/% pair per run."""
+    """Rows of (phase, [ms ± ci, %, source, ...]) with one triple per run."""
     per_run = [phase_rows(b) for b in breakdowns]
     rows = []
     for i, (phase, _, _) in enumerate(per_run[0]):
         cells = []
         for b, run_rows in zip(breakdowns, per_run):
             _, ms, share = run_rows[i]
-            cells += [f"{ms:.3f}{source_mark(b, phase)}", f"{100 * share:.1f}"]
+            if phase == "step":
+                cells += [plus_minus(ms, b.step_ci95), f"{100 * share:.1f}",
+                          "unprof." if b.unprofiled else "traced"]
+            else:
+                figure = b.phases[phase]
+                cells += [plus_minus(ms, figure.ci95), f"{100 * share:.1f}",
+                          SOURCE_MARKS[figure.source] + origin_mark(b, phase)]
         rows.append((phase, cells))
-    compile_cells = [c for b in breakdowns for c in (format_ms(b.compile_ms, 1), "")]
+    compile_cells = [c for b in breakdowns for c in (format_ms(b.compile_ms, 1), "", "")]
     rows.append(("compile (once)", compile_cells))
     return rows
 

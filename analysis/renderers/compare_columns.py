@@ -4,12 +4,50 @@ from __future__ import annotations
 from analysis.compare import Comparison, run_label
 from profilers.phases import PHASES
 
-UNIT_FOOTER = ("ms per steady-state step (mean); Δ = run − baseline (first run); the phase Δs add "
-               "up to the step Δ (the gap); % gap = Δ / gap; compile = one-time, outside the steps")
+UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
+               "95 % interval, '~' where the interval holds 0 (within noise); the phase Δs add up "
+               "to the step Δ (the gap); ratio = run / baseline; % gap = Δ / gap; "
+               "compile = one-time, outside the steps")
 
 
 def _f(value, fmt="{:.3f}", none="n/a"):
     return none if value is None else fmt.format(value)
+
+
+def delta(value: float, interval) -> str:
+    """'+1.234 ±0.056', and a '~' where the interval holds zero: not told apart from noise."""
+    if interval is None:
+        return f"{value:+.3f}"
+    half = max(value - interval[0], interval[1] - value)
+    return f"{value:+.3f} ±{half:.3f}" + (" ~" if interval[0] <= 0.0 <= interval[1] else "")
+
+
+def ratio_text(pair) -> str:
+    if pair.ratio is None:
+        return "n/a"
+    if pair.ratio_ci95 is None:
+        return f"{pair.ratio:.2f}x"
+    return f"{pair.ratio:.2f}x [{pair.ratio_ci95[0]:.2f}, {pair.ratio_ci95[1]:.2f}]"
+
+
+def verdict_lines(comparison: Comparison) -> list[str]:
+    """One line per pair: how much slower or faster, with its interval, or that it is noise."""
+    lines = []
+    for pair in comparison.pairs:
+        if pair.ratio is None:
+            continue
+        if pair.within_noise:
+            lines.append(f"{pair.b_label} vs {pair.a_label}: within noise "
+                         f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
+            continue
+        slower = pair.ratio > 1
+        factor = pair.ratio if slower else 1 / pair.ratio
+        lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
+                     f"{pair.a_label} (ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms"
+                     f" per step)")
+    for pair in comparison.pairs[:1]:
+        lines.append(f"intervals: {pair.interval_method}")
+    return lines
 
 
 def header(comparison: Comparison) -> list[str]:
@@ -27,13 +65,13 @@ def phase_rows(comparison: Comparison) -> list[list[str]]:
         row = [phase, f"{pairs[0].phases[i].a_ms:.3f}"]
         for pair in pairs:
             g = pair.phases[i]
-            row += [f"{g.b_ms:.3f}", f"{g.delta_ms:+.3f}", _f(g.ratio, "{:.2f}x"),
-                    _f(g.share_of_gap, "{:.0%}")]
+            row += [f"{g.b_ms:.3f}", delta(g.delta_ms, g.delta_ci95), _f(g.ratio, "{:.2f}x"),
+                    "~" if g.within_noise or pair.within_noise else _f(g.share_of_gap, "{:.0%}")]
         rows.append(row)
     step = ["step", f"{pairs[0].a_step_ms:.3f}"]
     for pair in pairs:
-        ratio = pair.b_step_ms / pair.a_step_ms if pair.a_step_ms else None
-        step += [f"{pair.b_step_ms:.3f}", f"{pair.gap_ms:+.3f}", _f(ratio, "{:.2f}x"), "100%" if pair.gap_ms else "n/a"]
+        step += [f"{pair.b_step_ms:.3f}", delta(pair.gap_ms, pair.gap_ci95), ratio_text(pair),
+                 "~" if pair.within_noise else "100%" if pair.gap_ms else "n/a"]
     rows.append(step)
     compile_row = ["compile (once)"]
     for i, run in enumerate(comparison.runs):

@@ -12,7 +12,9 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render(comparison: Comparison) -> str:
-    lines = _table(cols.header(comparison), cols.phase_rows(comparison))
+    lines = [f"**{line}**" if i < len(comparison.pairs) else f"_{line}_"
+             for i, line in enumerate(cols.verdict_lines(comparison))] + [""]
+    lines += _table(cols.header(comparison), cols.phase_rows(comparison))
     lines += ["", f"_{cols.UNIT_FOOTER}_", "", "**Host vs device time per phase** (ms per step)", ""]
     lines += _table(*cols.phase_device_rows(comparison))
     lines += ["", "**Evidence per run**", ""]

@@ -19,6 +19,8 @@ def render(comparison: Comparison) -> str:
         gap.add_column(name, justify="left" if i == 0 else "right")
     for row in cols.phase_rows(comparison):
         gap.add_row(*row, end_section=row[0] in ("other", "step"))
+    for line in cols.verdict_lines(comparison):
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     console.print(gap)
     for title, (head, rows) in (("host vs device time per phase (ms per step)", cols.phase_device_rows(comparison)),
                                 ("evidence per run", cols.fact_rows(comparison))):

@@ -1,0 +1,214 @@
+"""Plain torch / Keras training loops, written without gapscope, that time gapscope's configurations."""
+from __future__ import annotations
+
+# Nothing from gapscope's runners, marks, timers or profilers is imported here: these loops
+# are the "truth" that benchmarks/gap_truth.py holds gapscope's A/B measurement against. Only
+# the synthetic data generators are shared (workloads.data / workloads.digits, pure NumPy), so
+# both sides train on the same bytes. Every other setting is written out again below, by hand,
+# from workloads/registry.py, workloads/models/*.py and the runners; gap_truth.py checks the
+# parameter counts against `gapscope list` so a drifted copy is caught.
+#
+# Usage: python -m benchmarks.plain_loops WORKLOAD FRAMEWORK [VARIANT] --steps N
+#   WORKLOAD cnn | mlp, FRAMEWORK torch | keras, VARIANT default | compile (torch) | jit (keras)
+# Prints one JSON object on stdout: per-step times (ms), the steady-state mean after warm-up.
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+# What gapscope's registry says for the two workloads (workloads/registry.py, spec defaults).
+BATCH_SIZE = 256
+LEARNING_RATE = 1e-4          # RMSprop, each framework's own defaults for rho/alpha and eps
+SEED = 0
+WORKLOADS = {
+    # name: (input shape as the data holds it (channels-last), classes, hidden, samples per epoch)
+    "mlp": ((100,), 10, (128,), 10_000),
+    "cnn": ((28, 28, 1), 10, (128,), 60_000),
+}
+CONFIGS = {("cnn", "torch", "default"), ("cnn", "keras", "default"),
+           ("mlp", "torch", "default"), ("mlp", "torch", "compile"),
+           ("mlp", "keras", "default"), ("mlp", "keras", "jit")}
+# torchvision's MNIST Normalize values, the ones workloads/data.py standardises with.
+MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
+
+
+def training_data(workload: str, steps: int):
+    """x (channels-last float32) and int64 labels for exactly `steps` batches, made as gapscope's
+    workloads.datasets.dataset_for makes them: one epoch generated with the workload's seed,
+    repeated if the steps need more, then cut to batch_size * steps samples."""
+    import numpy as np
+
+    shape, classes, _, epoch = WORKLOADS[workload]
+    if workload == "cnn":
+        from workloads.digits import synthetic_digits
+        pixels, y = synthetic_digits(epoch, SEED)
+        # The same operations in the same order as workloads.data.normalize_images (same bits).
+        x = pixels.astype(np.float32)
+        x *= 1.0 / 255.0
+        x -= MNIST_MEAN
+        x *= 1.0 / MNIST_STD
+    else:
+        from workloads.data import synthetic_classification
+        x, y = synthetic_classification(epoch, shape, classes, SEED)
+    samples = BATCH_SIZE * steps
+    if samples > len(x):
+        repeats = -(-samples // len(x))
+        x, y = np.concatenate([x] * repeats), np.concatenate([y] * repeats)
+    return x[:samples], y[:samples]
+
+
+def torch_model(workload: str):
+    from torch import nn
+    if workload == "mlp":
+        return nn.Sequential(nn.Linear(100, 128), nn.ReLU(), nn.Linear(128, 10))
+    return nn.Sequential(
+        nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 32, 3), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(32, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(),
+        nn.Flatten(), nn.Linear(8 * 8 * 64, 128), nn.ReLU(), nn.Linear(128, 10))
+
+
+def keras_model(workload: str):
+    import keras
+    from keras import layers
+    if workload == "mlp":
+        return keras.Sequential([keras.Input((100,)), layers.Dense(128, activation="relu"),
+                                 layers.Dense(10)])
+    conv = dict(activation="relu", data_format="channels_last")
+    return keras.Sequential([
+        keras.Input((28, 28, 1)),
+        layers.Conv2D(32, 3, **conv), layers.Conv2D(32, 3, **conv),
+        layers.MaxPooling2D(2, data_format="channels_last"),
+        layers.Conv2D(32, 3, **conv), layers.Conv2D(64, 3, **conv),
+        layers.Flatten(), layers.Dense(128, activation="relu"), layers.Dense(10)])
+
+
+def run_torch(workload: str, variant: str, steps: int, device_name: str) -> dict:
+    """The textbook loop: DataLoader over a TensorDataset of prepared NCHW tensors (shuffle,
+    batch 256, no workers: torch_pipelines' default "tensor-dataset"), zero_grad, forward,
+    loss, backward, step; torch.compile wraps the model only, mode="default"."""
+    import numpy as np
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(SEED)
+    device = torch.device("cuda" if device_name == "auto" and torch.cuda.is_available()
+                          else "cpu" if device_name == "auto" else device_name)
+    x, y = training_data(workload, steps)
+    if x.ndim == 4:
+        x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # NHWC -> NCHW, once, before the loop
+    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
+                        batch_size=BATCH_SIZE, shuffle=True, num_workers=0,
+                        generator=torch.Generator().manual_seed(SEED),
+                        pin_memory=device.type == "cuda")
+    model = torch_model(workload).to(device)
+    forward = torch.compile(model, mode="default") if variant == "compile" else model
+    loss_fn = torch.nn.CrossEntropyLoss()
+    optimizer = torch.optim.RMSprop(model.parameters(), lr=LEARNING_RATE)
+    cuda = device.type == "cuda"
+
+    clock, times_ns, losses = time.perf_counter_ns, [], []
+    batches = iter(loader)
+    for _ in range(steps):
+        start = clock()
+        inputs, targets = next(batches)
+        inputs = inputs.to(device, non_blocking=True)
+        targets = targets.to(device, non_blocking=True)
+        optimizer.zero_grad(set_to_none=True)
+        loss = loss_fn(forward(inputs), targets)
+        loss.backward()
+        optimizer.step()
+        if cuda:
+            torch.cuda.synchronize()  # a host clock only sees the GPU's work after a sync
+        times_ns.append(clock() - start)
+        # Read after the clock, as a loop that logs its loss would; on a CPU it is ready.
+        losses.append(loss.item())
+    parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    return {"times_ms": [t / 1e6 for t in times_ns], "losses": losses, "parameters": parameters,
+            "device": str(device), "threads": torch.get_num_threads()}
+
+
+def run_keras(workload: str, variant: str, steps: int, device_name: str) -> dict:
+    """model.fit on NumPy arrays (fit shuffles: keras_runner's default "numpy" pipeline),
+    jit_compile set explicitly as gapscope does, steps timed by a callback as a user would."""
+    os.environ["KERAS_BACKEND"] = "tensorflow"  # before Keras is imported: fixed at import
+    import math
+
+    import keras
+
+    if device_name == "cpu":
+        import tensorflow as tf
+        tf.config.set_visible_devices([], "GPU")
+    keras.utils.set_random_seed(SEED)
+    x, y = training_data(workload, steps)
+    model = keras_model(workload)
+    model.compile(optimizer=keras.optimizers.RMSprop(learning_rate=LEARNING_RATE),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  # Explicit, not Keras' "auto": "auto" turns XLA on where a GPU is seen.
+                  jit_compile=variant == "jit", steps_per_execution=1)
+
+    class StepTimes(keras.callbacks.Callback):
+        # Overriding on_train_batch_end also keeps fit from dispatching callbacks on a
+        # thread pool: each step's logs are read before the next step starts.
+        def __init__(self):
+            super().__init__()
+            self.times_ns, self.losses, self._start = [], [], None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self._start = time.perf_counter_ns()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self.times_ns.append(time.perf_counter_ns() - self._start)
+            self.losses.append((logs or {}).get("loss"))
+
+    timer = StepTimes()
+    model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, shuffle=True, verbose=0, callbacks=[timer])
+    parameters = sum(math.prod(w.shape) for w in model.trainable_weights)
+    import tensorflow as tf
+    gpus = tf.config.list_logical_devices("GPU")
+    return {"times_ms": [t / 1e6 for t in timer.times_ns], "losses": timer.losses,
+            "parameters": parameters, "device": "gpu" if gpus else "cpu",
+            "jit_compile": bool(getattr(model, "jit_compile", variant == "jit"))}
+
+
+def summarise(result: dict, warmup: int) -> dict:
+    """Steady state: the mean of the steps after the first `warmup` (compile, tracing and
+    first-touch allocations live there), as gapscope's warm-up exclusion does."""
+    steady = result["times_ms"][warmup:]
+    return {**result,
+            "warmup_steps": warmup,
+            "steady_steps": len(steady),
+            "step_ms": statistics.fmean(steady) if steady else None,
+            "median_ms": statistics.median(steady) if steady else None,
+            "warmup_ms": sum(result["times_ms"][:warmup])}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("framework", choices=("torch", "keras"))
+    parser.add_argument("variant", nargs="?", default="default",
+                        choices=("default", "compile", "jit"))
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    args = parser.parse_args(argv)
+    if (args.workload, args.framework, args.variant) not in CONFIGS:
+        parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
+    if args.steps <= args.warmup:
+        parser.error(f"--steps must exceed --warmup ({args.warmup}): no steady steps otherwise")
+    started = time.perf_counter()
+    runner = run_torch if args.framework == "torch" else run_keras
+    result = runner(args.workload, args.variant, args.steps, args.device)
+    result = summarise(result, args.warmup)
+    result.update(workload=args.workload, framework=args.framework, variant=args.variant,
+                  steps=args.steps, wall_s=round(time.perf_counter() - started, 3))
+    # One line, last on stdout: the caller parses it (TF may print its own lines before).
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""A/B measurement: two or more configurations of one workload run interleaved (A B A B ...),
+each repeat a fresh process, into one folder whose ab.json lists the runs by configuration.
+
+Drift between processes on a shared machine (often ±20 % here) is larger than the noise
+within one run: interleaving lets repeat i of every configuration see the same machine."""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from profilers.errors import GapscopeInputError
+from profilers.nvml import gpu_count
+from profilers.run_dir import create_run_dir, write_atomic
+from workloads.launch import RunOutcome, launch
+from workloads.registry import check_framework, get_workload
+from workloads.settings import RunSettings
+
+AB_STATE = "ab.json"
+
+
+@dataclass(frozen=True)
+class Config:
+    """One configuration: WORKLOAD:FRAMEWORK[:VARIANT]."""
+
+    workload: str
+    framework: str
+    variant: str = "default"
+
+    @classmethod
+    def parse(cls, text: str) -> "Config":
+        parts = text.split(":")
+        if len(parts) not in (2, 3) or not all(parts):
+            raise GapscopeInputError(
+                f"{text!r}: a configuration is WORKLOAD:FRAMEWORK[:VARIANT], e.g. cnn:torch:compile")
+        config = cls(*parts)
+        get_workload(config.workload)
+        check_framework(config.framework)
+        return config
+
+    @property
+    def label(self) -> str:
+        return ":".join(p for p in (self.workload, self.framework, self.variant) if p != "default")
+
+
+def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str | Path,
+            on_run: Callable[[int, Config, RunOutcome | None], None] = lambda r, c, o: None) -> Path:
+    """Runs every configuration `repeats` times, interleaved; returns the A/B folder.
+
+    `base` carries the run-length settings; each configuration adds workload, framework and
+    variant. Every variant is resolved (or refused) before anything runs."""
+    if len(configs) < 2:
+        raise GapscopeInputError("an A/B measurement needs at least two configurations")
+    if len({c.workload for c in configs}) > 1:
+        raise GapscopeInputError("an A/B measurement compares configurations of one workload")
+    if len(set(configs)) < len(configs):
+        raise GapscopeInputError("the same configuration is named twice")
+    cuda = gpu_count() > 0
+    settings = [replace(base, workload=c.workload, framework=c.framework, variant=c.variant)
+                for c in configs]
+    for s in settings:
+        s.with_variant(cuda_available=cuda)
+    folder = create_run_dir(out_dir, f"ab-{configs[0].workload}-{time.strftime('%Y%m%d-%H%M%S')}")
+    state = {"configs": [c.label for c in configs], "repeats": repeats,
+             "settings": {k: v for k, v in asdict(base).items()
+                          if k not in ("workload", "framework", "variant")},
+             "runs": {c.label: [] for c in configs}, "status": "running"}
+    _save(folder, state)
+    for repeat in range(repeats):
+        for config, run_settings in zip(configs, settings):
+            on_run(repeat, config, None)
+            outcome = launch(run_settings, folder)
+            on_run(repeat, config, outcome)
+            if outcome.status != "complete":
+                state.update(status="failed",
+                             error=f"{config.label} repeat {repeat + 1}: {outcome.error}")
+                _save(folder, state)
+                raise RunFailed(state["error"], outcome.exit_code)
+            # Names only: the folder can move, and nothing outside it is ever followed.
+            state["runs"][config.label].append(outcome.run_dir.name)
+            _save(folder, state)
+    state["status"] = "complete"
+    _save(folder, state)
+    return folder
+
+
+class RunFailed(Exception):
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _save(folder: Path, state: dict) -> None:
+    write_atomic(folder / AB_STATE, json.dumps(state, indent=2) + "\n")
