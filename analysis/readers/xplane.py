@@ -109,6 +109,8 @@ def _framework_ops_of_thunks(events: list[Event], hlo_protos: dict, metadata: di
     except TraceFormatError as exc:
         metadata["hlo_error"] = str(exc)
         return []
+    # Parsed once here; Run.hlo hands these to the kernel view instead of parsing again.
+    metadata["hlo_modules"] = modules
     added = []
     for e in events:
         if e.hlo_op and e.track.startswith("host"):
