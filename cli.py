@@ -249,14 +249,15 @@ def breakdown(paths, source, fmt):
     """
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.renderers import render_breakdowns
-    from analysis.run import expand_runs, load_run
+    from analysis.run import Runs, expand_runs
     entries = expand_runs(paths)
+    runs = Runs()
     results, problems = [], []
     for entry in entries:
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            results.append(breakdown_run(load_run(entry.path, entry.label), source))
+            results.append(breakdown_run(runs.load(entry.path, entry.label), source))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
@@ -304,9 +305,9 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     """
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
-    from analysis.explain import explain
+    from analysis.explain import explain, explain_all
     from analysis.renderers import compare_json, compare_markdown, compare_table
-    from analysis.run import is_measurement, load_measurement, load_run
+    from analysis.run import Runs, is_measurement, load_measurement
     if measure:
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
     if len(runs) == 1 and is_measurement(runs[0]):
@@ -316,7 +317,8 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     else:
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
-        comparison = compare_runs([explain(load_run(Path(r))) for r in runs])
+        loaded = Runs()
+        comparison = compare_runs(explain_all([loaded.load(r) for r in runs]))
     renderer = {"table": compare_table, "json": compare_json, "markdown": compare_markdown}[fmt]
     click.echo(renderer.render(comparison), nl=False)
     for warning in comparison.warnings:

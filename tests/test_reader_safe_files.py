@@ -2,15 +2,25 @@
 import gzip
 import json
 import os
+import subprocess
+import sys
 import threading
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
+import analysis.tensorboard_server as tensorboard_server
+from analysis.breakdown import breakdown
 from analysis.readers import safe_files
 from analysis.readers.hlo_text import read_hlo_text
 from analysis.readers.resources_csv import read_resources_csv
 from analysis.readers.torch_trace import read_torch_trace
+from analysis.run import load_run
+from cli import cli
 from profilers.errors import TraceFormatError
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TRACE = {"traceEvents": [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1",
                           "pid": 1, "tid": 1, "ts": 1000, "dur": 100}]}
@@ -121,3 +131,69 @@ def test_resources_csv_with_nan_or_inf_reads_them_as_no_sample(tmp_path):
     rows = read_resources_csv(path)
     assert rows[0]["cpu_percent"] is None and rows[0]["gpu_util_percent"] is None
     assert rows[1]["cpu_percent"] == 50.0
+
+
+# --- the same through the command line: one line on stderr, exit 2, at once ---------------
+
+_CLI_KINDS = ["fifo", "zero", "urandom", "dangling", "loop"]
+
+
+def _gapscope(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=ROOT, timeout=timeout,
+                          capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("kind", _CLI_KINDS)
+def test_breakdown_of_an_odd_path_is_one_line_exit_2(odd_paths, kind):
+    path, fragment = odd_paths[kind]
+    result = _gapscope("breakdown", path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and fragment in result.stderr, result.stderr
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("kind", _CLI_KINDS)
+def test_a_run_folder_whose_only_trace_is_odd_is_refused_by_name(tmp_path, kind):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    target = {"zero": "/dev/zero", "urandom": "/dev/urandom", "dangling": str(tmp_path / "gone")}
+    trace = folder / "w.1.pt.trace.json"
+    if kind == "fifo":
+        os.mkfifo(trace)
+    elif kind == "loop":
+        trace.symlink_to(trace)
+    else:
+        trace.symlink_to(target[kind])
+    result = CliRunner().invoke(cli, ["breakdown", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "w.1.pt.trace.json: cannot read" in result.output
+
+
+def test_an_odd_file_beside_a_good_trace_is_skipped_with_a_note(tmp_path):
+    (tmp_path / "w.1.pt.trace.json").write_text(json.dumps(TRACE))
+    os.mkfifo(tmp_path / "w.2.pt.trace.json")
+    result = breakdown(load_run(tmp_path))
+    assert any("w.2.pt.trace.json (a FIFO" in note for note in result.notes), result.notes
+
+
+@pytest.mark.parametrize("name", ["manifest.json", "steps.csv"])
+def test_run_files_that_are_devices_are_refused_not_read(tmp_path, name):
+    (tmp_path / name).symlink_to("/dev/zero")
+    _refused_within(10, load_run, tmp_path, "a character device")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "zero", "dangling", "loop"])
+def test_tensorboard_refuses_a_logdir_with_an_odd_trace_before_starting(tmp_path, kind, monkeypatch):
+    run = tmp_path / "logs" / "run-1"
+    run.mkdir(parents=True)
+    trace = run / "w.1.pt.trace.json"
+    if kind == "fifo":
+        os.mkfifo(trace)
+    elif kind == "loop":
+        trace.symlink_to(trace)
+    else:
+        trace.symlink_to("/dev/zero" if kind == "zero" else str(tmp_path / "gone"))
+    monkeypatch.setattr(tensorboard_server.subprocess, "Popen", lambda *a, **k: pytest.fail("TensorBoard started"))
+    result = CliRunner().invoke(cli, ["tensorboard", str(tmp_path / "logs"), "--port", "0"])
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "w.1.pt.trace.json: cannot read" in result.output

@@ -5,6 +5,7 @@ import errno
 import gzip
 import io
 import os
+import re
 import stat
 import zlib
 from pathlib import Path
@@ -16,6 +17,8 @@ from profilers.errors import TraceFormatError
 # so that a wrong file fails in one line instead of exhausting memory or time.
 MAX_FILE_BYTES = 8 << 30
 MAX_DECOMPRESSED_BYTES = 32 << 30
+# manifest.json, steps.csv, matrix.json: a few MB even for a million steps.
+MAX_SIDE_FILE_BYTES = 512 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
@@ -24,10 +27,37 @@ _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
 def is_readable_regular_file(path: str | Path) -> bool:
     """True for a regular file (or a symlink to one) this process may read; False for FIFOs,
     devices, sockets, folders, dangling or looping symlinks. Never blocks, never raises."""
+    return why_unreadable(path) is None
+
+
+def why_unreadable(path: str | Path) -> str | None:
+    """Why `path` is no regular file this process may read ("a FIFO", "dangling symlink to
+    /x", ...), or None when it is one. For scanning folders: stats, never opens."""
+    path = Path(path)
     try:
-        return stat.S_ISREG(os.stat(path).st_mode) and os.access(path, os.R_OK)
-    except (OSError, ValueError):
-        return False
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        return _why(path, exc)
+    except ValueError:  # a NUL byte in the name
+        return "not a valid file name"
+    if not stat.S_ISREG(mode):
+        return f"{_kind(mode)}, not a regular file"
+    if not os.access(path, os.R_OK):
+        return "permission denied"
+    return None
+
+
+def unreadable_under(folder: str | Path, names: re.Pattern) -> list[tuple[Path, str]]:
+    """Files under `folder` whose name matches `names` but that are no readable regular file,
+    with why; symlinked folders are not followed (a loop would never end)."""
+    found = []
+    for root, _, files in os.walk(folder, followlinks=False):
+        for name in files:
+            if names.search(name):
+                problem = why_unreadable(Path(root, name))
+                if problem:
+                    found.append((Path(root, name), problem))
+    return sorted(found)
 
 
 def open_regular(path: str | Path, max_bytes: int | None = None) -> io.BufferedReader:
@@ -43,8 +73,7 @@ def open_regular(path: str | Path, max_bytes: int | None = None) -> io.BufferedR
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            kind = next((name for test, name in _KINDS if test(info.st_mode)), "not a regular file")
-            raise TraceFormatError(f"{path}: cannot read ({kind}, not a regular file)")
+            raise TraceFormatError(f"{path}: cannot read ({_kind(info.st_mode)}, not a regular file)")
         if info.st_size > max_bytes:
             raise TraceFormatError(f"{path}: a file of {_size(info.st_size)} is over the "
                                    f"{_size(max_bytes)} gapscope reads")
@@ -83,6 +112,10 @@ def read_block(stream, size: int, path: str | Path) -> bytes:
         return stream.read(size)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise TraceFormatError(f"{path}: corrupt gzip ({exc})") from None
+
+
+def _kind(mode: int) -> str:
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _size(nbytes: int) -> str:
