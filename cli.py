@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 import sys
 from pathlib import Path
 
 import click
 
+from profilers import strict_json
 from profilers.errors import GapscopeInputError
 
 EXIT_RUN_FAILED = 1
@@ -74,7 +74,7 @@ def list_command(fmt, no_parameters):
     from workloads.catalog import catalog
     entries = catalog(count_parameters=not no_parameters)
     if fmt == "json":
-        click.echo(json.dumps(entries, indent=2))
+        click.echo(strict_json.dumps(entries, indent=2))
         return
     for entry in entries["workloads"]:
         counts = ", ".join(f"{k} {v:,}" for k, v in entry["parameters"].items())

@@ -10,6 +10,7 @@ import numpy as np
 
 from analysis.stats import Interval, percentile
 from profilers.phases import MARKED_PHASES, PHASES
+from profilers.strict_json import finite
 
 # Rounding of figures written to JSON: 1 ns is far below timer resolution.
 _DIGITS = 6
@@ -124,7 +125,7 @@ class Breakdown:
             "phase_sources": {p: str(s) for p, s in self.phase_sources.items()},
             "unidentified_phases": self.unidentified_phases,
             "notes": self.notes,
-            "per_step": [_finite(asdict(s)) for s in self.steps],
+            "per_step": [finite(asdict(s)) for s in self.steps],
         }
 
 
@@ -136,12 +137,3 @@ def _interval(interval: Interval | None) -> list[float] | None:
     if interval is None or not all(math.isfinite(v) for v in interval):
         return None
     return [round(interval[0], _DIGITS), round(interval[1], _DIGITS)]
-
-
-def _finite(value):
-    """JSON has no NaN or Infinity: a strict parser must read every document gapscope writes."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    return value

@@ -11,6 +11,8 @@ from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
+from profilers import strict_json
+
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"
 STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
@@ -78,7 +80,7 @@ class Manifest:
         self.update(status="failed" if error else "complete", error=error, ended_at=utc_now())
 
     def save(self) -> None:
-        write_atomic(self.path, json.dumps(self.data, indent=2, default=str) + "\n")
+        write_atomic(self.path, strict_json.dumps(self.data, indent=2, default=str) + "\n")
 
 
 def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None,

@@ -2,13 +2,13 @@
 stays with its run) and makes sure the manifest says how the run ended."""
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from profilers import strict_json
 from profilers.nvml import gpu_count
 from profilers.run_dir import Manifest, create_run_dir, new_run_id
 from workloads.registry import check_framework, get_workload
@@ -37,7 +37,7 @@ def launch(settings: RunSettings, out_dir: str | Path) -> RunOutcome:
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     command = [sys.executable, "-m", "workloads.execute", str(run_dir),
-               json.dumps(settings.to_dict())]
+               strict_json.dumps(settings.to_dict())]
     try:
         completed = subprocess.run(command, env=env, stdout=subprocess.PIPE,
                                    stderr=subprocess.STDOUT, text=True)

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
+from profilers import strict_json
 from profilers.errors import GapscopeInputError, UnsupportedVariantError
 from profilers.nvml import gpu_count
 from profilers.run_dir import write_atomic
@@ -126,7 +127,7 @@ def _load_state(matrix_dir: Path, matrix: Matrix, base: RunSettings) -> dict:
 
 
 def _save_state(matrix_dir: Path, state: dict) -> None:
-    write_atomic(matrix_dir / STATE, json.dumps(state, indent=2) + "\n")
+    write_atomic(matrix_dir / STATE, strict_json.dumps(state, indent=2) + "\n")
 
 
 def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:

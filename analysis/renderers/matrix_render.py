@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 from rich.console import Console
 from rich.table import Table
 
 from analysis.matrix_results import MatrixResult, MatrixRowResult
+from profilers import strict_json
 from profilers.phases import PHASES
 
 HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", "ratio", "steps/s", "GPU(%)",
@@ -59,7 +59,7 @@ def render_csv(result: MatrixResult) -> str:
 
 
 def render_json(result: MatrixResult) -> str:
-    return json.dumps(result.to_json_dict(), indent=2)
+    return strict_json.dumps(result.to_json_dict(), indent=2)
 
 
 RENDERERS = {"table": render_table, "markdown": render_markdown, "csv": render_csv,
