@@ -6,7 +6,10 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from analysis import intervals
+from analysis.gc_pause import collector_paused
 from analysis.phase_rules import PhaseOrigin, framework_phase, gapscope_phase
 from analysis.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 from profilers.phases import MARKED_PHASES
@@ -57,6 +60,11 @@ class PhaseTimeline:
 
 
 def phase_timeline(trace: Trace) -> PhaseTimeline:
+    with collector_paused():
+        return _phase_timeline(trace)
+
+
+def _phase_timeline(trace: Trace) -> PhaseTimeline:
     steps = step_events(trace)
     by_phase, origins = phase_intervals(trace, steps) if steps else ({}, {})
     segments = []
@@ -64,7 +72,7 @@ def phase_timeline(trace: Trace) -> PhaseTimeline:
         taken: list[intervals.Interval] = []
         found = []
         for phase in PRIORITY:
-            own = intervals.clip(by_phase.get(phase, []), step.start_us, step.end_us)
+            own = intervals.clip_merged(by_phase.get(phase, []), step.start_us, step.end_us)
             found += [(s, e, phase) for s, e in intervals.subtract(own, taken)]
             taken = intervals.merge(taken + own)
         segments.append(sorted(found))
@@ -79,17 +87,20 @@ def phase_intervals(trace: Trace, steps: list[Event]):
     """Merged intervals per phase, from the best marker origin the trace has for each."""
     found: dict[tuple[str, PhaseOrigin], list] = defaultdict(list)
     unclaimed_ops: list[Event] = []
+    # A trace repeats a few thousand names over millions of events: each name is classified
+    # once, and the loop does one dict lookup per event.
+    claims: dict[str, tuple[str, PhaseOrigin] | None] = {}
     for event in trace.events:
-        if event.kind not in (ANNOTATION, HOST_OP) or not event.track.startswith("host"):
+        kind = event.kind
+        if (kind != ANNOTATION and kind != HOST_OP) or not event.track.startswith("host"):
             continue
-        phase = gapscope_phase(event.name)
-        if phase:
-            found[(phase, PhaseOrigin.MARKED)].append((event.start_us, event.end_us))
-            continue
-        phase = framework_phase(event.name)
-        if phase:
-            found[(phase, PhaseOrigin.FRAMEWORK)].append((event.start_us, event.end_us))
-        elif event.kind == HOST_OP:
+        name = event.name
+        claim = claims.get(name, _UNSEEN)
+        if claim is _UNSEEN:
+            claim = claims[name] = _claim(name)
+        if claim is not None:
+            found[claim].append((event.start_us, event.start_us + event.dur_us))
+        elif kind == HOST_OP:
             unclaimed_ops.append(event)
 
     by_phase, origins = {}, {}
@@ -109,36 +120,56 @@ def phase_intervals(trace: Trace, steps: list[Event]):
     return by_phase, origins
 
 
+_UNSEEN = object()
+
+
+def _claim(name: str) -> tuple[str, PhaseOrigin] | None:
+    """The phase an event name marks and how: gapscope's own marks before the framework's."""
+    phase = gapscope_phase(name)
+    if phase:
+        return phase, PhaseOrigin.MARKED
+    phase = framework_phase(name)
+    return (phase, PhaseOrigin.FRAMEWORK) if phase else None
+
+
 def _infer_forward(ops: list[Event], steps: list[Event], by_phase: dict) -> list:
     """Forward in an unmarked trace: host ops of a step after its data load ends and before
     its first backward op begins (the loss computation included). Linear in the ops: each
-    step's data-load end and first backward op are looked up once, by bisection."""
-    starts = [s.start_us for s in steps]
+    step's bounds are found once, by bisection, and the ops are tested against them as
+    arrays (a 1 GB trace holds millions of ops)."""
+    if not ops or not steps:
+        return []
+    data_end, first_backward = _forward_bounds(steps, by_phase)
+    step_starts = np.array([s.start_us for s in steps])
+    step_ends = np.array([s.end_us for s in steps])
+    starts = np.fromiter((op.start_us for op in ops), float, len(ops))
+    ends = starts + np.fromiter((op.dur_us for op in ops), float, len(ops))
+    step = np.searchsorted(step_starts, starts, side="right") - 1
+    inside = step >= 0
+    step[~inside] = 0
+    inside &= starts < step_ends[step]
+    lo, hi = data_end[step], first_backward[step]
+    keep = inside & (lo <= starts) & (starts < hi)  # NaN (no backward in the step) keeps none
+    found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi[keep]))
+    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
+    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
+    return intervals.subtract(found, marked)
+
+
+def _forward_bounds(steps: list[Event], by_phase: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: where its data load ends (its start if it has none) and where its first
+    backward op begins (NaN if it has none)."""
     data = by_phase.get("data_load", [])
     data_starts = [s for s, _ in data]
     backward_starts = [s for s, _ in by_phase["backward"]]
-    bounds: dict[int, tuple[float, float | None]] = {}
-
-    def step_bounds(i: int) -> tuple[float, float | None]:
-        lo, hi = steps[i].start_us, steps[i].end_us
+    data_end, first_backward = np.empty(len(steps)), np.full(len(steps), np.nan)
+    for i, step in enumerate(steps):
+        lo, hi = step.start_us, step.end_us
         j = bisect.bisect_left(backward_starts, lo)
-        first_backward = backward_starts[j] if j < len(backward_starts) and backward_starts[j] < hi else None
+        if j < len(backward_starts) and backward_starts[j] < hi:
+            first_backward[i] = backward_starts[j]
         # Merged data intervals are disjoint and sorted: the last one starting before the
         # step's end is the one that ends last inside it.
         k = bisect.bisect_left(data_starts, hi) - 1
-        data_end = min(data[k][1], hi) if k >= 0 and data[k][1] > lo else lo
-        return data_end, first_backward
-
-    found = []
-    for op in ops:
-        i = bisect.bisect_right(starts, op.start_us) - 1
-        if i < 0 or op.start_us >= steps[i].end_us:
-            continue
-        if i not in bounds:
-            bounds[i] = step_bounds(i)
-        data_end, first_backward = bounds[i]
-        if first_backward is not None and data_end <= op.start_us < first_backward:
-            found.append((op.start_us, min(op.end_us, first_backward)))
-    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
-    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
-    return intervals.subtract(intervals.merge(found), marked)
+        data_end[i] = min(data[k][1], hi) if k >= 0 and data[k][1] > lo else lo
+    return data_end, first_backward

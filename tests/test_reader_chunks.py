@@ -74,3 +74,42 @@ def test_garbage_after_the_array_is_refused(tmp_path, monkeypatch):
     path.write_text(json.dumps({"traceEvents": _events(3)}) + " trailing")
     with pytest.raises(torch_trace.TraceFormatError, match="not a torch profiler trace"):
         read_torch_trace(path)
+
+
+_RSS_CHILD = """
+import sys
+from analysis.readers.torch_trace import read_torch_trace
+
+def peak():  # VmHWM: this process's own peak RSS (ru_maxrss starts at the parent's at fork)
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024
+
+before = peak()
+trace = read_torch_trace(sys.argv[1])
+print(len(trace.events), peak() - before)
+"""
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip"])
+def test_memory_stays_bounded_by_the_chunk_not_the_file(tmp_path, gzipped):
+    # 128 MB of trace whose events carry long args the reader does not keep: a reader that
+    # holds the whole text (or every raw event) at once grows by the file's size; this one
+    # by a chunk, a few blocks read ahead and the few events it keeps.
+    import subprocess
+    import sys
+    from pathlib import Path
+    pad = "x" * 16_000
+    event = ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, '
+             '"dur": 5, "args": {"Input Dims": "%s"}}')
+    count = (128 << 20) // len(event % (0, pad))
+    body = ",\n".join(event % (1000 + 10 * i, pad) for i in range(count))
+    text = '{"traceEvents": [' + body + "]}"
+    path = tmp_path / ("big.pt.trace.json" + (".gz" if gzipped else ""))
+    path.write_bytes(gzip.compress(text.encode(), 1) if gzipped else text.encode())
+    del text, body
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(path)], cwd=root, check=True,
+                         capture_output=True, text=True, timeout=300).stdout.split()
+    events, grew = int(out[0]), int(out[1])
+    assert events == count
+    assert grew < 64 << 20, f"reading 128 MB grew the process by {grew >> 20} MB"

@@ -197,3 +197,14 @@ def test_tensorboard_refuses_a_logdir_with_an_odd_trace_before_starting(tmp_path
     result = CliRunner().invoke(cli, ["tensorboard", str(tmp_path / "logs"), "--port", "0"])
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1 and "w.1.pt.trace.json: cannot read" in result.output
+
+
+def test_the_read_ahead_thread_ends_with_a_failed_read(tmp_path):
+    # A decode error after the first chunk: the reading thread must not outlive the read.
+    path = tmp_path / "w.1.pt.trace.json.gz"
+    body = ",".join(json.dumps(TRACE["traceEvents"][0]) for _ in range(200_000))
+    path.write_bytes(gzip.compress(('{"traceEvents": [' + body + ', {"ph": oops}]}').encode(), 1))
+    before = threading.active_count()
+    with pytest.raises(TraceFormatError, match="not a torch profiler trace"):
+        read_torch_trace(path)
+    assert threading.active_count() == before

@@ -5,8 +5,10 @@ import errno
 import gzip
 import io
 import os
+import queue
 import re
 import stat
+import threading
 import zlib
 from pathlib import Path
 
@@ -112,6 +114,57 @@ def read_block(stream, size: int, path: str | Path) -> bytes:
         return stream.read(size)
     except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
         raise TraceFormatError(f"{path}: corrupt gzip ({exc})") from None
+
+
+class ReadAhead:
+    """The blocks of a stream from open_stream, read (and inflated) on a thread while the
+    caller decodes the previous ones: file reads and zlib release the GIL, so on two cores
+    a gzipped trace inflates at no cost to the decode. Holds at most `depth` blocks."""
+
+    def __init__(self, stream, path: str | Path, block: int, depth: int = 4):
+        self._stream, self._path, self._block = stream, path, block
+        self._queue: queue.Queue = queue.Queue(depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="gapscope-read-ahead", daemon=True)
+        self._done = False
+
+    def __enter__(self) -> "ReadAhead":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        # Before the stream closes: the thread may be inside a read of it.
+        self._stop.set()
+        self._thread.join()
+
+    def read(self) -> bytes:
+        """The next block; b"" at the end. An error of the read is raised here."""
+        if self._done:
+            return b""
+        item = self._queue.get()
+        if isinstance(item, BaseException):
+            self._done = True
+            raise item
+        self._done = not item
+        return item
+
+    def _produce(self) -> None:
+        try:
+            while not self._stop.is_set():
+                block = read_block(self._stream, self._block, self._path)
+                self._put(block)
+                if not block:
+                    return
+        except BaseException as exc:  # noqa: BLE001 - handed to the reading thread
+            self._put(exc)
+
+    def _put(self, item) -> None:
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
 
 
 def _kind(mode: int) -> str:

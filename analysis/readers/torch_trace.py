@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 
 from profilers.errors import TraceFormatError
+from analysis.gc_pause import collector_paused
 from analysis.readers import safe_files, validate
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
@@ -73,8 +74,9 @@ def read_torch_trace(path: str | Path) -> Trace:
     path = Path(path)
     reader = _Reader(path)
     try:
-        with safe_files.open_stream(path) as stream:
-            header = reader.read(stream)
+        with collector_paused(), safe_files.open_stream(path) as stream, \
+                safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
+            header = reader.read(blocks)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
         raise TraceFormatError(f"{path}: not a torch profiler trace ({_short(exc)})") from None
     except OSError as exc:
@@ -106,7 +108,7 @@ class _Reader:
         self._names: dict[str, str] = {}
         self._tracks: dict[tuple, tuple] = {}
 
-    def read(self, stream):
+    def read(self, blocks: safe_files.ReadAhead):
         buf = bytearray()
         eof, searched, head_error = False, 0, None
         while True:
@@ -124,7 +126,7 @@ class _Reader:
                     self._keep(whole.traceEvents)
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
-                eof = self._fill(stream, buf, len(buf) + _BLOCK)
+                eof = self._fill(blocks, buf, len(buf) + _BLOCK)
                 continue
             # The keys before the array, closed as if traceEvents were empty: a decode failure
             # means the match was not the top-level key (one nested in an earlier value) or
@@ -137,7 +139,7 @@ class _Reader:
         del buf[:match.end() - 1]  # the buffer now starts with the array's "["
         while not eof:
             # A buffer left whole by the last decode (one event larger than a chunk) grows.
-            eof = self._fill(stream, buf, max(_CHUNK, len(buf) + 1))
+            eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
             if not eof:
                 self._decode_chunk(buf)
         # The rest: the last events, "]", and the keys after the array.
@@ -149,10 +151,10 @@ class _Reader:
             head.baseTimeNanoseconds = tail.baseTimeNanoseconds
         return head
 
-    def _fill(self, stream, buf: bytearray, size: int) -> bool:
+    def _fill(self, blocks: safe_files.ReadAhead, buf: bytearray, size: int) -> bool:
         """Read until `buf` holds `size` bytes; True at the end of the stream."""
         while len(buf) < size:
-            block = safe_files.read_block(stream, max(_BLOCK, size - len(buf)), self.path)
+            block = blocks.read()
             if not block:
                 return True
             buf += block
