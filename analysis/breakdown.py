@@ -60,7 +60,7 @@ def reader_notes(trace: Trace) -> list[str]:
     notes = []
     dropped = trace.metadata.get("dropped_events")
     if dropped:
-        notes.append(f"{sum(dropped.values()):,} invalid trace events dropped: "
+        notes.append(f"{sum(dropped.values()):,} invalid trace event(s) dropped: "
                      + ", ".join(f"{n:,} {why}" for why, n in dropped.items()))
     problems = trace.metadata.get("step_problems")
     if problems:
