@@ -10,13 +10,14 @@ import click
 
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
+from analysis.renderers import registry
+from workloads.devices import DEVICES
 
 EXIT_RUN_FAILED = 1
 EXIT_BAD_INPUT = 2
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter would bury gapscope's own output; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-FORMATS = ("table", "json", "csv", "markdown")
 
 
 class _Group(click.Group):
@@ -33,9 +34,10 @@ class _Group(click.Group):
             sys.exit(130)
 
 
-def format_option(choices=FORMATS):
+def format_option(renderers: dict = registry.BREAKDOWN):
+    """--format, its choices the formats the result type has a renderer for."""
     def decorate(command):
-        return click.option("--format", "fmt", type=click.Choice(choices), default="table",
+        return click.option("--format", "fmt", type=click.Choice(tuple(renderers)), default="table",
                             show_default=True, help="Output format.")(command)
     return decorate
 
@@ -92,7 +94,9 @@ def run_options(command):
                      help="Comma-separated variants, e.g. compile-reduce-overhead,high-precision "
                           "(see `gapscope list`)."),
         click.option("--steps", type=click.IntRange(2), default=60, show_default=True,
-                     help="Training steps in the run."),
+                     help="Training steps in the run. The step time comes from the steps "
+                          "after --warmup that the profiler did not record (45 by default): "
+                          "give more for a tighter interval."),
         click.option("--epochs", type=click.IntRange(1), default=None,
                      help="Whole passes over the data set instead of --steps."),
         click.option("--data", "data_path", type=click.Path(exists=True, dir_okay=True),
@@ -102,9 +106,10 @@ def run_options(command):
                      show_default=True, help="First steps excluded from the steady state."),
         click.option("--trace/--no-trace", default=True, show_default=True,
                      help="Record a profiler trace (detailed) or only step timers (cheap)."),
-        click.option("--trace-steps", type=click.IntRange(1), default=20, show_default=True,
-                     help="Steps recorded by the profiler, right after warm-up."),
-        click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+        click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+                     help="Steps recorded by the profiler, right after warm-up: they say where "
+                          "the time goes, the unprofiled steps how much."),
+        click.option("--device", type=click.Choice(DEVICES), default="auto",
                      show_default=True),
         click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
                      show_default=True, help="Folder that receives the run directories."),
@@ -171,9 +176,8 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
     from analysis.breakdown import breakdown_of
-    from analysis.renderers import render_breakdowns
     complete = [o for o in outcomes if o.status == "complete"]
-    click.echo(render_breakdowns([breakdown_of(o.run_dir) for o in complete], fmt), nl=False)
+    click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in complete]), nl=False)
     if len(complete) < len(outcomes):
         sys.exit(EXIT_RUN_FAILED)
 
@@ -188,7 +192,7 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
 @click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
               help="Steps each row's profiler records, for its phase breakdown.")
-@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+@click.option("--device", type=click.Choice(DEVICES), default="auto",
               show_default=True)
 @click.option("--data", "data_path", type=click.Path(exists=True), default=None,
               help="A real MNIST you have (mnist.npz or IDX files).")
@@ -196,7 +200,7 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="Folder that receives <matrix>/ with one run per row.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
-@format_option()
+@format_option(registry.MATRIX)
 def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
     """Run the named matrix NAME, each row in its own process, and print its table.
 
@@ -215,7 +219,6 @@ def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
             click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
         return
     from analysis.matrix_results import matrix_result
-    from analysis.renderers.matrix_render import RENDERERS
     from workloads.matrix import run_matrix
     from workloads.progress import matrix_progress
     from workloads.settings import RunSettings
@@ -223,7 +226,7 @@ def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
     base = RunSettings(workload="", framework="", **settings)
     with matrix_progress(loaded, quiet) as on_row:
         outcomes = run_matrix(loaded, Path(out_dir), base, on_row)
-    click.echo(RENDERERS[fmt](matrix_result(loaded, outcomes, baseline)), nl=False)
+    click.echo(registry.MATRIX[fmt].render(matrix_result(loaded, outcomes, baseline)), nl=False)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(EXIT_RUN_FAILED)
 
@@ -248,7 +251,6 @@ def breakdown(paths, source, fmt):
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
     from analysis.breakdown import breakdown as breakdown_run
-    from analysis.renderers import render_breakdowns
     from analysis.run import Runs, expand_runs
     entries = expand_runs(paths)
     runs = Runs()
@@ -263,7 +265,7 @@ def breakdown(paths, source, fmt):
                 raise
             problems.append(f"{entry.label or entry.path}: {exc}")
     if results:
-        click.echo(render_breakdowns(results, fmt), nl=False)
+        click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)
     for problem in problems:
         click.echo(f"gapscope: skipped {problem}", err=True)
     if problems:
@@ -283,12 +285,12 @@ def breakdown(paths, source, fmt):
               help="With --measure: first steps excluded from the steady state.")
 @click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
               help="With --measure: steps each run's profiler records, for the evidence.")
-@click.option("--device", type=click.Choice(("auto", "cpu", "cuda")), default="auto",
+@click.option("--device", type=click.Choice(DEVICES), default="auto",
               show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="With --measure: folder that receives the A/B folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
-@format_option(("table", "json", "markdown"))
+@format_option(registry.COMPARE)
 def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
@@ -306,7 +308,6 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
     from analysis.explain import explain, explain_all
-    from analysis.renderers import compare_json, compare_markdown, compare_table
     from analysis.run import Runs, is_measurement, load_measurement
     if measure:
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
@@ -319,8 +320,7 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
         loaded = Runs()
         comparison = compare_runs(explain_all([loaded.load(r) for r in runs]))
-    renderer = {"table": compare_table, "json": compare_json, "markdown": compare_markdown}[fmt]
-    click.echo(renderer.render(comparison), nl=False)
+    click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)

@@ -2,6 +2,7 @@
 evidence from the per-run analyzers (kernels, fusion, transfers, dispatch, compile)."""
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -35,15 +36,29 @@ class PhaseGap:
         return contains_zero(self.delta_ci95)
 
 
+class IntervalMethod(enum.StrEnum):
+    BOOTSTRAP = "bootstrap over steps"      # one run a side: its steps resampled
+    REPEATS = "t over interleaved repeats"  # paired fresh-process repeats: drift included
+
+
+class EvidenceKind(enum.StrEnum):
+    KERNELS = "kernels"            # ops/kernels of the phase with the delta
+    TRANSFERS = "transfers"        # host<->device copies
+    DISPATCH = "dispatch"          # host time not overlapped by kernel work (other)
+    COMPILE = "compile"            # one-time warm-up cost
+    FUSION = "fusion"              # kernels per step and their fused share
+    MIXED_FUSION = "mixed_fusion"  # fused ops spanning phases, counted in none
+    UNATTRIBUTED = "unattributed"  # kernels from no phase scope
+
+
 @dataclass
 class Evidence:
-    """One finding behind a delta: what was measured in each run, and a line saying it."""
+    """One finding behind a delta: what was measured in each run (the renderers say it)."""
 
-    kind: str                    # kernels | transfers | dispatch | compile | fusion | mixed_fusion | unattributed
+    kind: EvidenceKind
     phase: str | None
     a: dict
     b: dict
-    text: str
     delta_ms: float | None = None
     share_of_gap: float | None = None
 
@@ -63,7 +78,7 @@ class PairComparison:
     ratio: float | None = None   # b / a step time
     ratio_ci95: Interval | None = None
     gap_ci95: Interval | None = None
-    interval_method: str = ""
+    interval_method: "IntervalMethod | None" = None
     repeats: int = 1
     unprofiled: bool = True      # both step times from unprofiled steps
 
@@ -76,14 +91,14 @@ class PairComparison:
                 "a_step_ms": self.a_step_ms, "b_step_ms": self.b_step_ms, "gap_ms": self.gap_ms,
                 "gap_ci95": _rounded(self.gap_ci95), "ratio": self.ratio,
                 "ratio_ci95": _rounded(self.ratio_ci95, 4), "within_noise": self.within_noise,
-                "interval_method": self.interval_method, "repeats": self.repeats,
+                "interval_method": self.interval_method and str(self.interval_method), "repeats": self.repeats,
                 "unprofiled": self.unprofiled,
                 "phases": {g.phase: {"a_ms": g.a_ms, "b_ms": g.b_ms, "delta_ms": g.delta_ms,
                                      "delta_ci95": _rounded(g.delta_ci95),
                                      "within_noise": g.within_noise,
                                      "ratio": g.ratio, "share_of_gap": g.share_of_gap}
                            for g in self.phases},
-                "evidence": [e.__dict__ for e in self.evidence],
+                "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
                 "devices_differ": self.devices_differ}
 
 
@@ -98,11 +113,6 @@ class Comparison:
                 "runs": [r.to_json_dict() for r in self.runs],
                 "comparisons": [p.to_json_dict() for p in self.pairs],
                 "warnings": self.warnings}
-
-
-def run_label(run: RunExplanation) -> str:
-    b = run.breakdown
-    return b.label or b.run_id or "?"
 
 
 def compare(runs: list[RunExplanation],
@@ -126,7 +136,7 @@ def compare(runs: list[RunExplanation],
         if _devices_differ(base, other):
             warnings.append(f"different devices: {base.breakdown.device} ({base.breakdown.run_id}) vs "
                             f"{other.breakdown.device} ({other.breakdown.run_id}): the gap includes the hardware")
-    labels = unique_labels([run_label(r) for r in runs], [r.breakdown.run_id or "" for r in runs])
+    labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs])
     for run, label in zip(runs, labels):
         run.breakdown.label = label
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
@@ -152,7 +162,7 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
                            _ratio(db["other"], da["other"]), None))
     for g in phases:
         g.share_of_gap = round(g.delta_ms / gap, 4) if gap else None
-    pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, run_label(a), run_label(b),
+    pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, a.breakdown.name, b.breakdown.name,
                           a_step, b_step, gap, phases, _evidence(a, b, phases, gap),
                           _devices_differ(a, b), ratio=_ratio(b_step, a_step),
                           repeats=len(sides[0]),
@@ -177,15 +187,13 @@ def _bootstrap_intervals(pair: PairComparison, a: Breakdown, b: Breakdown) -> No
     """One run each: both estimators' bootstrap replicates are independent, so their
     differences (row by row) are replicates of the difference."""
     if a.replicates is None or b.replicates is None or a.step_ci95 is None or b.step_ci95 is None:
-        pair.interval_method = "none: a run has too few steps for an interval"
         return
     ra, rb = a.replicates, b.replicates
     pair.gap_ci95 = percentile_interval(rb[:, 0] - ra[:, 0])
     pair.ratio_ci95 = percentile_interval(rb[:, 0] / ra[:, 0])
     for i, g in enumerate(pair.phases, start=1):
         g.delta_ci95 = percentile_interval(rb[:, i] - ra[:, i])
-    pair.interval_method = ("95 % bootstrap over the steps of each run; drift between processes "
-                            "is not in it: measure with `gapscope compare --measure ... --repeats N`")
+    pair.interval_method = IntervalMethod.BOOTSTRAP
 
 
 def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: list[Breakdown]) -> None:
@@ -201,8 +209,7 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
     pair.gap_ci95 = t_interval([fb["step"] - fa["step"] for fa, fb in zip(a_means, b_means)])
     for g in pair.phases:
         g.delta_ci95 = t_interval([fb[g.phase] - fa[g.phase] for fa, fb in zip(a_means, b_means)])
-    pair.interval_method = (f"95 % t-interval over {len(logs)} interleaved repeats (fresh processes); "
-                            "ratio = geometric mean of the paired ratios")
+    pair.interval_method = IntervalMethod.REPEATS
 
 
 def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:
@@ -225,7 +232,7 @@ def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap:
     found.append(_compile(a, b))
     found += [e for e in (_mixed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
     found += [e for e in (_unattributed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
-    if not any(e.kind == "transfers" for e in found):
+    if not any(e.kind == EvidenceKind.TRANSFERS for e in found):
         found.append(_transfers(a, b, None))
     return found
 
@@ -239,12 +246,7 @@ def _phase_kernels(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidenc
                 "mean_kernel_us": round(1000.0 * time_ms / count, 3) if count else None,
                 "device_ms": round(run.attribution.device_ms.get(g.phase, 0.0), _DIGITS),
                 "host_ms": round(run.attribution.host_ms.get(g.phase, 0.0), _DIGITS)}
-    fa, fb = facts(a), facts(b)
-    unit = "device kernels" if a.kernels.source == b.kernels.source == "device kernels" else "ops/kernels"
-    text = (f"{g.phase} {_signed(g.delta_ms)} ms{_share(g)}: {_n(fa['kernels_per_step'])} vs "
-            f"{_n(fb['kernels_per_step'])} {unit} per step, mean {_us(fa['mean_kernel_us'])} vs "
-            f"{_us(fb['mean_kernel_us'])}; time in them {fa['device_ms']:.3f} vs {fb['device_ms']:.3f} ms")
-    return Evidence("kernels", g.phase, fa, fb, text, g.delta_ms, g.share_of_gap)
+    return Evidence(EvidenceKind.KERNELS, g.phase, facts(a), facts(b), g.delta_ms, g.share_of_gap)
 
 
 def _dispatch(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:
@@ -254,33 +256,13 @@ def _dispatch(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:
                 "launches_per_step": at.launches_per_step,
                 "launch_ms": None if at.launch_ms is None else round(at.launch_ms, _DIGITS),
                 "device_kind": at.device_kind}
-    fa, fb = facts(a), facts(b)
-    text = (f"other {_signed(g.delta_ms)} ms{_share(g)}: host time not overlapped by kernel work "
-            f"{fa['dispatch_ms']:.3f} vs {fb['dispatch_ms']:.3f} ms per step")
-    if fa["launches_per_step"] is not None and fb["launches_per_step"] is not None:
-        text += (f"; {_n(fa['launches_per_step'])} vs {_n(fb['launches_per_step'])} launches "
-                 f"({fa['launch_ms']:.3f} vs {fb['launch_ms']:.3f} ms in runtime calls)")
-    return Evidence("dispatch", "other", fa, fb, text, g.delta_ms, g.share_of_gap)
+    return Evidence(EvidenceKind.DISPATCH, "other", facts(a), facts(b), g.delta_ms, g.share_of_gap)
 
 
 def _transfers(a: RunExplanation, b: RunExplanation, g: PhaseGap | None) -> Evidence:
-    fa, fb = a.transfers.to_json_dict(), b.transfers.to_json_dict()
-
-    def say(t):
-        if t["note"]:
-            return t["note"]
-        parts = []
-        for way, d in t["by_direction"].items():
-            memory = "/".join(k for k in d["host_memory"] if k != "n/a")
-            parts.append(f"{_n(d['count_per_step'])} {way} of {_bytes(d['bytes_per_step'])} per step"
-                         + (f" from {memory} memory" if memory and way == "H2D" else "")
-                         + (f" at {d['gb_per_s']:.1f} GB/s" if d["gb_per_s"] else ""))
-        return "; ".join(parts)
-    head = f"transfers (data_load {_signed(g.delta_ms)} ms): " if g else "transfers: "
-    sa, sb = say(fa), say(fb)
-    text = head + (sa if sa == sb else f"{sa} vs {sb}")
-    return Evidence("transfers", g.phase if g else None, fa, fb, text,
-                    g.delta_ms if g else None, g.share_of_gap if g else None)
+    return Evidence(EvidenceKind.TRANSFERS, g.phase if g else None, a.transfers.to_json_dict(),
+                    b.transfers.to_json_dict(), g.delta_ms if g else None,
+                    g.share_of_gap if g else None)
 
 
 def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
@@ -289,56 +271,30 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
         return {"kernels_per_step": round(k.per_step, 3), "fused_share": k.fused_share,
                 "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
                 "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS), "source": k.source}
-    fa, fb = facts(a), facts(b)
-    text = (f"fusion: {_n(fa['kernels_per_step'])} vs {_n(fb['kernels_per_step'])} kernels per step "
-            f"({fa['source']} vs {fb['source']}), fused {_pct(fa['fused_share'])} vs {_pct(fb['fused_share'])} "
-            f"of them ({_pct(fa['fused_time_share'])} vs {_pct(fb['fused_time_share'])} of kernel time), "
-            f"mean kernel {_us(fa['mean_kernel_us'])} vs {_us(fb['mean_kernel_us'])}")
-    return Evidence("fusion", None, fa, fb, text)
+    return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
 
 
 def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
-    fa, fb = a.compile.to_json_dict(), b.compile.to_json_dict()
-
-    def say(run, c):
-        once = f"{_ms(c['warmup_excess_ms'])} once" if c["warmup_excess_ms"] is not None else "n/a"
-        details = []
-        if c["first_step_ms"] is not None and c["steady_median_ms"]:
-            details.append(f"first step {_ms(c['first_step_ms'])}, steady median {c['steady_median_ms']:.2f} ms")
-        if c["compiled_calls_per_step"]:
-            details.append(f"Dynamo guards {1000 * c['guard_ms_per_step']:.0f} µs/step")
-        if c["tf_tracing_count"] is not None:
-            details.append(f"tf.function traced {c['tf_tracing_count']}x")
-        if c["xla_modules"]:
-            details.append(f"{len(c['xla_modules'])} XLA program(s)")
-        if c["compile_in_window_ms"]:
-            details.append(f"recompiled {_ms(c['compile_in_window_ms'])} inside traced steps")
-        return f"{run_label(run)} {once}" + (f" ({'; '.join(details)})" if details else "")
-    text = f"compile: {say(a, fa)} vs {say(b, fb)}; excluded from steps"
-    return Evidence("compile", None, fa, fb, text)
+    return Evidence(EvidenceKind.COMPILE, None, a.compile.to_json_dict(), b.compile.to_json_dict())
 
 
 def _mixed(run: RunExplanation, side: str) -> Evidence | None:
     mixed = run.kernels.mixed_ops
     if not mixed:
         return None
-    names = ", ".join(f"{m['name']} ({'+'.join(m['phases'])})" for m in mixed[:4])
-    ms = run.attribution.device_ms.get(MIXED, 0.0)
-    facts = {"mixed_ops": mixed, "ms_per_step": round(ms, _DIGITS)}
-    text = (f"{run_label(run)}: {len(mixed)} fused op(s) mix phases, {ms:.3f} ms per step counted "
-            f"in no phase: {names}")
-    return Evidence("mixed_fusion", None, facts if side == "a" else {}, facts if side == "b" else {}, text)
+    facts = {"mixed_ops": mixed, "ms_per_step": round(run.attribution.device_ms.get(MIXED, 0.0), _DIGITS)}
+    return Evidence(EvidenceKind.MIXED_FUSION, None, facts if side == "a" else {},
+                    facts if side == "b" else {})
 
 
 def _unattributed(run: RunExplanation, side: str) -> Evidence | None:
-    ms = run.attribution.device_ms.get(UNATTRIBUTED, 0.0)
     count = run.kernels.per_phase.get(UNATTRIBUTED, 0.0)
     if not count:
         return None
-    facts = {"kernels_per_step": round(count, 3), "ms_per_step": round(ms, _DIGITS)}
-    text = (f"{run_label(run)}: {_n(count)} kernels per step ({ms:.3f} ms) come from no phase "
-            "scope (e.g. metric updates, copies XLA added): unattributed")
-    return Evidence("unattributed", None, facts if side == "a" else {}, facts if side == "b" else {}, text)
+    facts = {"kernels_per_step": round(count, 3),
+             "ms_per_step": round(run.attribution.device_ms.get(UNATTRIBUTED, 0.0), _DIGITS)}
+    return Evidence(EvidenceKind.UNATTRIBUTED, None, facts if side == "a" else {},
+                    facts if side == "b" else {})
 
 
 def _devices_differ(a: RunExplanation, b: RunExplanation) -> bool:
@@ -348,39 +304,3 @@ def _devices_differ(a: RunExplanation, b: RunExplanation) -> bool:
 
 def _ratio(b: float, a: float) -> float | None:
     return round(b / a, 4) if a else None
-
-
-def _signed(ms: float) -> str:
-    return f"{ms:+.3f}"
-
-
-def _share(g: PhaseGap) -> str:
-    return "" if g.share_of_gap is None else f", {100 * g.share_of_gap:.0f} % of the gap"
-
-
-def _n(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
-
-
-def _us(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.1f} µs"
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value / 1000:.1f} s" if value >= 1000 else f"{value:.1f} ms"
-
-
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.0f} %"
-
-
-def _bytes(value: float) -> str:
-    for unit, size in (("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
-

@@ -2,6 +2,7 @@
 stand for them), each placed in a step and a phase, and their counts, fusion and durations."""
 from __future__ import annotations
 
+import enum
 import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -13,9 +14,15 @@ from analysis.timeline import PhaseTimeline
 from analysis.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Event, Trace
 from profilers.phases import PHASES
 
-DEVICE_KERNELS = "device kernels"
-HOST_OPS = "host ops"          # CPU torch / TF: each executed op stands for a kernel
-XLA_THUNKS = "XLA thunks"      # CPU XLA: each thunk runs one compiled kernel
+class WorkSource(enum.StrEnum):
+    """What a run's units of work are."""
+
+    DEVICE_KERNELS = "device kernels"
+    HOST_OPS = "host ops"          # CPU torch / TF: each executed op stands for a kernel
+    XLA_THUNKS = "XLA thunks"      # CPU XLA: each thunk runs one compiled kernel
+
+
+DEVICE_KERNELS, HOST_OPS, XLA_THUNKS = WorkSource
 
 # Inductor's generated kernels (triton_poi_fused_*, triton_red_fused_*, cpp_fused_* and
 # graph_<n>_cpp_fused_* with kernel profiling on) and XLA fusions (fusion.3, loop_add_fusion).

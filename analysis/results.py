@@ -99,6 +99,11 @@ class Breakdown:
     def unidentified_phases(self) -> list[str]:
         return [p for p in MARKED_PHASES if self.phase_sources.get(p) == "not identified"]
 
+    @property
+    def name(self) -> str:
+        """What tables call the run: its label (unique among the runs shown), else its id."""
+        return self.label or self.run_id or "?"
+
     def to_json_dict(self) -> dict:
         """The stable `gapscope breakdown --format json` contract, plus per-step detail."""
         stats = {k: round(v, _DIGITS) for k, v in self.step_stats().items()}

@@ -1,19 +1,26 @@
 """The neutral event model that every reader produces and every analyzer consumes."""
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 
 import msgspec
 
-# Event kinds, independent of the framework that wrote the trace.
-STEP = "step"              # one training step (ProfilerStep#N, gapscope/step#N, TF "train" trace)
-ANNOTATION = "annotation"  # a user or framework range (record_function, NVTX, TF TraceMe)
-HOST_OP = "host_op"        # an operator executed on the host (aten op, TF op, XLA thunk)
-KERNEL = "kernel"          # device kernel
-MEMCPY = "memcpy"
-MEMSET = "memset"
-RUNTIME = "runtime"        # CUDA runtime / driver call on the host
-OTHER = "other"
+class EventKind(enum.StrEnum):
+    """What an event is, independent of the framework that wrote the trace."""
+
+    STEP = "step"              # one training step (ProfilerStep#N, gapscope/step#N, TF "train" trace)
+    ANNOTATION = "annotation"  # a user or framework range (record_function, NVTX, TF TraceMe)
+    HOST_OP = "host_op"        # an operator executed on the host (aten op, TF op, XLA thunk)
+    KERNEL = "kernel"          # device kernel
+    MEMCPY = "memcpy"
+    MEMSET = "memset"
+    RUNTIME = "runtime"        # CUDA runtime / driver call on the host
+    OTHER = "other"
+
+
+# Short names for the readers and analyzers that match on kinds.
+STEP, ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, OTHER = EventKind
 
 
 class Event(msgspec.Struct, gc=False):

@@ -8,6 +8,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
+from analysis.renderers import registry
 from cli import cli
 
 
@@ -149,3 +150,13 @@ def test_variant_refused_before_anything_is_announced_or_written(runner, tmp_pat
                                  "--out", str(tmp_path)])
     _assert_one_line_error(result, "variant 'compile' does not apply to keras")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("command,renderers", [("breakdown", registry.BREAKDOWN),
+                                               ("compare", registry.COMPARE),
+                                               ("matrix", registry.MATRIX)])
+def test_format_choices_are_the_registered_renderers(runner, command, renderers):
+    # One renderer contract per result type: --format offers exactly what can be rendered.
+    help_text = runner.invoke(cli, [command, "--help"], terminal_width=200).output
+    assert f"--format [{'|'.join(renderers)}]" in help_text
+    assert all(r.extension.startswith(".") and r.render for r in renderers.values())

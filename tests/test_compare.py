@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from analysis.compare import compare
 from analysis.explain import explain_run
-from analysis.renderers import compare_markdown, compare_table
+from analysis.renderers import compare_markdown, compare_table, evidence_text
 from cli import cli
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
@@ -56,7 +56,9 @@ def test_evidence_is_derived_from_the_analyzers(runs):
     transfers = next(e for e in pair.evidence if e.kind == "transfers")
     assert transfers.a["note"] == "no transfers: CPU-only run"
     assert transfers.b["by_direction"]["H2D"]["bytes_per_step"] == 40_000
-    assert "0.5 H2D of 40.0 kB per step from pageable memory at 20.0 GB/s" in transfers.text
+    # The analyzer keeps facts; the renderer says them.
+    assert ("0.5 H2D of 40.0 kB per step from pageable memory at 20.0 GB/s"
+            in evidence_text.sentence(transfers, pair))
     fusion = next(e for e in pair.evidence if e.kind == "fusion")
     assert fusion.b["kernels_per_step"] == 3.5 and fusion.b["source"] == "device kernels"
 

@@ -76,16 +76,23 @@ def test_torch_eager_run_takes_every_figure_from_the_unprofiled_timers(torch_run
     assert low < result.step_stats()["mean"] < high
 
 
-def test_compensation_lands_nearer_the_timers_than_the_raw_trace(torch_run):
-    # Torch eager: the timers give each phase's truth, so the trace-only estimate can be held
-    # to it. The raw trace carries the profiler's cost (tens of % on this small step).
-    run = load_run(torch_run)
-    truth, compensated, raw = (breakdown(run, s) for s in ("timers", "compensated", "trace"))
-    step = truth.step_stats()["mean"]
+def test_compensated_phases_are_the_traced_shares_of_the_unprofiled_step(torch_run):
+    # Recomputed by hand from the run's own files: the traced steps' phases as the trace
+    # recorded them (plus, in other, what the step timers saw outside the trace's step event),
+    # each as its share of the traced step, times the mean unprofiled step. How close that lands
+    # to the timers' truth is measured by benchmarks/compensation_check.py (noise-bound).
+    run, rows = _steady_untraced(torch_run)
+    raw, compensated = breakdown(run, "trace"), breakdown(run, "compensated")
+    traced_rows = [r for r in run.rows[run.warmup_steps:] if r["traced"]]
+    recorded = {p: statistics.fmean(s.phase_ms[p] for s in raw.steps) for p in PHASES}
+    recorded["other"] += max(0.0, statistics.fmean(r["step_ms"] for r in traced_rows)
+                             - sum(recorded.values()))
+    step = statistics.fmean(r["step_ms"] for r in rows)
+    for phase in PHASES:
+        expected = recorded[phase] / sum(recorded.values()) * step
+        assert compensated.phases[phase].ms == pytest.approx(expected, rel=1e-9), phase
+        assert compensated.phases[phase].source == PhaseSource.COMPENSATED
     assert sum(f.ms for f in compensated.phases.values()) == pytest.approx(step)
-    error = {name: sum(abs(r.phases[p].ms - truth.phases[p].ms) for p in PHASES)
-             for name, r in (("compensated", compensated), ("raw", raw))}
-    assert error["compensated"] < error["raw"], error
 
 
 def test_compiled_keras_phases_add_up_to_the_unprofiled_step(keras_run):

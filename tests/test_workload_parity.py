@@ -103,7 +103,6 @@ def test_keras_on_the_torch_backend_agrees(torch_results, data_cache):
 def test_cnn_is_the_blogs_size(torch_results):
     parameters = torch_results["cnn"][0]
     assert abs(parameters - BLOG_CNN_PARAMETERS) <= 0.02 * BLOG_CNN_PARAMETERS, parameters
-    assert WORKLOADS["cnn"].supports_inference
 
 
 def test_torch_lstm_keeps_one_bias_and_its_fused_kernel():

@@ -52,7 +52,6 @@ WORKLOADS = {
             hidden=(128,),
             data="mnist",
             samples=60_000,
-            supports_inference=True,
         ),
         WorkloadSpec(
             name="lstm",

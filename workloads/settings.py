@@ -13,7 +13,7 @@ class RunSettings:
     epochs: int | None = None           # whole passes over the data set instead of a step count
     warmup_steps: int = 5
     trace: bool = True
-    trace_steps: int = 20
+    trace_steps: int = 10
     device: str = "auto"                # auto | cpu | cuda
     data_path: str | None = None        # a real MNIST (mnist.npz or IDX files) the user has
     sample_resources: bool = True       # CPU load (psutil) and NVML GPU figures in a background thread

@@ -26,7 +26,6 @@ class WorkloadSpec:
     task: str = "classification"
     data: str = "gaussian_teacher"  # which generator in workloads.data (or a real MNIST file)
     samples: int = 10_000      # one epoch of synthetic data
-    supports_inference: bool = False
 
     def __post_init__(self):
         # Specs are written by hand in the registry: a typo should fail at import, not mid-run.

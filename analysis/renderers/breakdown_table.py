@@ -6,15 +6,15 @@ import io
 from rich.console import Console
 from rich.table import Table
 
-from analysis.renderers.columns import UNIT_FOOTER, run_label, side_by_side
+from analysis.renderers.columns import origin_legend, side_by_side, unit_footer
 from analysis.results import Breakdown
 
 
 def render(breakdowns: list[Breakdown]) -> str:
-    table = Table(title="gapscope breakdown", caption=UNIT_FOOTER, caption_justify="left")
+    table = Table(title="gapscope breakdown", caption=unit_footer(breakdowns), caption_justify="left")
     table.add_column("phase")
     for b in breakdowns:
-        table.add_column(f"{run_label(b)}\nms", justify="right")
+        table.add_column(f"{b.name}\nms", justify="right")
         table.add_column("%", justify="right")
         table.add_column("src")
     for phase, cells in side_by_side(breakdowns):
@@ -25,9 +25,8 @@ def render(breakdowns: list[Breakdown]) -> str:
     for b in breakdowns:
         for note in b.notes:
             console.print(f"{b.run_id}: {note}", soft_wrap=True, markup=False)
-    if any(m in b.phase_sources.values() for b in breakdowns
-           for m in ("inferred", "not identified", "not applicable")):
-        console.print("~ inferred, ? not identified in the trace (counted in other), "
-                      "- not applicable (inference)", markup=False)
+    legend = origin_legend(breakdowns)
+    if legend:
+        console.print(legend, markup=False)
     return console.export_text()
 

@@ -1,18 +1,29 @@
 """What a breakdown table shows, shared by the table, Markdown and CSV renderers."""
 from __future__ import annotations
 
+from analysis.phase_rules import PhaseOrigin
 from analysis.results import Breakdown, PhaseSource
 from profilers.phases import PHASES
 
-UNIT_FOOTER = ("ms per steady-state step (mean, ± half its 95 % interval), from unprofiled steps; "
-               "% of the step; phases add up to the step; compile = one-time warm-up cost. "
-               "Phase source: T timers, C trace with the profiler's cost taken out, "
-               "R trace as recorded (profiler cost inside)")
+ORIGIN_MARKS = {PhaseOrigin.INFERRED: "~", PhaseOrigin.MISSING: "?", PhaseOrigin.NOT_APPLICABLE: "-"}
+ORIGIN_LEGEND = ("~ inferred, ? not identified in the trace (counted in other), "
+                 "- not applicable (inference)")
+
+
+def unit_footer(breakdowns: list[Breakdown]) -> str:
+    """What the figures are; says so where a step time carries the profiler's cost."""
+    steps = ("from unprofiled steps" if all(b.unprofiled for b in breakdowns)
+             else "from unprofiled steps where a run has them, else traced ('traced': profiler cost inside)")
+    return (f"ms per steady-state step (mean, ± half its 95 % interval), {steps}; "
+            "% of the step; phases add up to the step; compile = one-time warm-up cost. "
+            "Phase source: T timers, C trace with the profiler's cost taken out, "
+            "R trace as recorded (profiler cost inside)")
+
+
+def origin_legend(breakdowns: list[Breakdown]) -> str | None:
+    marked = any(o in ORIGIN_MARKS for b in breakdowns for o in b.phase_sources.values())
+    return ORIGIN_LEGEND if marked else None
 SOURCE_MARKS = {PhaseSource.TIMERS: "T", PhaseSource.COMPENSATED: "C", PhaseSource.RAW: "R"}
-
-
-def run_label(b: Breakdown) -> str:
-    return b.label or b.run_id or "?"
 
 
 def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
@@ -25,8 +36,7 @@ def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
 
 def origin_mark(b: Breakdown, phase: str) -> str:
     """A short flag beside a phase whose time was inferred or not found at all."""
-    origin = b.phase_sources.get(phase)
-    return {"inferred": "~", "not identified": "?", "not applicable": "-"}.get(origin, "")
+    return ORIGIN_MARKS.get(b.phase_sources.get(phase), "")
 
 
 def plus_minus(value: float, interval) -> str:

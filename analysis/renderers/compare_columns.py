@@ -1,7 +1,8 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
-from analysis.compare import Comparison, run_label
+from analysis.compare import Comparison
+from analysis.renderers import evidence_text
 from profilers.phases import PHASES
 
 UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
@@ -46,15 +47,15 @@ def verdict_lines(comparison: Comparison) -> list[str]:
                      f"{pair.a_label} (ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms"
                      f" per step)")
     for pair in comparison.pairs[:1]:
-        lines.append(f"intervals: {pair.interval_method}")
+        lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines
 
 
 def header(comparison: Comparison) -> list[str]:
     runs = comparison.runs
-    cells = ["phase", f"{run_label(runs[0])} ms"]
+    cells = ["phase", f"{runs[0].breakdown.name} ms"]
     for run in runs[1:]:
-        cells += [f"{run_label(run)} ms", "Δ ms", "ratio", "% gap"]
+        cells += [f"{run.breakdown.name} ms", "Δ ms", "ratio", "% gap"]
     return cells
 
 
@@ -85,7 +86,7 @@ def phase_rows(comparison: Comparison) -> list[list[str]]:
 def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """Per-run evidence figures, one column per run."""
     runs = comparison.runs
-    head = ["per step"] + [run_label(r) for r in runs]
+    head = ["per step"] + [r.breakdown.name for r in runs]
     facts = [
         ("kernels (count)", lambda r: f"{r.kernels.per_step:.1f}"),
         ("  of them fused", lambda r: _f(r.kernels.fused_share, "{:.0%}")),
@@ -119,7 +120,7 @@ def _transfers(run) -> str:
 def phase_device_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     """Host (breakdown) against device time per phase, one column pair per run."""
     runs = comparison.runs
-    head = ["phase"] + [h for r in runs for h in (f"{run_label(r)} host", "device")]
+    head = ["phase"] + [h for r in runs for h in (f"{r.breakdown.name} host", "device")]
     buckets = list(PHASES) + [b for b in ("mixed", "unattributed")
                               if any(b in r.attribution.device_ms for r in runs)]
     rows = []
@@ -136,5 +137,5 @@ def evidence_lines(comparison: Comparison) -> list[str]:
     lines = []
     for pair in comparison.pairs:
         lines.append(f"{pair.b_label} vs {pair.a_label}: gap {pair.gap_ms:+.3f} ms per step")
-        lines += [f"  - {e.text}" for e in pair.evidence]
+        lines += [f"  - {evidence_text.sentence(e, pair)}" for e in pair.evidence]
     return lines

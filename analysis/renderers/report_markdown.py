@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.renderers.columns import UNIT_FOOTER
+from analysis.renderers.columns import plus_minus, unit_footer
 from analysis.results import Breakdown
 from profilers.phases import PHASES
 
@@ -98,12 +98,12 @@ def _phase_table(runs: list[ReportRun]) -> list[str]:
     rows = []
     for r in runs:
         doc = r.breakdown.to_json_dict()
-        cells = [f"{doc['phases'][p]['ms']:.3f} ({100 * doc['phases'][p]['share']:.0f}%)"
-                 for p in PHASES]
+        cells = [f"{plus_minus(doc['phases'][p]['ms'], r.breakdown.phases[p].ci95)} "
+                 f"({100 * doc['phases'][p]['share']:.0f}%)" for p in PHASES]
         compile_ms = "n/a" if doc["compile_ms"] is None else f"{doc['compile_ms']:.1f}"
         rows.append([r.label, f"{doc['source']}, {doc['steps']} steps", *cells,
-                     f"**{doc['step_ms']['mean']:.3f}**", compile_ms])
-    return _table(head, rows) + ["", f"_{UNIT_FOOTER}_"]
+                     f"**{plus_minus(doc['step_ms']['mean'], r.breakdown.step_ci95)}**", compile_ms])
+    return _table(head, rows) + ["", f"_{unit_footer([r.breakdown for r in runs])}_"]
 
 
 def _sources(runs: list[ReportRun]) -> list[str]:

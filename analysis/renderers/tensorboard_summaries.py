@@ -2,7 +2,7 @@
 and the breakdown as Markdown for the Text dashboard. Pure: the writer lives in analysis.summaries."""
 from __future__ import annotations
 
-from analysis.renderers import render_breakdowns
+from analysis.renderers import registry
 from analysis.results import Breakdown
 from profilers.phases import MARKED_PHASES, PHASES
 
@@ -36,7 +36,7 @@ def scalar_points(rows: list[dict], breakdown: Breakdown | None) -> list[tuple[s
 def breakdown_text(breakdown: Breakdown | None, problem: str | None = None) -> str:
     if breakdown is None:
         return f"No breakdown for this run: {problem}"
-    return render_breakdowns([breakdown], "markdown")
+    return registry.BREAKDOWN["markdown"].render([breakdown])
 
 
 def run_text(manifest: dict) -> str:

@@ -1,0 +1,137 @@
+"""Says each compare finding in one line, from the facts the compare analyzer measured."""
+from __future__ import annotations
+
+from analysis.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
+from analysis.kernels import WorkSource
+
+INTERVAL_METHODS = {
+    None: "none: a run has too few steps for an interval",
+    IntervalMethod.BOOTSTRAP: ("95 % bootstrap over the steps of each run; drift between processes "
+                               "is not in it: measure with `gapscope compare --measure ... --repeats N`"),
+    IntervalMethod.REPEATS: ("95 % t-interval over {repeats} interleaved repeats (fresh processes); "
+                             "ratio = geometric mean of the paired ratios"),
+}
+
+
+def interval_method(pair: PairComparison) -> str:
+    return INTERVAL_METHODS[pair.interval_method].format(repeats=pair.repeats)
+
+
+def sentence(e: Evidence, pair: PairComparison) -> str:
+    return _SAY[e.kind](e, pair.a_label, pair.b_label)
+
+
+def _kernels(e: Evidence, a_label: str, b_label: str) -> str:
+    fa, fb = e.a, e.b
+    unit = ("device kernels" if fa["kernel_source"] == fb["kernel_source"] == WorkSource.DEVICE_KERNELS
+            else "ops/kernels")
+    return (f"{e.phase} {_signed(e.delta_ms)} ms{_share(e)}: {_n(fa['kernels_per_step'])} vs "
+            f"{_n(fb['kernels_per_step'])} {unit} per step, mean {_us(fa['mean_kernel_us'])} vs "
+            f"{_us(fb['mean_kernel_us'])}; time in them {fa['device_ms']:.3f} vs {fb['device_ms']:.3f} ms")
+
+
+def _dispatch(e: Evidence, a_label: str, b_label: str) -> str:
+    fa, fb = e.a, e.b
+    text = (f"other {_signed(e.delta_ms)} ms{_share(e)}: host time not overlapped by kernel work "
+            f"{fa['dispatch_ms']:.3f} vs {fb['dispatch_ms']:.3f} ms per step")
+    if fa["launches_per_step"] is not None and fb["launches_per_step"] is not None:
+        text += (f"; {_n(fa['launches_per_step'])} vs {_n(fb['launches_per_step'])} launches "
+                 f"({fa['launch_ms']:.3f} vs {fb['launch_ms']:.3f} ms in runtime calls)")
+    return text
+
+
+def _transfers(e: Evidence, a_label: str, b_label: str) -> str:
+    def say(t):
+        if t["note"]:
+            return t["note"]
+        parts = []
+        for way, d in t["by_direction"].items():
+            memory = "/".join(k for k in d["host_memory"] if k != "n/a")
+            parts.append(f"{_n(d['count_per_step'])} {way} of {_bytes(d['bytes_per_step'])} per step"
+                         + (f" from {memory} memory" if memory and way == "H2D" else "")
+                         + (f" at {d['gb_per_s']:.1f} GB/s" if d["gb_per_s"] else ""))
+        return "; ".join(parts)
+    head = f"transfers (data_load {_signed(e.delta_ms)} ms): " if e.phase else "transfers: "
+    sa, sb = say(e.a), say(e.b)
+    return head + (sa if sa == sb else f"{sa} vs {sb}")
+
+
+def _fusion(e: Evidence, a_label: str, b_label: str) -> str:
+    fa, fb = e.a, e.b
+    return (f"fusion: {_n(fa['kernels_per_step'])} vs {_n(fb['kernels_per_step'])} kernels per step "
+            f"({fa['source']} vs {fb['source']}), fused {_pct(fa['fused_share'])} vs {_pct(fb['fused_share'])} "
+            f"of them ({_pct(fa['fused_time_share'])} vs {_pct(fb['fused_time_share'])} of kernel time), "
+            f"mean kernel {_us(fa['mean_kernel_us'])} vs {_us(fb['mean_kernel_us'])}")
+
+
+def _compile(e: Evidence, a_label: str, b_label: str) -> str:
+    def say(label, c):
+        once = f"{_ms(c['warmup_excess_ms'])} once" if c["warmup_excess_ms"] is not None else "n/a"
+        details = []
+        if c["first_step_ms"] is not None and c["steady_median_ms"]:
+            details.append(f"first step {_ms(c['first_step_ms'])}, steady median {c['steady_median_ms']:.2f} ms")
+        if c["compiled_calls_per_step"]:
+            details.append(f"Dynamo guards {1000 * c['guard_ms_per_step']:.0f} µs/step")
+        if c["tf_tracing_count"] is not None:
+            details.append(f"tf.function traced {c['tf_tracing_count']}x")
+        if c["xla_modules"]:
+            details.append(f"{len(c['xla_modules'])} XLA program(s)")
+        if c["compile_in_window_ms"]:
+            details.append(f"recompiled {_ms(c['compile_in_window_ms'])} inside traced steps")
+        return f"{label} {once}" + (f" ({'; '.join(details)})" if details else "")
+    return f"compile: {say(a_label, e.a)} vs {say(b_label, e.b)}; excluded from steps"
+
+
+def _mixed(e: Evidence, a_label: str, b_label: str) -> str:
+    label, facts = (a_label, e.a) if e.a else (b_label, e.b)
+    mixed = facts["mixed_ops"]
+    names = ", ".join(f"{m['name']} ({'+'.join(m['phases'])})" for m in mixed[:4])
+    return (f"{label}: {len(mixed)} fused op(s) mix phases, {facts['ms_per_step']:.3f} ms per step "
+            f"counted in no phase: {names}")
+
+
+def _unattributed(e: Evidence, a_label: str, b_label: str) -> str:
+    label, facts = (a_label, e.a) if e.a else (b_label, e.b)
+    return (f"{label}: {_n(facts['kernels_per_step'])} kernels per step ({facts['ms_per_step']:.3f} ms) "
+            "come from no phase scope (e.g. metric updates, copies XLA added): unattributed")
+
+
+_SAY = {EvidenceKind.KERNELS: _kernels, EvidenceKind.DISPATCH: _dispatch,
+        EvidenceKind.TRANSFERS: _transfers, EvidenceKind.FUSION: _fusion,
+        EvidenceKind.COMPILE: _compile, EvidenceKind.MIXED_FUSION: _mixed,
+        EvidenceKind.UNATTRIBUTED: _unattributed}
+
+
+def _signed(ms: float) -> str:
+    return f"{ms:+.3f}"
+
+
+def _share(e: Evidence) -> str:
+    return "" if e.share_of_gap is None else f", {100 * e.share_of_gap:.0f} % of the gap"
+
+
+def _n(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+def _us(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} µs"
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value / 1000:.1f} s" if value >= 1000 else f"{value:.1f} ms"
+
+
+def _pct(value: float | None) -> str:
+    return "n/a" if value is None else f"{100 * value:.0f} %"
+
+
+def _bytes(value: float) -> str:
+    for unit, size in (("MB", 1e6), ("kB", 1e3)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value:.0f} B"

@@ -1,0 +1,34 @@
+"""The renderer contract: per result type, each output format's name, file extension and render."""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Renderer:
+    name: str          # the --format value
+    extension: str     # the suffix of a file holding this format
+    module: str        # imported on first use, so that `--help` stays fast
+    function: str = "render"
+
+    def render(self, result) -> str:
+        return getattr(importlib.import_module(self.module), self.function)(result)
+
+
+def _by_name(*renderers: Renderer) -> dict[str, Renderer]:
+    return {r.name: r for r in renderers}
+
+
+_PKG = "analysis.renderers"
+BREAKDOWN = _by_name(Renderer("table", ".txt", f"{_PKG}.breakdown_table"),
+                     Renderer("json", ".json", f"{_PKG}.breakdown_json"),
+                     Renderer("csv", ".csv", f"{_PKG}.breakdown_csv"),
+                     Renderer("markdown", ".md", f"{_PKG}.breakdown_markdown"))
+COMPARE = _by_name(Renderer("table", ".txt", f"{_PKG}.compare_table"),
+                   Renderer("json", ".json", f"{_PKG}.compare_json"),
+                   Renderer("markdown", ".md", f"{_PKG}.compare_markdown"))
+MATRIX = _by_name(Renderer("table", ".txt", f"{_PKG}.matrix_render", "render_table"),
+                  Renderer("json", ".json", f"{_PKG}.matrix_render", "render_json"),
+                  Renderer("csv", ".csv", f"{_PKG}.matrix_render", "render_csv"),
+                  Renderer("markdown", ".md", f"{_PKG}.matrix_render", "render_markdown"))
