@@ -3,7 +3,6 @@ attribution, kernels and compile analyzers all read, so they can never disagree 
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,21 +84,22 @@ def step_events(trace: Trace) -> list[Event]:
 
 def phase_intervals(trace: Trace, steps: list[Event]):
     """Merged intervals per phase, from the best marker origin the trace has for each."""
-    found: dict[tuple[str, PhaseOrigin], list] = defaultdict(list)
+    found: dict[tuple[str, PhaseOrigin], list] = {}
     unclaimed_ops: list[Event] = []
     # A trace repeats a few thousand names over millions of events: each name is classified
-    # once, and the loop does one dict lookup per event.
-    claims: dict[str, tuple[str, PhaseOrigin] | None] = {}
+    # once, to the list its intervals go to, so the loop does one dict lookup per event.
+    claims: dict[str, list | None] = {}
     for event in trace.events:
         kind = event.kind
         if (kind != ANNOTATION and kind != HOST_OP) or not event.track.startswith("host"):
             continue
         name = event.name
-        claim = claims.get(name, _UNSEEN)
-        if claim is _UNSEEN:
-            claim = claims[name] = _claim(name)
-        if claim is not None:
-            found[claim].append((event.start_us, event.start_us + event.dur_us))
+        claimed = claims.get(name, _UNSEEN)
+        if claimed is _UNSEEN:
+            claim = _claim(name)
+            claimed = claims[name] = None if claim is None else found.setdefault(claim, [])
+        if claimed is not None:
+            claimed.append((event.start_us, event.start_us + event.dur_us))
         elif kind == HOST_OP:
             unclaimed_ops.append(event)
 
