@@ -109,10 +109,10 @@ class _Reader:
         self._tracks: dict[tuple, tuple] = {}
 
     def read(self, blocks: safe_files.ReadAhead):
-        buf = bytearray()
+        buf = _Window(_CHUNK + _BLOCK)
         eof, searched, head_error = False, 0, None
         while True:
-            match = _EVENTS_KEY.search(buf, searched)
+            match = _EVENTS_KEY.search(buf.data, searched, buf.end)
             if match is None:
                 if len(buf) > _MAX_HEADER:
                     if head_error is not None:
@@ -122,7 +122,7 @@ class _Reader:
                 if eof:
                     # No array where torch writes it: decode what there is, for the decoder's
                     # own word on what is wrong (or a valid but unusual layout).
-                    whole = _DECODER.decode(bytes(buf))
+                    whole = _DECODER.decode(buf.contents())
                     self._keep(whole.traceEvents)
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
@@ -132,18 +132,18 @@ class _Reader:
             # means the match was not the top-level key (one nested in an earlier value) or
             # the head is not JSON; the next match is tried.
             try:
-                head = _HEADER_DECODER.decode(bytes(buf[:match.start()]) + b'"traceEvents": []}')
+                head = _HEADER_DECODER.decode(bytes(buf.data[:match.start()]) + b'"traceEvents": []}')
                 break
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
-        del buf[:match.end() - 1]  # the buffer now starts with the array's "["
+        buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
         while not eof:
             # A buffer left whole by the last decode (one event larger than a chunk) grows.
             eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
             if not eof:
                 self._decode_chunk(buf)
         # The rest: the last events, "]", and the keys after the array.
-        tail = _DECODER.decode(b'{"traceEvents":' + bytes(buf))
+        tail = _DECODER.decode(b'{"traceEvents":' + buf.contents())
         self._keep(tail.traceEvents)
         if not head.deviceProperties:
             head.deviceProperties = tail.deviceProperties
@@ -151,22 +151,23 @@ class _Reader:
             head.baseTimeNanoseconds = tail.baseTimeNanoseconds
         return head
 
-    def _fill(self, blocks: safe_files.ReadAhead, buf: bytearray, size: int) -> bool:
+    def _fill(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
         """Read until `buf` holds `size` bytes; True at the end of the stream."""
         while len(buf) < size:
             block = blocks.read()
             if not block:
                 return True
-            buf += block
+            buf.add(block)
         return False
 
-    def _decode_chunk(self, buf: bytearray) -> None:
+    def _decode_chunk(self, buf: "_Window") -> None:
         """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
         leaving "[" + the rest; a buffer with no complete event is left to grow."""
+        data, end = buf.data, buf.end
         candidates = []
-        start = max(0, len(buf) - (1 << 20))
+        start = max(0, end - (1 << 20))
         while True:
-            candidates = [m.start() for m in _BETWEEN.finditer(buf, start)]
+            candidates = [m.start() for m in _BETWEEN.finditer(data, start, end)]
             if candidates or start == 0:
                 break
             start = 0  # one huge event: look through the whole buffer
@@ -174,19 +175,20 @@ class _Reader:
         for close in reversed(candidates[-_RETRIES:]):
             # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
             # for the decode and put back after, which saves copying the chunk.
-            saved = buf[close + 1]
-            buf[close + 1] = 0x5D
+            saved = data[close + 1]
+            data[close + 1] = 0x5D
             try:
-                with memoryview(buf) as view, view[:close + 2] as events:
+                with memoryview(data) as view, view[:close + 2] as events:
                     raws = _EVENTS_DECODER.decode(events)
             except msgspec.DecodeError as exc:
                 error = exc
                 continue
             finally:
-                buf[close + 1] = saved
+                data[close + 1] = saved
             self._keep(raws)
-            next_event = buf.index(b"{", close + 1)
-            buf[1:next_event] = b""
+            next_event = data.index(b"{", close + 1, end)
+            data[next_event - 1] = 0x5B  # a comma or a blank between events becomes the "["
+            buf.keep_from(next_event - 1)
             return
         # No cut decoded: the matches were all inside one event still being read (left to
         # grow), or the JSON is broken, which shows once the buffer is past any real event.
@@ -231,6 +233,36 @@ class _Reader:
             where = (_HOST_CATEGORIES.get(cat, OTHER), f"host/{pid}/{tid}", False)
         self._tracks[(cat, pid, tid)] = where
         return where
+
+
+class _Window:
+    """The bytes read and not yet decoded, at the front of one bytearray that keeps its memory:
+    a bytearray cut down after each chunk and grown again was reallocated, and its pages
+    faulted in afresh, every chunk (a fifth of the read's time went to the kernel)."""
+
+    def __init__(self, capacity: int):
+        self.data = bytearray(capacity)
+        self.end = 0
+
+    def __len__(self) -> int:
+        return self.end
+
+    def add(self, block: bytes) -> None:
+        end = self.end + len(block)
+        if end > len(self.data):  # one event larger than a chunk: grow, by doubling
+            self.data.extend(bytes(max(end, 2 * len(self.data)) - len(self.data)))
+        self.data[self.end:end] = block
+        self.end = end
+
+    def keep_from(self, position: int) -> None:
+        """Drop the bytes before `position`; the rest (a part of one chunk) moves to the front."""
+        rest = self.data[position:self.end]
+        self.data[:len(rest)] = rest
+        self.end = len(rest)
+
+    def contents(self) -> bytes:
+        with memoryview(self.data) as view:
+            return bytes(view[:self.end])
 
 
 def _short(exc: Exception) -> str:
