@@ -85,7 +85,9 @@ def step_events(trace: Trace) -> list[Event]:
 def phase_intervals(trace: Trace, steps: list[Event]):
     """Merged intervals per phase, from the best marker origin the trace has for each."""
     found: dict[tuple[str, PhaseOrigin], list] = {}
-    unclaimed_ops: list[Event] = []
+    # Host ops no mark claims, as start and duration columns: forward may be inferred from them.
+    op_starts: list[float] = []
+    op_durs: list[float] = []
     # A trace repeats a few thousand names over millions of events: each name is classified
     # once, to the list its intervals go to, so the loop does one dict lookup per event.
     claims: dict[str, list | None] = {}
@@ -101,7 +103,8 @@ def phase_intervals(trace: Trace, steps: list[Event]):
         if claimed is not None:
             claimed.append((event.start_us, event.start_us + event.dur_us))
         elif kind == HOST_OP:
-            unclaimed_ops.append(event)
+            op_starts.append(event.start_us)
+            op_durs.append(event.dur_us)
 
     by_phase, origins = {}, {}
     for phase in MARKED_PHASES:
@@ -113,7 +116,8 @@ def phase_intervals(trace: Trace, steps: list[Event]):
         else:
             origins[phase] = PhaseOrigin.MISSING
     if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
-        forward = _infer_forward(unclaimed_ops, steps, by_phase)
+        starts = np.array(op_starts)
+        forward = _infer_forward(starts, starts + np.array(op_durs), steps, by_phase)
         if forward:
             by_phase["forward"] = forward
             origins["forward"] = PhaseOrigin.INFERRED
@@ -132,18 +136,16 @@ def _claim(name: str) -> tuple[str, PhaseOrigin] | None:
     return (phase, PhaseOrigin.FRAMEWORK) if phase else None
 
 
-def _infer_forward(ops: list[Event], steps: list[Event], by_phase: dict) -> list:
-    """Forward in an unmarked trace: host ops of a step after its data load ends and before
-    its first backward op begins (the loss computation included). Linear in the ops: each
-    step's bounds are found once, by bisection, and the ops are tested against them as
-    arrays (a 1 GB trace holds millions of ops)."""
-    if not ops or not steps:
+def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict) -> list:
+    """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
+    its data load ends and before its first backward op begins (the loss computation
+    included). Linear in the ops: each step's bounds are found once, by bisection, and the ops
+    are tested against them as arrays (a 1 GB trace holds millions of ops)."""
+    if not len(starts) or not steps:
         return []
     data_end, first_backward = _forward_bounds(steps, by_phase)
     step_starts = np.array([s.start_us for s in steps])
     step_ends = np.array([s.end_us for s in steps])
-    starts = np.fromiter((op.start_us for op in ops), float, len(ops))
-    ends = starts + np.fromiter((op.dur_us for op in ops), float, len(ops))
     step = np.searchsorted(step_starts, starts, side="right") - 1
     inside = step >= 0
     step[~inside] = 0

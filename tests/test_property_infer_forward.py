@@ -3,6 +3,7 @@ per-op definition (kept here as the specification) on any steps, ops and phase i
 import bisect
 import time
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -49,7 +50,9 @@ def test_same_answer_as_the_per_op_definition(step_spans, op_spans, data, backwa
         by_phase["data_load"] = intervals.merge(data)
     if optimizer:
         by_phase["optimizer"] = intervals.merge(optimizer)
-    assert _infer_forward(ops, steps, by_phase) == _reference(ops, steps, by_phase)
+    starts = np.array([op.start_us for op in ops], float)
+    ends = np.array([op.end_us for op in ops], float)
+    assert _infer_forward(starts, ends, steps, by_phase) == _reference(ops, steps, by_phase)
 
 
 def test_foreign_trace_with_many_steps_is_broken_down_in_linear_time():
