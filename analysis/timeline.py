@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis import intervals
+from analysis.columns import code
 from analysis.gc_pause import collector_paused
 from analysis.phase_rules import PhaseOrigin, framework_phase, gapscope_phase
 from analysis.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
@@ -79,52 +80,50 @@ def _phase_timeline(trace: Trace) -> PhaseTimeline:
 
 
 def step_events(trace: Trace) -> list[Event]:
-    return sorted((e for e in trace.events if e.kind == STEP), key=lambda e: e.start_us)
+    columns = trace.columns
+    rows = np.flatnonzero(columns.kind_codes() == code(STEP))
+    return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us)
 
 
 def phase_intervals(trace: Trace, steps: list[Event]):
-    """Merged intervals per phase, from the best marker origin the trace has for each."""
-    found: dict[tuple[str, PhaseOrigin], list] = {}
-    # Host ops no mark claims, as start and duration columns: forward may be inferred from them.
-    op_starts: list[float] = []
-    op_durs: list[float] = []
-    # A trace repeats a few thousand names over millions of events: each name is classified
-    # once, to the list its intervals go to, so the loop does one dict lookup per event.
-    claims: dict[str, list | None] = {}
-    for event in trace.events:
-        kind = event.kind
-        if (kind != ANNOTATION and kind != HOST_OP) or not event.track.startswith("host"):
-            continue
-        name = event.name
-        claimed = claims.get(name, _UNSEEN)
-        if claimed is _UNSEEN:
-            claim = _claim(name)
-            claimed = claims[name] = None if claim is None else found.setdefault(claim, [])
-        if claimed is not None:
-            claimed.append((event.start_us, event.start_us + event.dur_us))
-        elif kind == HOST_OP:
-            op_starts.append(event.start_us)
-            op_durs.append(event.dur_us)
+    """Merged intervals per phase, from the best marker origin the trace has for each.
+    Works on the trace's columns: each distinct name is classified once, then every event
+    at once by its name id (a 1 GB trace holds millions of events and a few thousand names)."""
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    considered = columns.on_host() & ((kinds == code(ANNOTATION)) | (kinds == code(HOST_OP)))
+    claims = [_claim(name) for name in columns.names]
+    keys = sorted({claim for claim in claims if claim is not None})
+    index = {claim: i for i, claim in enumerate(keys)}
+    name_claim = np.array([-1 if claim is None else index[claim] for claim in claims], np.int32)
+    row_claim = np.where(considered, name_claim[columns.name], _NOT_CONSIDERED)
+    starts = columns.start_us
+    ends = starts + columns.dur_us
+    found = {}
+    for i, claim in enumerate(keys):
+        rows = row_claim == i
+        if rows.any():
+            found[claim] = (starts[rows], ends[rows])
 
     by_phase, origins = {}, {}
     for phase in MARKED_PHASES:
         for origin in (PhaseOrigin.MARKED, PhaseOrigin.FRAMEWORK):
-            if found.get((phase, origin)):
-                by_phase[phase] = intervals.merge(found[(phase, origin)])
+            if (phase, origin) in found:
+                by_phase[phase] = intervals.merge_arrays(*found[(phase, origin)])
                 origins[phase] = origin
                 break
         else:
             origins[phase] = PhaseOrigin.MISSING
     if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
-        starts = np.array(op_starts)
-        forward = _infer_forward(starts, starts + np.array(op_durs), steps, by_phase)
+        ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
+        forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
         if forward:
             by_phase["forward"] = forward
             origins["forward"] = PhaseOrigin.INFERRED
     return by_phase, origins
 
 
-_UNSEEN = object()
+_UNCLAIMED, _NOT_CONSIDERED = -1, -2  # row claims that are no phase: an unmarked host op, other events
 
 
 def _claim(name: str) -> tuple[str, PhaseOrigin] | None:

@@ -92,7 +92,7 @@ print(len(trace.events), peak() - before)
 
 @pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip"])
 def test_memory_stays_bounded_by_the_chunk_not_the_file(tmp_path, gzipped):
-    # 128 MB of trace whose events carry long args the reader does not keep: a reader that
+    # 192 MB of trace whose events carry long args the reader does not keep: a reader that
     # holds the whole text (or every raw event) at once grows by the file's size; this one
     # by a chunk, a few blocks read ahead and the few events it keeps.
     import subprocess
@@ -101,7 +101,7 @@ def test_memory_stays_bounded_by_the_chunk_not_the_file(tmp_path, gzipped):
     pad = "x" * 16_000
     event = ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, '
              '"dur": 5, "args": {"Input Dims": "%s"}}')
-    count = (128 << 20) // len(event % (0, pad))
+    count = (192 << 20) // len(event % (0, pad))
     body = ",\n".join(event % (1000 + 10 * i, pad) for i in range(count))
     text = '{"traceEvents": [' + body + "]}"
     path = tmp_path / ("big.pt.trace.json" + (".gz" if gzipped else ""))
@@ -112,4 +112,4 @@ def test_memory_stays_bounded_by_the_chunk_not_the_file(tmp_path, gzipped):
                          capture_output=True, text=True, timeout=300).stdout.split()
     events, grew = int(out[0]), int(out[1])
     assert events == count
-    assert grew < 64 << 20, f"reading 128 MB grew the process by {grew >> 20} MB"
+    assert grew < 96 << 20, f"reading 192 MB grew the process by {grew >> 20} MB"

@@ -121,7 +121,7 @@ class ReadAhead:
     caller decodes the previous ones: file reads and zlib release the GIL, so on two cores
     a gzipped trace inflates at no cost to the decode. Holds at most `depth` blocks."""
 
-    def __init__(self, stream, path: str | Path, block: int, depth: int = 4):
+    def __init__(self, stream, path: str | Path, block: int, depth: int = 2):
         self._stream, self._path, self._block = stream, path, block
         self._queue: queue.Queue = queue.Queue(depth)
         self._stop = threading.Event()

@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 
 from profilers.errors import TraceFormatError
+from analysis.columns import NONE, ColumnsBuilder
 from analysis.gc_pause import collector_paused
 from analysis.readers import safe_files, validate
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
@@ -58,7 +59,7 @@ _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
 _STEP_PREFIXES = ("ProfilerStep#", "gapscope/step#")
 
 # The file is decoded a chunk of whole events at a time, so memory holds one chunk of raw
-# events plus the compact Events kept, never the whole text or every raw event at once.
+# events plus the columns kept, never the whole text or every raw event at once.
 _BLOCK = 4 << 20
 _CHUNK = 16 << 20
 _MAX_HEADER = 64 << 20     # keys before traceEvents: deviceProperties, distributedInfo, ...
@@ -82,30 +83,34 @@ def read_torch_trace(path: str | Path) -> Trace:
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
-    events = reader.events
+    columns = reader.columns.build()
     dropped = reader.dropped
-    if not events and not dropped:
+    if not len(columns) and not dropped:
         raise TraceFormatError(f"{path}: torch profiler trace holds no complete events")
-    validate.refuse_mostly_garbage(path, len(events), dropped)
-    events, step_problems = validate.check_steps(path, events, dropped)
+    validate.refuse_mostly_garbage(path, len(columns), dropped)
+    steps = [step for _, step in reader.steps]
+    kept, step_problems = validate.check_steps(path, steps, dropped)
+    if len(kept) < len(steps):
+        kept_ids = {id(step) for step in kept}
+        columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
     metadata = {"device_properties": header.deviceProperties,
                 "base_time_ns": header.baseTimeNanoseconds}
     if dropped:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
         metadata["step_problems"] = step_problems
-    return Trace("torch", str(path), events, metadata)
+    return Trace("torch", str(path), None, metadata, columns=columns)
 
 
 class _Reader:
     """Splits the traceEvents array into chunks of whole events, decodes each chunk and keeps
-    the complete events as compact Events (names and tracks shared, not one copy each)."""
+    the complete events as columns (names and tracks as ids, no object per event)."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.events: list[Event] = []
+        self.columns = ColumnsBuilder()
         self.dropped: Counter = Counter()
-        self._names: dict[str, str] = {}
+        self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
 
     def read(self, blocks: safe_files.ReadAhead):
@@ -199,9 +204,15 @@ class _Reader:
                                    "not a torch profiler trace")
 
     def _keep(self, raws: list[_RawEvent]) -> None:
-        """Complete events that pass the time checks become Events; the others are counted."""
-        events, names, tracks, dropped = self.events, self._names, self._tracks, self.dropped
+        """Complete events that pass the time checks become rows; the others are counted."""
+        columns, tracks, dropped = self.columns, self._tracks, self.dropped
+        names = columns.names
+        # Bound appends: this loop runs once per event of the trace (millions).
+        add_start, add_dur = columns.start_us.append, columns.dur_us.append
+        add_where, add_name = columns.where.append, columns.name.append
+        add_correlation = columns.correlation.append
         max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
+        last_key, where = None, None
         for raw in raws:
             if raw.ph != "X":
                 continue
@@ -210,28 +221,42 @@ class _Reader:
             if ts is None or dur is None or not (0.0 <= ts <= max_ts and 0.0 <= dur <= max_dur):
                 dropped[validate.time_problem(ts, dur)] += 1
                 continue
-            name = names.setdefault(raw.name, raw.name)
-            where = tracks.get((raw.cat, raw.pid, raw.tid))
-            if where is None:
-                where = self._track(raw.cat, raw.pid, raw.tid)
-            kind, track, device = where
+            name = raw.name
+            name_id = names.get(name)
+            if name_id is None:
+                name_id = columns.name_id(name)
+            key = (raw.cat, raw.pid, raw.tid)
+            if key != last_key:  # runs of events on one track: most events skip the lookup
+                where = tracks.get(key)
+                if where is None:
+                    where = self._track(*key)
+                last_key = key
+            kind, track, where_id, device = where
             args = raw.args
             correlation = args.correlation if args is not None else None
             if device:
-                events.append(Event(name, kind, ts, dur, track, None, correlation,
-                                    args.nbytes if args is not None else None))
+                if args is not None and args.nbytes is not None:
+                    columns.nbytes[len(columns.start_us)] = args.nbytes
             elif kind == ANNOTATION and name.startswith(_STEP_PREFIXES):
-                events.append(Event(name, STEP, ts, dur, track,
-                                    validate.step_number(name.rpartition("#")[2]), correlation))
+                where_id = columns.where_id(STEP, track)
+                row, number = len(columns.start_us), validate.step_number(name.rpartition("#")[2])
+                columns.step_nums[row] = number
+                self.steps.append((row, Event(name, STEP, ts, dur, track, number, correlation)))
+            add_start(ts)
+            add_dur(dur)
+            add_where(where_id)
+            add_name(name_id)
+            if correlation is None:
+                add_correlation(NONE)
             else:
-                events.append(Event(name, kind, ts, dur, track, None, correlation))
+                columns.add_correlation(correlation)
 
     def _track(self, cat: str, pid, tid) -> tuple:
         if cat in _DEVICE_CATEGORIES:
-            where = (_DEVICE_CATEGORIES[cat], f"device/{pid}/{tid}", True)
+            kind, track, device = _DEVICE_CATEGORIES[cat], f"device/{pid}/{tid}", True
         else:
-            where = (_HOST_CATEGORIES.get(cat, OTHER), f"host/{pid}/{tid}", False)
-        self._tracks[(cat, pid, tid)] = where
+            kind, track, device = _HOST_CATEGORIES.get(cat, OTHER), f"host/{pid}/{tid}", False
+        where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), device)
         return where
 
 
