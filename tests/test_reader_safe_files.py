@@ -199,12 +199,25 @@ def test_tensorboard_refuses_a_logdir_with_an_odd_trace_before_starting(tmp_path
     assert len(result.output.strip().splitlines()) == 1 and "w.1.pt.trace.json: cannot read" in result.output
 
 
-def test_the_read_ahead_thread_ends_with_a_failed_read(tmp_path):
-    # A decode error after the first chunk: the reading thread must not outlive the read.
+def test_the_read_ahead_thread_and_the_inflating_child_end_with_a_failed_read(tmp_path):
+    # A decode error after the first chunk: neither the reading thread nor the process that
+    # inflates the gzip may outlive the read.
+    import psutil
     path = tmp_path / "w.1.pt.trace.json.gz"
     body = ",".join(json.dumps(TRACE["traceEvents"][0]) for _ in range(200_000))
     path.write_bytes(gzip.compress(('{"traceEvents": [' + body + ', {"ph": oops}]}').encode(), 1))
-    before = threading.active_count()
+    threads, children = threading.active_count(), psutil.Process().children()
     with pytest.raises(TraceFormatError, match="not a torch profiler trace"):
         read_torch_trace(path)
-    assert threading.active_count() == before
+    assert threading.active_count() == threads
+    assert psutil.Process().children() == children
+
+
+def test_corrupt_gzip_in_the_middle_is_one_line(tmp_path):
+    data = bytearray(gzip.compress(json.dumps(TRACE).encode() * 50))
+    data[len(data) // 2] ^= 0xFF
+    path = tmp_path / "w.1.pt.trace.json.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(TraceFormatError, match="corrupt gzip") as caught:
+        read_torch_trace(path)
+    assert "\n" not in str(caught.value)

@@ -2,16 +2,15 @@
 from __future__ import annotations
 
 import errno
-import gzip
 import io
 import os
 import queue
 import re
 import stat
 import threading
-import zlib
 from pathlib import Path
 
+from analysis.readers.gunzip import ChildGunzip
 from profilers.errors import TraceFormatError
 
 # A symlink to /dev/zero or /dev/urandom reads forever and a FIFO blocks forever: anything
@@ -105,21 +104,26 @@ def open_stream(path: str | Path, max_bytes: int | None = None,
     if not is_gzip:
         return handle
     limit = MAX_DECOMPRESSED_BYTES if max_decompressed is None else max_decompressed
-    return _Capped(gzip.GzipFile(fileobj=handle, mode="rb"), handle, limit, Path(path))
+    try:
+        inner = ChildGunzip(handle, Path(path))
+    except OSError as exc:  # no process could be started
+        handle.close()
+        raise TraceFormatError(f"{path}: cannot inflate ({exc.strerror or exc})") from None
+    return _Capped(inner, handle, limit, Path(path))
 
 
 def read_block(stream, size: int, path: str | Path) -> bytes:
-    """One block of a stream from open_stream; corrupt gzip becomes a TraceFormatError."""
+    """One block of a stream from open_stream; a failed read becomes a TraceFormatError."""
     try:
         return stream.read(size)
-    except (OSError, EOFError, zlib.error) as exc:  # gzip.BadGzipFile is an OSError
-        raise TraceFormatError(f"{path}: corrupt gzip ({exc})") from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 class ReadAhead:
-    """The blocks of a stream from open_stream, read (and inflated) on a thread while the
-    caller decodes the previous ones: file reads and zlib release the GIL, so on two cores
-    a gzipped trace inflates at no cost to the decode. Holds at most `depth` blocks."""
+    """The blocks of a stream from open_stream, read on a thread while the caller decodes the
+    previous ones (a read from a file or from the gunzip child's pipe gives up the GIL).
+    Holds at most `depth` blocks."""
 
     def __init__(self, stream, path: str | Path, block: int, depth: int = 2):
         self._stream, self._path, self._block = stream, path, block
@@ -181,7 +185,7 @@ def _size(nbytes: int) -> str:
 class _Capped(io.RawIOBase):
     """A gzip stream that fails once it has inflated more than its limit (a gzip bomb)."""
 
-    def __init__(self, inner: gzip.GzipFile, raw, limit: int, path: Path):
+    def __init__(self, inner: io.RawIOBase, raw, limit: int, path: Path):
         self._inner, self._raw, self._left, self._path = inner, raw, limit, path
         self._limit = limit
 

@@ -69,6 +69,7 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 # object this may match too; decoding the chunk then fails and the previous match is tried.
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _RETRIES = 8
+_TAIL = 64 << 10  # where the last cuts are looked for first: some hundred events' worth
 
 
 def read_torch_trace(path: str | Path) -> Trace:
@@ -170,7 +171,7 @@ class _Reader:
         leaving "[" + the rest; a buffer with no complete event is left to grow."""
         data, end = buf.data, buf.end
         candidates = []
-        start = max(0, end - (1 << 20))
+        start = max(0, end - _TAIL)
         while True:
             candidates = [m.start() for m in _BETWEEN.finditer(data, start, end)]
             if candidates or start == 0:
