@@ -1,7 +1,9 @@
 """gapscope's command line: thin click commands over workloads/, profilers/ and analysis/."""
 from __future__ import annotations
 
+import errno
 import functools
+import logging
 import os
 import sys
 from pathlib import Path
@@ -9,29 +11,69 @@ from pathlib import Path
 import click
 
 from profilers import strict_json
-from profilers.errors import GapscopeInputError
+from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
 from analysis.renderers import registry
 from workloads.devices import DEVICES
+from workloads.settings import MAX_EPOCHS, MAX_STEPS
 
-EXIT_RUN_FAILED = 1
-EXIT_BAD_INPUT = 2
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
-# TensorFlow's C++ start-up chatter would bury gapscope's own output; errors still show.
+# TensorFlow's C++ start-up chatter (oneDNN, CPU features, absl) and the Python warnings of
+# TensorFlow and absl would bury gapscope's own output in every command; errors still show.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+for _framework_logger in ("tensorflow", "absl"):
+    logging.getLogger(_framework_logger).setLevel(logging.ERROR)
+
+
+class _ShortUsageError(click.ClickException):
+    """A usage error in two lines at most (click's own takes three or more)."""
+
+    exit_code = EXIT_BAD_INPUT
+
+    def __init__(self, error: click.UsageError):
+        super().__init__(error.format_message())
+        self.hint = f"try '{error.ctx.command_path} -h' for help" if error.ctx else None
+
+    def show(self, file=None) -> None:
+        click.echo(f"gapscope: error: {self.message}", err=True)
+        if self.hint:
+            click.echo(self.hint, err=True)
 
 
 class _Group(click.Group):
-    """Turns user mistakes into one line on stderr and exit code 2, never a traceback."""
+    """Turns user mistakes into one line on stderr and exit code 2, never a traceback; SIGINT
+    and SIGTERM stop the command (exit 130 or 143) after the run in flight recorded its end."""
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _ShortUsageError(exc) from None
 
     def invoke(self, ctx):
+        from profilers.run_lifecycle import exit_code_of, signals_interrupt
         try:
-            return super().invoke(ctx)
+            with signals_interrupt():
+                return super().invoke(ctx)
+        except click.exceptions.NoArgsIsHelpError:
+            raise
+        except click.UsageError as exc:
+            raise _ShortUsageError(exc) from None
         except GapscopeInputError as exc:
             click.echo(f"gapscope: error: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
-        except KeyboardInterrupt:
-            click.echo("gapscope: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:  # SIGTERM too (run_lifecycle.Interrupted)
+            detail = str(exc)
+            click.echo(f"gapscope: interrupted{f' ({detail})' if detail else ''}", err=True)
+            sys.exit(exit_code_of(exc))
+        except OSError as exc:
+            if exc.errno == errno.EPIPE:
+                raise  # click quiets a closed pipe itself
+            # A full disk, a folder that vanished: the environment, not a gapscope bug.
+            where = f" {exc.filename}" if exc.filename else ""
+            click.echo(f"gapscope: error:{where} {exc.strerror or exc}", err=True)
+            sys.exit(EXIT_RUN_FAILED)
 
 
 def format_option(renderers: dict = registry.BREAKDOWN):
@@ -40,6 +82,16 @@ def format_option(renderers: dict = registry.BREAKDOWN):
         return click.option("--format", "fmt", type=click.Choice(tuple(renderers)), default="table",
                             show_default=True, help="Output format.")(command)
     return decorate
+
+
+def wide_option(command):
+    """--wide: tables side by side at their natural width, lines unwrapped (default: 80 columns)."""
+    def set_width(ctx, param, wide):
+        from analysis.renderers import fit
+        fit.WIDTH = None if wide else fit.DEFAULT_WIDTH  # set each time: tests invoke many commands
+        return wide
+    return click.option("--wide", is_flag=True, expose_value=False, callback=set_width,
+                        help="Keep tables side by side however wide (default: fit 80 columns).")(command)
 
 
 def _say(quiet: bool, message: str) -> None:
@@ -64,28 +116,32 @@ def cli():
 
 @cli.command("list")
 @click.option("--no-parameters", is_flag=True,
-              help="Skip building every model to count its parameters (faster).")
+              help="With --format json: skip building every model to count its parameters (faster).")
 @format_option(("table", "json"))
+@wide_option
 def list_command(fmt, no_parameters):
-    """List workloads (with parameter counts per framework), frameworks and their variants.
+    """List workloads, frameworks and their variants; --format json adds the parameter count of
+    each workload per framework (builds every model: takes seconds).
 
     \b
     Example:
       gapscope list --format json
     """
+    from analysis.renderers.fit import Page
     from workloads.catalog import catalog
-    entries = catalog(count_parameters=not no_parameters)
+    # Counting parameters imports torch and TensorFlow: only the JSON, which carries them, pays.
+    entries = catalog(count_parameters=fmt == "json" and not no_parameters)
     if fmt == "json":
         click.echo(strict_json.dumps(entries, indent=2))
         return
+    page = Page()
     for entry in entries["workloads"]:
-        counts = ", ".join(f"{k} {v:,}" for k, v in entry["parameters"].items())
-        click.echo(f"{entry['name']:<15} {entry['description']}")
-        if counts:
-            click.echo(f"{'':<15} parameters: {counts}")
+        page.line(f"{entry['name']:<15} {entry['description']}", hang=16)
     for framework, names in entries["variants"].items():
-        click.echo(f"variants for {framework}: {', '.join(names)}")
-    click.echo("combine variants with commas: --variant compile-reduce-overhead,high-precision")
+        page.line(f"variants for {framework}: {', '.join(names)}", hang=4)
+    page.line("combine variants with commas: --variant compile-reduce-overhead,high-precision")
+    page.line("parameter counts per framework: gapscope list --format json")
+    click.echo(page.text(), nl=False)
 
 
 def run_options(command):
@@ -93,29 +149,49 @@ def run_options(command):
         click.option("--variant", default="default", show_default=True,
                      help="Comma-separated variants, e.g. compile-reduce-overhead,high-precision "
                           "(see `gapscope list`)."),
-        click.option("--steps", type=click.IntRange(2), default=60, show_default=True,
+        click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
                      help="Training steps in the run. The step time comes from the steps "
                           "after --warmup that the profiler did not record (45 by default): "
                           "give more for a tighter interval."),
-        click.option("--epochs", type=click.IntRange(1), default=None,
+        click.option("--epochs", type=click.IntRange(1, MAX_EPOCHS), default=None,
                      help="Whole passes over the data set instead of --steps."),
         click.option("--data", "data_path", type=click.Path(exists=True, dir_okay=True),
                      default=None, help="A real MNIST you have (mnist.npz or IDX files); "
                                         "nothing is downloaded."),
-        click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5,
+        click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
                      show_default=True, help="First steps excluded from the steady state."),
         click.option("--trace/--no-trace", default=True, show_default=True,
                      help="Record a profiler trace (detailed) or only step timers (cheap)."),
-        click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
-                     help="Steps recorded by the profiler, right after warm-up: they say where "
-                          "the time goes, the unprofiled steps how much."),
+        click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=10,
+                     show_default=True, help="Steps recorded by the profiler, right after warm-up: "
+                     "they say where the time goes, the unprofiled steps how much (the default "
+                     "is cut to the steps there are)."),
         click.option("--device", type=click.Choice(DEVICES), default="auto",
                      show_default=True),
         click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
                      show_default=True, help="Folder that receives the run directories."),
         click.option("--quiet", "-q", is_flag=True, help="No progress messages."),
     ]
-    return functools.reduce(lambda c, option: option(c), reversed(options), command)
+
+    @functools.wraps(command)
+    def checked(**kwargs):
+        _check_lengths(kwargs)
+        return command(**kwargs)
+    return functools.reduce(lambda c, option: option(c), reversed(options), checked)
+
+
+def _check_lengths(settings: dict) -> None:
+    """Refuses contradictory step counts before anything runs (one line, exit 2). A trace
+    window the user asked for is never cut short; only the default one is fitted to --steps."""
+    from workloads.settings import RunSettings
+    ctx = click.get_current_context()
+    if (ctx.get_parameter_source("trace_steps") == click.core.ParameterSource.DEFAULT
+            and settings.get("epochs") is None):
+        room = settings["steps"] - max(1, settings["warmup_steps"])
+        settings["trace_steps"] = max(1, min(settings["trace_steps"], room))
+    RunSettings(workload="", framework="", trace=settings.get("trace", True), **{
+        k: settings[k] for k in ("steps", "epochs", "warmup_steps", "trace_steps")
+        if k in settings}).check_lengths()
 
 
 @cli.command()
@@ -125,6 +201,7 @@ def run_options(command):
                                   "tf (raw TensorFlow loop).")
 @run_options
 @format_option()
+@wide_option
 def run(workload, framework, fmt, quiet, **settings):
     """Run WORKLOAD once in a new run directory and print its breakdown.
 
@@ -139,6 +216,7 @@ def run(workload, framework, fmt, quiet, **settings):
 @cli.command()
 @run_options
 @format_option()
+@wide_option
 def demo(fmt, quiet, **settings):
     """Run the MLP in PyTorch and in Keras/TF and print both breakdowns side by side.
 
@@ -152,17 +230,25 @@ def demo(fmt, quiet, **settings):
 
 def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     from profilers.nvml import gpu_count
+    from profilers.run_dir import ensure_out_dir
     from workloads.launch import launch
+    from workloads.progress import run_progress
     from workloads.registry import get_workload
     from workloads.settings import RunSettings
     get_workload(workload)  # refuse an unknown name before any progress message
+    all_settings = [RunSettings(workload=workload, framework=framework,
+                                **{k: v for k, v in settings.items() if k != "out_dir"})
+                    for framework in frameworks]
+    for run_settings in all_settings:  # every variant refused before anything is written
+        run_settings.with_variant(cuda_available=gpu_count() > 0)
+    ensure_out_dir(settings["out_dir"])  # and an --out that cannot be written
     outcomes = []
-    for framework in frameworks:
-        run_settings = RunSettings(workload=workload, framework=framework,
-                                   **{k: v for k, v in settings.items() if k != "out_dir"})
-        run_settings.with_variant(cuda_available=gpu_count() > 0)  # refuse before announcing
-        _say(quiet, f"running {workload} on {framework} ({run_settings.steps} steps)...")
-        outcome = launch(run_settings, settings["out_dir"])
+    for framework, run_settings in zip(frameworks, all_settings):
+        total = None if run_settings.epochs else run_settings.steps
+        _say(quiet, f"running {workload} on {framework} "
+                    f"({f'{run_settings.epochs} epochs' if total is None else f'{total} steps'})...")
+        with run_progress(f"{workload} {framework}", total, quiet) as on_steps:
+            outcome = launch(run_settings, settings["out_dir"], on_steps)
         _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
         outcomes.append(outcome)
     failed = [o for o in outcomes if o.status != "complete"]
@@ -184,48 +270,66 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
 
 @cli.command()
 @click.argument("name", required=False)
+@click.option("--file", "matrix_file", type=click.Path(dir_okay=False), default=None,
+              help="Your own matrix TOML (the bundled ones' format) instead of NAME.")
 @click.option("--list", "list_matrices", is_flag=True, help="List the named matrices.")
-@click.option("--steps", type=click.IntRange(2), default=50, show_default=True,
+@click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=50, show_default=True,
               help="Steps per row (ignored with --epochs).")
-@click.option("--epochs", type=click.IntRange(1), default=None,
+@click.option("--epochs", type=click.IntRange(1, MAX_EPOCHS), default=None,
               help="Whole epochs per row, as the blog ran (41 epochs of 60,000 images).")
-@click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True)
-@click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
+              show_default=True)
+@click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
               help="Steps each row's profiler records, for its phase breakdown.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto",
               show_default=True)
 @click.option("--data", "data_path", type=click.Path(exists=True), default=None,
               help="A real MNIST you have (mnist.npz or IDX files).")
-@click.option("--baseline", default=None, help="Row id the speed ratios refer to.")
+@click.option("--baseline", default=None, help="Row id the step-time ratios refer to.")
+@click.option("--repeats", type=click.IntRange(1, 50), default=1, show_default=True,
+              help="Runs of every row, interleaved (row 1, row 2, ..., row 1, row 2, ...), each "
+                   "a fresh process; the ratios then carry 95 % intervals.")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="Folder that receives <matrix>/ with one run per row.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @format_option(registry.MATRIX)
-def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
-    """Run the named matrix NAME, each row in its own process, and print its table.
+@wide_option
+def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, fmt, **settings):
+    """Run the named matrix NAME (or --file PATH), each row in its own process, and print its
+    table. The runs go to --out/<matrix name>/.
 
     Resumes: rows already complete in --out with the same settings are not run again. A
-    failing row is recorded with its reason and the others go on.
+    failing row is recorded with its reason and the others go on; Ctrl-C stops the matrix,
+    the row in flight recorded as interrupted.
 
     \b
     Example:
       gapscope matrix --list
       gapscope matrix seed-4060ti --steps 50 --format markdown
+      gapscope matrix --file my-matrix.toml --steps 20
+      gapscope matrix seed-examples --steps 40 --repeats 3
     """
-    from workloads.matrix import load_matrix, matrix_names
-    if list_matrices or not name:
+    from workloads.matrix import load_matrix, load_matrix_file, matrix_names
+    if name and matrix_file:
+        raise GapscopeInputError("give a matrix NAME or --file PATH, not both")
+    if list_matrices or not (name or matrix_file):
         for matrix_name in matrix_names():
             loaded = load_matrix(matrix_name)
             click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
         return
     from analysis.matrix_results import matrix_result
+    from profilers.run_dir import ensure_out_dir
     from workloads.matrix import run_matrix
     from workloads.progress import matrix_progress
     from workloads.settings import RunSettings
-    loaded = load_matrix(name)
+    _check_lengths(settings)
+    loaded = load_matrix_file(matrix_file) if matrix_file else load_matrix(name)
+    if baseline is not None and baseline not in {row.id for row in loaded.rows}:
+        raise GapscopeInputError(f"no row {baseline!r} in matrix {loaded.name}")  # before running
     base = RunSettings(workload="", framework="", **settings)
-    with matrix_progress(loaded, quiet) as on_row:
-        outcomes = run_matrix(loaded, Path(out_dir), base, on_row)
+    ensure_out_dir(Path(out_dir) / loaded.name)  # before the progress bar starts
+    with matrix_progress(loaded, quiet, repeats) as on_row:
+        outcomes = run_matrix(loaded, Path(out_dir), base, on_row, repeats)
     click.echo(registry.MATRIX[fmt].render(matrix_result(loaded, outcomes, baseline)), nl=False)
     if any(o.status == "failed" for o in outcomes):
         sys.exit(EXIT_RUN_FAILED)
@@ -240,6 +344,7 @@ def matrix(name, list_matrices, baseline, out_dir, quiet, fmt, **settings):
                    "timers: step timers only; trace: the trace as recorded (profiler cost inside); "
                    "compensated: every phase from the compensated trace.")
 @format_option()
+@wide_option
 def breakdown(paths, source, fmt):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
@@ -279,11 +384,11 @@ def breakdown(paths, source, fmt):
                    "A B A B ..., each repeat a fresh process, into one A/B folder under --out.")
 @click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
               help="With --measure: runs of each configuration.")
-@click.option("--steps", type=click.IntRange(2, 10**7), default=60, show_default=True,
+@click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
               help="With --measure: steps per run (warm-up and traced steps included).")
-@click.option("--warmup", "warmup_steps", type=click.IntRange(1), default=5, show_default=True,
-              help="With --measure: first steps excluded from the steady state.")
-@click.option("--trace-steps", type=click.IntRange(1), default=10, show_default=True,
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
+              show_default=True, help="With --measure: first steps excluded from the steady state.")
+@click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
               help="With --measure: steps each run's profiler records, for the evidence.")
 @click.option("--device", type=click.Choice(DEVICES), default="auto",
               show_default=True)
@@ -291,6 +396,7 @@ def breakdown(paths, source, fmt):
               show_default=True, help="With --measure: folder that receives the A/B folder.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @format_option(registry.COMPARE)
+@wide_option
 def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
@@ -310,6 +416,7 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     from analysis.explain import explain, explain_all
     from analysis.run import Runs, is_measurement, load_measurement
     if measure:
+        _check_lengths(settings)
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
     if len(runs) == 1 and is_measurement(runs[0]):
         per_config = load_measurement(runs[0])
@@ -353,16 +460,54 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict) -> 
 @click.option("--port", type=click.IntRange(0, 65535), default=6006, show_default=True,
               help="0 picks a free port.")
 def tensorboard(logdir, host, port):
-    """Open TensorBoard (pytorch_profiler and profile plugins) over LOGDIR.
+    """Open TensorBoard over LOGDIR: gapscope's own tab (breakdown, steps and compare of every
+    run, offline), Scalars, Text and the pytorch_profiler and profile plugins. Prints the URL;
+    runs until Ctrl-C or SIGTERM.
 
     \b
     Example:
       gapscope tensorboard traces --port 6007
     """
-    from analysis.tensorboard_server import serve_forever
+    from analysis.tensorboard_server import check_address, serve_forever
     if not Path(logdir).is_dir():
         raise GapscopeInputError(f"{logdir}: no such directory")
-    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url))
+    check_address(host, port)
+    serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url),
+                  warn=lambda message: click.echo(f"gapscope: {message}", err=True))
+
+
+@cli.command()
+@click.argument("run", type=click.Path())
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
+              help="The JSON file (.json.gz: compressed) [default: <run>.phases.trace.json here].")
+def trace(run, out_file):
+    """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
+    gapscope's steps and one track per phase (the five add up to each step) above the
+    trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
+    Prints the file written.
+
+    \b
+    Example:
+      gapscope trace traces/<run-id> --out mlp-torch.trace.json
+    """
+    import gzip
+
+    from analysis.renderers import trace_events
+    from analysis.run import load_run
+    from profilers.run_dir import ensure_out_dir
+    loaded = load_run(run)
+    if loaded.trace is None:
+        raise GapscopeInputError(f"{run}: holds no trace file (run with --trace)")
+    if not loaded.timeline.steps:
+        raise GapscopeInputError(f"{loaded.trace_file}: no training steps found")
+    out = Path(out_file or f"{loaded.run_id.split('.')[0]}.phases.trace.json")
+    ensure_out_dir(out.parent)  # one line before the work, as run, matrix and report do
+    text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
+    if out.name.endswith(".gz"):
+        out.write_bytes(gzip.compress(text.encode()))
+    else:
+        out.write_text(text)
+    click.echo(str(out))
 
 
 @cli.command()

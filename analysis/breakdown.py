@@ -41,6 +41,10 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
         result = _combined(run, traced, timed, raw=source == Source.TRACE)
         result.notes = notes + result.notes
+    requested = run.manifest.get("warmup_steps")
+    if isinstance(requested, int) and run.warmup_steps > requested:
+        result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
+                            "ended inside a compiled call of several updates (steps_per_execution)")
     result.notes = run.notes + result.notes
     _label(result, run)
     return result
@@ -113,9 +117,11 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
         result.compile_ms = compile_ms(rows, run.warmup_steps)
         result.trace_overhead_pct = trace_overhead_pct(rows, run.warmup_steps)
         if result.trace_overhead_pct is not None:
+            where = ("inside these figures" if raw
+                     else "not in these figures (step timers on unprofiled steps)"
+                     if result.source == PhaseSource.TIMERS else "taken out of the phases")
             result.notes.append(f"traced steps took {result.trace_overhead_pct:+.0f}% against "
-                                "unprofiled ones: the profiler's own cost, "
-                                + ("inside these figures" if raw else "taken out of the phases"))
+                                f"unprofiled ones: the profiler's own cost, {where}")
     return result
 
 

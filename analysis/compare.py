@@ -3,7 +3,6 @@ evidence from the per-run analyzers (kernels, fusion, transfers, dispatch, compi
 from __future__ import annotations
 
 import enum
-import math
 import statistics
 from dataclasses import dataclass, field
 
@@ -11,7 +10,7 @@ from analysis.explain import RunExplanation
 from analysis.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results import Breakdown
 from analysis.run import unique_labels
-from analysis.stats import Interval, contains_zero, percentile_interval, t_interval
+from analysis.stats import Interval, contains_zero, paired_ratio, percentile_interval, t_interval
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
 
@@ -202,10 +201,8 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
     between processes that one run's steps cannot show."""
     a_means = [_mean_figures([x]) for x in side_a]
     b_means = [_mean_figures([x]) for x in side_b]
-    logs = [math.log(fb["step"] / fa["step"]) for fa, fb in zip(a_means, b_means)]
-    pair.ratio = round(math.exp(statistics.fmean(logs)), 4)
-    lo, hi = t_interval(logs)
-    pair.ratio_ci95 = (math.exp(lo), math.exp(hi))
+    ratio, pair.ratio_ci95 = paired_ratio([f["step"] for f in a_means], [f["step"] for f in b_means])
+    pair.ratio = round(ratio, 4)
     pair.gap_ci95 = t_interval([fb["step"] - fa["step"] for fa, fb in zip(a_means, b_means)])
     for g in pair.phases:
         g.delta_ci95 = t_interval([fb[g.phase] - fa[g.phase] for fa, fb in zip(a_means, b_means)])

@@ -1,15 +1,21 @@
 """The result table of a matrix: the blog's columns per row, plus the five phase shares and
-each row's speed ratio to the baseline row."""
+each row's step-time ratio to the baseline row, with its interval over interleaved repeats."""
 from __future__ import annotations
 
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.breakdown import breakdown_of
-from analysis.readers.run_dir import locate, read_steps_csv
+from analysis.breakdown import breakdown
+from analysis.run import load_run
+from analysis.stats import paired_ratio
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
+
+RATIO_DIRECTION = "row / baseline"
+# Figures averaged over a row's repeats (each run's own figure first, then the mean).
+_MEANS = ("time_s", "steps_per_s", "final_loss", "cpu_load_percent", "gpu_util_percent",
+          "gpu_power_w", "gpu_energy_j", "compile_ms", "step_ms")
 
 
 @dataclass
@@ -24,6 +30,7 @@ class MatrixRowResult:
     spe: str
     reason: str | None = None
     run_dir: str | None = None
+    run_dirs: list[str] = field(default_factory=list)  # one per repeat
     device: str | None = None
     time_s: float | None = None        # all steps, compile and warm-up included (the blog's "time")
     steps: int | None = None
@@ -36,10 +43,12 @@ class MatrixRowResult:
     gpu_power_w: float | None = None
     gpu_energy_j: float | None = None
     compile_ms: float | None = None
-    step_ms: float | None = None       # steady-state mean, from the breakdown
+    step_ms: float | None = None       # steady-state mean from unprofiled steps, mean over repeats
+    step_ms_repeats: list[float] = field(default_factory=list)
     phase_share: dict[str, float] = field(default_factory=dict)
     breakdown_source: str | None = None
-    speed_ratio: float | None = None   # baseline time / this row's time: > 1 is faster
+    step_ratio: float | None = None    # this row's step / the baseline row's: > 1 is slower
+    step_ratio_ci95: list[float] | None = None  # over paired repeats; None for one repeat
 
 
 @dataclass
@@ -49,6 +58,8 @@ class MatrixResult:
     baseline: str
     device: str | None
     rows: list[MatrixRowResult]
+    repeats: int = 1
+    ratio: str = RATIO_DIRECTION
 
     def to_json_dict(self) -> dict:
         return asdict(self)
@@ -62,21 +73,49 @@ def matrix_result(matrix, outcomes, baseline: str | None = None) -> MatrixResult
     rows = [_row_result(row, outcome) for row, outcome in zip(matrix.rows, outcomes)]
     reference = next(r for r in rows if r.id == baseline)
     for row in rows:
-        if row.time_s and reference.time_s:
-            row.speed_ratio = round(reference.time_s / row.time_s, 3)
+        _ratio(row, reference)
     device = next((r.device for r in rows if r.device), None)
-    return MatrixResult(matrix.name, matrix.description, baseline, device, rows)
+    repeats = max((len(r.step_ms_repeats) for r in rows), default=1) or 1
+    return MatrixResult(matrix.name, matrix.description, baseline, device, rows, repeats)
+
+
+def _ratio(row: MatrixRowResult, reference: MatrixRowResult) -> None:
+    """Repeat i of the row against repeat i of the baseline: they ran side by side in time
+    (interleaved), so the ratio's interval carries the drift between processes."""
+    if not row.step_ms_repeats or not reference.step_ms_repeats:
+        return
+    ratio, interval = paired_ratio(reference.step_ms_repeats, row.step_ms_repeats)
+    row.step_ratio = round(ratio, 4)
+    row.step_ratio_ci95 = None if interval is None else [round(x, 4) for x in interval]
 
 
 def _row_result(row, outcome) -> MatrixRowResult:
     result = MatrixRowResult(row.id, outcome.status, row.config, row.input, row.framework,
-                             row.variant, row.nw, row.spe, outcome.reason, outcome.run_dir)
+                             row.variant, row.nw, row.spe, outcome.reason, outcome.run_dir,
+                             list(outcome.run_dirs))
     if outcome.status != "complete":
         return result
-    run_dir = Path(outcome.run_dir)
-    found = locate(run_dir)
-    manifest = found.manifest or {}
-    rows = read_steps_csv(found.steps_csv)
+    runs = [_run_result(result, Path(run_dir)) for run_dir in outcome.run_dirs]
+    first = runs[0]
+    for name in _MEANS:
+        values = [getattr(r, name) for r in runs if getattr(r, name) is not None]
+        setattr(result, name, round(statistics.fmean(values), 5) if values else None)
+    result.step_ms_repeats = [r.step_ms for r in runs]
+    result.phase_share = {p: round(statistics.fmean(r.phase_share[p] for r in runs), 4)
+                          for p in PHASES}
+    result.steps, result.epoch_loss = first.steps, first.epoch_loss
+    result.epoch_time_s = first.epoch_time_s if len(runs) == 1 else [
+        round(statistics.fmean(times), 3) for times in zip(*(r.epoch_time_s for r in runs))]
+    result.breakdown_source, result.device = first.breakdown_source, first.device
+    return result
+
+
+def _run_result(row: MatrixRowResult, run_dir: Path) -> MatrixRowResult:
+    """One run's figures, in a row of their own."""
+    result = MatrixRowResult(row.id, row.status, row.config, row.input, row.framework,
+                             row.variant, row.nw, row.spe)
+    run = load_run(run_dir)
+    rows, manifest = run.rows or [], run.manifest
     result.time_s = round(sum(r["step_ms"] for r in rows) / 1000.0, 3)
     result.steps = len(rows)
     result.steps_per_s = round(len(rows) / result.time_s, 2) if result.time_s else None
@@ -92,8 +131,7 @@ def _row_result(row, outcome) -> MatrixRowResult:
     result.gpu_util_percent = resources.get("gpu_util_percent")
     result.gpu_power_w = resources.get("gpu_power_w")
     result.gpu_energy_j = resources.get("gpu_energy_j")
-    breakdown = breakdown_of(run_dir)
-    doc = breakdown.to_json_dict()
+    doc = breakdown(run).to_json_dict()
     result.compile_ms = doc["compile_ms"]
     result.step_ms = doc["step_ms"]["mean"]
     result.phase_share = {p: doc["phases"][p]["share"] for p in PHASES}

@@ -13,7 +13,7 @@ from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
 from analysis.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
 from profilers.errors import GapscopeInputError
-from profilers.run_dir import write_atomic
+from profilers.run_dir import ensure_out_dir, write_atomic
 
 # A comparison table grows four columns per run: beyond this it is no longer readable.
 MAX_COMPARED_RUNS = 6
@@ -40,7 +40,7 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     out = Path(out)
     if out.suffix.lower() not in (".md", ".html", ""):
         raise GapscopeInputError(f"{out}: the report is Markdown (.md) with an .html copy")
-    out.parent.mkdir(parents=True, exist_ok=True)
+    ensure_out_dir(out.parent)
     read, loaded_runs = [], Runs()
     for entry in expand_runs(paths):
         progress(f"reading {entry.path or entry.label}")

@@ -134,6 +134,29 @@ class Breakdown:
         }
 
 
+    def to_dict(self) -> dict:
+        """The JSON contract (`gapscope breakdown --format json`), for notebooks."""
+        return self.to_json_dict()
+
+    def to_pandas(self):
+        """A DataFrame of the five phases and the step: ms, ci95 bounds, share, source and
+        the traced figure; pandas is imported only here (gapscope does not depend on it)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Breakdown.to_pandas() needs pandas: pip install pandas") from None
+        data = self.to_json_dict()
+        rows = [{"phase": p, "ms": f["ms"], "ci95_low_ms": (f["ci95"] or [None])[0],
+                 "ci95_high_ms": (f["ci95"] or [None, None])[1], "share": f["share"],
+                 "source": f["source"], "trace_ms": f["trace_ms"]}
+                for p, f in data["phases"].items()]
+        step = data["step_ms"]
+        rows.append({"phase": "step", "ms": step["mean"], "ci95_low_ms": (step["ci95"] or [None])[0],
+                     "ci95_high_ms": (step["ci95"] or [None, None])[1], "share": 1.0,
+                     "source": data["step_source"], "trace_ms": None})
+        return pd.DataFrame(rows).set_index("phase")
+
+
 def _round(value: float | None, digits: int = _DIGITS) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 

@@ -16,7 +16,7 @@ from analysis.trace import Trace
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import first_update_of_call, updates_in_call
 from profilers.phases import MARKED_PHASES
-from profilers.run_dir import MANIFEST, effective_status
+from profilers.run_dir import MANIFEST, effective_status, inside
 
 MATRIX_STATE = "matrix.json"
 AB_STATE = "ab.json"
@@ -177,12 +177,15 @@ def run_label(manifest: dict | None, path: Path) -> str:
 
 
 def unique_labels(labels: list[str], ids: list[str]) -> list[str]:
-    """Two runs of the same configuration: their ids' random tails tell them apart."""
-    counts: dict[str, int] = {}
-    for label in labels:
-        counts[label] = counts.get(label, 0) + 1
-    return [f"{label} #{run_id.rsplit('-', 1)[-1]}" if counts[label] > 1 else label
-            for label, run_id in zip(labels, ids)]
+    """Two runs of the same configuration: their ids' random tails tell them apart, and a
+    number where even those agree (the same trace named twice)."""
+    def counted(names):
+        return {n: names.count(n) for n in names}
+    counts = counted(labels)
+    tailed = [f"{label} #{str(run_id).rsplit('-', 1)[-1]}" if counts[label] > 1 else label
+              for label, run_id in zip(labels, ids)]
+    counts = counted(tailed)
+    return [f"{name} ({i + 1})" if counts[name] > 1 else name for i, name in enumerate(tailed)]
 
 
 @dataclass
@@ -256,16 +259,6 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
             label = str(row_id) if len(runs) == 1 else f"{row_id} #{i + 1}"
             entries.append(RunEntry(label, inside(folder, run)))
     return entries
-
-
-def inside(folder: Path, stored: str) -> Path:
-    """A run directory a state file names: only ever a folder directly inside `folder`
-    (older state files stored a path; its last part is the run's name), so a state file
-    cannot lead gapscope anywhere else."""
-    name = Path(str(stored)).name
-    if name in ("", ".", ".."):
-        raise GapscopeInputError(f"{folder}: state file names no run directory ({stored!r})")
-    return folder / name
 
 
 def _child_runs(folder: Path) -> list[Path]:

@@ -54,6 +54,17 @@ def t_interval(values: list[float]) -> Interval | None:
     return mean - half, mean + half
 
 
+def paired_ratio(base: list[float], other: list[float]) -> tuple[float, Interval | None]:
+    """other / base over paired repeats (repeat i of both ran side by side): the geometric mean
+    of the paired ratios and its t-interval, taken on their logs, where a ratio is symmetric
+    (2x slower and 2x faster lie equally far from 1). No interval for fewer than two pairs."""
+    logs = [math.log(b / a) for a, b in zip(base, other)]
+    if not logs:
+        raise ValueError("no pairs")
+    interval = t_interval(logs)
+    return (math.exp(sum(logs) / len(logs)),
+            None if interval is None else (math.exp(interval[0]), math.exp(interval[1])))
+
 def contains_zero(interval: Interval | None) -> bool:
     return interval is not None and interval[0] <= 0.0 <= interval[1]
 

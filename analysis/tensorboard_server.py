@@ -1,20 +1,25 @@
-"""Runs TensorBoard over a traces folder and asks its profiler plugins which runs they list."""
+"""Runs TensorBoard (with gapscope's plugin) over a traces folder and asks its profiler plugins
+which runs they list."""
 from __future__ import annotations
 
 import gzip
+import ipaddress
 import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
+import analysis
 from analysis.readers.safe_files import unreadable_under
 from profilers.errors import GapscopeInputError
 
@@ -22,6 +27,11 @@ from profilers.errors import GapscopeInputError
 PLUGIN_RUNS = {
     "pytorch_profiler": "/data/plugin/pytorch_profiler/runs",
     "profile": "/data/plugin/profile/runs",
+}
+# Panes of third-party plugins that load their charts from CDNs and never render offline.
+ONLINE_ONLY = {
+    "pytorch_profiler": "torch-tb-profiler's Overview and Trace views (Google Charts, catapult)",
+    "profile": "XProf's Overview step-time graph (Google Charts)",
 }
 _URL_LINE = re.compile(r"TensorBoard \S+ at (http\S+) \(Press CTRL\+C")
 # Requests only ever go to the server we started: never through a proxy from the environment.
@@ -47,6 +57,25 @@ class TensorBoardError(RuntimeError):
     """TensorBoard did not start, exited, or did not list the expected runs in time."""
 
 
+def check_address(host: str, port: int | None) -> None:
+    """Refuses, before TensorBoard starts, a host that is no address here or a port in use:
+    one line, exit 2, rather than a server that dies with the reason in its log."""
+    try:
+        infos = socket.getaddrinfo(host, port or None, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        raise GapscopeInputError(f"--host {host!r}: not an address "
+                                 f"({getattr(exc, 'strerror', None) or exc})") from None
+    family, kind, proto, _, address = infos[0]
+    if port:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as TensorBoard binds
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise GapscopeInputError(f"cannot listen on {host}:{port}: {exc.strerror or exc} "
+                                         "(--port 0 picks a free port)") from None
+
+
 class TensorBoardServer:
     """One TensorBoard process over `logdir`: `with TensorBoardServer(d) as tb: tb.url`."""
 
@@ -68,11 +97,17 @@ class TensorBoardServer:
         self._log = Path(log)
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # The child imports the gapscope this process runs (its plugin included), not another
+        # copy an editable install or the working directory would find first.
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(Path(analysis.__file__).resolve().parents[1])]
+            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # A subprocess rather than tensorboard.program in-process: the plugins start threads
         # and worker processes that only a process-group kill can stop, and TensorFlow stays
         # out of the caller. Port 0 lets the OS pick a free port with no race; the legacy
-        # loader avoids a second (data server) process.
-        command = [sys.executable, "-m", "tensorboard.main", "--logdir", str(self.logdir),
+        # loader avoids a second (data server) process. The launcher adds gapscope's plugin
+        # to TensorBoard's own and the installed ones.
+        command = [sys.executable, "-m", "analysis.tensorboard_main", "--logdir", str(self.logdir),
                    "--host", self.host, "--port", str(self.port or 0), "--load_fast", "false"]
         with os.fdopen(fd, "w") as out:
             self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
@@ -140,16 +175,58 @@ class TensorBoardServer:
 
 
 def serve_forever(logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
-                  announce: Callable[[str], None] = print) -> int:
-    """Foreground mode for `gapscope tensorboard`: announces the URL, runs until Ctrl-C."""
+                  announce: Callable[[str], None] = print,
+                  warn: Callable[[str], None] = print) -> int:
+    """Foreground mode for `gapscope tensorboard`: announces the URL, runs until Ctrl-C or
+    SIGTERM; either stops the server it started (its own process group: a signal to this
+    process alone would leave it running)."""
+    if not is_loopback(host):
+        warn(f"warning: TensorBoard listens on {host}: anyone who can reach this machine on the "
+             "network can read these profiles (model, paths, host names); use 127.0.0.1 unless "
+             "you mean to share them")
     server = TensorBoardServer(logdir, host, port)
+    # Signal handlers can only be set from the main thread (the CLI's).
+    handle = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if handle else None
     try:
-        announce(server.start())
+        url = server.start()
+        note = offline_note(server.plugins)
+        if note:
+            warn(note)
+        announce(url)
         return server.wait()
     except KeyboardInterrupt:
         return 0
     finally:
         server.stop()
+        if handle:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 and localhost; any other name or address reaches the network."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def offline_note(plugins: Iterable[str]) -> str | None:
+    """One line naming the loaded panes that need the internet, or None."""
+    plugins = set(plugins)
+    online = [ONLINE_ONLY[p] for p in sorted(ONLINE_ONLY) if p in plugins]
+    if not online:
+        return None
+    offline = "gapscope's tab, Scalars, Text" + (" and XProf's Trace Viewer" if "profile" in plugins
+                                                 else "")
+    return (f"offline: {'; '.join(online)} need the internet and stay blank without it; "
+            f"{offline} work offline")
 
 
 def wait_until_ready(url: str, process: subprocess.Popen | None = None,

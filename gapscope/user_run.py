@@ -2,16 +2,13 @@
 from __future__ import annotations
 
 import re
-import traceback
 import warnings
 from pathlib import Path
 
-from profilers import environment
-from profilers.run_dir import Manifest, create_run_dir, new_run_id, write_steps_csv
+from profilers.run_lifecycle import RunLifecycle
 from profilers.trace_window import TraceWindow
 
 USER_VARIANT = "user"
-INTERRUPTED = "interrupted"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -37,50 +34,29 @@ def default_warmup(window: TraceWindow | None, warmup_steps: int | None) -> int:
     return min(5, window.first) if window else 5
 
 
-class UserRun:
-    """Creates the run directory at once (status running) and records the end exactly once:
-    complete with its steps, or failed with the error, also when the loop raised or was
-    interrupted, so a half-written run is never mistaken for a finished one."""
+class UserRun(RunLifecycle):
+    """The run directory of a capture, named after the user's run; its life (pid and host,
+    complete or failed, interrupted) is run_lifecycle's, as for gapscope's own runs.
+
+    No signal handlers are set here: the process is the user's. Ctrl-C reaches the loop as
+    KeyboardInterrupt and is recorded as interrupted; a SIGTERM that kills the process leaves
+    the manifest `running` with a pid that is gone, which effective_status reads as interrupted."""
 
     def __init__(self, name: str, framework: str, out: str | Path, settings: dict,
                  warmup_steps: int):
         workload = _UNSAFE.sub("-", str(name)).strip("-.")
         if not workload:
             raise ValueError(f"run name {name!r} has no letters or digits to name a directory with")
-        self.run_dir = create_run_dir(out, new_run_id(workload, framework, USER_VARIANT))
-        self.manifest = Manifest.start(self.run_dir, {
-            "run_id": self.run_dir.name, "workload": workload, "framework": framework,
-            "variant": USER_VARIANT, "settings": settings, "warmup_steps": warmup_steps,
-            "host": environment.host(), "device": None, "versions": None,
+        run = RunLifecycle.create(out, (workload, framework, USER_VARIANT), {
+            "workload": workload, "framework": framework, "variant": USER_VARIANT,
+            "settings": settings, "warmup_steps": warmup_steps, "device": None, "versions": None,
         })
-        self.finished = False
+        super().__init__(run.run_dir, run.manifest)
 
     def complete(self, rows: list[dict], facts: dict) -> None:
-        self._record(rows, facts)
-        self.manifest.finish()
-        self.finished = True
-        self._write_summaries()
-
-    def fail(self, rows: list[dict], facts: dict, exc: BaseException) -> None:
-        """The steps done before the failure are kept: they show how far the loop got."""
-        self._record(rows, facts)
-        if isinstance(exc, KeyboardInterrupt):
-            self.manifest.finish(error=INTERRUPTED)
-        else:
-            self.manifest.update(traceback="".join(traceback.format_exception(exc)))
-            self.manifest.finish(error=f"{type(exc).__name__}: {exc}")
-        self.finished = True
-
-    def _record(self, rows: list[dict], facts: dict) -> None:
-        write_steps_csv(self.run_dir, rows)
-        self.manifest.update(**facts, versions=environment.versions(),
-                             final_loss=rows[-1]["loss"] if rows else None)
-
-    def _write_summaries(self) -> None:
         """TensorBoard summaries are a view of the run: failing to write them must not turn a
         finished training loop into an exception, so the problem is recorded and warned of."""
-        from analysis.summaries import write_after_run
-        problem = write_after_run(self.run_dir)
+        problem = super().complete(rows, facts)
         if problem:
             warnings.warn(f"gapscope: no TensorBoard summaries for {self.run_dir}: {problem}",
                           stacklevel=3)

@@ -1,5 +1,8 @@
 """Errors that mean the user's input is wrong (not a gapscope bug): shown as one line, exit 2."""
 
+EXIT_RUN_FAILED = 1  # a run failed, or some runs given could not be read
+EXIT_BAD_INPUT = 2
+
 
 class GapscopeInputError(Exception):
     """Bad path, corrupt or foreign file, unknown name: shown as one line, exit code 2."""

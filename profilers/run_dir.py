@@ -1,4 +1,5 @@
-"""Creates run directories and writes their manifest and steps.csv atomically."""
+"""Creates run directories, writes their manifest and steps.csv atomically, and tells how a run
+ended (a `running` run whose process is gone ended without saying so)."""
 from __future__ import annotations
 
 import csv
@@ -6,12 +7,14 @@ import io
 import json
 import os
 import secrets
+import socket
 import time
 from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
 from profilers import strict_json
+from profilers.errors import GapscopeInputError
 
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"
@@ -24,20 +27,47 @@ def new_run_id(*parts: str) -> str:
     return "-".join([*(p for p in parts if p), stamp, secrets.token_hex(2)])
 
 
-def create_run_dir(out_dir: str | Path, run_id: str) -> Path:
-    """A fresh directory; never reuses one, so no earlier run is overwritten."""
+def ensure_out_dir(out_dir: str | Path) -> Path:
+    """The folder runs are written into, created if needed; one line (exit 2) when it cannot be:
+    under a file, unwritable, on a read-only disk."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    run_dir = out_dir / run_id
-    run_dir.mkdir()  # FileExistsError on a clash rather than mixing two runs
-    return run_dir
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GapscopeInputError(f"output folder {out_dir}: cannot create it: "
+                                 f"{exc.strerror or exc}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise GapscopeInputError(f"output folder {out_dir}: not writable")
+    return out_dir
+
+
+def create_run_dir(out_dir: str | Path, *id_parts: str, attempts: int = 20) -> Path:
+    """A fresh directory named `new_run_id(*id_parts)`; never reuses one, so no earlier run is
+    overwritten. The id's random part is short (ids stay readable): on a clash, another id."""
+    out_dir = ensure_out_dir(out_dir)
+    for _ in range(attempts):
+        run_dir = out_dir / new_run_id(*id_parts)
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise GapscopeInputError(f"output folder {out_dir}: cannot create a run directory: "
+                                     f"{exc.strerror or exc}") from None
+    raise GapscopeInputError(f"output folder {out_dir}: no free run id after {attempts} tries")
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write beside the target, then rename: a reader sees the old file or the new, never half."""
+    """Write beside the target, then rename: a reader sees the old file or the new, never half.
+    The temporary file goes when the write fails (a full disk), so no `.tmp` is left behind."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def utc_now() -> str:
@@ -73,15 +103,77 @@ class Manifest:
         return self.data.get("status")
 
     def update(self, **fields) -> None:
-        self.data.update(fields)
-        self.save()
+        """Written first, kept after: an update cut short (a signal, a full disk) leaves the
+        manifest in memory as it is on disk, so the end recorded next is the true one."""
+        data = {**self.data, **fields}
+        _write_json(self.path, data)
+        self.data = data
 
     def finish(self, error: str | None = None) -> None:
         self.update(status="failed" if error else "complete", error=error, ended_at=utc_now())
 
     def save(self) -> None:
-        write_atomic(self.path, strict_json.dumps(self.data, indent=2, default=str) + "\n")
+        _write_json(self.path, self.data)
 
+
+def _write_json(path: Path, data: dict) -> None:
+    write_atomic(path, strict_json.dumps(data, indent=2, default=str) + "\n")
+
+
+def effective_status(manifest: dict) -> tuple[str, str | None]:
+    """(status, error) of a run as it stands now: a run still `running` whose process is gone
+    from this host was killed before it could record its end, and reads as failed: interrupted.
+    A run of another host, or one that names no process, stays `running`: nothing here can tell."""
+    status, error = manifest.get("status"), manifest.get("error")
+    if status != "running":
+        return str(status), error
+    pid, host = manifest.get("pid"), manifest.get("host")
+    if (isinstance(pid, int) and not isinstance(pid, bool) and host == socket.gethostname()
+            and not _process_alive(pid, manifest.get("started_at"))):
+        return "failed", f"interrupted (process {pid} on {host} is gone)"
+    return "running", None
+
+
+def status_of(run_dir: Path) -> tuple[str | None, str | None]:
+    """effective_status of the run in `run_dir`; (None, why) when it has no readable manifest."""
+    try:
+        manifest = json.loads((Path(run_dir) / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        return None, f"no readable manifest ({exc})"
+    if not isinstance(manifest, dict):
+        return None, "no readable manifest"
+    return effective_status(manifest)
+
+
+def inside(folder: Path, stored) -> Path:
+    """A run directory a state file (matrix.json, ab.json) names: only ever a folder directly
+    inside `folder` (older state files stored a path; its last part is the run's name), so a
+    state file cannot lead gapscope anywhere else, and the folder can move."""
+    name = Path(str(stored)).name if stored else ""
+    if name in ("", ".", ".."):
+        raise GapscopeInputError(f"{folder}: state file names no run directory ({stored!r})")
+    return Path(folder) / name
+
+def _process_alive(pid: int, started_at) -> bool:
+    """Whether process `pid` is the run's own: alive, not a zombie, and not a later process
+    that reuses the number (it would have started after the run did)."""
+    import psutil
+    if pid <= 0:
+        return False
+    try:
+        process = psutil.Process(pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return False
+        created = process.create_time()
+    except psutil.NoSuchProcess:
+        return False
+    except psutil.Error:  # access denied: it exists
+        return True
+    try:
+        started = datetime.fromisoformat(started_at).timestamp()
+    except (TypeError, ValueError):
+        return True
+    return created <= started + 1.0  # the process existed when the run began
 
 def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None,
               traced_key: str = "step") -> list[dict]:
@@ -113,29 +205,3 @@ def _cell(value):
         return f"{value:.6f}"
     return value
 
-
-def effective_status(manifest: dict) -> tuple[str, str | None]:
-    """(status, error) of a run as it stands now: a run still `running` whose process is gone
-    from this host was killed without recording its end, and reads as failed: interrupted."""
-    status, error = manifest.get("status"), manifest.get("error")
-    if status != "running":
-        return str(status), error
-    pid, host = manifest.get("pid"), manifest.get("host")
-    if isinstance(pid, int) and host == environment_host() and not _alive(pid):
-        return "failed", f"interrupted (process {pid} on {host} is gone)"
-    return "running", None
-
-
-def environment_host() -> str:
-    import socket
-    return socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -58,7 +58,12 @@ class StepTimer:
     Marks are kept raw (timestamps or events) in flat lists and turned into milliseconds in
     `rows()`, so the hot path is a clock read and a list append per boundary."""
 
+    # The timer this process made last: a progress reporter counts its steps from another
+    # thread (len() of a list) instead of adding work to the hot path.
+    latest: "StepTimer | None" = None
+
     def __init__(self, clock=None):
+        StepTimer.latest = self
         self.clock = clock or HostClock()
         self.now = self.clock.mark
         self._keep_loss = self.clock.keep_loss

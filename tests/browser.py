@@ -1,5 +1,6 @@
 """Test helper: Debian's headless Chromium, installed where missing, driven over the DevTools
-protocol on a pipe (stdlib only), to read what a page shows, shadow DOM included."""
+protocol on a pipe (stdlib only), to read what a page shows, shadow DOM included, and what it
+requested and logged on the way."""
 from __future__ import annotations
 
 import base64
@@ -71,6 +72,7 @@ class HeadlessChromium:
         self._next_id = 0
         self._session: str | None = None
         self._buffer = b""
+        self.events: list[dict] = []  # protocol events since the last clear_events()
 
     def __enter__(self) -> "HeadlessChromium":
         # The protocol runs over fds 3 (to the browser) and 4 (from it).
@@ -117,6 +119,53 @@ class HeadlessChromium:
     def open(self, url: str) -> None:
         self._call("Page.navigate", {"url": url})
 
+    def watch(self) -> None:
+        """Record the page's requests, responses, failures, console calls, uncaught exceptions
+        and browser log entries into `events` (frames of the page included)."""
+        for domain in ("Network", "Runtime", "Log"):
+            self._call(f"{domain}.enable")
+
+    def clear_events(self) -> None:
+        self.evaluate("0")  # read what is already in the pipe before forgetting it
+        self.events.clear()
+
+    def requests(self) -> dict[str, dict]:
+        """Each request since the last clear by id: url, status (None: no response) and the
+        failure text of one that failed."""
+        seen: dict[str, dict] = {}
+        for event in self.events:
+            params = event.get("params", {})
+            if event.get("method") == "Network.requestWillBeSent":
+                seen[params["requestId"]] = {"url": params["request"]["url"], "status": None,
+                                             "failed": None}
+            elif event.get("method") == "Network.responseReceived" and params["requestId"] in seen:
+                seen[params["requestId"]]["status"] = params["response"]["status"]
+            elif event.get("method") == "Network.loadingFailed" and params["requestId"] in seen:
+                seen[params["requestId"]]["failed"] = params.get("errorText") or "failed"
+        return seen
+
+    def errors(self) -> list[dict]:
+        """Console errors, uncaught exceptions and browser log errors since the last clear, each
+        {"text", "urls"}: the script URLs it came from (its stack, or the failing resource)."""
+        found = []
+        for event in self.events:
+            method, params = event.get("method"), event.get("params", {})
+            if method == "Runtime.exceptionThrown":
+                details = params["exceptionDetails"]
+                frames = details.get("stackTrace", {}).get("callFrames", [])
+                found.append({"text": details.get("exception", {}).get("description")
+                              or details.get("text", ""),
+                              "urls": [details.get("url", "")] + [f["url"] for f in frames]})
+            elif method == "Runtime.consoleAPICalled" and params.get("type") in ("error", "assert"):
+                frames = params.get("stackTrace", {}).get("callFrames", [])
+                found.append({"text": " ".join(str(a.get("value", a.get("description", "")))
+                                               for a in params.get("args", [])),
+                              "urls": [f["url"] for f in frames]})
+            elif method == "Log.entryAdded" and params["entry"].get("level") == "error":
+                entry = params["entry"]
+                found.append({"text": entry.get("text", ""), "urls": [entry.get("url", "")]})
+        return found
+
     def text(self) -> str:
         return self.evaluate(_DEEP_TEXT) or ""
 
@@ -155,7 +204,9 @@ class HeadlessChromium:
         deadline = time.monotonic() + timeout
         while True:
             reply = self._read(deadline)
-            if reply.get("id") == self._next_id:
+            if "method" in reply:
+                self.events.append(reply)
+            elif reply.get("id") == self._next_id:
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply.get("result", {})

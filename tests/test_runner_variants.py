@@ -51,3 +51,12 @@ def test_keras_jit_leaves_hlo_dumps_for_phase_mapping(tmp_path):
     assert outcome.status == "complete", outcome.error
     dumps = list((outcome.run_dir / "xla_dump").glob("*after_optimizations.txt"))
     assert dumps and any("gapscope_forward" in d.read_text() for d in dumps)
+
+
+def test_spe_warmup_ends_on_a_call_boundary(variant_runs):
+    # spe4 with --warmup 3: updates 0-3 run in one compiled call, so none of them is steady and
+    # the steady state starts at update 4; the traced figures come from calls after it.
+    outcome = variant_runs[("mlp", "keras", "spe4")]
+    result = breakdown_of(outcome.run_dir)
+    assert any("warm-up taken as 4 updates, not 3" in n for n in result.notes), result.notes
+    assert result.steps and min(s.step for s in result.steps) >= 4

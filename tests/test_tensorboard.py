@@ -1,15 +1,23 @@
-"""TensorBoard's two profiler plugins list the run directories gapscope writes."""
+"""TensorBoard's two profiler plugins list the run directories gapscope writes; `gapscope
+tensorboard` says what needs the internet, warns about the network and stops on SIGTERM."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-from analysis.tensorboard_server import (TensorBoardError, TensorBoardServer, listed_runs,
-                                         wait_for_runs)
+from analysis.tensorboard_server import (TensorBoardError, TensorBoardServer, is_loopback,
+                                         listed_runs, offline_note, serve_forever, wait_for_runs)
+from profilers.errors import GapscopeInputError
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_plugins_list_torch_and_keras_runs(runs_dir, torch_run, keras_run):
@@ -17,7 +25,7 @@ def test_plugins_list_torch_and_keras_runs(runs_dir, torch_run, keras_run):
     torch_run, keras_run = torch_run.name, keras_run.name
     with TensorBoardServer(runs_dir, ready_timeout=60) as server:
         assert server.url.startswith("http://127.0.0.1:")
-        assert {"pytorch_profiler", "profile"} <= set(server.plugins)
+        assert {"gapscope", "pytorch_profiler", "profile"} <= set(server.plugins)
         listed = wait_for_runs(server.url, {"pytorch_profiler": [torch_run],
                                             "profile": [keras_run]}, timeout=45)
         # Each plugin lists the runs in its own format, and only those (other tests may
@@ -58,3 +66,51 @@ def test_start_fails_clearly_when_the_port_is_taken(tmp_path):
         with pytest.raises(TensorBoardError, match="exited with code"):
             server.start()
     assert server.pid is None
+
+
+def test_gapscope_tensorboard_names_offline_panes_and_stops_on_sigterm(tmp_path):
+    """`gapscope tensorboard` in the foreground as a user (or a service manager) runs it: one
+    line on the panes that need the internet, the URL, and SIGTERM ends TensorBoard too."""
+    command = [sys.executable, str(ROOT / "cli.py"), "tensorboard", str(tmp_path), "--port", "0"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=ROOT, start_new_session=True)
+    try:
+        url = process.stdout.readline().strip()  # printed once TensorBoard answers
+        assert url.startswith("http://127.0.0.1:"), process.stderr.read()
+        server_group = _tensorboard_group(process.pid)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+        stderr = process.stderr.read()
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    offline = [line for line in stderr.splitlines() if "offline" in line]
+    assert len(offline) == 1 and "torch-tb-profiler's Overview and Trace" in offline[0]
+    assert "XProf's Overview step-time graph" in offline[0]
+    assert "warning" not in stderr
+    assert _live_group_members(server_group) == []
+
+
+def _tensorboard_group(parent: int) -> int:
+    """The process group of the TensorBoard that `parent` started (its own session)."""
+    (child,) = psutil.Process(parent).children()
+    return os.getpgid(child.pid)
+
+
+@pytest.mark.parametrize("host,warned", [("0.0.0.0", True), ("192.168.1.5", True), ("::", True),
+                                         ("127.0.0.1", False), ("localhost", False), ("::1", False)])
+def test_a_non_loopback_host_is_warned_about_before_anything_starts(tmp_path, host, warned):
+    said = []
+    with pytest.raises(GapscopeInputError):  # no such logdir: stops before binding anything
+        serve_forever(tmp_path / "missing", host=host, warn=said.append)
+    assert bool(said) == warned and is_loopback(host) != warned
+    if warned:
+        assert "reach this machine on the network" in said[0]
+
+
+def test_offline_note_names_only_the_loaded_plugins():
+    assert offline_note(["scalars", "gapscope"]) is None
+    assert "torch-tb-profiler" in offline_note(["pytorch_profiler"])
+    assert "XProf" not in offline_note(["pytorch_profiler"])
+    assert "XProf's Trace Viewer work" in offline_note(["pytorch_profiler", "profile"])

@@ -1,12 +1,28 @@
-"""TensorBoard over runs made through the API, checked in a real (headless) Chromium: the
-phase scalars, the breakdown table in the Text dashboard and both profiler tabs."""
+"""TensorBoard over runs made through the API, checked in a real (headless) Chromium: gapscope's
+own tab (what it draws, what it requests, what it logs), the phase scalars, the breakdown table in
+the Text dashboard and both profiler tabs. Screenshots are kept as test artefacts."""
 from __future__ import annotations
+
+import os
+import time
+from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
 import user_loops
+from analysis.breakdown import breakdown
+from analysis.compare import compare
+from analysis.explain import explain
+from analysis.run import load_run
 from analysis.tensorboard_server import TensorBoardServer
 from browser import HeadlessChromium, ensure_chromium
+from profilers.phases import PHASES
+
+# A torch.profiler trace written by no gapscope code; named to sort after the gapscope runs, so
+# that torch-tb-profiler (which shows its first run) still opens on the torch run.
+FOREIGN = "user-profile"
 
 # Text of every table cell on the page, through shadow roots.
 _CELLS = """(() => {
@@ -19,6 +35,25 @@ _CELLS = """(() => {
   };
   walk(document.documentElement);
   return cells;
+})()"""
+
+
+# Width and height of every chart canvas or SVG drawn on the page (through shadow roots); null
+# while there is none.
+_CHART_SIZES = """(() => {
+  const sizes = [];
+  const walk = (node) => {
+    if (!node) return;
+    if (node.nodeName === 'CANVAS' || node.nodeName === 'svg') {
+      const box = node.getBoundingClientRect();
+      if (node.nodeName === 'CANVAS' || box.width > 100) sizes.push([box.width, box.height]);
+    }
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const child of node.childNodes) walk(child);
+  };
+  walk(document.documentElement);
+  const drawn = sizes.filter(([width, height]) => width > 0 && height > 0);
+  return drawn.length ? drawn : null;
 })()"""
 
 
@@ -55,11 +90,37 @@ def chromium():
     return path
 
 
+# The value of a function of gapscope's plugin document (its iframe, same origin), or null
+# while TensorBoard has not made the iframe yet.
+_IN_GAPSCOPE = """(() => {
+  const find = (node) => {
+    if (!node) return null;
+    if (node.nodeName === 'IFRAME' && (node.src || '').endsWith('name=gapscope')) return node;
+    for (const child of [node.shadowRoot, ...node.childNodes]) {
+      const found = find(child);
+      if (found) return found;
+    }
+    return null;
+  };
+  const frame = find(document.documentElement);
+  if (!frame || !frame.contentDocument || !frame.contentDocument.body) return null;
+  return (%s)(frame.contentDocument);
+})()"""
+
+
 @pytest.fixture(scope="module")
-def tensorboard(tmp_path_factory):
+def logdir(tmp_path_factory):
     logdir = tmp_path_factory.mktemp("tensorboard_runs")
-    torch_run = user_loops.torch_loop(logdir).run_dir.name
-    keras_run = user_loops.keras_fit(logdir)[0].run_dir.name
+    user_loops.torch_loop(logdir)
+    user_loops.keras_fit(logdir)
+    user_loops.torch_profiler_tutorial(logdir / FOREIGN)
+    return logdir
+
+
+@pytest.fixture(scope="module")
+def tensorboard(logdir):
+    torch_run, = (p.name for p in logdir.glob("user-mlp-torch-*"))
+    keras_run, = (p.name for p in logdir.glob("user-mlp-keras-*"))
     with TensorBoardServer(logdir, ready_timeout=60) as server:
         yield server.url, torch_run, keras_run
 
@@ -67,22 +128,158 @@ def tensorboard(tmp_path_factory):
 @pytest.fixture(scope="module")
 def browser(chromium, tensorboard):
     with HeadlessChromium(chromium) as page:
+        page.watch()
         yield page
 
 
-def test_scalars_dashboard_shows_phase_scalars_of_both_runs(browser, tensorboard):
+@pytest.fixture(scope="module")
+def artefacts(tmp_path_factory) -> Path:
+    """Screenshots go to $GAPSCOPE_TEST_ARTEFACTS when set (kept after the run), else to a
+    temporary folder."""
+    folder = os.environ.get("GAPSCOPE_TEST_ARTEFACTS")
+    if not folder:
+        return tmp_path_factory.mktemp("screenshots")
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder)
+
+
+def screenshot(browser, folder: Path, name: str) -> Path:
+    path = browser.screenshot(folder / f"{name}.png")
+    data = path.read_bytes()
+    assert data.startswith(b"\x89PNG") and len(data) > 10_000, (path, len(data))
+    return path
+
+
+def fixed(value: float, digits: int = 3) -> str:
+    """A figure as the page writes it (JavaScript's toFixed: ties away from zero)."""
+    return str(Decimal(value).quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP))
+
+
+def signed(value: float, digits: int = 3) -> str:
+    return ("+" if value > 0 else "") + fixed(value, digits)
+
+
+def open_fresh(browser, url: str) -> None:
+    """A full page load (not a hash change), with the events of earlier pages forgotten."""
+    browser.open("about:blank")
+    browser.clear_events()
+    browser.open(url)
+
+
+def wait_for_value(browser, expression: str, timeout: float = 90):
+    """The first truthy value of a JavaScript expression in the page."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = browser.evaluate(expression)
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"the page never satisfied {expression}; it shows "
+                               f"{browser.text()[:1500]}")
+        time.sleep(0.5)
+
+
+def wait_in_gapscope(browser, function: str, timeout: float = 90):
+    """The first truthy value of `function` (of the plugin's document)."""
+    return wait_for_value(browser, _IN_GAPSCOPE % function, timeout)
+
+
+def assert_offline_and_clean(browser, url: str) -> None:
+    """Every request went to this TensorBoard and succeeded; nothing gapscope runs logged an
+    error or threw."""
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    requests = browser.requests()
+    assert any("/data/plugin/gapscope/" in r["url"] for r in requests.values())
+    outside = [r["url"] for r in requests.values()
+               if not r["url"].startswith((origin + "/", "data:", "blob:", "about:"))]
+    assert outside == []
+    failed = [r for r in requests.values() if r["failed"] or (r["status"] or 0) >= 400]
+    assert failed == []
+    mine = [e for e in browser.errors()
+            if any("plugin/gapscope" in u for u in e["urls"]) or "gapscope" in e["text"]]
+    assert mine == []
+
+
+def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, tensorboard,
+                                                                          logdir, artefacts):
     url, torch_run, keras_run = tensorboard
-    browser.open(url + "#scalars")
+    names = (keras_run, torch_run, FOREIGN)  # the page's order: paths under the logdir
+    docs = {name: breakdown(load_run(logdir / name)).to_json_dict() for name in names}
+    open_fresh(browser, url + "#gapscope")
+    # Each run's step mean, in the runs table and beside its bar; the phase names; the views.
+    figures = [fixed(docs[name]["step_ms"]["mean"]) for name in names]
+    browser.wait_for_text(["Phases per run", "Breakdown:", "Steps over time", "traced window",
+                           *PHASES, *figures, "(baseline)", "add up to"], timeout=120)
+    charts = wait_in_gapscope(browser, """(doc) => {
+      const charts = [...doc.querySelectorAll('svg.chart')].map((svg) => {
+        const box = svg.getBoundingClientRect();
+        return {kind: svg.getAttribute('class').split(' ')[1], width: box.width,
+                height: box.height, marks: svg.querySelectorAll('rect').length};
+      });
+      return charts.length >= 4 ? charts : null;
+    }""")
+    assert {c["kind"] for c in charts} >= {"overview", "breakdown", "steps", "deltas"}, charts
+    assert all(c["width"] > 100 and c["height"] > 20 and c["marks"] > 0 for c in charts), charts
+    # The first run is shown in detail: its step figure is the breakdown's step mean.
+    shown = wait_in_gapscope(browser, "(doc) => doc.querySelector('td.step-mean')?.textContent")
+    assert shown == fixed(docs[keras_run]["step_ms"]["mean"])
+    screenshot(browser, artefacts, "gapscope-overview")
+    assert_offline_and_clean(browser, url)
+
+    # A gapscope run in detail: warm-up, traced window and unprofiled steps from its steps.csv.
+    run = load_run(logdir / torch_run)
+    kinds = ["warm-up" if i < run.warmup_steps else "traced" if r["traced"] else "unprofiled"
+             for i, r in enumerate(run.rows)]
+    browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+        'a.run-link[data-run="{torch_run}"]').click()""")
+    browser.wait_for_text([f"Breakdown: {run.label}", *(f"{k} ({kinds.count(k)})" for k in set(kinds))],
+                          timeout=60)
+    drawn = wait_in_gapscope(browser, """(doc) => {
+      const bars = [...doc.querySelectorAll('svg.steps rect.step')];
+      return bars.length ? bars.map((bar) => bar.getAttribute('class').replace('step step-', '')) : null;
+    }""")
+    assert drawn == kinds
+    assert wait_in_gapscope(browser, "(doc) => doc.querySelector('td.step-mean')?.textContent") == \
+        fixed(docs[torch_run]["step_ms"]["mean"])
+    browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=steps]').scrollIntoView()")
+    screenshot(browser, artefacts, "gapscope-steps")
+
+    # The compare of the two traced gapscope runs (keras first by path: the baseline).
+    pair = compare([explain(load_run(logdir / n)) for n in (keras_run, torch_run)]).pairs[0]
+    rows = wait_in_gapscope(browser, """(doc) => {
+      const table = doc.querySelector('[data-view=compare] table');
+      return table && [...table.querySelectorAll('tbody tr')].map(
+          (tr) => [...tr.children].map((td) => td.textContent));
+    }""")
+    assert [r[0] for r in rows] == [*PHASES, "step (the gap)"]
+    assert [r[3] for r in rows] == [signed(g.delta_ms) for g in pair.phases] + [signed(pair.gap_ms)]
+    assert [r[6] for r in rows[:-1]] == [
+        "within noise" if g.within_noise else "slower" if g.delta_ms > 0 else "faster"
+        for g in pair.phases]
+    assert rows[-1][6] == ("gap within noise" if pair.within_noise else
+                           "slower" if pair.gap_ms > 0 else "faster")
+    browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compare]').scrollIntoView()")
+    screenshot(browser, artefacts, "gapscope-compare")
+    assert_offline_and_clean(browser, url)
+
+
+def test_scalars_dashboard_shows_phase_scalars_of_both_runs(browser, tensorboard, artefacts):
+    url, torch_run, keras_run = tensorboard
+    open_fresh(browser, url + "#scalars")
     text = browser.wait_for_text([torch_run, keras_run, "step_ms", "loss",
                                   *(f"phase_ms/{p}" for p in ("data_load", "forward", "backward",
                                                               "optimizer", "other"))], timeout=60)
     assert "No scalar data was found" not in text
+    # Charts are drawn after the tags are listed.
+    assert wait_for_value(browser, _CHART_SIZES, timeout=60)
+    screenshot(browser, artefacts, "scalars")
 
 
-def test_text_dashboard_shows_the_breakdown_table(browser, tensorboard):
+def test_text_dashboard_shows_the_breakdown_table(browser, tensorboard, artefacts):
     url, torch_run, keras_run = tensorboard
-    browser.open(url + "#text")
+    open_fresh(browser, url + "#text")
     browser.wait_for_text(["breakdown", "ms per steady-state step"], timeout=60)
+    screenshot(browser, artefacts, "text")
     cells = browser.evaluate(_CELLS)
     # Markdown rendered as tables, one per run: the phases and the step are cells.
     for cell in ("phase", "data_load", "forward", "backward", "optimizer", "other", "step"):

@@ -51,6 +51,29 @@ def torch_loop(out: Path, fail_at: int | None = None, interrupt_at: int | None =
     return cap
 
 
+def torch_profiler_tutorial(out: Path) -> Path:
+    """A profile no gapscope code wrote: the torch.profiler tutorial's loop (schedule, trace
+    handler, prof.step()) writing a foreign trace into `out`."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(2048, 100), torch.randint(0, 10, (2048,))),
+                        batch_size=256, shuffle=True)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.profiler.profile(
+            schedule=torch.profiler.schedule(wait=1, warmup=1, active=4, repeat=1),
+            on_trace_ready=torch.profiler.tensorboard_trace_handler(str(out))) as prof:
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            loss.backward()
+            optimizer.step()
+            prof.step()
+    return out
+
+
 def keras_fit(out: Path, steps_per_execution: int = 1):
     """`model.fit` on a compiled Sequential model, as the Keras guides write it."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")

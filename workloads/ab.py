@@ -5,7 +5,6 @@ Drift between processes on a shared machine (often ±20 % here) is larger than t
 within one run: interleaving lets repeat i of every configuration see the same machine."""
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -14,7 +13,8 @@ from profilers import strict_json
 from profilers.errors import GapscopeInputError
 from profilers.nvml import gpu_count
 from profilers.run_dir import create_run_dir, write_atomic
-from workloads.launch import RunOutcome, launch
+from profilers.run_lifecycle import INTERRUPTED
+from workloads.launch import RunInterrupted, RunOutcome, launch
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
 
@@ -62,7 +62,7 @@ def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str
                 for c in configs]
     for s in settings:
         s.with_variant(cuda_available=cuda)
-    folder = create_run_dir(out_dir, f"ab-{configs[0].workload}-{time.strftime('%Y%m%d-%H%M%S')}")
+    folder = create_run_dir(out_dir, "ab", configs[0].workload)
     state = {"configs": [c.label for c in configs], "repeats": repeats,
              "settings": {k: v for k, v in asdict(base).items()
                           if k not in ("workload", "framework", "variant")},
@@ -71,7 +71,12 @@ def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str
     for repeat in range(repeats):
         for config, run_settings in zip(configs, settings):
             on_run(repeat, config, None)
-            outcome = launch(run_settings, folder)
+            try:
+                outcome = launch(run_settings, folder)
+            except RunInterrupted:  # the folder says why it stopped, then the command does
+                state.update(status="failed", error=f"{config.label} repeat {repeat + 1}: {INTERRUPTED}")
+                _save(folder, state)
+                raise
             on_run(repeat, config, outcome)
             if outcome.status != "complete":
                 state.update(status="failed",

@@ -4,60 +4,52 @@ Usage (by workloads.launch, not by hand): python -m workloads.execute RUN_DIR SE
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-import traceback
 from contextlib import nullcontext
 from pathlib import Path
 
-from analysis.summaries import write_after_run
-from profilers import environment
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import Manifest, write_steps_csv
+from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrupt
 from profilers.samplers import ResourceSampler
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
-
-EXIT_FAILED = 1
-EXIT_BAD_INPUT = 2
+from workloads.step_report import StepReporter
 
 
 def execute(run_dir: Path, settings: RunSettings) -> int:
-    spec = get_workload(settings.workload)
-    manifest = Manifest.start(run_dir, {
-        "run_id": run_dir.name, "workload": spec.name, "framework": settings.framework,
-        "variant": settings.variant, "settings": settings.to_dict(),
-        "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
-        "host": environment.host(), "device": None, "versions": None, "pid": os.getpid(),
-    })
-    try:
-        runner = _runner(settings.framework)
-        sampler = ResourceSampler() if settings.sample_resources else None
-        with sampler or nullcontext():
-            started = time.perf_counter()
-            rows, facts = runner(spec, settings, run_dir)
-            wall_s = time.perf_counter() - started
-        write_steps_csv(run_dir, rows)
-        if sampler is not None:
-            sampler.write_csv(run_dir)
-            facts["resources"] = sampler.summary()
-        manifest.update(**facts, versions=environment.versions(), run_wall_s=round(wall_s, 3),
-                        final_loss=rows[-1]["loss"] if rows else None)
-        manifest.finish()
-        write_after_run(run_dir)
-        return 0
-    except KeyboardInterrupt:
-        manifest.update(versions=environment.versions())
-        manifest.finish(error="interrupted")
-        return 130
-    except GapscopeInputError as exc:
-        manifest.finish(error=str(exc))
-        return EXIT_BAD_INPUT
-    except Exception as exc:  # a failed run is a result: record it, then say so
-        manifest.update(versions=environment.versions(), traceback=traceback.format_exc())
-        manifest.finish(error=f"{type(exc).__name__}: {exc}")
-        return EXIT_FAILED
+    """The run's exit code: 0 complete, 1 failed, 2 bad input, 130/143 stopped by SIGINT/SIGTERM
+    (its manifest then says `failed: interrupted`)."""
+    with signals_interrupt():
+        try:
+            settings.check_lengths()  # again where the workers fork: settings may come from anywhere
+            spec = get_workload(settings.workload)
+            run = RunLifecycle.start(run_dir, {
+                "workload": spec.name, "framework": settings.framework,
+                "variant": settings.variant, "settings": settings.to_dict(),
+                "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
+                "device": None, "versions": None,
+            })
+        except BaseException as exc:  # no run to record (stopped, a full disk): the launcher does
+            if not isinstance(exc, KeyboardInterrupt):
+                print(f"gapscope: run not started: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return exit_code_of(exc)
+        try:
+            runner = _runner(settings.framework)
+            sampler = ResourceSampler() if settings.sample_resources else None
+            with sampler or nullcontext(), StepReporter(settings.steps_per_execution):
+                started = time.perf_counter()
+                rows, facts = runner(spec, settings, run_dir)
+                wall_s = time.perf_counter() - started
+            if sampler is not None:
+                sampler.write_csv(run_dir)
+                facts["resources"] = sampler.summary()
+            run.complete(rows, {**facts, "run_wall_s": round(wall_s, 3)})
+            return 0
+        except BaseException as exc:  # a failed run is a result: record it, then say so
+            run.fail(None, {}, exc)
+            if not isinstance(exc, KeyboardInterrupt):
+                print(f"gapscope: run failed: {run.error or exc}", file=sys.stderr)
+            return exit_code_of(exc)
 
 
 def _runner(framework: str):

@@ -1,4 +1,4 @@
-"""A rich progress bar on stderr for matrix runs (stdout stays clean for --format json)."""
+"""Rich progress bars on stderr for matrix rows and a run's steps (stdout stays clean for --format json)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -8,21 +8,37 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 @contextmanager
-def matrix_progress(matrix, quiet: bool):
-    """Yields the `on_row(row, outcome)` callback that workloads.matrix.run_matrix calls."""
+def matrix_progress(matrix, quiet: bool, repeats: int = 1):
+    """Yields the `on_row(row, outcome)` callback that workloads.matrix.run_matrix calls: once
+    per row and repeat, so the bar counts rows × repeats; a row's problem is told once."""
     if quiet:
         yield lambda row, outcome: None
         return
     console = Console(stderr=True)
+    told = set()
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console) as progress:
-        task = progress.add_task(matrix.name, total=len(matrix.rows))
+        task = progress.add_task(matrix.name, total=len(matrix.rows) * repeats)
 
         def on_row(row, outcome):
             if outcome is None:
                 progress.update(task, description=f"{matrix.name}: {row.id}")
                 return
             progress.advance(task)
-            if outcome.status != "complete":
+            if outcome.status not in ("complete", "running") and row.id not in told:
+                told.add(row.id)
                 console.print(f"  {row.id}: {outcome.status} ({outcome.reason})", markup=False)
         yield on_row
+
+
+@contextmanager
+def run_progress(label: str, total: int | None, quiet: bool):
+    """Yields the `on_steps(done)` callback that workloads.launch.launch calls; `total`: None
+    when the run counts epochs (the steps per epoch are known only inside the run)."""
+    if quiet:
+        yield lambda done: None
+        return
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+        task = progress.add_task(f"{label}: steps", total=total)
+        yield lambda done: progress.update(task, completed=min(done, total) if total else done)

@@ -3,6 +3,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
 
+from profilers.errors import GapscopeInputError
+
+# Far beyond any useful run, small enough that no count overflows a C integer on the way.
+MAX_STEPS = 10**7
+MAX_EPOCHS = 10**4
+
 
 @dataclass(frozen=True)
 class RunSettings:
@@ -41,8 +47,40 @@ class RunSettings:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in known})
 
+    def check_lengths(self) -> None:
+        """Refuses step counts that contradict each other, before anything runs: a warm-up as
+        long as the run leaves no steady step, and a trace window longer than the steps after
+        the warm-up would have to be cut short (the window starts right after the warm-up).
+        Also the DataLoader worker count, bounded to the machine: a huge one forks until the
+        machine gives out."""
+        from workloads.variants import max_workers
+        _check_int("DataLoader workers (nw<N>)", self.num_workers, 0, max_workers())
+        _check_int("steps", self.steps, 2, MAX_STEPS)
+        _check_int("warmup steps", self.warmup_steps, 0, MAX_STEPS)
+        _check_int("trace steps", self.trace_steps, 1, MAX_STEPS)
+        if self.epochs is not None:
+            _check_int("epochs", self.epochs, 1, MAX_EPOCHS)
+            return  # the step count follows from the data set: the runner checks the rest
+        if self.warmup_steps >= self.steps:
+            raise GapscopeInputError(f"--warmup {self.warmup_steps} leaves none of the "
+                                     f"{self.steps} steps to measure: use fewer warm-up steps")
+        first = max(1, self.warmup_steps)
+        if self.trace and first + self.trace_steps > self.steps:
+            raise GapscopeInputError(
+                f"--trace-steps {self.trace_steps} after {first} warm-up step(s) needs "
+                f"--steps {first + self.trace_steps} or more, got {self.steps}")
+
     def with_variant(self, cuda_available: bool) -> "RunSettings":
-        """These settings with the variant combination resolved (or refused) for this machine."""
+        """These settings with the variant combination resolved (or refused) for this machine,
+        and their step counts checked."""
         from workloads.variants import resolve
+        self.check_lengths()
         canonical, options = resolve(self.framework, self.variant, cuda_available)
-        return replace(self, variant=canonical, **options)
+        resolved = replace(self, variant=canonical, **options)
+        resolved.check_lengths()
+        return resolved
+
+
+def _check_int(what: str, value, low: int, high: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise GapscopeInputError(f"{what} must be a whole number from {low} to {high:,}, got {value!r}")

@@ -5,6 +5,7 @@ combination that cannot run here, or makes no sense, is refused with one line, n
 silently changed."""
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -24,7 +25,9 @@ class Variant:
 
 
 _FIXED = (
-    Variant("eager", (TORCH,), "PyTorch eager execution (the baseline)"),
+    # Eager says "no torch.compile": combined with a compile variant it contradicts it.
+    Variant("eager", (TORCH,), "PyTorch eager execution (the baseline)",
+            {"compile_mode": None, "compile_backend": None}),
     Variant("default", (TORCH, KERAS, KERAS_TORCH, TF),
             "the framework's baseline: torch eager, Keras fit without XLA, TF tf.function"),
     Variant("compile", (TORCH,), "torch.compile, default mode (Inductor)", {"compile_mode": "default"}),
@@ -78,10 +81,17 @@ def lookup(name: str) -> Variant:
         return VARIANTS[name]
     for pattern, frameworks, key, help_text in _PATTERNS:
         match = pattern.match(name)
+        if match and len(match.group(1)) > 9:  # no count is that large (nor fits a C int)
+            raise UnsupportedVariantError(f"variant {_shown(name)!r}: the number is far too large")
         if match:
             return Variant(name, frameworks, help_text, {key: int(match.group(1))})
     known = ", ".join(list(VARIANTS) + list(PATTERN_HELP))
-    raise UnsupportedVariantError(f"unknown variant {name!r}; known: {known}")
+    raise UnsupportedVariantError(f"unknown variant {_shown(name)!r}; known: {known}")
+
+
+def _shown(name: str) -> str:
+    """A name as an error message quotes it: one line, even for a huge one."""
+    return name if len(name) <= 40 else f"{name[:40]}..."
 
 
 def names_for(framework: str) -> list[str]:
@@ -91,8 +101,9 @@ def names_for(framework: str) -> list[str]:
 
 def resolve(framework: str, combination: str, cuda_available: bool) -> tuple[str, dict]:
     """(canonical name, settings) of a comma-separated combination for one framework."""
-    names = [n.strip() for n in combination.split(",") if n.strip()] or ["default"]
+    names = _names(combination)
     settings: dict = {}
+    set_by: dict[str, str] = {}
     for name in names:
         variant = lookup(name)
         if framework not in variant.frameworks:
@@ -103,14 +114,42 @@ def resolve(framework: str, combination: str, cuda_available: bool) -> tuple[str
         for key, value in variant.settings.items():
             if key in settings and settings[key] != value:
                 raise UnsupportedVariantError(
-                    f"variants in {combination!r} disagree on {key}: {settings[key]!r} vs {value!r}")
-            settings[key] = value
+                    f"variants {set_by[key]!r} and {name!r} disagree on {key} "
+                    f"({settings[key]!r} vs {value!r}); keep one")
+            settings[key], set_by[key] = value, name
+    settings = {k: v for k, v in settings.items() if v is not None}  # eager's "no compile"
     _check_combination(framework, settings)
     canonical = ",".join(n for n in names if n not in ("default", "eager")) or "default"
     return canonical, settings
 
 
+def _names(combination: str) -> list[str]:
+    """The names in a combination, refused rather than guessed at: an empty name (`""`,
+    `compile,`), one named twice, or `default` beside others (it means "no variant")."""
+    names = [n.strip() for n in str(combination).split(",")]
+    if not all(names):
+        raise UnsupportedVariantError(f"--variant {combination!r} has an empty name; "
+                                      "give variant names separated by commas, or default")
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise UnsupportedVariantError(f"variant {repeated[0]!r} is named twice in {combination!r}")
+    if "default" in names and len(names) > 1:
+        raise UnsupportedVariantError(f"--variant {combination!r}: default means no variant and "
+                                      "combines with none; name only the variants")
+    return names
+
+
+def max_workers() -> int:
+    """DataLoader workers worth starting here: more than a few per CPU only queue for them,
+    and a huge count would fork until the machine gives out."""
+    return 4 * (os.cpu_count() or 1)
+
+
 def _check_combination(framework: str, settings: dict) -> None:
+    workers = settings.get("num_workers") or 0
+    if workers > max_workers():
+        raise UnsupportedVariantError(f"nw{workers}: at most {max_workers()} DataLoader workers on "
+                                      f"this machine ({os.cpu_count()} CPUs)")
     if settings.get("grad_scaler") and settings.get("amp_dtype") != "float16":
         raise UnsupportedVariantError(
             "GradScaler only makes sense with float16 autocast (amp-fp16): bfloat16 has "

@@ -76,7 +76,33 @@ def read_manifest(path: Path) -> dict:
         raise TraceFormatError(f"{path}: unreadable manifest ({exc})") from None
     if not isinstance(manifest, dict) or "run_id" not in manifest:
         raise TraceFormatError(f"{path}: not a gapscope manifest (no run_id)")
+    for key, kinds in _FIELD_TYPES.items():
+        value = manifest.get(key)
+        if value is not None and (not isinstance(value, kinds) or isinstance(value, bool)
+                                  and bool not in kinds):
+            raise TraceFormatError(f"{path}: field {key!r} should be {_KIND_NAMES[kinds]}, "
+                                   f"not {_shown(value)}")
+    if manifest.get("status") not in (None, "running", "complete", "failed"):
+        raise TraceFormatError(f"{path}: unknown status {_shown(manifest['status'])}")
     return manifest
+
+
+# What the analyzers read from a manifest, checked once here: a hand-edited or foreign manifest
+# is refused in one line rather than failing deep inside an analyzer.
+_INT, _TEXT, _TABLE, _NUMBER = (int,), (str,), (dict,), (int, float)
+_FIELD_TYPES = {
+    "run_id": _TEXT, "status": _TEXT, "error": _TEXT, "workload": _TEXT, "framework": _TEXT,
+    "variant": _TEXT, "device": _TEXT, "host": _TEXT, "started_at": _TEXT, "ended_at": _TEXT,
+    "warmup_steps": _INT, "steps_run": _INT, "steps_per_epoch": _INT, "pid": _INT,
+    "settings": _TABLE, "resources": _TABLE, "versions": _TABLE, "workload_spec": _TABLE,
+    "final_loss": _NUMBER,
+}
+_KIND_NAMES = {_INT: "a whole number", _TEXT: "text", _TABLE: "a JSON object", _NUMBER: "a number"}
+
+
+def _shown(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else f"{text[:40]}..."
 
 
 def read_steps_csv(path: Path) -> list[dict]:

@@ -1,12 +1,13 @@
 """Breakdowns as a Markdown table, for reports, issues and TensorBoard's Text dashboard."""
 from __future__ import annotations
 
-from analysis.renderers.columns import origin_legend, side_by_side, unit_footer
+from analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
 from analysis.results import Breakdown
 
 
 def render(breakdowns: list[Breakdown]) -> str:
-    header = ["phase"] + [h for b in breakdowns for h in (f"{b.name} ms", "%", "source")]
+    names = run_names(breakdowns)
+    header = ["phase"] + [h for name in names for h in (f"{name} ms", "%", "source")]
     lines = ["| " + " | ".join(header) + " |", "|---|" + "---:|---:|---|" * len(breakdowns)]
     for phase, cells in side_by_side(breakdowns):
         name = f"**{phase}**" if phase == "step" else phase
@@ -15,5 +16,5 @@ def render(breakdowns: list[Breakdown]) -> str:
     legend = origin_legend(breakdowns)
     if legend:
         lines.append(f"_{legend}_")
-    lines += [f"- `{b.run_id}`: {note}" for b in breakdowns for note in b.notes]
+    lines += [f"- {name}: {note}" for b, name in zip(breakdowns, names) for note in b.notes]
     return "\n".join(lines) + "\n"

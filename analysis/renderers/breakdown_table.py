@@ -1,32 +1,26 @@
-"""Breakdown tables for the terminal (rich), one column pair per run, side by side."""
+"""Breakdown tables for the terminal (rich): one column triple per run, side by side where they
+fit the width, else in blocks of as many runs as fit."""
 from __future__ import annotations
 
-import io
-
-from rich.console import Console
-from rich.table import Table
-
-from analysis.renderers.columns import origin_legend, side_by_side, unit_footer
+from analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
+from analysis.renderers.fit import Grid, Page
 from analysis.results import Breakdown
 
 
 def render(breakdowns: list[Breakdown]) -> str:
-    table = Table(title="gapscope breakdown", caption=unit_footer(breakdowns), caption_justify="left")
-    table.add_column("phase")
-    for b in breakdowns:
-        table.add_column(f"{b.name}\nms", justify="right")
-        table.add_column("%", justify="right")
-        table.add_column("src")
-    for phase, cells in side_by_side(breakdowns):
-        table.add_row(phase, *cells, end_section=phase in ("other", "step"))
-    table.add_row("steps", *[c for b in breakdowns for c in (str(len(b.step_times_ms)), "", "")])
-    console = Console(file=io.StringIO(), width=max(80, 22 + 32 * len(breakdowns)), record=True)
-    console.print(table)
-    for b in breakdowns:
+    names = run_names(breakdowns)
+    head = ["phase"] + [h for name in names for h in (f"{name}\nms", "%", "src")]
+    rows = [[phase, *cells] for phase, cells in side_by_side(breakdowns)]
+    rows.append(["steps", *[c for b in breakdowns for c in (str(len(b.step_times_ms)), "", "")]])
+    ends = frozenset(i for i, row in enumerate(rows) if row[0] in ("other", "step"))
+    sources = frozenset(3 + 3 * i for i in range(len(breakdowns)))
+    page = Page()
+    page.table(Grid("gapscope breakdown", head, rows, [3] * len(breakdowns), left=sources | {0}, ends=ends))
+    page.line(unit_footer(breakdowns))
+    for b, name in zip(breakdowns, names):
         for note in b.notes:
-            console.print(f"{b.run_id}: {note}", soft_wrap=True, markup=False)
+            page.line(f"{name}: {note}")
     legend = origin_legend(breakdowns)
     if legend:
-        console.print(legend, markup=False)
-    return console.export_text()
-
+        page.line(legend)
+    return page.text()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from analysis.phase_rules import PhaseOrigin
 from analysis.results import Breakdown, PhaseSource
+from analysis.run import unique_labels
 from profilers.phases import PHASES
 
 ORIGIN_MARKS = {PhaseOrigin.INFERRED: "~", PhaseOrigin.MISSING: "?", PhaseOrigin.NOT_APPLICABLE: "-"}
@@ -17,13 +18,31 @@ def unit_footer(breakdowns: list[Breakdown]) -> str:
     return (f"ms per steady-state step (mean, ± half its 95 % interval), {steps}; "
             "% of the step; phases add up to the step; compile = one-time warm-up cost. "
             "Phase source: T timers, C trace with the profiler's cost taken out, "
-            "R trace as recorded (profiler cost inside)")
+            "R trace as recorded (profiler cost inside); step source: U unprofiled steps, "
+            "R traced steps")
 
 
 def origin_legend(breakdowns: list[Breakdown]) -> str | None:
     marked = any(o in ORIGIN_MARKS for b in breakdowns for o in b.phase_sources.values())
     return ORIGIN_LEGEND if marked else None
 SOURCE_MARKS = {PhaseSource.TIMERS: "T", PhaseSource.COMPENSATED: "C", PhaseSource.RAW: "R"}
+
+
+def run_names(breakdowns: list[Breakdown]) -> list[str]:
+    """Each run's header, told apart from the others shown with it."""
+    return unique_labels([b.name for b in breakdowns], [b.run_id or "" for b in breakdowns])
+
+
+def workload_references(breakdowns: list[Breakdown], baseline: int) -> list[int]:
+    """Per run, the index of the run its speed is measured against: the baseline where it ran the
+    same workload, else the first run of its own workload (an LSTM step against an MLP step says
+    nothing). Runs of unknown workload go against the baseline."""
+    base = breakdowns[baseline].workload
+    first = {}
+    for i, b in enumerate(breakdowns):
+        first.setdefault(b.workload, i)
+    return [baseline if b.workload in (base, None) or base is None else first[b.workload]
+            for b in breakdowns]
 
 
 def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
@@ -47,6 +66,14 @@ def plus_minus(value: float, interval) -> str:
     return f"{value:.3f} ±{half:.3f}"
 
 
+def ratio_interval(ratio: float | None, interval) -> str:
+    """'1.23x [1.10, 1.38]': a ratio with its 95 % interval, which is not symmetric around it."""
+    if ratio is None:
+        return "n/a"
+    if interval is None:
+        return f"{ratio:.2f}x"
+    return f"{ratio:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]"
+
 def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
     """Rows of (phase, [ms ± ci, %, source, ...]) with one triple per run."""
     per_run = [phase_rows(b) for b in breakdowns]
@@ -57,7 +84,7 @@ def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
             _, ms, share = run_rows[i]
             if phase == "step":
                 cells += [plus_minus(ms, b.step_ci95), f"{100 * share:.1f}",
-                          "unprof." if b.unprofiled else "traced"]
+                          "U" if b.unprofiled else "R"]
             else:
                 figure = b.phases[phase]
                 cells += [plus_minus(ms, figure.ci95), f"{100 * share:.1f}",

@@ -3,12 +3,17 @@ from __future__ import annotations
 
 from analysis.compare import Comparison
 from analysis.renderers import evidence_text
+from analysis.renderers.columns import ratio_interval
 from profilers.phases import PHASES
 
 UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
                "95 % interval, '~' where the interval holds 0 (within noise); the phase Δs add up "
                "to the step Δ (the gap); ratio = run / baseline; % gap = Δ / gap; "
                "compile = one-time, outside the steps")
+
+
+# Said in the step row's % gap where the whole gap is noise: no phase's share of it means anything.
+GAP_WITHIN_NOISE = "gap within noise"
 
 
 def _f(value, fmt="{:.3f}", none="n/a"):
@@ -24,11 +29,7 @@ def delta(value: float, interval) -> str:
 
 
 def ratio_text(pair) -> str:
-    if pair.ratio is None:
-        return "n/a"
-    if pair.ratio_ci95 is None:
-        return f"{pair.ratio:.2f}x"
-    return f"{pair.ratio:.2f}x [{pair.ratio_ci95[0]:.2f}, {pair.ratio_ci95[1]:.2f}]"
+    return ratio_interval(pair.ratio, pair.ratio_ci95)
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
@@ -51,11 +52,12 @@ def verdict_lines(comparison: Comparison) -> list[str]:
     return lines
 
 
-def header(comparison: Comparison) -> list[str]:
+def header(comparison: Comparison, sep: str = " ") -> list[str]:
+    """`sep` between a run's name and the unit: a line break lets a terminal column stay narrow."""
     runs = comparison.runs
-    cells = ["phase", f"{runs[0].breakdown.name} ms"]
+    cells = ["phase", f"{runs[0].breakdown.name}{sep}ms"]
     for run in runs[1:]:
-        cells += [f"{run.breakdown.name} ms", "Δ ms", "ratio", "% gap"]
+        cells += [f"{run.breakdown.name}{sep}ms", "Δ ms", f"ratio{sep}run/base", "% gap"]
     return cells
 
 
@@ -72,7 +74,7 @@ def phase_rows(comparison: Comparison) -> list[list[str]]:
     step = ["step", f"{pairs[0].a_step_ms:.3f}"]
     for pair in pairs:
         step += [f"{pair.b_step_ms:.3f}", delta(pair.gap_ms, pair.gap_ci95), ratio_text(pair),
-                 "~" if pair.within_noise else "100%" if pair.gap_ms else "n/a"]
+                 GAP_WITHIN_NOISE if pair.within_noise else "100%" if pair.gap_ms else "n/a"]
     rows.append(step)
     compile_row = ["compile (once)"]
     for i, run in enumerate(comparison.runs):
@@ -117,10 +119,10 @@ def _transfers(run) -> str:
                      for way, d in t.by_direction.items())
 
 
-def phase_device_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
+def phase_device_rows(comparison: Comparison, sep: str = " ") -> tuple[list[str], list[list[str]]]:
     """Host (breakdown) against device time per phase, one column pair per run."""
     runs = comparison.runs
-    head = ["phase"] + [h for r in runs for h in (f"{r.breakdown.name} host", "device")]
+    head = ["phase"] + [h for r in runs for h in (f"{r.breakdown.name}{sep}host", "device")]
     buckets = list(PHASES) + [b for b in ("mixed", "unattributed")
                               if any(b in r.attribution.device_ms for r in runs)]
     rows = []

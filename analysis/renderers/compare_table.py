@@ -1,40 +1,31 @@
-"""A comparison for the terminal (rich): phase gap table, per-run evidence figures, evidence lines."""
+"""A comparison for the terminal (rich): phase gap table, per-run evidence figures, evidence lines,
+each table side by side where it fits the width, else in blocks of runs."""
 from __future__ import annotations
-
-import io
-
-from rich.console import Console
-from rich.table import Table
 
 from analysis.compare import Comparison
 from analysis.renderers import compare_columns as cols
+from analysis.renderers.fit import Grid, Page
 
 
 def render(comparison: Comparison) -> str:
-    width = max(100, 24 + 46 * (len(comparison.runs) - 1))
-    console = Console(file=io.StringIO(), width=width, record=True)
-    gap = Table(title="gapscope compare: where the step-time gap goes", caption=cols.UNIT_FOOTER,
-                caption_justify="left")
-    for i, name in enumerate(cols.header(comparison)):
-        gap.add_column(name, justify="left" if i == 0 else "right")
-    for row in cols.phase_rows(comparison):
-        gap.add_row(*row, end_section=row[0] in ("other", "step"))
+    others = len(comparison.runs) - 1
+    page = Page()
     for line in cols.verdict_lines(comparison):
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
-    console.print(gap)
-    for title, (head, rows) in (("host vs device time per phase (ms per step)", cols.phase_device_rows(comparison)),
-                                ("evidence per run", cols.fact_rows(comparison))):
-        table = Table(title=title)
-        for i, name in enumerate(head):
-            table.add_column(name, justify="left" if i == 0 else "right")
-        for row in rows:
-            table.add_row(*row)
-        console.print(table)
+        page.line(line)
+    rows = cols.phase_rows(comparison)
+    page.table(Grid("gapscope compare: where the step-time gap goes", cols.header(comparison, "\n"),
+                    rows, [4] * others, keys=2,
+                    ends=frozenset(i for i, row in enumerate(rows) if row[0] in ("other", "step"))))
+    page.line(cols.UNIT_FOOTER)
+    head, rows = cols.phase_device_rows(comparison, "\n")
+    page.table(Grid("host vs device time per phase (ms per step)", head, rows, [2] * (others + 1)))
+    head, rows = cols.fact_rows(comparison)
+    page.table(Grid("evidence per run", head, rows, [1] * (others + 1)))
     for line in cols.evidence_lines(comparison):
-        console.print(line, soft_wrap=True, markup=False, highlight=False)
+        page.line(line)
     for warning in comparison.warnings:
-        console.print(f"warning: {warning}", soft_wrap=True, markup=False, highlight=False)
+        page.line(f"warning: {warning}")
     for run in comparison.runs:
         for note in run.breakdown.notes + run.kernels.notes:
-            console.print(f"{run.breakdown.run_id}: {note}", soft_wrap=True, markup=False, highlight=False)
-    return console.export_text()
+            page.line(f"{run.breakdown.name}: {note}")
+    return page.text()

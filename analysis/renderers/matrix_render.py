@@ -1,22 +1,35 @@
 """A matrix result as a terminal table, Markdown, CSV or JSON: the blog's columns, the phase
-shares and the speed ratio to the baseline row."""
+shares and the step-time ratio to the baseline row (row / baseline), with its interval."""
 from __future__ import annotations
 
 import csv
 import io
 
-from rich.console import Console
-from rich.table import Table
-
 from analysis.matrix_results import MatrixResult, MatrixRowResult
+from analysis.renderers.columns import ratio_interval
+from analysis.renderers.fit import Grid, Page
 from profilers import strict_json
 from profilers.phases import PHASES
 
-HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", "ratio", "steps/s", "GPU(%)",
-           "EC(W)", "CPU(%)", "final loss", *(f"{p}(%)" for p in PHASES), "status")
-FOOTER = ("time = all steps of the run, compile and warm-up included (compile = their one-time "
-          "part); ratio = baseline time / "
-          "row time (> 1 faster); phase % of the steady-state step; GPU/EC n/a without NVML")
+RATIO_HEADER = "run/base"
+HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", RATIO_HEADER, "steps/s",
+           "GPU(%)", "EC(W)", "CPU(%)", "final loss", *(f"{p}(%)" for p in PHASES), "status")
+
+
+def footer(result: MatrixResult) -> str:
+    if result.repeats > 1:
+        noise = (f"[95 % t-interval over {result.repeats} interleaved repeats, fresh processes]; "
+                 "other figures are means over the repeats")
+    else:
+        noise = "one run per row: no interval (--repeats N gives one)"
+    return ("time = all steps of the run, compile and warm-up included (compile = their one-time "
+            f"part); run/base = row / baseline steady step time from unprofiled steps (> 1 slower) "
+            f"{noise}; phase % of the steady-state step; GPU/EC n/a without NVML")
+
+
+def _title(result: MatrixResult) -> str:
+    return (f"gapscope matrix {result.name} (baseline {result.baseline}; ratio = "
+            f"{result.ratio}) on {result.device or 'n/a'}")
 
 
 def _cells(row: MatrixRowResult) -> list[str]:
@@ -25,29 +38,26 @@ def _cells(row: MatrixRowResult) -> list[str]:
     shares = [number(100 * row.phase_share[p]) if row.phase_share else "" for p in PHASES]
     status = row.status if row.status == "complete" else f"{row.status}: {row.reason or ''}".strip()
     compile_s = None if row.compile_ms is None else row.compile_ms / 1000
+    ratio = "n/a" if row.step_ratio is None else ratio_interval(row.step_ratio, row.step_ratio_ci95)
     return [row.id, row.config, row.input, row.nw, row.spe, number(row.time_s, 2),
-            number(compile_s, 2), number(row.speed_ratio, 2), number(row.steps_per_s, 1), number(row.gpu_util_percent),
+            number(compile_s, 2), ratio, number(row.steps_per_s, 1), number(row.gpu_util_percent),
             number(row.gpu_power_w), number(row.cpu_load_percent), number(row.final_loss, 4),
             *shares, status]
 
 
 def render_table(result: MatrixResult) -> str:
-    table = Table(title=f"gapscope matrix {result.name} (baseline {result.baseline}) "
-                        f"on {result.device or 'n/a'}", caption=FOOTER, caption_justify="left")
-    for header in HEADERS:
-        table.add_column(header, overflow="fold")
-    for row in result.rows:
-        table.add_row(*_cells(row))
-    console = Console(file=io.StringIO(), width=240, record=True)
-    console.print(table)
-    return console.export_text()
+    page = Page()
+    page.table(Grid(_title(result), list(HEADERS), [_cells(row) for row in result.rows],
+                    [1] * (len(HEADERS) - 1)))
+    page.line(footer(result))
+    return page.text()
 
 
 def render_markdown(result: MatrixResult) -> str:
-    lines = [f"### gapscope matrix `{result.name}` on {result.device or 'n/a'}", "",
+    lines = [f"### {_title(result)}", "",
              "| " + " | ".join(HEADERS) + " |", "|" + "---|" * len(HEADERS)]
     lines += ["| " + " | ".join(c.replace("|", "/") for c in _cells(row)) + " |" for row in result.rows]
-    return "\n".join(lines + ["", f"_{FOOTER}_", ""])
+    return "\n".join(lines + ["", f"_{footer(result)}_", ""])
 
 
 def render_csv(result: MatrixResult) -> str:
@@ -61,6 +71,3 @@ def render_csv(result: MatrixResult) -> str:
 def render_json(result: MatrixResult) -> str:
     return strict_json.dumps(result.to_json_dict(), indent=2)
 
-
-RENDERERS = {"table": render_table, "markdown": render_markdown, "csv": render_csv,
-             "json": render_json}

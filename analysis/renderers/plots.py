@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
+from analysis.renderers.columns import workload_references
 from analysis.results import Breakdown
 from profilers.phases import PHASES
 
@@ -88,14 +89,15 @@ def step_times(series: list[StepSeries]):
 
 
 def speed_ratio(labels: list[str], breakdowns: list[Breakdown], baseline: int = 0):
-    """Speed of each run against the baseline: baseline step time / run step time (> 1 faster)."""
+    """Speed of each run against the baseline of its workload: baseline step time / run step
+    time (> 1 faster)."""
     fig, ax = _figure(height=1.4 + 0.45 * len(breakdowns))
     steps = [b.step_stats()["mean"] for b in breakdowns]
-    base = steps[baseline]
-    ratios = [base / ms if ms else 0.0 for ms in steps]
+    references = workload_references(breakdowns, baseline)
+    ratios = [steps[ref] / ms if ms else 0.0 for ref, ms in zip(references, steps)]
     y = list(range(len(ratios)))[::-1]
-    colours = ["#0072B2" if r >= 1 else "#D55E00" for r in ratios]
-    colours[baseline] = "#777777"
+    colours = ["#777777" if i in references else "#0072B2" if r >= 1 else "#D55E00"
+               for i, r in enumerate(ratios)]
     ax.barh(y, ratios, color=colours, height=0.6)
     ax.axvline(1.0, color="black", lw=0.8)
     top = max(ratios + [1.0])
@@ -103,7 +105,9 @@ def speed_ratio(labels: list[str], breakdowns: list[Breakdown], baseline: int = 
         ax.text(r + top * 0.01, yi, f"{r:.2f}x  ({ms:.3g} ms/step)", va="center", fontsize=9)
     ax.set_yticks(y, labels)
     ax.set_xlim(0, top * 1.35)
-    ax.set_xlabel(f"speed relative to {labels[baseline]} (baseline step time / step time; > 1 faster)")
+    others = "" if len(set(references)) == 1 else ", other workloads against their first run"
+    ax.set_xlabel(f"speed relative to {labels[baseline]}{others} (baseline step time / step time; "
+                  "> 1 faster)")
     ax.set_title("Speed ratio")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.renderers.columns import plus_minus, unit_footer
+from analysis.renderers.columns import plus_minus, unit_footer, workload_references
 from analysis.results import Breakdown
 from profilers.phases import PHASES
+from profilers.run_dir import effective_status
 
 _VERSIONS = ("python", "torch", "tensorflow", "keras", "cuda")
 
@@ -88,7 +89,8 @@ def _environment(runs: list[ReportRun]) -> list[str]:
         steps = m.get("steps_run") or m.get("steps") or (m.get("settings") or {}).get("steps")
         rows.append([r.label, m.get("workload"), m.get("framework"), m.get("variant"),
                      m.get("device"), m.get("host"), *(versions.get(v) for v in _VERSIONS), steps,
-                     (m.get("started_at") or "")[:19].replace("T", " "), m.get("status") or "n/a"])
+                     (m.get("started_at") or "")[:19].replace("T", " "),
+                     effective_status(m)[0] if m else "n/a"])
     return _table(head, [[_cell(v) for v in row] for row in rows], left=len(head))
 
 
@@ -120,16 +122,19 @@ def _sources(runs: list[ReportRun]) -> list[str]:
 
 def _speed_table(runs: list[ReportRun], baseline: int) -> list[str]:
     head = ["run", "step ms (mean)", "median", "p10", "p90", "speed vs baseline"]
-    base = runs[baseline].breakdown.step_stats()["mean"]
+    means = [r.breakdown.step_stats()["mean"] for r in runs]
+    references = workload_references([r.breakdown for r in runs], baseline)
     rows = []
-    for i, r in enumerate(runs):
+    for i, (r, ref) in enumerate(zip(runs, references)):
         stats = r.breakdown.step_stats()
-        ratio = base / stats["mean"] if stats["mean"] else None
-        rows.append([r.label + (" (baseline)" if i == baseline else ""), f"{stats['mean']:.3f}",
+        ratio = means[ref] / stats["mean"] if stats["mean"] else None
+        rows.append([r.label + (" (baseline)" if i in references else ""), f"{stats['mean']:.3f}",
                      f"{stats['median']:.3f}", f"{stats['p10']:.3f}", f"{stats['p90']:.3f}",
                      "n/a" if ratio is None else f"{ratio:.2f}x"])
     return _table(head, rows) + [
-        "", "_speed = baseline step time / run step time: above 1 the run is faster_"]
+        "", "_speed = baseline step time / run step time: above 1 the run is faster; each run "
+            "against the baseline of its own workload (the first run of it where the chosen "
+            "baseline runs another)_"]
 
 
 def _table(head: list[str], rows: list[list[str]], left: int = 1) -> list[str]:

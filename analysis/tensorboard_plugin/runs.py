@@ -1,0 +1,60 @@
+"""Finds the runs under a TensorBoard logdir, each named by its path relative to it, through the
+CLI's own expansion of folders (matrix, A/B and run folders: analysis.run.expand_runs)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB
+from analysis.run import AB_STATE, MATRIX_STATE, RunEntry, expand_runs
+from profilers.errors import GapscopeInputError
+from profilers.run_dir import MANIFEST
+
+# Where the TF profiler writes its sessions inside a logdir (TensorBoard's profile layout).
+PROFILE_DIR = Path("plugins", "profile")
+
+
+def find_runs(logdir: str | Path) -> dict[str, RunEntry]:
+    """Every run under `logdir` by name, in path order. A folder gapscope cannot expand (a
+    corrupt matrix state) is an entry with its problem, so the views can say why."""
+    logdir = Path(logdir)
+    found: dict[str, RunEntry] = {}
+    for folder in run_folders(logdir):
+        try:
+            entries = expand_runs([folder])
+        except GapscopeInputError as exc:
+            found[_name(logdir, folder)] = RunEntry(None, None, str(exc))
+            continue
+        for entry in entries:
+            if entry.path is None:  # a matrix row that never made a run directory
+                found[f"{_name(logdir, folder)}/{entry.label}"] = entry
+            else:
+                found[_name(logdir, entry.path)] = entry
+    return found
+
+
+def run_folders(logdir: Path):
+    """Folders that are runs or hold runs the CLI knows how to expand: a gapscope run
+    directory, a matrix or A/B folder, or any folder with profiler output of its own (a
+    torch.profiler trace beside it, or the TF profiler's plugins/profile). Not descended into."""
+    for folder, subfolders, files in os.walk(logdir):
+        here = Path(folder)
+        if (MANIFEST in files or MATRIX_STATE in files or AB_STATE in files
+                or _holds_traces(here, files)):
+            subfolders.clear()
+            yield here
+        else:
+            subfolders.sort()
+
+
+def _holds_traces(folder: Path, files: list[str]) -> bool:
+    if any(Path(name).match(glob) for name in files for glob in TORCH_TRACE_GLOBS):
+        return True
+    profile = folder / PROFILE_DIR
+    return profile.is_dir() and next(profile.rglob(XPLANE_GLOB), None) is not None
+
+
+def _name(logdir: Path, path: Path) -> str:
+    """The run's name in the views and in requests: its path under the logdir ('.' for the
+    logdir itself), the way TensorBoard names runs."""
+    return path.relative_to(logdir).as_posix()

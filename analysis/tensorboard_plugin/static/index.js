@@ -1,0 +1,403 @@
+// gapscope's TensorBoard page. It draws the JSON of the plugin's own routes (runs, steps,
+// compare: the CLI's analysers, serialised on the server) as tables and hand-written SVG.
+// No library and no request outside the plugin, so it renders on a machine without internet.
+
+const SVG_NS = 'http://www.w3.org/2000/svg';
+const KIND_COLOURS = {'warm-up': '#999999', 'traced': '#D55E00', 'unprofiled': '#0072B2'};
+const state = {doc: null, selected: null, compared: [], root: null};
+
+export async function render() {
+  document.head.append(html('link', {rel: 'stylesheet', href: './static/style.css'}));
+  state.root = html('main', {class: 'gapscope'});
+  document.body.append(state.root);
+  await reload();
+}
+
+async function reload() {
+  state.root.replaceChildren(html('p', {class: 'loading'}, 'reading the runs…'));
+  try {
+    state.doc = await getJson('./runs');
+  } catch (error) {
+    state.root.replaceChildren(html('p', {class: 'problem'}, `gapscope: ${error.message}`));
+    return;
+  }
+  const ok = state.doc.runs.filter((run) => run.breakdown);
+  if (!ok.some((run) => run.name === state.selected)) state.selected = ok.length ? ok[0].name : null;
+  state.compared = state.compared.filter((name) => ok.some((run) => run.name === name));
+  if (!state.compared.length) state.compared = defaultCompare(ok);
+  draw();
+}
+
+// The first two traced runs of one workload: the comparison a user opens gapscope for.
+function defaultCompare(ok) {
+  const traced = ok.filter((run) => run.traced);
+  for (const first of traced) {
+    const other = traced.find((run) => run !== first &&
+        run.breakdown.workload === first.breakdown.workload);
+    if (other) return [first.name, other.name];
+  }
+  return [];
+}
+
+function draw() {
+  const doc = state.doc;
+  const header = html('header', {},
+      html('h1', {}, 'gapscope'),
+      html('span', {class: 'logdir'}, `${doc.runs.length} run(s) in ${doc.logdir}`),
+      button('reload', reload));
+  const sections = [header, runsSection(doc)];
+  const ok = doc.runs.filter((run) => run.breakdown);
+  if (ok.length) sections.push(overviewSection(doc, ok));
+  const selected = ok.find((run) => run.name === state.selected);
+  if (selected) sections.push(breakdownSection(doc, selected), stepsSection(selected));
+  sections.push(compareSection());
+  state.root.replaceChildren(...sections);
+}
+
+// ---- runs -------------------------------------------------------------------------------
+
+function runsSection(doc) {
+  const rows = doc.runs.map((run) => {
+    const b = run.breakdown;
+    const pick = html('input', {type: 'checkbox', class: 'compare-pick', 'data-run': run.name,
+                                title: run.traced ? 'compare this run' : 'compare needs a traced run'});
+    pick.checked = state.compared.includes(run.name);
+    pick.disabled = !b || !run.traced;
+    pick.addEventListener('change', () => {
+      state.compared = pick.checked ? [...state.compared, run.name]
+                                    : state.compared.filter((name) => name !== run.name);
+      draw();
+    });
+    const name = b ? html('a', {href: '#', class: 'run-link', 'data-run': run.name}, run.label)
+                   : html('span', {}, run.label);
+    if (b) name.addEventListener('click', (event) => {
+      event.preventDefault();
+      state.selected = run.name;
+      draw();
+    });
+    return html('tr', {class: [b ? '' : 'unanalysed', run.name === state.selected ? 'selected' : '']
+                                 .join(' ').trim()},
+        html('td', {}, pick), html('td', {}, name), html('td', {class: 'path'}, run.name),
+        html('td', {}, run.framework || ''),
+        html('td', {class: 'num'}, b ? withInterval(b.step_ms.mean, b.step_ms.ci95) : ''),
+        html('td', {class: 'num'}, b ? String(b.steps) : ''),
+        html('td', {class: b ? 'note' : 'problem'},
+             b ? b.step_source : `cannot be analysed: ${run.problem}`));
+  });
+  return section('runs', 'Runs',
+      table(['compare', 'run', 'path', 'framework', 'step ms ±95 %', 'steps', 'step time from'], rows),
+      html('p', {class: 'hint'}, 'Click a run for its breakdown and steps; tick two or more to ' +
+           'compare them (the first ticked is the baseline).'));
+}
+
+// ---- breakdown --------------------------------------------------------------------------
+
+function overviewSection(doc, ok) {
+  const scale = Math.max(...ok.map((run) => run.breakdown.step_ms.mean), 1e-9);
+  const labelW = 260, barW = 560, rowH = 26, width = labelW + barW + 120;
+  const chart = svgEl('svg', {class: 'chart overview', width, height: ok.length * rowH + 10,
+                              viewBox: `0 0 ${width} ${ok.length * rowH + 10}`});
+  ok.forEach((run, i) => {
+    const y = 5 + i * rowH;
+    chart.append(svgEl('text', {x: labelW - 8, y: y + rowH / 2 + 4, 'text-anchor': 'end'},
+                       run.label));
+    stackedBar(chart, doc, run.breakdown, labelW, y + 3, barW / scale, rowH - 8);
+    chart.append(svgEl('text', {x: labelW + barW * run.breakdown.step_ms.mean / scale + 6,
+                                y: y + rowH / 2 + 4}, `${ms(run.breakdown.step_ms.mean)} ms`));
+  });
+  return section('overview', 'Phases per run (ms per steady-state step, to scale)',
+                 legend(doc.phases.map((p) => [p, doc.colours[p]])), chart);
+}
+
+function breakdownSection(doc, run) {
+  const b = run.breakdown;
+  const width = 900;
+  const chart = svgEl('svg', {class: 'chart breakdown', width, height: 44, viewBox: `0 0 ${width} 44`});
+  stackedBar(chart, doc, b, 0, 4, width / Math.max(b.step_ms.mean, 1e-9), 36, true);
+  const rows = doc.phases.map((phase) => {
+    const f = b.phases[phase];
+    return html('tr', {},
+        html('td', {}, swatch(doc.colours[phase]), phase),
+        html('td', {class: 'num'}, ms(f.ms)), html('td', {class: 'num'}, halfWidth(f.ms, f.ci95)),
+        html('td', {class: 'num'}, `${(100 * f.share).toFixed(1)} %`),
+        html('td', {}, f.source + originMark(b.phase_sources[phase])),
+        html('td', {class: 'num'}, f.trace_ms == null ? '' : ms(f.trace_ms)));
+  });
+  rows.push(html('tr', {class: 'total'},
+      html('td', {}, 'step'), html('td', {class: 'num step-mean'}, ms(b.step_ms.mean)),
+      html('td', {class: 'num'}, halfWidth(b.step_ms.mean, b.step_ms.ci95)),
+      html('td', {class: 'num'}, '100.0 %'), html('td', {}, b.step_source),
+      html('td', {}, '')));
+  const facts = [`${b.steps} steps`, `median ${ms(b.step_ms.median)} ms`,
+                 `p10–p90 ${ms(b.step_ms.p10)}–${ms(b.step_ms.p90)} ms`];
+  if (b.compile_ms != null) facts.push(`compile (once) ${ms(b.compile_ms)} ms`);
+  if (b.trace_overhead_pct != null) facts.push(`traced steps ${signed(b.trace_overhead_pct, 0)} %`);
+  return section('breakdown', `Breakdown: ${run.label}`,
+      html('p', {class: 'facts'}, [b.framework, b.device, b.run_id].filter(Boolean).join(' · ')),
+      chart,
+      table(['phase', 'ms', '±95 %', '% of step', 'source', 'in the trace ms'], rows),
+      html('p', {class: 'facts'}, facts.join(' · ')),
+      notes(b.notes));
+}
+
+function stackedBar(chart, doc, b, x0, y, pxPerMs, height, labelled = false) {
+  let x = x0;
+  for (const phase of doc.phases) {
+    const value = b.phases[phase].ms;
+    const w = Math.max(0, value) * pxPerMs;  // a negative `other` (noise) takes no room
+    if (w <= 0) continue;
+    const rect = svgEl('rect', {x, y, width: w, height, fill: doc.colours[phase],
+                                class: `phase phase-${phase}`});
+    rect.append(svgEl('title', {}, `${phase} ${ms(value)} ms (${(100 * b.phases[phase].share).toFixed(1)} %)`));
+    chart.append(rect);
+    if (labelled && w > 70) {
+      chart.append(svgEl('text', {x: x + 4, y: y + height / 2 + 4, class: 'on-bar'}, phase));
+    }
+    x += w;
+  }
+}
+
+// ---- steps ------------------------------------------------------------------------------
+
+function stepsSection(run) {
+  const box = section('steps', `Steps over time: ${run.label}`, html('p', {class: 'loading'}, '…'));
+  getJson(`./steps?run=${encodeURIComponent(run.name)}`).then((doc) => {
+    if (doc.problem) {
+      box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, doc.problem));
+      return;
+    }
+    box.replaceChildren(box.firstChild, stepsChart(doc));
+  }).catch((error) => {
+    box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, error.message));
+  });
+  return box;
+}
+
+function stepsChart(doc) {
+  const steps = doc.steps;
+  const counts = {};
+  for (const s of steps) counts[s.kind] = (counts[s.kind] || 0) + 1;
+  // Warm-up steps (compile) can be thousands of times a steady step: cap the axis at the
+  // steady steps and print a clipped bar's value above it.
+  const steady = steps.filter((s) => s.kind !== 'warm-up').map((s) => s.step_ms);
+  const top = 1.15 * Math.max(...(steady.length ? steady : steps.map((s) => s.step_ms)), 1e-9);
+  const left = 56, right = 10, plotW = 840, plotH = 200, topPad = 18, bottom = 30;
+  const width = left + plotW + right, height = topPad + plotH + bottom;
+  const chart = svgEl('svg', {class: 'chart steps', width, height, viewBox: `0 0 ${width} ${height}`});
+  const slot = plotW / Math.max(steps.length, 1);
+  const yOf = (v) => topPad + plotH - plotH * Math.min(v, top) / top;
+  shadeRuns(chart, steps, 'warm-up', left, slot, topPad, plotH);
+  shadeRuns(chart, steps, 'traced', left, slot, topPad, plotH);
+  for (let i = 0; i <= 4; i++) {
+    const v = top * i / 4, y = yOf(v);
+    chart.append(svgEl('line', {x1: left, x2: left + plotW, y1: y, y2: y, class: 'grid'}));
+    chart.append(svgEl('text', {x: left - 4, y: y + 4, 'text-anchor': 'end', class: 'axis'},
+                       v.toFixed(v < 10 ? 2 : 0)));
+  }
+  steps.forEach((s, i) => {
+    const x = left + i * slot, y = yOf(s.step_ms);
+    const rect = svgEl('rect', {x: x + slot * 0.1, y, width: Math.max(slot * 0.8, 1),
+                                height: topPad + plotH - y, fill: KIND_COLOURS[s.kind],
+                                class: `step step-${s.kind}`});
+    rect.append(svgEl('title', {}, `step ${s.step} (${s.kind}): ${ms(s.step_ms)} ms`));
+    chart.append(rect);
+    if (s.step_ms > top) {
+      chart.append(svgEl('text', {x: x + slot / 2, y: topPad - 4, 'text-anchor': 'middle',
+                                  class: 'clipped'}, `${ms(s.step_ms)}`));
+    }
+  });
+  const every = Math.max(1, Math.ceil(steps.length / 12));
+  steps.forEach((s, i) => {
+    if (i % every) return;
+    chart.append(svgEl('text', {x: left + (i + 0.5) * slot, y: topPad + plotH + 16,
+                                'text-anchor': 'middle', class: 'axis'}, String(s.step)));
+  });
+  chart.append(svgEl('text', {x: 4, y: 12, class: 'axis'}, 'ms'));
+  const caption = [`${steps.length} steps from ${doc.source}`];
+  if (doc.compile_ms != null) caption.push(`compile (once, in the warm-up) ${ms(doc.compile_ms)} ms`);
+  return html('div', {},
+      legend(Object.entries(KIND_COLOURS).filter(([kind]) => counts[kind])
+             .map(([kind, colour]) => [`${kind} (${counts[kind]})`, colour])),
+      chart, html('p', {class: 'facts'}, caption.join(' · ')));
+}
+
+// A light band behind each stretch of consecutive steps of one kind (the warm-up, the window
+// the profiler traced), labelled once.
+function shadeRuns(chart, steps, kind, left, slot, top, height) {
+  let start = null;
+  steps.forEach((s, i) => {
+    const inside = s.kind === kind;
+    if (inside && start === null) start = i;
+    if (start !== null && (!inside || i === steps.length - 1)) {
+      const end = inside ? i + 1 : i;
+      chart.append(svgEl('rect', {x: left + start * slot, y: top, width: (end - start) * slot,
+                                  height, class: `band band-${kind}`}));
+      chart.append(svgEl('text', {x: left + start * slot + 3, y: top + 12, class: 'band-label'},
+                         kind === 'traced' ? 'traced window' : kind));
+      start = null;
+    }
+  });
+}
+
+// ---- compare ----------------------------------------------------------------------------
+
+function compareSection() {
+  const names = state.compared;
+  const box = section('compare', 'Compare');
+  if (names.length < 2) {
+    box.append(html('p', {class: 'hint'}, 'Tick two or more traced runs above to compare them.'));
+    return box;
+  }
+  box.append(html('p', {class: 'loading'}, 'comparing…'));
+  const query = names.map((name) => `run=${encodeURIComponent(name)}`).join('&');
+  getJson(`./compare?${query}`).then((doc) => {
+    box.replaceChildren(box.firstChild, ...(doc.error
+        ? [html('p', {class: 'problem'}, `cannot compare: ${doc.error}`)]
+        : comparison(doc)));
+  }).catch((error) => {
+    box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, error.message));
+  });
+  return box;
+}
+
+function comparison(doc) {
+  const parts = [html('ul', {class: 'verdicts'}, ...doc.verdicts.map((line) => html('li', {}, line)))];
+  for (const pair of doc.comparisons) {
+    const rows = Object.entries(pair.phases).map(([phase, g]) => html('tr', {},
+        html('td', {}, swatch(state.doc.colours[phase]), phase),
+        html('td', {class: 'num'}, ms(g.a_ms)), html('td', {class: 'num'}, ms(g.b_ms)),
+        html('td', {class: 'num'}, signed(g.delta_ms, 3)),
+        html('td', {class: 'num'}, halfWidth(g.delta_ms, g.delta_ci95)),
+        html('td', {class: 'num'}, g.share_of_gap == null ? '' : `${(100 * g.share_of_gap).toFixed(0)} %`),
+        html('td', {}, verdict(g.within_noise, g.delta_ci95, g.delta_ms))));
+    const sum = Object.values(pair.phases).reduce((total, g) => total + g.delta_ms, 0);
+    rows.push(html('tr', {class: 'total'},
+        html('td', {}, 'step (the gap)'), html('td', {class: 'num'}, ms(pair.a_step_ms)),
+        html('td', {class: 'num'}, ms(pair.b_step_ms)),
+        html('td', {class: 'num gap'}, signed(pair.gap_ms, 3)),
+        html('td', {class: 'num'}, halfWidth(pair.gap_ms, pair.gap_ci95)),
+        html('td', {class: 'num'}, pair.gap_ms ? '100 %' : ''),
+        html('td', {}, pair.within_noise ? 'gap within noise' : verdict(false, pair.gap_ci95, pair.gap_ms))));
+    parts.push(html('h3', {}, `${pair.b_label} against ${pair.a_label} (baseline)`),
+        deltaChart(pair),
+        table(['phase', `${pair.a_label} ms`, `${pair.b_label} ms`, 'Δ ms', '±95 %', '% of gap',
+               'verdict'], rows),
+        html('p', {class: 'facts'}, `the phase Δs add up to ${signed(sum, 3)} ms = the gap; ` +
+             `ratio ${pair.ratio == null ? 'n/a' : pair.ratio.toFixed(3)}× (run / baseline); ` +
+             `intervals: ${pair.interval_method}`),
+        html('h4', {}, 'evidence'),
+        html('ul', {class: 'evidence'}, ...pair.evidence.map((e) => html('li', {}, e.text))));
+  }
+  return parts.concat(notes(doc.warnings.map((w) => `warning: ${w}`)));
+}
+
+function verdict(withinNoise, interval, delta) {
+  if (withinNoise) return 'within noise';
+  if (interval == null) return delta > 0 ? 'slower (no interval)' : 'faster (no interval)';
+  return delta > 0 ? 'slower' : delta < 0 ? 'faster' : '';
+}
+
+// Each phase's delta as a bar from zero with its interval as a whisker; the gap below them.
+function deltaChart(pair) {
+  const entries = Object.entries(pair.phases).map(([phase, g]) => [phase, g.delta_ms, g.delta_ci95]);
+  entries.push(['gap', pair.gap_ms, pair.gap_ci95]);
+  const reach = Math.max(...entries.flatMap(([, d, ci]) => [Math.abs(d), ...(ci || []).map(Math.abs)]), 1e-9);
+  const labelW = 90, half = 300, rowH = 22, width = labelW + 2 * half + 90;
+  const height = entries.length * rowH + 8;
+  const chart = svgEl('svg', {class: 'chart deltas', width, height, viewBox: `0 0 ${width} ${height}`});
+  const zero = labelW + half, px = half / reach;
+  chart.append(svgEl('line', {x1: zero, x2: zero, y1: 0, y2: height, class: 'zero'}));
+  entries.forEach(([name, delta, ci], i) => {
+    const y = 4 + i * rowH;
+    chart.append(svgEl('text', {x: labelW - 6, y: y + 14, 'text-anchor': 'end'}, name));
+    const fill = name === 'gap' ? '#444444' : state.doc.colours[name];
+    const rect = svgEl('rect', {x: Math.min(zero, zero + delta * px), y: y + 3,
+                                width: Math.max(Math.abs(delta) * px, 1), height: rowH - 8,
+                                fill, class: `delta delta-${name}`});
+    rect.append(svgEl('title', {}, `${name} ${signed(delta, 3)} ms`));
+    chart.append(rect);
+    if (ci) {
+      chart.append(svgEl('line', {x1: zero + ci[0] * px, x2: zero + ci[1] * px,
+                                  y1: y + rowH / 2 - 1, y2: y + rowH / 2 - 1, class: 'whisker'}));
+    }
+    chart.append(svgEl('text', {x: labelW + 2 * half + 6, y: y + 14}, `${signed(delta, 3)} ms`));
+  });
+  return chart;
+}
+
+// ---- small parts ------------------------------------------------------------------------
+
+async function getJson(route) {
+  const response = await fetch(route);
+  const doc = await response.json();
+  if (!response.ok) throw new Error(doc.error || `${route}: HTTP ${response.status}`);
+  return doc;
+}
+
+function ms(value) {
+  return value == null ? 'n/a' : value.toFixed(3);
+}
+
+function signed(value, digits) {
+  return value == null ? 'n/a' : (value > 0 ? '+' : '') + value.toFixed(digits);
+}
+
+function halfWidth(value, interval) {
+  if (interval == null) return '';
+  return `±${Math.max(value - interval[0], interval[1] - value).toFixed(3)}`;
+}
+
+function withInterval(value, interval) {
+  const half = halfWidth(value, interval);
+  return half ? `${ms(value)} ${half}` : ms(value);
+}
+
+function originMark(origin) {
+  return {'inferred': ' (inferred)', 'not identified': ' (not identified: in other)',
+          'not applicable': ' (not applicable)'}[origin] || '';
+}
+
+function notes(lines) {
+  return html('ul', {class: 'notes'}, ...lines.map((line) => html('li', {}, line)));
+}
+
+function legend(items) {
+  return html('div', {class: 'legend'},
+      ...items.map(([name, colour]) => html('span', {}, swatch(colour), name)));
+}
+
+function swatch(colour) {
+  const box = html('span', {class: 'swatch'});
+  box.style.background = colour;
+  return box;
+}
+
+function section(name, title, ...children) {
+  return html('section', {'data-view': name}, html('h2', {}, title), ...children);
+}
+
+function table(head, rows) {
+  return html('table', {},
+      html('thead', {}, html('tr', {}, ...head.map((cell) => html('th', {}, cell)))),
+      html('tbody', {}, ...rows));
+}
+
+function button(text, onClick) {
+  const b = html('button', {type: 'button'}, text);
+  b.addEventListener('click', onClick);
+  return b;
+}
+
+function html(tag, attrs = {}, ...children) {
+  return build(document.createElement(tag), attrs, children);
+}
+
+function svgEl(tag, attrs = {}, ...children) {
+  return build(document.createElementNS(SVG_NS, tag), attrs, children);
+}
+
+function build(node, attrs, children) {
+  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
+  node.append(...children.filter((child) => child != null && child !== ''));
+  return node;
+}

@@ -1,0 +1,144 @@
+"""One run's life in its directory, for gapscope's run process and the capture API alike: started
+`running` with its pid and host, ended exactly once as complete or failed, also on SIGINT/SIGTERM."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+from profilers import environment
+from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
+from profilers.run_dir import Manifest, create_run_dir, write_steps_csv
+
+INTERRUPTED = "interrupted"
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM asked to stop. A KeyboardInterrupt, so that `except Exception` lets it
+    through and every place that handles Ctrl-C handles SIGTERM the same way."""
+
+    def __init__(self, signum: int = signal.SIGINT, detail: str = ""):
+        self.signum = int(signum)
+        super().__init__(signal.Signals(self.signum).name + (f"; {detail}" if detail else ""))
+
+    @property
+    def exit_code(self) -> int:
+        """128 + the signal, as a shell reports a process the signal ended (130, 143)."""
+        return 128 + self.signum
+
+
+def exit_code_of(exc: BaseException) -> int:
+    if isinstance(exc, Interrupted):
+        return exc.exit_code
+    if isinstance(exc, KeyboardInterrupt):
+        return 128 + signal.SIGINT
+    return EXIT_BAD_INPUT if isinstance(exc, GapscopeInputError) else EXIT_RUN_FAILED
+
+
+@contextmanager
+def signals_interrupt():
+    """Inside, SIGINT and SIGTERM raise Interrupted: without it SIGTERM kills the process before
+    it can record how its run ended. The first signal is the one that counts; later ones are
+    ignored so that they cannot cut the recording of the end short. Handlers can only be set
+    in the main thread; elsewhere this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum, frame):
+        for other in STOP_SIGNALS:
+            signal.signal(other, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+class RunLifecycle:
+    """A run directory's manifest from start to end. The end is recorded once: complete with its
+    steps, or failed with the error (`interrupted` for a signal), so a half-written run is never
+    mistaken for a finished one. A process killed outright (SIGKILL, power) cannot record its
+    end: the pid and host in the manifest let `run_dir.effective_status` tell later."""
+
+    def __init__(self, run_dir: Path, manifest: Manifest):
+        self.run_dir, self.manifest = run_dir, manifest
+        self.finished = manifest.status != "running"
+
+    @classmethod
+    def create(cls, out_dir: str | Path, id_parts: tuple[str, ...], fields: dict) -> "RunLifecycle":
+        """A new run directory under `out_dir`, its manifest saying `running`."""
+        return cls.start(create_run_dir(out_dir, *id_parts), fields)
+
+    @classmethod
+    def start(cls, run_dir: Path, fields: dict) -> "RunLifecycle":
+        """The manifest of a run in a directory made for it (by the launcher, for a child)."""
+        return cls(run_dir, Manifest.start(run_dir, {
+            "run_id": run_dir.name, **fields, "host": environment.host(), "pid": os.getpid()}))
+
+    @classmethod
+    def reopen(cls, run_dir: Path) -> "RunLifecycle":
+        """The run as its process left it, for the launcher to record an end it did not."""
+        return cls(run_dir, Manifest.reopen(run_dir))
+
+    @property
+    def status(self) -> str | None:
+        return self.manifest.status
+
+    @property
+    def error(self) -> str | None:
+        return self.manifest.data.get("error")
+
+    def complete(self, rows: list[dict], facts: dict) -> str | None:
+        """Records the steps and the end; then the TensorBoard summaries, whose failure is a
+        problem of that view, returned (and kept in the manifest), not a failed run."""
+        from analysis.summaries import write_after_run
+        self._record(rows, facts)
+        self.manifest.finish()
+        self.finished = True
+        return write_after_run(self.run_dir)
+
+    def fail(self, rows: list[dict] | None, facts: dict, exc: BaseException) -> bool:
+        """Records the failure with what the run got done before it (the steps show how far
+        it got). Never raises for a full disk: returns False when even the manifest could not
+        be written, which leaves it `running` for effective_status to read as interrupted."""
+        if self.finished:
+            return True
+        if isinstance(exc, KeyboardInterrupt):
+            error, extra = INTERRUPTED, {}
+        elif isinstance(exc, GapscopeInputError):
+            error, extra = str(exc) or type(exc).__name__, {}
+        else:
+            error = f"{type(exc).__name__}: {exc}"
+            extra = {"traceback": "".join(traceback.format_exception(exc))}
+        try:
+            self._record(rows, facts, **extra)
+        except OSError:
+            pass  # the steps or the facts could not be written; the end still matters most
+        return self.end_unrecorded(error)
+
+    def end_unrecorded(self, error: str) -> bool:
+        """Fails the run with `error` unless its end is recorded already (the launcher's part,
+        when the run process died without a word). False if the manifest could not be written."""
+        if self.status != "running":
+            self.finished = True
+            return True
+        try:
+            self.manifest.finish(error=error)
+        except OSError:
+            return False
+        self.finished = True
+        return True
+
+    def _record(self, rows: list[dict] | None, facts: dict, **extra) -> None:
+        if rows is not None:
+            write_steps_csv(self.run_dir, rows)
+        self.manifest.update(**facts, **extra, versions=environment.versions(),
+                             final_loss=rows[-1]["loss"] if rows else None)

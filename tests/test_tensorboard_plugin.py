@@ -1,0 +1,151 @@
+"""gapscope's TensorBoard plugin without a browser: the runs it finds under a logdir, its JSON
+routes against the CLI's own analysers, problems as data (never a 500), and its registration."""
+from __future__ import annotations
+
+import configparser
+import importlib
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+from tensorboard.plugins import base_plugin
+from werkzeug.test import Client
+
+import user_loops
+from analysis.breakdown import breakdown
+from analysis.compare import compare
+from analysis.explain import explain
+from analysis.run import load_run
+from analysis.tensorboard_plugin.plugin import PLUGIN_NAME, STATIC, GapscopePlugin
+from analysis.tensorboard_plugin.runs import find_runs
+from profilers.phases import PHASES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def logdir(tmp_path_factory, torch_run, keras_run):
+    """A torch run, a keras run, a foreign torch.profiler trace, a failed run, and a matrix
+    folder whose state is corrupt: everything a logdir may hold."""
+    root = tmp_path_factory.mktemp("plugin_logdir")
+    shutil.copytree(torch_run, root / torch_run.name)
+    shutil.copytree(keras_run, root / keras_run.name)
+    user_loops.torch_profiler_tutorial(root / "foreign" / "profile")
+    failed = root / "failed-run"
+    shutil.copytree(torch_run, failed)
+    manifest = json.loads((failed / "manifest.json").read_text())
+    manifest.update(status="failed", error="boom")
+    (failed / "manifest.json").write_text(json.dumps(manifest))
+    (root / "broken-matrix").mkdir()
+    (root / "broken-matrix" / "matrix.json").write_text("{not json")
+    return root
+
+
+@pytest.fixture(scope="module")
+def plugin(logdir):
+    return GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+
+
+def get(plugin, route, **query):
+    response = Client(plugin.get_plugin_apps()[route]).get("/", query_string=query)
+    return response.status_code, json.loads(response.get_data())
+
+
+def test_finds_every_kind_of_run_by_its_path_under_the_logdir(logdir, torch_run, keras_run):
+    found = find_runs(logdir)
+    assert sorted(found) == sorted([torch_run.name, keras_run.name, "foreign/profile",
+                                    "failed-run", "broken-matrix"])
+    assert found["broken-matrix"].path is None and "corrupt matrix state" in found["broken-matrix"].problem
+
+
+def test_runs_route_gives_the_clis_breakdowns_and_one_line_problems(plugin, logdir, torch_run,
+                                                                     keras_run):
+    status, doc = get(plugin, "/runs")
+    assert status == 200 and doc["phases"] == list(PHASES)
+    runs = {r["name"]: r for r in doc["runs"]}
+    for name in (torch_run.name, keras_run.name, "foreign/profile"):
+        expected = breakdown(load_run(logdir / name)).to_json_dict()
+        del expected["per_step"]
+        assert runs[name]["problem"] is None and runs[name]["traced"]
+        assert runs[name]["breakdown"] == json.loads(json.dumps(expected)), name
+    assert runs[torch_run.name]["framework"] == "torch"
+    assert runs[keras_run.name]["framework"] in ("keras", "tensorflow")
+    assert runs["foreign/profile"]["framework"] == "torch"
+    for name, fragment in (("failed-run", "failed: boom"), ("broken-matrix", "corrupt matrix")):
+        assert runs[name]["breakdown"] is None and fragment in runs[name]["problem"]
+        assert "\n" not in runs[name]["problem"]
+
+
+def test_steps_route_marks_warmup_traced_and_unprofiled_steps(plugin, logdir, torch_run):
+    status, doc = get(plugin, "/steps", run=torch_run.name)
+    run = load_run(logdir / torch_run.name)
+    assert status == 200 and doc["source"] == "steps.csv"
+    assert [s["step_ms"] for s in doc["steps"]] == [r["step_ms"] for r in run.rows]
+    kinds = [s["kind"] for s in doc["steps"]]
+    assert kinds[:run.warmup_steps] == ["warm-up"] * run.warmup_steps
+    assert kinds.count("traced") == sum(1 for r in run.rows[run.warmup_steps:] if r["traced"]) > 0
+    assert kinds.count("unprofiled") > 0
+
+
+def test_steps_of_a_foreign_trace_are_its_traced_steps(plugin):
+    status, doc = get(plugin, "/steps", run="foreign/profile")
+    assert status == 200 and doc["source"] == "trace"
+    assert [s["kind"] for s in doc["steps"]] == ["traced"] * 4
+
+
+def test_compare_route_is_the_clis_comparison(plugin, logdir, torch_run, keras_run):
+    status, doc = get(plugin, "/compare", run=[torch_run.name, keras_run.name])
+    assert status == 200 and "error" not in doc, doc
+    expected = compare([explain(load_run(logdir / n)) for n in (torch_run.name, keras_run.name)])
+    pair, want = doc["comparisons"][0], expected.pairs[0]
+    assert pair["gap_ms"] == pytest.approx(want.gap_ms)
+    assert sum(g["delta_ms"] for g in pair["phases"].values()) == pytest.approx(pair["gap_ms"], abs=1e-5)
+    for phase, g in pair["phases"].items():
+        interval = g["delta_ci95"]
+        assert g["within_noise"] == (interval is not None and interval[0] <= 0 <= interval[1]), phase
+    assert doc["verdicts"] and doc["baseline"] == want.a
+
+
+@pytest.mark.parametrize("names,fragment", [
+    (["failed-run", "foreign/profile"], "failed: boom"),
+    (["foreign/profile"], "two or more"),
+])
+def test_compare_problems_are_answers_not_errors(plugin, names, fragment):
+    status, doc = get(plugin, "/compare", run=names)
+    assert status == 200 and fragment in doc["error"]
+
+
+def test_an_unknown_run_is_a_404_with_a_reason(plugin):
+    status, doc = get(plugin, "/steps", run="../etc")
+    assert status == 404 and "no run '../etc'" in doc["error"]
+
+
+def test_page_is_served_by_the_plugin_and_requests_nothing_outside_it(plugin):
+    apps = plugin.get_plugin_apps()
+    module = plugin.frontend_metadata().es_module_path
+    assert module in apps and "/static/style.css" in apps
+    for name in ("index.js", "style.css"):
+        text = (STATIC / name).read_text()
+        assert Client(apps[f"/static/{name}"]).get("/").get_data(as_text=True) == text
+        # Only the SVG namespace (an identifier, never fetched) may look like a URL.
+        assert set(re.findall(r"\w+://[^\s'\"`)]+", text)) <= {"http://www.w3.org/2000/svg"}, name
+        assert "@import" not in text and "import(" not in text
+
+
+def test_is_registered_as_a_tensorboard_plugin_entry_point():
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    lines = config["options.entry_points"]["tensorboard_plugins"].strip().splitlines()
+    assert lines == [f"{PLUGIN_NAME} = analysis.tensorboard_plugin.plugin:GapscopePlugin"]
+    module, _, name = lines[0].split(" = ")[1].partition(":")
+    assert getattr(importlib.import_module(module), name) is GapscopePlugin
+    assert "static/*.js" in config["options.package_data"]["analysis.tensorboard_plugin"]
+
+
+def test_launcher_loads_gapscopes_plugin_once():
+    from analysis.tensorboard_main import plugins
+    loaded = plugins()
+    assert loaded.count(GapscopePlugin) == 1
+    assert [p for p in loaded if getattr(p, "plugin_name", None) == PLUGIN_NAME] == [GapscopePlugin]
