@@ -41,10 +41,10 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     if out.suffix.lower() not in (".md", ".html", ""):
         raise GapscopeInputError(f"{out}: the report is Markdown (.md) with an .html copy")
     ensure_out_dir(out.parent)
-    read, loaded_runs = [], Runs()
-    for entry in expand_runs(paths):
+    read, loaded_runs, entries = [], Runs(), expand_runs(paths)
+    for entry in entries:
         progress(f"reading {entry.path or entry.label}")
-        read.append(_read_run(entry, source, loaded_runs))
+        read.append(_read_run(entry, source, loaded_runs, alone=len(entries) == 1))
     runs = [run for run, _, _ in read]
     loaded = {id(run): source_run for run, _, source_run in read}
     for run, label in zip(runs, unique_labels([r.label for r in runs], [r.path for r in runs])):
@@ -89,12 +89,15 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     return ReportFiles(markdown_path, html_path, images, [r for r in runs if r.breakdown is None])
 
 
-def _read_run(entry: RunEntry, source: str, runs: Runs):
+def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
     if entry.path is None:  # a matrix row that never produced a run directory
         return ReportRun(entry.label, "-", None, None, entry.problem), None, None
     try:
         found = locate(entry.path)
-    except GapscopeInputError as exc:  # listed with the others, as a folder breakdown does
+    except GapscopeInputError as exc:
+        if alone:  # a report of nothing but this mistake is no report: one line, as breakdown
+            raise
+        # listed with the others, as a folder breakdown does
         return ReportRun(entry.label or entry.path.name, str(entry.path), None, None, str(exc)), None, None
     label = entry.label or run_label(found.manifest, entry.path)
     problem = unfinished(found.manifest)
