@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import json
 import logging
 import os
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from profilers import strict_json
 from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
 from analysis.renderers import registry
 from workloads.devices import DEVICES
@@ -132,7 +132,7 @@ def list_command(fmt, no_parameters):
     # Counting parameters imports torch and TensorFlow: only the JSON, which carries them, pays.
     entries = catalog(count_parameters=fmt == "json" and not no_parameters)
     if fmt == "json":
-        click.echo(json.dumps(entries, indent=2))
+        click.echo(strict_json.dumps(entries, indent=2))
         return
     page = Page()
     for entry in entries["workloads"]:
@@ -356,14 +356,15 @@ def breakdown(paths, source, fmt):
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
     from analysis.breakdown import breakdown as breakdown_run
-    from analysis.run import expand_runs, load_run
+    from analysis.run import Runs, expand_runs
     entries = expand_runs(paths)
+    runs = Runs()
     results, problems = [], []
     for entry in entries:
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            results.append(breakdown_run(load_run(entry.path, entry.label), source))
+            results.append(breakdown_run(runs.load(entry.path, entry.label), source))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
@@ -412,8 +413,8 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     """
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
-    from analysis.explain import explain
-    from analysis.run import is_measurement, load_measurement, load_run
+    from analysis.explain import explain, explain_all
+    from analysis.run import Runs, is_measurement, load_measurement
     if measure:
         _check_lengths(settings)
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
@@ -424,7 +425,8 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
     else:
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
-        comparison = compare_runs([explain(load_run(Path(r))) for r in runs])
+        loaded = Runs()
+        comparison = compare_runs(explain_all([loaded.load(r) for r in runs]))
     click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself

@@ -62,7 +62,7 @@ def attribute(work: Work, timeline: PhaseTimeline, breakdown: Breakdown) -> Attr
         own = intervals.merge(by_step.get(i, []))
         busy += intervals.total(own)
         late += intervals.total(intervals.clip(own, step.end_us, float("inf")))
-        idle += step.dur_us - intervals.total(intervals.clip(everything, step.start_us, step.end_us))
+        idle += step.dur_us - intervals.total(intervals.clip_merged(everything, step.start_us, step.end_us))
 
     gpu = work.source == DEVICE_KERNELS
     launches = [e for e in work.launches if any(c in e.name for c in _LAUNCH_CALLS)] if gpu else []

@@ -37,6 +37,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         result = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases)
     else:
         traced, notes = trace_steps(run)
+        notes = reader_notes(run.trace) + notes
         timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
         result = _combined(run, traced, timed, raw=source == Source.TRACE)
         result.notes = notes + result.notes
@@ -54,8 +55,22 @@ def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
     """The trace's figures as recorded (a trace with no unprofiled steps beside it)."""
     timeline = timeline or phase_timeline(trace)
     steps, origins, notes = _trace_steps(trace, timeline, runs_phases)
-    return _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins, notes,
-                         raw=True)
+    return _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins,
+                         reader_notes(trace) + notes, raw=True)
+
+
+def reader_notes(trace: Trace) -> list[str]:
+    """What the reader dropped or flagged as invalid, said beside the figures it shaped."""
+    notes = []
+    dropped = trace.metadata.get("dropped_events")
+    if dropped:
+        notes.append(f"{sum(dropped.values()):,} invalid trace event(s) dropped: "
+                     + ", ".join(f"{n:,} {why}" for why, n in dropped.items()))
+    problems = trace.metadata.get("step_problems")
+    if problems:
+        notes.append("step events flagged: " + ", ".join(f"{n:,} {why}" for why, n in problems.items())
+                     + "; their times may count the same work twice")
+    return notes
 
 
 def breakdown_from_timers(rows: list[dict], warmup_steps: int,

@@ -2,7 +2,7 @@
 compile overhead, transfers and resource use (the per-run half of `gapscope compare`)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from analysis.attribution import Attribution, attribute
@@ -52,6 +52,20 @@ def explain(run: Run) -> RunExplanation:
         transfers=transfer_stats(work),
         resources=resource_stats(run.resources),
         trace_file=str(run.trace_file))
+
+
+def explain_all(runs: list[Run]) -> list[RunExplanation]:
+    """Each run's explanation; a run named twice is explained once, and each mention gets its
+    own breakdown object, since compare labels each side on it."""
+    done: dict[int, RunExplanation] = {}
+    explained = []
+    for run in runs:
+        if id(run) in done:
+            first = done[id(run)]
+            explained.append(replace(first, breakdown=replace(first.breakdown)))
+        else:
+            explained.append(done.setdefault(id(run), explain(run)))
+    return explained
 
 
 def explain_run(path: str | Path) -> RunExplanation:

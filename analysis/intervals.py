@@ -1,6 +1,10 @@
 """Interval algebra on sorted lists of (start, end) pairs, kept tiny so it is easy to test."""
 from __future__ import annotations
 
+import bisect
+
+import numpy as np
+
 Interval = tuple[float, float]
 
 
@@ -16,8 +20,39 @@ def merge(intervals: list[Interval]) -> list[Interval]:
     return merged
 
 
+def merge_arrays(starts, ends) -> list[Interval]:
+    """merge for intervals given as two numpy arrays, vectorised for the millions an unmarked
+    trace can hold: sorted, and a new interval begins where a start passes every end so far."""
+    nonempty = ends > starts
+    starts, ends = starts[nonempty], ends[nonempty]
+    if not len(starts):
+        return []
+    order = np.lexsort((ends, starts))
+    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    begins = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
+    last = np.r_[begins[1:] - 1, len(starts) - 1]
+    return list(zip(starts[begins].tolist(), reach[last].tolist()))
+
+
 def clip(intervals: list[Interval], lo: float, hi: float) -> list[Interval]:
     return [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+
+
+def clip_merged(intervals: list[Interval], lo: float, hi: float) -> list[Interval]:
+    """clip for a merged list (sorted, disjoint, so its ends ascend too): only the intervals
+    that can meet [lo, hi) are looked at, found by bisection, so clipping every step of a
+    long trace stays linear instead of scanning the whole list per step."""
+    first = bisect.bisect_right(intervals, lo, key=_end)
+    last = bisect.bisect_left(intervals, hi, lo=first, key=_start)
+    return clip(intervals[first:last], lo, hi)
+
+
+def _start(interval: Interval) -> float:
+    return interval[0]
+
+
+def _end(interval: Interval) -> float:
+    return interval[1]
 
 
 def subtract(intervals: list[Interval], taken: list[Interval]) -> list[Interval]:

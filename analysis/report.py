@@ -11,7 +11,7 @@ from analysis.breakdown import breakdown
 from analysis.readers.run_dir import locate
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
-from analysis.run import RunEntry, expand_runs, load_run, run_label, unfinished, unique_labels
+from analysis.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import ensure_out_dir, write_atomic
 
@@ -41,10 +41,10 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     if out.suffix.lower() not in (".md", ".html", ""):
         raise GapscopeInputError(f"{out}: the report is Markdown (.md) with an .html copy")
     ensure_out_dir(out.parent)
-    read = []
-    for entry in expand_runs(paths):
+    read, loaded_runs, entries = [], Runs(), expand_runs(paths)
+    for entry in entries:
         progress(f"reading {entry.path or entry.label}")
-        read.append(_read_run(entry, source))
+        read.append(_read_run(entry, source, loaded_runs, alone=len(entries) == 1))
     runs = [run for run, _, _ in read]
     loaded = {id(run): source_run for run, _, source_run in read}
     for run, label in zip(runs, unique_labels([r.label for r in runs], [r.path for r in runs])):
@@ -89,15 +89,21 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     return ReportFiles(markdown_path, html_path, images, [r for r in runs if r.breakdown is None])
 
 
-def _read_run(entry: RunEntry, source: str):
+def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
     if entry.path is None:  # a matrix row that never produced a run directory
         return ReportRun(entry.label, "-", None, None, entry.problem), None, None
-    found = locate(entry.path)
+    try:
+        found = locate(entry.path)
+    except GapscopeInputError as exc:
+        if alone:  # a report of nothing but this mistake is no report: one line, as breakdown
+            raise
+        # listed with the others, as a folder breakdown does
+        return ReportRun(entry.label or entry.path.name, str(entry.path), None, None, str(exc)), None, None
     label = entry.label or run_label(found.manifest, entry.path)
     problem = unfinished(found.manifest)
     if problem:
         return ReportRun(label, str(entry.path), found.manifest, None, problem), None, None
-    run = load_run(entry.path, label)
+    run = runs.load(entry.path, label)
     report_run = ReportRun(label, str(entry.path), found.manifest, breakdown(run, source))
     if run.rows is None:
         return report_run, None, run
@@ -114,14 +120,14 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
         return
     try:
         from analysis.compare import compare
-        from analysis.explain import explain
+        from analysis.explain import explain_all
         from analysis.renderers import compare_markdown
     except ImportError as exc:
         content.comparison_note = f"no comparison: the compare analyzer is not available ({exc})"
         return
     ordered = [loaded[base]] + [r for i, r in enumerate(loaded) if i != base]
     try:
-        comparison = compare([explain(r) for r in ordered])
+        comparison = compare(explain_all(ordered))
     except GapscopeInputError as exc:
         content.comparison_note = f"no comparison: {exc}"
         return

@@ -10,6 +10,7 @@ import numpy as np
 
 from analysis.stats import Interval, percentile
 from profilers.phases import MARKED_PHASES, PHASES
+from profilers.strict_json import finite
 
 # Rounding of figures written to JSON: 1 ns is far below timer resolution.
 _DIGITS = 6
@@ -164,15 +165,3 @@ def _interval(interval: Interval | None) -> list[float] | None:
     if interval is None or not all(math.isfinite(v) for v in interval):
         return None
     return [round(interval[0], _DIGITS), round(interval[1], _DIGITS)]
-
-
-def finite(value):
-    """JSON has no NaN or Infinity: a strict parser (a browser's JSON.parse) must read every
-    document gapscope writes."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [finite(v) for v in value]
-    return value

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
 from analysis.readers.run_dir import Located, locate, read_steps_csv
+from analysis.readers.safe_files import MAX_SIDE_FILE_BYTES, read_bytes
 from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
-from profilers.errors import GapscopeInputError
+from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import first_update_of_call, updates_in_call
 from profilers.phases import MARKED_PHASES
 from profilers.run_dir import MANIFEST, effective_status, inside
@@ -81,8 +83,15 @@ class Run:
     @functools.cached_property
     def trace(self) -> Trace | None:
         """Read on first use only: a timer breakdown needs no trace."""
+        unreadable = self.located.unreadable
         if self.trace_file is None:
+            if unreadable:  # named as a trace, so meant as one: say why it cannot be read
+                path, why = unreadable[0]
+                raise TraceFormatError(f"{path}: cannot read ({why})")
             return None
+        if unreadable:
+            self.notes.append(f"skipped {len(unreadable)} file(s) named like traces that cannot "
+                              f"be read: " + ", ".join(f"{p.name} ({why})" for p, why in unreadable[:3]))
         if len(self.located.trace_files) > 1:
             self.notes.append(f"{len(self.located.trace_files)} trace files found; "
                               f"used {self.trace_file.name}")
@@ -133,6 +142,20 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     return Run(found, label or run_label(found.manifest, found.path), rows)
 
 
+class Runs:
+    """The runs one command reads: a path named twice (a run compared with itself) gives one
+    Run, so its trace is read and segmented once per command."""
+
+    def __init__(self):
+        self._loaded: dict[tuple[str, str | None], Run] = {}
+
+    def load(self, path: str | Path, label: str | None = None) -> Run:
+        key = (os.path.realpath(path), label)  # realpath: a symlink loop stays a key, not an error
+        if key not in self._loaded:
+            self._loaded[key] = load_run(path, label)
+        return self._loaded[key]
+
+
 def unfinished(manifest: dict | None) -> str | None:
     """Why a run cannot be analysed (failed, interrupted, still running), or None."""
     if manifest is None:
@@ -180,7 +203,7 @@ def expand_runs(paths) -> list[RunEntry]:
     gives its runs in order, any other folder the run directories it holds, in name order."""
     entries = []
     for path in map(Path, paths):
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():  # a bad symlink: load_run says why
             raise GapscopeInputError(f"{path}: no such file or directory")
         if path.is_dir() and (path / MATRIX_STATE).is_file():
             entries += _matrix_rows(path)
@@ -202,7 +225,7 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
     configuration ran side by side in time)."""
     folder = Path(folder)
     try:
-        state = json.loads((folder / AB_STATE).read_text())
+        state = json.loads(read_bytes(folder / AB_STATE, MAX_SIDE_FILE_BYTES))
         configs, runs = state["configs"], state["runs"]
         names = [[str(n) for n in runs[c]] for c in configs]
     except (OSError, ValueError, KeyError, TypeError):
@@ -218,7 +241,7 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
 
 def _matrix_rows(folder: Path) -> list[RunEntry]:
     try:
-        state = json.loads((folder / MATRIX_STATE).read_text())
+        state = json.loads(read_bytes(folder / MATRIX_STATE, MAX_SIDE_FILE_BYTES))
         rows = state["rows"]
         if not isinstance(rows, dict):
             raise TypeError

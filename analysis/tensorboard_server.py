@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 import analysis
+from analysis.readers.safe_files import unreadable_under
 from profilers.errors import GapscopeInputError
 
 # Run-listing endpoint of each plugin gapscope writes traces for.
@@ -35,6 +36,21 @@ ONLINE_ONLY = {
 _URL_LINE = re.compile(r"TensorBoard \S+ at (http\S+) \(Press CTRL\+C")
 # Requests only ever go to the server we started: never through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+# Files the plugins open: torch-tb-profiler's traces, the profile plugin's XSpaces, event files.
+_PLUGIN_FILES = re.compile(r"\.pt\.trace\.json(\.gz)?$|\.xplane\.pb$|tfevents")
+
+
+def refuse_unreadable_traces(logdir: Path) -> None:
+    """A FIFO named like a trace hangs a plugin forever and a link to /dev/zero fills memory
+    (10 GB seen): TensorBoard reads them itself, so they are refused before it starts."""
+    bad = unreadable_under(logdir, _PLUGIN_FILES)
+    if bad:
+        path, why = bad[0]
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise GapscopeInputError(f"{path}: cannot read ({why}){more}; TensorBoard's plugins would "
+                                 "hang or exhaust memory on it: remove it")
 
 
 class TensorBoardError(RuntimeError):
@@ -68,6 +84,7 @@ class TensorBoardServer:
         self.logdir = Path(logdir).resolve()
         if not self.logdir.is_dir():
             raise GapscopeInputError(f"not a directory: {logdir}")
+        refuse_unreadable_traces(self.logdir)
         self.host, self.port, self.ready_timeout = host, port, ready_timeout
         self.url: str | None = None
         self.plugins: list[str] = []

@@ -3,10 +3,13 @@ attribution, kernels and compile analyzers all read, so they can never disagree 
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
 from dataclasses import dataclass
 
+import numpy as np
+
 from analysis import intervals
+from analysis.columns import code
+from analysis.gc_pause import collector_paused
 from analysis.phase_rules import PhaseOrigin, framework_phase, gapscope_phase
 from analysis.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 from profilers.phases import MARKED_PHASES
@@ -57,6 +60,11 @@ class PhaseTimeline:
 
 
 def phase_timeline(trace: Trace) -> PhaseTimeline:
+    with collector_paused():
+        return _phase_timeline(trace)
+
+
+def _phase_timeline(trace: Trace) -> PhaseTimeline:
     steps = step_events(trace)
     by_phase, origins = phase_intervals(trace, steps) if steps else ({}, {})
     segments = []
@@ -64,7 +72,7 @@ def phase_timeline(trace: Trace) -> PhaseTimeline:
         taken: list[intervals.Interval] = []
         found = []
         for phase in PRIORITY:
-            own = intervals.clip(by_phase.get(phase, []), step.start_us, step.end_us)
+            own = intervals.clip_merged(by_phase.get(phase, []), step.start_us, step.end_us)
             found += [(s, e, phase) for s, e in intervals.subtract(own, taken)]
             taken = intervals.merge(taken + own)
         segments.append(sorted(found))
@@ -72,73 +80,97 @@ def phase_timeline(trace: Trace) -> PhaseTimeline:
 
 
 def step_events(trace: Trace) -> list[Event]:
-    return sorted((e for e in trace.events if e.kind == STEP), key=lambda e: e.start_us)
+    columns = trace.columns
+    rows = np.flatnonzero(columns.kind_codes() == code(STEP))
+    return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us)
 
 
 def phase_intervals(trace: Trace, steps: list[Event]):
-    """Merged intervals per phase, from the best marker origin the trace has for each."""
-    found: dict[tuple[str, PhaseOrigin], list] = defaultdict(list)
-    unclaimed_ops: list[Event] = []
-    for event in trace.events:
-        if event.kind not in (ANNOTATION, HOST_OP) or not event.track.startswith("host"):
-            continue
-        phase = gapscope_phase(event.name)
-        if phase:
-            found[(phase, PhaseOrigin.MARKED)].append((event.start_us, event.end_us))
-            continue
-        phase = framework_phase(event.name)
-        if phase:
-            found[(phase, PhaseOrigin.FRAMEWORK)].append((event.start_us, event.end_us))
-        elif event.kind == HOST_OP:
-            unclaimed_ops.append(event)
+    """Merged intervals per phase, from the best marker origin the trace has for each.
+    Works on the trace's columns: each distinct name is classified once, then every event
+    at once by its name id (a 1 GB trace holds millions of events and a few thousand names)."""
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    considered = columns.on_host() & ((kinds == code(ANNOTATION)) | (kinds == code(HOST_OP)))
+    claims = [_claim(name) for name in columns.names]
+    keys = sorted({claim for claim in claims if claim is not None})
+    index = {claim: i for i, claim in enumerate(keys)}
+    name_claim = np.array([-1 if claim is None else index[claim] for claim in claims], np.int32)
+    row_claim = np.where(considered, name_claim[columns.name], _NOT_CONSIDERED)
+    starts = columns.start_us
+    ends = starts + columns.dur_us
+    found = {}
+    for i, claim in enumerate(keys):
+        rows = row_claim == i
+        if rows.any():
+            found[claim] = (starts[rows], ends[rows])
 
     by_phase, origins = {}, {}
     for phase in MARKED_PHASES:
         for origin in (PhaseOrigin.MARKED, PhaseOrigin.FRAMEWORK):
-            if found.get((phase, origin)):
-                by_phase[phase] = intervals.merge(found[(phase, origin)])
+            if (phase, origin) in found:
+                by_phase[phase] = intervals.merge_arrays(*found[(phase, origin)])
                 origins[phase] = origin
                 break
         else:
             origins[phase] = PhaseOrigin.MISSING
     if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
-        forward = _infer_forward(unclaimed_ops, steps, by_phase)
+        ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
+        forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
         if forward:
             by_phase["forward"] = forward
             origins["forward"] = PhaseOrigin.INFERRED
     return by_phase, origins
 
 
-def _infer_forward(ops: list[Event], steps: list[Event], by_phase: dict) -> list:
-    """Forward in an unmarked trace: host ops of a step after its data load ends and before
-    its first backward op begins (the loss computation included). Linear in the ops: each
-    step's data-load end and first backward op are looked up once, by bisection."""
-    starts = [s.start_us for s in steps]
+_UNCLAIMED, _NOT_CONSIDERED = -1, -2  # row claims that are no phase: an unmarked host op, other events
+
+
+def _claim(name: str) -> tuple[str, PhaseOrigin] | None:
+    """The phase an event name marks and how: gapscope's own marks before the framework's."""
+    phase = gapscope_phase(name)
+    if phase:
+        return phase, PhaseOrigin.MARKED
+    phase = framework_phase(name)
+    return (phase, PhaseOrigin.FRAMEWORK) if phase else None
+
+
+def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict) -> list:
+    """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
+    its data load ends and before its first backward op begins (the loss computation
+    included). Linear in the ops: each step's bounds are found once, by bisection, and the ops
+    are tested against them as arrays (a 1 GB trace holds millions of ops)."""
+    if not len(starts) or not steps:
+        return []
+    data_end, first_backward = _forward_bounds(steps, by_phase)
+    step_starts = np.array([s.start_us for s in steps])
+    step_ends = np.array([s.end_us for s in steps])
+    step = np.searchsorted(step_starts, starts, side="right") - 1
+    inside = step >= 0
+    step[~inside] = 0
+    inside &= starts < step_ends[step]
+    lo, hi = data_end[step], first_backward[step]
+    keep = inside & (lo <= starts) & (starts < hi)  # NaN (no backward in the step) keeps none
+    found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi[keep]))
+    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
+    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
+    return intervals.subtract(found, marked)
+
+
+def _forward_bounds(steps: list[Event], by_phase: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: where its data load ends (its start if it has none) and where its first
+    backward op begins (NaN if it has none)."""
     data = by_phase.get("data_load", [])
     data_starts = [s for s, _ in data]
     backward_starts = [s for s, _ in by_phase["backward"]]
-    bounds: dict[int, tuple[float, float | None]] = {}
-
-    def step_bounds(i: int) -> tuple[float, float | None]:
-        lo, hi = steps[i].start_us, steps[i].end_us
+    data_end, first_backward = np.empty(len(steps)), np.full(len(steps), np.nan)
+    for i, step in enumerate(steps):
+        lo, hi = step.start_us, step.end_us
         j = bisect.bisect_left(backward_starts, lo)
-        first_backward = backward_starts[j] if j < len(backward_starts) and backward_starts[j] < hi else None
+        if j < len(backward_starts) and backward_starts[j] < hi:
+            first_backward[i] = backward_starts[j]
         # Merged data intervals are disjoint and sorted: the last one starting before the
         # step's end is the one that ends last inside it.
         k = bisect.bisect_left(data_starts, hi) - 1
-        data_end = min(data[k][1], hi) if k >= 0 and data[k][1] > lo else lo
-        return data_end, first_backward
-
-    found = []
-    for op in ops:
-        i = bisect.bisect_right(starts, op.start_us) - 1
-        if i < 0 or op.start_us >= steps[i].end_us:
-            continue
-        if i not in bounds:
-            bounds[i] = step_bounds(i)
-        data_end, first_backward = bounds[i]
-        if first_backward is not None and data_end <= op.start_us < first_backward:
-            found.append((op.start_us, min(op.end_us, first_backward)))
-    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
-    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
-    return intervals.subtract(intervals.merge(found), marked)
+        data_end[i] = min(data[k][1], hi) if k >= 0 and data[k][1] > lo else lo
+    return data_end, first_backward

@@ -2,9 +2,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
 
 import msgspec
+
 
 class EventKind(enum.StrEnum):
     """What an event is, independent of the framework that wrote the trace."""
@@ -45,11 +45,32 @@ class Event(msgspec.Struct, gc=False):
         return self.start_us + self.dur_us
 
 
-@dataclass
 class Trace:
-    """All events of one trace file plus what the file says about where it came from."""
+    """All events of one trace file plus what the file says about where it came from.
 
-    source_format: str  # "torch" (Chrome-trace JSON of torch.profiler) or "xplane"
-    path: str
-    events: list[Event]
-    metadata: dict = field(default_factory=dict)
+    A reader gives the events as objects or, for a large torch trace, as columns (a few bytes
+    per event, see analysis.columns); each form is built from the other on first use, so the
+    breakdown of a 1 GB trace never makes millions of objects."""
+
+    def __init__(self, source_format: str, path: str, events: list[Event] | None = None,
+                 metadata: dict | None = None, columns=None):
+        if events is None and columns is None:
+            raise ValueError("a Trace needs its events or their columns")
+        self.source_format = source_format  # "torch" (Chrome-trace JSON of torch.profiler) or "xplane"
+        self.path = path
+        self.metadata = {} if metadata is None else metadata
+        self._events = events
+        self._columns = columns
+
+    @property
+    def events(self) -> list[Event]:
+        if self._events is None:
+            self._events = self._columns.events()
+        return self._events
+
+    @property
+    def columns(self):
+        if self._columns is None:
+            from analysis.columns import EventColumns
+            self._columns = EventColumns.of_events(self._events)
+        return self._columns

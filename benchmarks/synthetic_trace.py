@@ -1,10 +1,12 @@
-"""Writes a deterministic torch.profiler trace of any size (a marked GPU run), to time readers on."""
+"""Writes a deterministic torch.profiler trace of any size (a GPU run, marked or not), to time readers on."""
 from __future__ import annotations
 
 import argparse
 import math
 import random
-from contextlib import contextmanager
+import shutil
+import tempfile
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -30,6 +32,9 @@ class TraceShape:
     classes: int = 1000
     batch: int = 256  # as the mlp workload
     seed: int = 0
+    # False: no gapscope/<phase> ranges, only what torch.profiler records by itself in a loop
+    # nobody marked (a foreign trace: the breakdown infers forward).
+    marked: bool = True
 
 
 @dataclass(frozen=True)
@@ -90,32 +95,47 @@ RMSPROP = {  # the per-parameter (foreach=False) update: one kernel per op and p
 
 
 def write_synthetic_trace(path: str | Path, shape: TraceShape = TraceShape()) -> int:
-    """Write the trace as plain `.pt.trace.json`; returns the number of events written."""
+    """Write the trace as plain `.pt.trace.json`; returns the number of events written.
+    Written a step at a time (the device part through a temporary file, since kineto puts it
+    after every host range), so a trace of gigabytes needs no more memory than one step."""
+    path = Path(path)
     builder = _TraceBuilder(shape.seed)
-    number = 0
-    while builder.count < shape.events:
-        _step(builder, number, shape)
-        number += 1
-    text = builder.render(str(path))
-    Path(path).write_text(text)
-    return builder.count
+    head = _metadata_events()
+    with open(path, "w") as out, tempfile.TemporaryFile("w+", dir=path.parent) as device:
+        out.write(_HEADER)
+        out.writelines(event + ",\n" for event in head)
+        number = 0
+        while builder.count < shape.events:
+            _step(builder, number, shape)
+            number += 1
+            host, cupti = builder.take()
+            out.writelines(event + ",\n" for event in host)
+            device.writelines(event + ",\n" for event in cupti)
+        device.seek(0)
+        shutil.copyfileobj(device, out, 16 << 20)
+        tail = _closing_events(builder.end_ns)
+        out.write(",\n".join(tail) + f'\n  ],"traceName": "{path}" }}')
+    return builder.count + len(head) + len(tail)
 
 
 # --- what one training step records ------------------------------------------------------
 
 
 def _step(b: "_TraceBuilder", number: int, shape: TraceShape) -> None:
+    def mark(phase: str):
+        return b.op(f"gapscope/{phase}", cat="user_annotation") if shape.marked else nullcontext()
+
     with b.op(f"ProfilerStep#{number}", cat="user_annotation"):
-        with b.op("gapscope/data_load", cat="user_annotation"):
+        with mark("data_load"):
             _data_load(b, shape)
-        with b.op("gapscope/optimizer", cat="user_annotation"):
+        with mark("optimizer"):
             with b.op("Optimizer.zero_grad#RMSprop.zero_grad", cat="user_annotation"):
                 pass  # set_to_none: no op at all
-        with b.op("gapscope/forward", cat="user_annotation"):
+        with mark("forward"):
             links = _forward(b, shape)
-        with b.op("gapscope/backward", cat="user_annotation"):
+        with mark("backward"):
             _backward(b, shape, links)
-        with b.op("gapscope/optimizer", cat="user_annotation"):
+        with mark("optimizer"):
             _optimizer_step(b, shape)
 
 
@@ -395,12 +415,17 @@ class _TraceBuilder:
         self._cupti.append(_flow("f", "ac2g", correlation, DEVICE, STREAM, begin))
         self.count += 2
 
-    def render(self, trace_name: str) -> str:
-        end = max(self._now, self._gpu_free)
-        head, tail = _metadata_events(), _closing_events(end)
-        self.count += len(head) + len(tail)
-        events = head + self._host + self._cupti + tail
-        return _HEADER + ",\n".join(events) + f'\n  ],"traceName": "{trace_name}" }}'
+    def take(self) -> tuple[list[str], list[str]]:
+        """The host ranges and CUPTI events recorded since the last call; only between steps,
+        when every range has closed."""
+        assert not self._open, "a range is still open"
+        host, cupti = self._host, self._cupti
+        self._host, self._cupti = [], []
+        return host, cupti
+
+    @property
+    def end_ns(self) -> int:
+        return max(self._now, self._gpu_free)
 
 
 # --- JSON text, as kineto formats it -----------------------------------------------------
@@ -527,8 +552,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--events", type=int, default=TraceShape.events,
                         help="at least this many events (default %(default)s, about 56 MB)")
     parser.add_argument("--seed", type=int, default=TraceShape.seed)
+    parser.add_argument("--foreign", action="store_true",
+                        help="no gapscope marks: what torch.profiler records in a loop nobody marked")
     args = parser.parse_args(argv)
-    count = write_synthetic_trace(args.out, TraceShape(events=args.events, seed=args.seed))
+    count = write_synthetic_trace(args.out, TraceShape(events=args.events, seed=args.seed,
+                                                       marked=not args.foreign))
     size_mb = args.out.stat().st_size / 1e6
     print(f"{args.out}: {count} events, {size_mb:.1f} MB ({size_mb * 1e6 / count:.0f} bytes/event)")
 

@@ -13,6 +13,7 @@ from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
+from profilers import strict_json
 from profilers.errors import GapscopeInputError
 
 MANIFEST = "manifest.json"
@@ -116,7 +117,7 @@ class Manifest:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, strict_json.dumps(data, indent=2, default=str) + "\n")
 
 
 def effective_status(manifest: dict) -> tuple[str, str | None]:

@@ -13,6 +13,7 @@ from analysis.kernels import XLA_THUNKS, find_work, kernel_stats
 from analysis.readers.hlo_proto import read_hlo_protos
 from analysis.readers.hlo_text import read_hlo_dump_dir
 from analysis.readers.xplane import read_xplane
+from analysis.run import load_run
 from analysis.timeline import phase_timeline
 from xspace_builder import PlaneBuilder, new_space
 
@@ -175,3 +176,11 @@ def test_broken_hlo_inputs_say_what_is_wrong(tmp_path):
     trace = read_xplane(path)
     assert "corrupt" in trace.metadata["hlo_error"]
     assert breakdown_from_trace(trace).phase_sources["forward"] == "not identified"
+
+
+def test_run_uses_the_hlo_modules_its_reader_parsed(tmp_path):
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(tiny_xla_space().SerializeToString())
+    run = load_run(path)
+    assert run.hlo is run.trace.metadata["hlo_modules"]
+    assert set(run.hlo.modules[MODULE]) == set(EXPECTED)

@@ -5,11 +5,11 @@ Drift between processes on a shared machine (often ±20 % here) is larger than t
 within one run: interleaving lets repeat i of every configuration see the same machine."""
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
+from profilers import strict_json
 from profilers.errors import GapscopeInputError
 from profilers.nvml import gpu_count
 from profilers.run_dir import create_run_dir, write_atomic
@@ -98,4 +98,4 @@ class RunFailed(Exception):
 
 
 def _save(folder: Path, state: dict) -> None:
-    write_atomic(folder / AB_STATE, json.dumps(state, indent=2) + "\n")
+    write_atomic(folder / AB_STATE, strict_json.dumps(state, indent=2) + "\n")

@@ -40,9 +40,9 @@ def parameter_counts() -> dict[str, dict[str, int]]:
 
 
 def _keras_torch_counts() -> dict[str, int]:
-    code = ("import json; from workloads.registry import WORKLOADS; "
+    code = ("from profilers import strict_json; from workloads.registry import WORKLOADS; "
             "from workloads.models.params import keras_parameters; "
-            "print(json.dumps({n: keras_parameters(s.builders().build_keras(s)) "
+            "print(strict_json.dumps({n: keras_parameters(s.builders().build_keras(s)) "
             "for n, s in WORKLOADS.items()}))")
     env = {**os.environ, "KERAS_BACKEND": "torch"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,

@@ -2,7 +2,6 @@
 stays with its run) and makes sure the manifest says how the run ended."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -13,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from profilers import strict_json
 from profilers.nvml import gpu_count
 from profilers.run_dir import create_run_dir
 from profilers.run_lifecycle import INTERRUPTED, STOP_SIGNALS, Interrupted, RunLifecycle
@@ -62,7 +62,7 @@ def launch(settings: RunSettings, out_dir: str | Path,
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     command = [sys.executable, "-m", "workloads.execute", str(run_dir),
-               json.dumps(settings.to_dict())]
+               strict_json.dumps(settings.to_dict())]
     with _Forwarder() as forwarder:
         # Its own process group: a terminal's Ctrl-C reaches the child once, through the
         # forwarder, not twice (which could cut its recording of the end short).

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from profilers import environment
+from profilers import environment, strict_json
 from profilers.errors import GapscopeInputError, UnsupportedVariantError
 from profilers.nvml import gpu_count
 from profilers.run_dir import (effective_status, ensure_out_dir, inside, status_of, utc_now,
@@ -276,7 +276,7 @@ def _refuse_if_in_use(matrix_dir: Path, state: dict) -> None:
 
 
 def _save_state(matrix_dir: Path, state: dict) -> None:
-    write_atomic(matrix_dir / STATE, json.dumps(state, indent=2) + "\n")
+    write_atomic(matrix_dir / STATE, strict_json.dumps(state, indent=2) + "\n")
 
 
 def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:

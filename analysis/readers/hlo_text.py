@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 from profilers.errors import TraceFormatError
+from analysis.readers import safe_files
 from analysis.hlo_metadata import HloModules, entry_ops
 
 DUMP_GLOB = "*after_optimizations.txt"
@@ -22,6 +23,8 @@ def read_hlo_dump_dir(directory: str | Path) -> HloModules:
     """All modules of a dump folder; `*-buffer-assignment`/`-memory-usage` files are skipped."""
     modules = {}
     for path in sorted(Path(directory).glob(DUMP_GLOB)):
+        if not safe_files.is_readable_regular_file(path):
+            continue  # a FIFO or device named like a dump is not one
         name, ops = read_hlo_text(path)
         modules[name] = ops
     return HloModules(modules, "dump")
@@ -30,8 +33,8 @@ def read_hlo_dump_dir(directory: str | Path) -> HloModules:
 def read_hlo_text(path: str | Path):
     path = Path(path)
     try:
-        lines = path.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
+        lines = safe_files.read_bytes(path).decode().splitlines()
+    except UnicodeDecodeError as exc:
         raise TraceFormatError(f"{path}: cannot read HLO dump ({exc})") from None
     module = next((m.group(1) for line in lines[:5] if (m := _MODULE.match(line))), None)
     if module is None:

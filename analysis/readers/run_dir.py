@@ -3,13 +3,15 @@ the run directory's own files: manifest.json and steps.csv."""
 from __future__ import annotations
 
 import csv
+import io
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.readers import safe_files
 from profilers.errors import GapscopeInputError, TraceFormatError
-
 from profilers.run_dir import MANIFEST, STEPS_CSV
+
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 XPLANE_GLOB = "*.xplane.pb"
 
@@ -21,6 +23,9 @@ class Located:
     steps_csv: Path | None = None
     torch_traces: list[Path] = field(default_factory=list)
     xplanes: list[Path] = field(default_factory=list)
+    # Files named like traces that are no readable regular file (FIFO, device, bad symlink),
+    # with why: never opened, reported instead.
+    unreadable: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def trace_files(self) -> list[Path]:
@@ -29,19 +34,35 @@ class Located:
 
 def locate(path: str | Path) -> Located:
     path = Path(path)
-    if not path.exists():
-        raise GapscopeInputError(f"{path}: no such file or directory")
-    if path.is_file():
+    if not path.is_dir():
+        if not path.exists() and not path.is_symlink():
+            raise GapscopeInputError(f"{path}: no such file or directory")
+        problem = safe_files.why_unreadable(path)
+        if problem:
+            raise TraceFormatError(f"{path}: cannot read ({problem})")
         if path.name.endswith(".xplane.pb"):
             return Located(path, xplanes=[path])
         return Located(path, torch_traces=[path])
-    manifest = read_manifest(path / MANIFEST) if (path / MANIFEST).exists() else None
+    manifest = read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None
     steps = path / STEPS_CSV
-    found = Located(path, manifest, steps if steps.exists() else None)
+    found = Located(path, manifest, steps if _present(steps) else None)
+    torch_traces = [p for g in TORCH_TRACE_GLOBS for p in path.rglob(g)]
+    xplanes = list(path.rglob(XPLANE_GLOB))
+    for candidate in torch_traces + xplanes:
+        problem = safe_files.why_unreadable(candidate)
+        if problem:
+            found.unreadable.append((candidate, problem))
+    bad = {p for p, _ in found.unreadable}
     # Newest first: a folder written by several profiler cycles holds one file per cycle.
-    found.torch_traces = _newest_first(p for g in TORCH_TRACE_GLOBS for p in path.rglob(g))
-    found.xplanes = _newest_first(path.rglob(XPLANE_GLOB))
+    found.torch_traces = _newest_first(p for p in torch_traces if p not in bad)
+    found.xplanes = _newest_first(p for p in xplanes if p not in bad)
     return found
+
+
+def _present(path: Path) -> bool:
+    """Whether the run has this file at all: a dangling symlink counts, so that reading it
+    says why it cannot be read instead of acting as if it were not there."""
+    return path.exists() or path.is_symlink()
 
 
 def _newest_first(paths) -> list[Path]:
@@ -50,7 +71,7 @@ def _newest_first(paths) -> list[Path]:
 
 def read_manifest(path: Path) -> dict:
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(safe_files.read_bytes(path, safe_files.MAX_SIDE_FILE_BYTES))
     except (OSError, ValueError) as exc:
         raise TraceFormatError(f"{path}: unreadable manifest ({exc})") from None
     if not isinstance(manifest, dict) or "run_id" not in manifest:
@@ -87,7 +108,8 @@ def _shown(value) -> str:
 def read_steps_csv(path: Path) -> list[dict]:
     """Rows of steps.csv with numbers parsed; an empty cell (a phase not timed) is None."""
     try:
-        with open(path, newline="") as handle:
+        text = safe_files.read_bytes(path, safe_files.MAX_SIDE_FILE_BYTES).decode()
+        with io.StringIO(text, newline="") as handle:
             reader = csv.DictReader(handle)
             if reader.fieldnames is None or "step_ms" not in reader.fieldnames:
                 raise TraceFormatError(f"{path}: not a gapscope steps.csv (no step_ms column)")
@@ -96,8 +118,8 @@ def read_steps_csv(path: Path) -> list[dict]:
                 rows.append({key: _number(value) for key, value in row.items()})
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise TraceFormatError(f"{path}: corrupt steps.csv ({exc})") from None
+    except ValueError as exc:  # UnicodeDecodeError too
+        raise TraceFormatError(f"{path}: corrupt steps.csv ({str(exc)[:160]})") from None
     return rows
 
 

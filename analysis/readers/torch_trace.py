@@ -1,29 +1,34 @@
 """Reads torch.profiler Chrome-trace JSON (.pt.trace.json[.gz]) into the neutral Trace."""
 from __future__ import annotations
 
-import gzip
-import zlib
+import re
+from collections import Counter
 from pathlib import Path
 
 import msgspec
 
 from profilers.errors import TraceFormatError
+from analysis.columns import NONE, ColumnsBuilder
+from analysis.gc_pause import collector_paused
+from analysis.readers import safe_files, validate
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
 
-class _Args(msgspec.Struct):
+class _Args(msgspec.Struct, gc=False):
     # Only the fields an analyzer needs: decoding skips every other key without building it.
     correlation: int | None = None
     nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
 
 
-class _RawEvent(msgspec.Struct):
+class _RawEvent(msgspec.Struct, gc=False):
+    # gc=False: millions of these live at once; tracking them made the collector run for
+    # about half of the decode time. None marks a missing ts/dur (counted, not read as 0).
     ph: str = ""
     name: str = ""
     cat: str = ""
-    ts: float = 0.0
-    dur: float = 0.0
+    ts: float | None = None
+    dur: float | None = None
     pid: int | str = 0
     tid: int | str = 0
     args: _Args | None = None
@@ -35,7 +40,16 @@ class _RawTrace(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
 
 
+class _Header(msgspec.Struct):
+    # What precedes traceEvents, decoded on its own; traceEvents' value is left undecoded.
+    traceEvents: msgspec.Raw
+    deviceProperties: list[dict] = []
+    baseTimeNanoseconds: int | None = None
+
+
 _DECODER = msgspec.json.Decoder(_RawTrace)
+_HEADER_DECODER = msgspec.json.Decoder(_Header)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_RawEvent])
 
 _DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
                       "gpu_user_annotation": ANNOTATION}
@@ -44,47 +58,240 @@ _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
 # Ranges torch itself emits once per step; gapscope's own step ranges take the same role.
 _STEP_PREFIXES = ("ProfilerStep#", "gapscope/step#")
 
+# The file is decoded a chunk of whole events at a time, so memory holds one chunk of raw
+# events plus the columns kept, never the whole text or every raw event at once.
+_BLOCK = 4 << 20
+_CHUNK = 16 << 20
+_MAX_HEADER = 64 << 20     # keys before traceEvents: deviceProperties, distributedInfo, ...
+_MAX_EVENT = 256 << 20     # no single event is this large: a file that says so is garbage
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# Between two events: "}", a comma, "{" (whitespace allowed). Inside a string or a nested
+# object this may match too; decoding the chunk then fails and the previous match is tried.
+_BETWEEN = re.compile(rb"\}\s*,\s*\{")
+_RETRIES = 8
+_TAIL = 64 << 10  # where the last cuts are looked for first: some hundred events' worth
+
 
 def read_torch_trace(path: str | Path) -> Trace:
     path = Path(path)
+    reader = _Reader(path)
     try:
-        data = path.read_bytes()
-        if path.suffix == ".gz":
-            data = gzip.decompress(data)
-        raw = _DECODER.decode(data)
-    except (msgspec.DecodeError, zlib.error, EOFError, gzip.BadGzipFile) as exc:
-        # BadGzipFile is an OSError: it must be caught before the plain read failure below.
-        raise TraceFormatError(f"{path}: not a torch profiler trace ({exc})") from None
+        with collector_paused(), safe_files.open_stream(path) as stream, \
+                safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
+            header = reader.read(blocks)
+    except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
+        raise TraceFormatError(f"{path}: not a torch profiler trace ({_short(exc)})") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
-    events = []
-    for raw_event in raw.traceEvents:
-        if raw_event.ph != "X":
-            continue
-        events.append(_to_event(raw_event))
-    if not events:
+    columns = reader.columns.build()
+    dropped = reader.dropped
+    if not len(columns) and not dropped:
         raise TraceFormatError(f"{path}: torch profiler trace holds no complete events")
-    metadata = {"device_properties": raw.deviceProperties,
-                "base_time_ns": raw.baseTimeNanoseconds}
-    return Trace("torch", str(path), events, metadata)
+    validate.refuse_mostly_garbage(path, len(columns), dropped)
+    steps = [step for _, step in reader.steps]
+    kept, step_problems = validate.check_steps(path, steps, dropped)
+    if len(kept) < len(steps):
+        kept_ids = {id(step) for step in kept}
+        columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
+    metadata = {"device_properties": header.deviceProperties,
+                "base_time_ns": header.baseTimeNanoseconds}
+    if dropped:
+        metadata["dropped_events"] = dict(dropped)
+    if step_problems:
+        metadata["step_problems"] = step_problems
+    return Trace("torch", str(path), None, metadata, columns=columns)
 
 
-def _to_event(raw: _RawEvent) -> Event:
-    correlation = raw.args.correlation if raw.args is not None else None
-    cat = raw.cat
-    if cat in _DEVICE_CATEGORIES:
-        nbytes = raw.args.nbytes if raw.args is not None else None
-        return Event(raw.name, _DEVICE_CATEGORIES[cat], raw.ts, raw.dur,
-                     f"device/{raw.pid}/{raw.tid}", None, correlation, nbytes)
-    kind = _HOST_CATEGORIES.get(cat, OTHER)
-    step_num = None
-    if kind == ANNOTATION and raw.name.startswith(_STEP_PREFIXES):
-        kind = STEP
-        step_num = _step_number(raw.name)
-    return Event(raw.name, kind, raw.ts, raw.dur, f"host/{raw.pid}/{raw.tid}", step_num, correlation)
+class _Reader:
+    """Splits the traceEvents array into chunks of whole events, decodes each chunk and keeps
+    the complete events as columns (names and tracks as ids, no object per event)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.columns = ColumnsBuilder()
+        self.dropped: Counter = Counter()
+        self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
+        self._tracks: dict[tuple, tuple] = {}
+
+    def read(self, blocks: safe_files.ReadAhead):
+        buf = _Window(_CHUNK + _BLOCK)
+        eof, searched, head_error = False, 0, None
+        while True:
+            match = _EVENTS_KEY.search(buf.data, searched, buf.end)
+            if match is None:
+                if len(buf) > _MAX_HEADER:
+                    if head_error is not None:
+                        raise head_error
+                    raise TraceFormatError(f"{self.path}: no traceEvents array in the first "
+                                           f"{_MAX_HEADER >> 20} MB: not a torch profiler trace")
+                if eof:
+                    # No array where torch writes it: decode what there is, for the decoder's
+                    # own word on what is wrong (or a valid but unusual layout).
+                    whole = _DECODER.decode(buf.contents())
+                    self._keep(whole.traceEvents)
+                    return whole
+                searched = max(0, len(buf) - 64)  # the key may straddle two blocks
+                eof = self._fill(blocks, buf, len(buf) + _BLOCK)
+                continue
+            # The keys before the array, closed as if traceEvents were empty: a decode failure
+            # means the match was not the top-level key (one nested in an earlier value) or
+            # the head is not JSON; the next match is tried.
+            try:
+                head = _HEADER_DECODER.decode(bytes(buf.data[:match.start()]) + b'"traceEvents": []}')
+                break
+            except msgspec.DecodeError as exc:
+                head_error, searched = exc, match.end()
+        buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
+        while not eof:
+            # A buffer left whole by the last decode (one event larger than a chunk) grows.
+            eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+            if not eof:
+                self._decode_chunk(buf)
+        # The rest: the last events, "]", and the keys after the array.
+        tail = _DECODER.decode(b'{"traceEvents":' + buf.contents())
+        self._keep(tail.traceEvents)
+        if not head.deviceProperties:
+            head.deviceProperties = tail.deviceProperties
+        if head.baseTimeNanoseconds is None:
+            head.baseTimeNanoseconds = tail.baseTimeNanoseconds
+        return head
+
+    def _fill(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
+        """Read until `buf` holds `size` bytes; True at the end of the stream."""
+        while len(buf) < size:
+            block = blocks.read()
+            if not block:
+                return True
+            buf.add(block)
+        return False
+
+    def _decode_chunk(self, buf: "_Window") -> None:
+        """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
+        leaving "[" + the rest; a buffer with no complete event is left to grow."""
+        data, end = buf.data, buf.end
+        candidates = []
+        start = max(0, end - _TAIL)
+        while True:
+            candidates = [m.start() for m in _BETWEEN.finditer(data, start, end)]
+            if candidates or start == 0:
+                break
+            start = 0  # one huge event: look through the whole buffer
+        error = None
+        for close in reversed(candidates[-_RETRIES:]):
+            # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
+            # for the decode and put back after, which saves copying the chunk.
+            saved = data[close + 1]
+            data[close + 1] = 0x5D
+            try:
+                with memoryview(data) as view, view[:close + 2] as events:
+                    raws = _EVENTS_DECODER.decode(events)
+            except msgspec.DecodeError as exc:
+                error = exc
+                continue
+            finally:
+                data[close + 1] = saved
+            self._keep(raws)
+            next_event = data.index(b"{", close + 1, end)
+            data[next_event - 1] = 0x5B  # a comma or a blank between events becomes the "["
+            buf.keep_from(next_event - 1)
+            return
+        # No cut decoded: the matches were all inside one event still being read (left to
+        # grow), or the JSON is broken, which shows once the buffer is past any real event.
+        if len(buf) > _MAX_EVENT:
+            if error is not None:
+                raise error
+            raise TraceFormatError(f"{self.path}: an event of over {_MAX_EVENT >> 20} MB: "
+                                   "not a torch profiler trace")
+
+    def _keep(self, raws: list[_RawEvent]) -> None:
+        """Complete events that pass the time checks become rows; the others are counted."""
+        columns, tracks, dropped = self.columns, self._tracks, self.dropped
+        names = columns.names
+        # Bound appends: this loop runs once per event of the trace (millions).
+        add_start, add_dur = columns.start_us.append, columns.dur_us.append
+        add_where, add_name = columns.where.append, columns.name.append
+        add_correlation = columns.correlation.append
+        max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
+        last_key, where = None, None
+        for raw in raws:
+            if raw.ph != "X":
+                continue
+            ts, dur = raw.ts, raw.dur
+            # One chained comparison covers the usual case; None and NaN fail it too.
+            if ts is None or dur is None or not (0.0 <= ts <= max_ts and 0.0 <= dur <= max_dur):
+                dropped[validate.time_problem(ts, dur)] += 1
+                continue
+            name = raw.name
+            name_id = names.get(name)
+            if name_id is None:
+                name_id = columns.name_id(name)
+            key = (raw.cat, raw.pid, raw.tid)
+            if key != last_key:  # runs of events on one track: most events skip the lookup
+                where = tracks.get(key)
+                if where is None:
+                    where = self._track(*key)
+                last_key = key
+            kind, track, where_id, device = where
+            args = raw.args
+            correlation = args.correlation if args is not None else None
+            if device:
+                if args is not None and args.nbytes is not None:
+                    columns.nbytes[len(columns.start_us)] = args.nbytes
+            elif kind == ANNOTATION and name.startswith(_STEP_PREFIXES):
+                where_id = columns.where_id(STEP, track)
+                row, number = len(columns.start_us), validate.step_number(name.rpartition("#")[2])
+                columns.step_nums[row] = number
+                self.steps.append((row, Event(name, STEP, ts, dur, track, number, correlation)))
+            add_start(ts)
+            add_dur(dur)
+            add_where(where_id)
+            add_name(name_id)
+            if correlation is None:
+                add_correlation(NONE)
+            else:
+                columns.add_correlation(correlation)
+
+    def _track(self, cat: str, pid, tid) -> tuple:
+        if cat in _DEVICE_CATEGORIES:
+            kind, track, device = _DEVICE_CATEGORIES[cat], f"device/{pid}/{tid}", True
+        else:
+            kind, track, device = _HOST_CATEGORIES.get(cat, OTHER), f"host/{pid}/{tid}", False
+        where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), device)
+        return where
 
 
-def _step_number(name: str) -> int | None:
-    tail = name.rpartition("#")[2]
-    return int(tail) if tail.isdigit() else None
+class _Window:
+    """The bytes read and not yet decoded, at the front of one bytearray that keeps its memory:
+    a bytearray cut down after each chunk and grown again was reallocated, and its pages
+    faulted in afresh, every chunk (a fifth of the read's time went to the kernel)."""
+
+    def __init__(self, capacity: int):
+        self.data = bytearray(capacity)
+        self.end = 0
+
+    def __len__(self) -> int:
+        return self.end
+
+    def add(self, block: bytes) -> None:
+        end = self.end + len(block)
+        if end > len(self.data):  # one event larger than a chunk: grow, by doubling
+            self.data.extend(bytes(max(end, 2 * len(self.data)) - len(self.data)))
+        self.data[self.end:end] = block
+        self.end = end
+
+    def keep_from(self, position: int) -> None:
+        """Drop the bytes before `position`; the rest (a part of one chunk) moves to the front."""
+        rest = self.data[position:self.end]
+        self.data[:len(rest)] = rest
+        self.end = len(rest)
+
+    def contents(self) -> bytes:
+        with memoryview(self.data) as view:
+            return bytes(view[:self.end])
+
+
+def _short(exc: Exception) -> str:
+    """One line, however long the decoder's message (it may quote the offending input)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= 200 else text[:197] + "..."

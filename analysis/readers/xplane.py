@@ -4,9 +4,11 @@ from __future__ import annotations
 import functools
 import importlib.util
 import re
+from collections import Counter
 from pathlib import Path
 
 from profilers.errors import GapscopeInputError, TraceFormatError
+from analysis.readers import safe_files, validate
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
@@ -36,15 +38,25 @@ def _xplane_pb2():
 
 def read_xplane(path: str | Path) -> Trace:
     path = Path(path)
+    data = safe_files.read_bytes(path)  # before the schema: a FIFO or a device fails here
     xplane_pb2 = _xplane_pb2()
     space = xplane_pb2.XSpace()
     try:
-        space.ParseFromString(path.read_bytes())
-    except OSError as exc:
-        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+        space.ParseFromString(data)
     except Exception as exc:  # protobuf raises its own DecodeError type per backend
         raise TraceFormatError(f"{path}: not an XSpace profile ({exc})") from None
+    del data
 
+    try:
+        return _trace_of(path, space)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        # Bytes that happen to parse as protobuf (random or truncated files often do) give
+        # fields that make no sense together: refused in one line.
+        raise TraceFormatError(f"{path}: not an XSpace profile ({type(exc).__name__}: "
+                               f"{str(exc)[:120]})") from None
+
+
+def _trace_of(path: Path, space) -> Trace:
     planes = [p for p in space.planes if p.lines]
     hlo_protos = _hlo_protos(space)
     if not planes:
@@ -58,11 +70,33 @@ def read_xplane(path: str | Path) -> Trace:
             events.extend(_host_events(plane, origin_ns))
         elif plane.name.startswith("/device:"):
             events.extend(_device_events(plane, origin_ns))
+    events, dropped = _valid_times(events)
+    if not events and not dropped:
+        raise TraceFormatError(f"{path}: XSpace profile holds no host or device events")
+    validate.refuse_mostly_garbage(path, len(events), dropped)
+    events, step_problems = validate.check_steps(path, events, dropped)
     metadata = {"base_time_ns": origin_ns, "hostnames": list(space.hostnames),
                 "planes": [p.name for p in planes], "hlo_protos": hlo_protos}
+    if dropped:
+        metadata["dropped_events"] = dict(dropped)
+    if step_problems:
+        metadata["step_problems"] = step_problems
     if hlo_protos:
         events += _framework_ops_of_thunks(events, hlo_protos, metadata)
     return Trace("xplane", str(path), events, metadata)
+
+
+def _valid_times(events: list[Event]) -> tuple[list[Event], Counter]:
+    """Events with a finite, non-negative, plausible start and duration; the rest counted."""
+    dropped: Counter = Counter()
+    kept = []
+    for e in events:
+        problem = validate.time_problem(e.start_us, e.dur_us)
+        if problem:
+            dropped[problem] += 1
+        else:
+            kept.append(e)
+    return kept, dropped
 
 
 def _framework_ops_of_thunks(events: list[Event], hlo_protos: dict, metadata: dict) -> list[Event]:
@@ -75,6 +109,8 @@ def _framework_ops_of_thunks(events: list[Event], hlo_protos: dict, metadata: di
     except TraceFormatError as exc:
         metadata["hlo_error"] = str(exc)
         return []
+    # Parsed once here; Run.hlo hands these to the kernel view instead of parsing again.
+    metadata["hlo_modules"] = modules
     added = []
     for e in events:
         if e.hlo_op and e.track.startswith("host"):
@@ -135,7 +171,7 @@ def _host_events(plane, origin_ns):
             continue
         stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
         if "step_num" in stats and stats.get("_r") == 1:
-            yield Event(name, STEP, start_us, dur_us, track, int(stats["step_num"]))
+            yield Event(name, STEP, start_us, dur_us, track, _int_or_none(stats["step_num"]))
         elif "hlo_op" in stats:
             # An XLA thunk: on the CPU these are the compiled program's kernels.
             yield Event(name, HOST_OP, start_us, dur_us, track, hlo_op=str(stats["hlo_op"]),
@@ -146,7 +182,8 @@ def _host_events(plane, origin_ns):
             yield Event(name, OTHER, start_us, dur_us, track, stats=kept)
         elif "correlation_id" in stats:
             # A CUDA API call (CUPTI): the id links it to the kernel or copy it queued.
-            yield Event(name, RUNTIME, start_us, dur_us, track, correlation=int(stats["correlation_id"]))
+            yield Event(name, RUNTIME, start_us, dur_us, track,
+                        correlation=_int_or_none(stats["correlation_id"]))
         elif _TF_OP.match(name) or name in _GET_NEXT_OPS:
             yield Event(name, HOST_OP, start_us, dur_us, track)
         elif not name.startswith("end: "):
@@ -165,6 +202,18 @@ def _device_events(plane, origin_ns):
         stats = stats_of(xevent) if xevent.stats else {}
         correlation = stats.get("correlation_id")
         yield Event(name, kind, start_us, dur_us, f"device/{plane.id}/{line.id}",
-                    correlation=None if correlation is None else int(correlation),
+                    correlation=_int_or_none(correlation),
                     hlo_op=str(stats["hlo_op"]) if stats.get("hlo_op") else None,
                     hlo_module=str(stats["hlo_module"]) if stats.get("hlo_module") else None)
+
+
+def _int_or_none(value) -> int | None:
+    """A stat that should be an integer; a string or float of garbage reads as None."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, (str, bytes)):
+        return validate.step_number(value.decode(errors="replace") if isinstance(value, bytes)
+                                    else value)
+    return None

@@ -1,12 +1,11 @@
 """Breakdowns as JSON: the stable contract of `gapscope breakdown --format json`."""
 from __future__ import annotations
 
-import json
-
 from analysis.results import Breakdown
+from profilers import strict_json
 
 
 def render(breakdowns: list[Breakdown]) -> str:
     documents = [b.to_json_dict() for b in breakdowns]
     # One run gives one object (the contract); several give a list of them.
-    return json.dumps(documents[0] if len(documents) == 1 else documents, indent=2)
+    return strict_json.dumps(documents[0] if len(documents) == 1 else documents, indent=2)

@@ -1,10 +1,9 @@
 """A comparison as JSON: both breakdowns, the gap per phase and the evidence as structured fields."""
 from __future__ import annotations
 
-import json
-
 from analysis.compare import Comparison
 from analysis.renderers import evidence_text
+from profilers import strict_json
 
 
 def render(comparison: Comparison) -> str:
@@ -14,4 +13,4 @@ def render(comparison: Comparison) -> str:
         pair_doc["interval_method"] = evidence_text.interval_method(pair)
         for evidence, evidence_doc in zip(pair.evidence, pair_doc["evidence"]):
             evidence_doc["text"] = evidence_text.sentence(evidence, pair)
-    return json.dumps(doc, indent=2) + "\n"
+    return strict_json.dumps(doc, indent=2) + "\n"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 
 from analysis.matrix_results import MatrixResult, MatrixRowResult
 from analysis.renderers.columns import ratio_interval
 from analysis.renderers.fit import Grid, Page
+from profilers import strict_json
 from profilers.phases import PHASES
 
 RATIO_HEADER = "run/base"
@@ -69,5 +69,5 @@ def render_csv(result: MatrixResult) -> str:
 
 
 def render_json(result: MatrixResult) -> str:
-    return json.dumps(result.to_json_dict(), indent=2)
+    return strict_json.dumps(result.to_json_dict(), indent=2)
 

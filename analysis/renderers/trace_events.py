@@ -2,10 +2,9 @@
 one track per phase above the original events, from the phase timeline every analyser reads."""
 from __future__ import annotations
 
-import json
-
 from analysis.timeline import OTHER, PhaseTimeline
 from analysis.trace import Trace
+from profilers import strict_json
 from profilers.phases import PHASES
 
 # gapscope's own process, sorted above the trace's: its threads are the steps and the phases.
@@ -18,7 +17,7 @@ _ARGS = ("step_num", "correlation", "nbytes", "hlo_op", "hlo_module")
 
 
 def render(trace: Trace, timeline: PhaseTimeline, title: str) -> str:
-    return json.dumps(document(trace, timeline, title), separators=(",", ":"))
+    return strict_json.dumps(document(trace, timeline, title), separators=(",", ":"))
 
 
 def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:

@@ -8,8 +8,8 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from analysis.results import finite
 from analysis.tensorboard_plugin.views import UnknownRun, Views
+from profilers.strict_json import finite
 
 PLUGIN_NAME = "gapscope"
 STATIC = Path(__file__).parent / "static"

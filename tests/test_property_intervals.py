@@ -1,0 +1,57 @@
+"""Interval algebra against its meaning: on whole-number intervals every operation must give the
+same set of unit cells [k, k+1) as the set operation it stands for."""
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from analysis import intervals
+
+_interval = st.tuples(st.integers(0, 60), st.integers(0, 15)).map(lambda t: (t[0], t[0] + t[1]))
+_lists = st.lists(_interval, max_size=12)
+
+
+def _cells(items) -> set[int]:
+    return {k for s, e in items for k in range(s, e)}
+
+
+def _is_merged(items) -> bool:
+    """Sorted, no empty interval, and a gap between neighbours (touching ones are joined)."""
+    return all(s < e for s, e in items) and all(a[1] < b[0] for a, b in zip(items, items[1:]))
+
+
+@settings(max_examples=300)
+@given(_lists)
+def test_merge_is_the_union_in_canonical_form(items):
+    merged = intervals.merge(items)
+    assert _cells(merged) == _cells(items) and _is_merged(merged)
+    assert intervals.total(merged) == len(_cells(items))
+
+
+@settings(max_examples=300)
+@given(_lists, st.integers(0, 80), st.integers(0, 30))
+def test_clip_is_the_intersection_with_the_window(items, lo, width):
+    hi = lo + width
+    assert _cells(intervals.clip(items, lo, hi)) == _cells(items) & set(range(lo, hi))
+
+
+@settings(max_examples=300)
+@given(_lists, st.integers(0, 80), st.integers(0, 30))
+def test_clip_merged_equals_clip_on_a_merged_list(items, lo, width):
+    merged = intervals.merge(items)
+    assert intervals.clip_merged(merged, lo, lo + width) == intervals.clip(merged, lo, lo + width)
+
+
+@settings(max_examples=300)
+@given(_lists, _lists)
+def test_subtract_is_the_difference(items, taken):
+    result = intervals.subtract(intervals.merge(items), intervals.merge(taken))
+    assert _cells(result) == _cells(items) - _cells(taken)
+    assert all(s < e for s, e in result)
+
+
+@settings(max_examples=300)
+@given(_lists)
+def test_merge_arrays_equals_merge(items):
+    import numpy as np
+    starts = np.array([s for s, _ in items], float)
+    ends = np.array([e for _, e in items], float)
+    assert intervals.merge_arrays(starts, ends) == intervals.merge(items)

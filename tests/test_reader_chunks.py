@@ -1,0 +1,115 @@
+"""The torch reader decodes a trace a chunk of events at a time: chunk edges must change nothing."""
+import gzip
+import json
+
+import pytest
+
+from analysis.readers import torch_trace
+from analysis.readers.torch_trace import read_torch_trace
+
+# Strings and nested values that look like the gap between two events, where the reader cuts.
+TRICKY_NAMES = ["aten::mm", 'x}, {"ph": "X"', "}, {", "},{", 'quote " and }\\n,{', "ünïcødé ✓", ""]
+
+
+def _events(n: int) -> list[dict]:
+    events = [{"ph": "M", "name": "process_name", "pid": 1, "tid": 0, "args": {"name": "python"}}]
+    for i in range(n):
+        events.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}",
+                       "pid": 1, "tid": 1, "ts": 1000 + 100 * i, "dur": 100})
+        events.append({"ph": "X", "cat": "cpu_op", "name": TRICKY_NAMES[i % len(TRICKY_NAMES)],
+                       "pid": 1, "tid": "main", "ts": 1010 + 100 * i, "dur": 20,
+                       "args": {"nested": [{"a": 1}, {"b": {"c": "}, {"}}], "correlation": i}})
+        events.append({"ph": "s", "id": i, "pid": 1, "tid": 1, "ts": 1010 + 100 * i,
+                       "cat": "ac2g", "name": "ac2g"})
+        events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7,
+                       "ts": 1030 + 100 * i, "dur": 5.5, "args": {"correlation": i, "bytes": 64}})
+    return events
+
+
+def _documents():
+    events = _events(40)
+    yield "kineto layout", json.dumps({"schemaVersion": 1, "deviceProperties": [{"id": 0}],
+                                       "traceEvents": events, "traceName": "x"}, indent=2)
+    yield "compact", json.dumps({"traceEvents": events}, separators=(",", ":"))
+    yield "keys after the array", json.dumps({"traceEvents": events, "deviceProperties": [{"id": 1}],
+                                              "baseTimeNanoseconds": 123})
+    yield "a nested traceEvents key first", json.dumps(
+        {"distributedInfo": {"traceEvents": [1, 2]}, "traceEvents": events})
+
+
+def _as_tuples(trace):
+    return [tuple(getattr(e, f) for f in e.__struct_fields__) for e in trace.events]
+
+
+@pytest.mark.parametrize("label,text", list(_documents()), ids=[d[0] for d in _documents()])
+@pytest.mark.parametrize("chunk", [1, 7, 64, 300])
+def test_chunk_edges_change_nothing(tmp_path, monkeypatch, label, text, chunk):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(text)
+    whole = read_torch_trace(path)  # default chunks: this small file is decoded in one piece
+    monkeypatch.setattr(torch_trace, "_CHUNK", chunk)
+    monkeypatch.setattr(torch_trace, "_BLOCK", max(1, chunk // 2))
+    chunked = read_torch_trace(path)
+    assert _as_tuples(chunked) == _as_tuples(whole)
+    assert chunked.metadata == whole.metadata
+    assert len(whole.events) == 120
+    gz = tmp_path / "w.1.pt.trace.json.gz"
+    gz.write_bytes(gzip.compress(text.encode()))
+    assert _as_tuples(read_torch_trace(gz)) == _as_tuples(whole)
+
+
+def test_header_and_trailing_keys_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch_trace, "_CHUNK", 64)
+    monkeypatch.setattr(torch_trace, "_BLOCK", 16)
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": _events(3), "deviceProperties": [{"id": 1}],
+                                "baseTimeNanoseconds": 123}))
+    trace = read_torch_trace(path)
+    assert trace.metadata == {"device_properties": [{"id": 1}], "base_time_ns": 123}
+
+
+def test_garbage_after_the_array_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch_trace, "_CHUNK", 64)
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": _events(3)}) + " trailing")
+    with pytest.raises(torch_trace.TraceFormatError, match="not a torch profiler trace"):
+        read_torch_trace(path)
+
+
+_RSS_CHILD = """
+import sys
+from analysis.readers.torch_trace import read_torch_trace
+
+def peak():  # VmHWM: this process's own peak RSS (ru_maxrss starts at the parent's at fork)
+    status = open("/proc/self/status").read()
+    return int(status.split("VmHWM:")[1].split()[0]) * 1024
+
+before = peak()
+trace = read_torch_trace(sys.argv[1])
+print(len(trace.events), peak() - before)
+"""
+
+
+@pytest.mark.parametrize("gzipped", [False, True], ids=["plain", "gzip"])
+def test_memory_stays_bounded_by_the_chunk_not_the_file(tmp_path, gzipped):
+    # 192 MB of trace whose events carry long args the reader does not keep: a reader that
+    # holds the whole text (or every raw event) at once grows by the file's size; this one
+    # by a chunk, a few blocks read ahead and the few events it keeps.
+    import subprocess
+    import sys
+    from pathlib import Path
+    pad = "x" * 16_000
+    event = ('{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": %d, '
+             '"dur": 5, "args": {"Input Dims": "%s"}}')
+    count = (192 << 20) // len(event % (0, pad))
+    body = ",\n".join(event % (1000 + 10 * i, pad) for i in range(count))
+    text = '{"traceEvents": [' + body + "]}"
+    path = tmp_path / ("big.pt.trace.json" + (".gz" if gzipped else ""))
+    path.write_bytes(gzip.compress(text.encode(), 1) if gzipped else text.encode())
+    del text, body
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, str(path)], cwd=root, check=True,
+                         capture_output=True, text=True, timeout=300).stdout.split()
+    events, grew = int(out[0]), int(out[1])
+    assert events == count
+    assert grew < 96 << 20, f"reading 192 MB grew the process by {grew >> 20} MB"
