@@ -2,8 +2,10 @@
 `running` with its pid and host, ended exactly once as complete or failed, also on SIGINT/SIGTERM."""
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
+import sys
 import threading
 import traceback
 from contextlib import contextmanager
@@ -15,6 +17,9 @@ from profilers.run_dir import Manifest, create_run_dir, write_steps_csv
 
 INTERRUPTED = "interrupted"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# The launcher's pid, in its run process's environment: see stop_with_parent.
+LAUNCHER_PID_ENV = "GAPSCOPE_LAUNCHER_PID"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class Interrupted(KeyboardInterrupt):
@@ -60,6 +65,22 @@ def signals_interrupt():
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def stop_with_parent() -> None:
+    """A SIGTERM to this run process when its launcher dies, even by SIGKILL (which the launcher
+    cannot forward): the run then records `failed: interrupted` instead of training on, orphaned,
+    with nobody to read its end. Linux only (prctl); elsewhere the stale-pid check still tells."""
+    expected = os.environ.get(LAUNCHER_PID_ENV)
+    if not expected or not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != int(expected):  # it died before the prctl: no signal will come
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 class RunLifecycle:

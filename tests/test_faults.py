@@ -95,6 +95,28 @@ def test_signal_stops_run_and_records_it_interrupted(tmp_path, signum):
     _no_temporary_files(out)
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's prctl")
+def test_run_process_stops_and_records_it_when_gapscope_is_killed(tmp_path):
+    """SIGKILL to gapscope cannot be forwarded: the run process must not train on orphaned; the
+    kernel's parent-death signal stops it, and it records `failed: interrupted` itself."""
+    out = tmp_path / "runs"
+    process = _gapscope(["run", "mlp", "--framework", "torch", "--steps", "50000", "--no-trace",
+                         "--out", str(out), "-q"])
+    try:
+        run = _wait_for(lambda: out.is_dir() and _running_run(out), what="the run to start")
+        child = _manifest(run)["pid"]
+        process.kill()
+        process.wait()
+        _wait_for(lambda: not psutil.pid_exists(child) or
+                  psutil.Process(child).status() == psutil.STATUS_ZOMBIE,
+                  timeout=60, what="the orphaned run process to stop")
+    finally:
+        _finish(process)
+    manifest = _manifest(run)
+    assert (manifest["status"], manifest["error"]) == ("failed", "interrupted")
+    _no_temporary_files(out)
+
+
 def test_sigint_as_the_run_finishes_is_not_a_clean_exit(tmp_path):
     """Ctrl-C just as the run records its end: the run keeps the end it recorded (complete,
     nothing was cut), and the command still stops with 130 rather than carry on to exit 0."""

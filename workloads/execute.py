@@ -9,7 +9,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrupt
+from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrupt, stop_with_parent
 from profilers.samplers import ResourceSampler
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
@@ -34,6 +34,8 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
                 print(f"gapscope: run not started: {type(exc).__name__}: {exc}", file=sys.stderr)
             return exit_code_of(exc)
         try:
+            # Once the run can record its end: the SIGTERM this may send is an Interrupted.
+            stop_with_parent()
             runner = _runner(settings.framework)
             sampler = ResourceSampler() if settings.sample_resources else None
             with sampler or nullcontext(), StepReporter(settings.steps_per_execution):

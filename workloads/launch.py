@@ -15,7 +15,7 @@ from typing import Callable
 from profilers import strict_json
 from profilers.nvml import gpu_count
 from profilers.run_dir import create_run_dir
-from profilers.run_lifecycle import INTERRUPTED, STOP_SIGNALS, Interrupted, RunLifecycle
+from profilers.run_lifecycle import INTERRUPTED, LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted, RunLifecycle
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
 from workloads.step_report import parse
@@ -61,6 +61,7 @@ def launch(settings: RunSettings, out_dir: str | Path,
     # The child imports the project's packages the same way this process did.
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
     command = [sys.executable, "-m", "workloads.execute", str(run_dir),
                strict_json.dumps(settings.to_dict())]
     with _Forwarder() as forwarder:
