@@ -4,11 +4,13 @@ records the profile over the trace window."""
 from __future__ import annotations
 
 import types
+from pathlib import Path
 
 from profilers.marks import PhaseMarks
 from profilers.tf_marks import tf_phase_scope
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
+from profilers.written_traces import stop_tf_profiler
 
 BATCH_LOSS = "batch_loss"
 
@@ -159,8 +161,8 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                 self._window_done = True
                 if self._tracing:
                     import tensorflow as tf
-                    tf.profiler.experimental.stop()
                     self._tracing = False
+                    stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
             self._previous_end = timer.now()
 
         # model.predict (inference runs) calls the same hooks under other names.

@@ -6,6 +6,7 @@ from pathlib import Path
 from profilers.phases import tf_eager_event_name
 from profilers.torch_session import torch_profiler
 from profilers.trace_window import TraceWindow
+from profilers.written_traces import stop_tf_profiler
 
 
 class TorchStepSession:
@@ -89,8 +90,8 @@ class TfStepSession:
     def end_step(self, step: int) -> None:
         self._close_step()
         if self._running and step >= self._window.last:
-            self._profiler.stop()
             self._running = False
+            stop_tf_profiler(self._profiler, self._run_dir)
 
     def abandon_step(self, step: int) -> None:
         """An exhausted loader of unknown length inside the window leaves one short step event."""

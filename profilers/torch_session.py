@@ -1,12 +1,11 @@
 """torch.profiler over a scheduled window, written where TensorBoard's pytorch_profiler plugin looks."""
 from __future__ import annotations
 
-import errno
-import gzip
 import socket
 from pathlib import Path
 
 from profilers.trace_window import TraceWindow
+from profilers.written_traces import checked_writes, whole_json
 
 
 def torch_profiler(run_dir: Path, window: TraceWindow, cuda: bool):
@@ -14,7 +13,6 @@ def torch_profiler(run_dir: Path, window: TraceWindow, cuda: bool):
 
     One profiler-warm-up step precedes the window (kineto needs it to start up), so that
     cost lands on a step that is already excluded as warm-up."""
-    import torch
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
@@ -31,26 +29,7 @@ def torch_profiler(run_dir: Path, window: TraceWindow, cuda: bool):
 
 
 def _checked(handler, run_dir: Path):
-    """The trace handler, then a look at what it wrote: kineto writes the JSON from C++ and
-    ignores a failed write, so a full disk leaves a truncated trace behind a run that would
-    otherwise say `complete`."""
+    """The trace handler, then a look at what it wrote (kineto ignores a failed write)."""
     def on_trace_ready(prof) -> None:
-        before = set(run_dir.glob("*.pt.trace.json*"))
-        handler(prof)
-        for path in set(run_dir.glob("*.pt.trace.json*")) - before:
-            if not _complete_json(path):
-                raise OSError(errno.EIO, "the profiler wrote a truncated trace (is the disk full?)",
-                              str(path))
+        checked_writes(lambda: handler(prof), run_dir, "*.pt.trace.json*", whole_json)
     return on_trace_ready
-
-
-def _complete_json(path: Path, chunk: int = 1 << 20) -> bool:
-    """Whether the trace ends as a JSON object does: its last non-blank character is `}`."""
-    last = b""
-    try:
-        with (gzip.open(path, "rb") if path.name.endswith(".gz") else open(path, "rb")) as handle:
-            while block := handle.read(chunk):
-                last = (last + block)[-64:]
-    except (OSError, EOFError):  # a gzip stream cut short
-        return False
-    return last.rstrip().endswith(b"}")
