@@ -127,6 +127,11 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             self._call_begin_batch = 0
             self.traced_calls: list[int] = []
 
+        @property
+        def updates(self) -> int:
+            """Updates (batches) the run has finished so far."""
+            return self._updates
+
         def on_train_batch_begin(self, batch, logs=None):
             self._call_first, self._call_begin_batch = self._updates, batch
             call_last = self._call_first + steps_per_call - 1

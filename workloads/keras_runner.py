@@ -62,6 +62,11 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     finally:
         if profiler is not None:
             profiler.stop()
+    if callback.updates < steps:
+        # Keras ends fit quietly on an OutOfRangeError from anywhere in a step, taking it for
+        # the end of the data: a short run is a failure, not a result.
+        raise RuntimeError(f"Keras stopped after {callback.updates} of {steps} steps "
+                           "(its input ran out, or a step raised OutOfRangeError)")
 
     timed = ("data_load", "forward", "backward", "optimizer") if on_torch else ()
     rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
