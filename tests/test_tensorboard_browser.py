@@ -15,6 +15,7 @@ import user_loops
 from analysis.breakdown import breakdown
 from analysis.compare import compare
 from analysis.explain import explain
+from analysis.renderers import evidence_text
 from analysis.run import load_run
 from analysis.tensorboard_server import TensorBoardServer
 from browser import HeadlessChromium, ensure_chromium
@@ -258,6 +259,10 @@ def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, 
         for g in pair.phases]
     assert rows[-1][6] == ("gap within noise" if pair.within_noise else
                            "slower" if pair.gap_ms > 0 else "faster")
+    # The evidence reads as the CLI prints it (empty bullets once passed unnoticed).
+    bullets = wait_in_gapscope(browser, """(doc) => [...doc.querySelectorAll(
+      '[data-view=compare] ul.evidence li')].map((li) => li.textContent)""")
+    assert pair.evidence and bullets == [evidence_text.sentence(e, pair) for e in pair.evidence]
     browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compare]').scrollIntoView()")
     screenshot(browser, artefacts, "gapscope-compare")
     assert_offline_and_clean(browser, url)

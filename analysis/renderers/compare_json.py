@@ -7,10 +7,15 @@ from profilers import strict_json
 
 
 def render(comparison: Comparison) -> str:
+    return strict_json.dumps(document(comparison), indent=2) + "\n"
+
+
+def document(comparison: Comparison) -> dict:
+    """The JSON contract: each finding's facts, and beside them the line the other formats
+    print (the TensorBoard plugin shows that line)."""
     doc = comparison.to_json_dict()
-    # Each finding's facts, and beside them the line the other formats print.
     for pair, pair_doc in zip(comparison.pairs, doc["comparisons"]):
         pair_doc["interval_method"] = evidence_text.interval_method(pair)
         for evidence, evidence_doc in zip(pair.evidence, pair_doc["evidence"]):
             evidence_doc["text"] = evidence_text.sentence(evidence, pair)
-    return strict_json.dumps(doc, indent=2) + "\n"
+    return doc

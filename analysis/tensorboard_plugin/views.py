@@ -12,6 +12,7 @@ from pathlib import Path
 from analysis.breakdown import breakdown
 from analysis.compare import compare
 from analysis.explain import RunExplanation, explain
+from analysis.renderers import compare_json
 from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results import Breakdown
@@ -120,7 +121,7 @@ class Views:
         except GapscopeInputError as exc:
             return {"error": one_line(exc)}
         # The CLI's own verdict lines ("... is 1.30x slower ...", "within noise").
-        return {**comparison.to_json_dict(), "verdicts": verdict_lines(comparison)}
+        return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison)}
 
     def _entry(self, name: str) -> RunEntry:
         entry = find_runs(self.logdir).get(name)
