@@ -267,7 +267,8 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
         k = run.kernels
         return {"kernels_per_step": round(k.per_step, 3), "fused_share": k.fused_share,
                 "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
-                "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS), "source": k.source}
+                "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS),
+                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source}
     return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
 
 

@@ -83,6 +83,23 @@ def test_tf_ops_take_their_phase_from_their_name():
     assert sorted((w.phase, w.busy_us) for w in work.kernels()) == [("backward", 20), ("forward", 20)]
 
 
+def test_ops_side_by_side_sum_above_their_busy_time():
+    """TF runs ops on several threads at once: summed op time (50 µs) exceeds the time any op
+    ran (40 µs, threads merged); the compare shows both and their ratio, 1.25x."""
+    from types import SimpleNamespace
+    from analysis.renderers.compare_columns import parallelism
+    trace = Trace("xplane", "hand-made", [
+        Event("train", STEP, 0, 100, "host/1/0", step_num=3),
+        _op("StatefulPartitionedCall/gapscope_forward/dense/MatMul:_MklMatMul", 10, 30, track="host/1/2"),
+        _op("StatefulPartitionedCall/gradient_tape/gapscope_forward/dense/MatMul:MatMul", 20, 50,
+            track="host/1/3"),
+    ])
+    _, stats, result = _analyse(trace)
+    assert stats.time_ms_per_step == pytest.approx(0.050)
+    assert result.device_busy_ms == pytest.approx(0.040)
+    assert parallelism(SimpleNamespace(kernels=stats, attribution=result)) == pytest.approx(1.25)
+
+
 def test_compile_guard_and_tracing_figures():
     trace = Trace("torch", "hand-made", [
         Event("ProfilerStep#1", STEP, 0, 100, "host/1/1", step_num=1),

@@ -95,7 +95,11 @@ def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         ("  fused share of kernel time", lambda r: _f(r.kernels.fused_time_share, "{:.0%}")),
         ("  mean kernel µs", lambda r: _f(r.kernels.mean_us, "{:.1f}")),
         ("  counted as kernels", lambda r: r.kernels.source),
-        ("time in kernels ms", lambda r: f"{r.kernels.time_ms_per_step:.3f}"),
+        # Summed over threads, kernel time can exceed the step (TF runs ops side by side on
+        # the CPU): the busy time beside it, and their ratio, say how.
+        ("time in kernels ms, summed", lambda r: f"{r.kernels.time_ms_per_step:.3f}"),
+        ("  busy, threads merged ms", lambda r: f"{r.attribution.device_busy_ms:.3f}"),
+        ("  parallelism (summed/busy)", lambda r: _f(parallelism(r), "{:.2f}x")),
         ("device idle / dispatch ms", lambda r: f"{r.attribution.dispatch_ms:.3f}"),
         ("launch calls (GPU)", lambda r: _f(r.attribution.launches_per_step, "{:.1f}")),
         ("first step ms", lambda r: _f(r.compile.first_step_ms, "{:.1f}")),
@@ -109,6 +113,17 @@ def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         ("GPU util %", lambda r: _f(r.resources.gpu_util_percent_mean, "{:.0f}")),
     ]
     return head, [[label] + [fn(r) for r in runs] for label, fn in facts]
+
+
+def parallelism(run) -> float | None:
+    """How many kernels (ops, on the CPU) ran at once on average while any ran."""
+    busy = run.attribution.device_busy_ms
+    return run.kernels.time_ms_per_step / busy if busy > 0 else None
+
+
+# Said under the host/device table: device time above host time is not an error.
+DEVICE_FOOTER = ("device: when the phase's kernels (CPU: ops) ran, threads merged; above host "
+                 "time where they run beside or after the host's phase")
 
 
 def _transfers(run) -> str:

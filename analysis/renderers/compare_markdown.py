@@ -17,6 +17,7 @@ def render(comparison: Comparison) -> str:
     lines += _table(cols.header(comparison), cols.phase_rows(comparison))
     lines += ["", f"_{cols.UNIT_FOOTER}_", "", "**Host vs device time per phase** (ms per step)", ""]
     lines += _table(*cols.phase_device_rows(comparison))
+    lines += ["", f"_{cols.DEVICE_FOOTER}_"]
     lines += ["", "**Evidence per run**", ""]
     lines += _table(*cols.fact_rows(comparison))
     lines += [""]

@@ -19,6 +19,7 @@ def render(comparison: Comparison) -> str:
     page.line(cols.UNIT_FOOTER)
     head, rows = cols.phase_device_rows(comparison, "\n")
     page.table(Grid("host vs device time per phase (ms per step)", head, rows, [2] * (others + 1)))
+    page.line(cols.DEVICE_FOOTER)
     head, rows = cols.fact_rows(comparison)
     page.table(Grid("evidence per run", head, rows, [1] * (others + 1)))
     for line in cols.evidence_lines(comparison):
