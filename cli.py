@@ -394,10 +394,13 @@ def breakdown(paths, source, fmt):
               show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="With --measure: folder that receives the A/B folder.")
+@click.option("--check-suggestions", is_flag=True,
+              help="Measure each suggested variant against the configuration it changes (A/B, "
+                   "--repeats interleaved runs of --steps into --out) and say whether it helped.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @format_option(registry.COMPARE)
 @wide_option
-def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
+def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -427,13 +430,39 @@ def compare(runs, measure, repeats, out_dir, quiet, fmt, **settings):
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
         loaded = Runs()
         comparison = compare_runs(explain_all([loaded.load(r) for r in runs]))
+    if check_suggestions:
+        _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)
 
 
-def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict) -> Path:
+def _check_suggestions(comparison, repeats: int, out_dir: str, quiet: bool, settings: dict) -> None:
+    """Each suggestion is a hypothesis: measured as an A/B of its current configuration against
+    the suggested one. One that cannot run here (a GPU variant on a CPU) is said, not fatal."""
+    from analysis.suggestions import measured
+    _check_lengths(settings)
+    for pair in comparison.pairs:
+        for suggestion in pair.suggestions:
+            _say(quiet, f"checking {suggestion.suggested} against {suggestion.current}...")
+            try:
+                folder = _measure([suggestion.current, suggestion.suggested], repeats, out_dir,
+                                  quiet, settings, failed_is_fatal=False)
+            except GapscopeInputError as exc:
+                folder, problem = None, str(exc)
+            else:
+                problem = "a run failed (see above)"
+            if folder is None:
+                comparison.warnings.append(f"{suggestion.suggested} not checked: {problem}")
+                continue
+            suggestion.check = measured(folder)
+
+
+def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
+             failed_is_fatal: bool = True) -> Path | None:
+    """The A/B folder; a failed run ends the command, or with `failed_is_fatal` False is
+    said and gives None."""
     from workloads.ab import Config, RunFailed, measure
     from workloads.settings import RunSettings
     configs = [Config.parse(spec) for spec in specs]
@@ -448,7 +477,9 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict) -> 
         folder = measure(configs, repeats, base, out_dir, on_run)
     except RunFailed as exc:
         click.echo(f"gapscope: A/B measurement failed: {exc}", err=True)
-        sys.exit(EXIT_RUN_FAILED)
+        if failed_is_fatal:
+            sys.exit(EXIT_RUN_FAILED)
+        return None
     _say(quiet, f"A/B folder: {folder}")
     return folder
 

@@ -11,6 +11,7 @@ from analysis.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results import Breakdown
 from analysis.run import unique_labels
 from analysis.stats import Interval, contains_zero, paired_ratio, percentile_interval, t_interval
+from analysis.suggestions import Suggestion, suggest
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
 
@@ -80,6 +81,7 @@ class PairComparison:
     interval_method: "IntervalMethod | None" = None
     repeats: int = 1
     unprofiled: bool = True      # both step times from unprofiled steps
+    suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
 
     @property
     def within_noise(self) -> bool:
@@ -98,6 +100,7 @@ class PairComparison:
                                      "ratio": g.ratio, "share_of_gap": g.share_of_gap}
                            for g in self.phases},
                 "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
+                "suggestions": [x.to_json_dict() for x in self.suggestions],
                 "devices_differ": self.devices_differ}
 
 
@@ -170,7 +173,21 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
         _repeat_intervals(pair, *sides)
     else:
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
+    pair.suggestions = _suggestions(pair, a, b)
     return pair
+
+
+def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:
+    """For the slower run, from the phases it is slower in beyond noise; none for a gap that
+    is noise: there is nothing to explain."""
+    if pair.within_noise or pair.gap_ms == 0:
+        return []
+    b_slower = pair.gap_ms > 0
+    gaps = {g.phase: (g.delta_ms if b_slower else -g.delta_ms) for g in pair.phases
+            if not g.within_noise}
+    phase_ms = {g.phase: g.b_ms if b_slower else g.a_ms for g in pair.phases}
+    return suggest(b if b_slower else a, phase_ms, gaps,
+                   pair.b_step_ms if b_slower else pair.a_step_ms)
 
 
 def _mean_figures(breakdowns: list[Breakdown]) -> dict[str, float]:

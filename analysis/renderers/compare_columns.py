@@ -46,10 +46,19 @@ def verdict_lines(comparison: Comparison) -> list[str]:
         factor = pair.ratio if slower else 1 / pair.ratio
         lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
                      f"{pair.a_label} (ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms"
-                     f" per step)")
+                     f" per step){_where(pair)}")
     for pair in comparison.pairs[:1]:
         lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines
+
+
+def _where(pair) -> str:
+    """'; 93 % of it in backward (+22.300 ms)': the phase that carries most of the gap, beyond noise."""
+    shares = [g for g in pair.phases if g.share_of_gap and g.share_of_gap > 0 and not g.within_noise]
+    if not shares:
+        return ""
+    top = max(shares, key=lambda g: g.share_of_gap)
+    return f"; {100 * top.share_of_gap:.0f} % of it in {top.phase} ({top.delta_ms:+.3f} ms)"
 
 
 def header(comparison: Comparison, sep: str = " ") -> list[str]:
@@ -155,4 +164,8 @@ def evidence_lines(comparison: Comparison) -> list[str]:
     for pair in comparison.pairs:
         lines.append(f"{pair.b_label} vs {pair.a_label}: gap {pair.gap_ms:+.3f} ms per step")
         lines += [f"  - {evidence_text.sentence(e, pair)}" for e in pair.evidence]
+        if pair.suggestions:
+            lines.append(f"suggestions for {pair.b_label if pair.gap_ms > 0 else pair.a_label} "
+                         "(hypotheses; --check-suggestions measures them):")
+            lines += [f"  - {evidence_text.suggestion(s)}" for s in pair.suggestions]
     return lines

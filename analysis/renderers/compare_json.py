@@ -18,4 +18,6 @@ def document(comparison: Comparison) -> dict:
         pair_doc["interval_method"] = evidence_text.interval_method(pair)
         for evidence, evidence_doc in zip(pair.evidence, pair_doc["evidence"]):
             evidence_doc["text"] = evidence_text.sentence(evidence, pair)
+        for suggestion, suggestion_doc in zip(pair.suggestions, pair_doc["suggestions"]):
+            suggestion_doc["text"] = evidence_text.suggestion(suggestion)
     return doc

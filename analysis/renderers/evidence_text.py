@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from analysis.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.kernels import WorkSource
+from analysis.suggestions import Rule, Suggestion
 
 INTERVAL_METHODS = {
     None: "none: a run has too few steps for an interval",
@@ -15,6 +16,30 @@ INTERVAL_METHODS = {
 
 def interval_method(pair: PairComparison) -> str:
     return INTERVAL_METHODS[pair.interval_method].format(repeats=pair.repeats)
+
+
+def suggestion(s: Suggestion) -> str:
+    """'try mlp:torch:preload (data loading: data_load 4.734 ms, 52 % of the step of mlp torch)',
+    then what measuring it found, where it was measured."""
+    f = s.figures
+    why = {
+        Rule.DATA_LOAD: lambda: f"data_load {f['data_load_ms']:.3f} ms, {100 * f['data_load_share']:.0f} %",
+        Rule.DISPATCH: lambda: f"other {f['other_ms']:.3f} ms, {100 * f['other_share']:.0f} %",
+        Rule.STEPS_PER_CALL: lambda: f"other {f['other_ms']:.3f} ms, {100 * f['other_share']:.0f} %",
+        Rule.SMALL_KERNELS: lambda: (f"{f['kernels_per_step']:.0f} kernels/ops per step, mean "
+                                     f"{f['mean_kernel_us']:.1f} µs"),
+        Rule.RECOMPILES: lambda: f"{f['compile_in_window_ms']:.1f} ms compiling in steady steps",
+        Rule.FP32_GPU: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
+    }[s.rule]()
+    of_step = "" if s.rule in (Rule.SMALL_KERNELS, Rule.RECOMPILES) else " of the step"
+    text = f"try {s.suggested} ({s.rule}: {why}{of_step}, {s.run_label})"
+    if s.check is None:
+        return text
+    c = s.check
+    low_high = f" [{c.ratio_ci95[0]:.2f}, {c.ratio_ci95[1]:.2f}]" if c.ratio_ci95 else ""
+    outcome = ("it helped" if c.helped else "within noise: not shown to help" if c.within_noise
+               else "it made the step slower")
+    return f"{text}: measured {c.ratio:.2f}x{low_high} the step time of {s.current}, {outcome}"
 
 
 def sentence(e: Evidence, pair: PairComparison) -> str:
