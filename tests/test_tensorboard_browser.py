@@ -263,6 +263,9 @@ def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, 
     bullets = wait_in_gapscope(browser, """(doc) => [...doc.querySelectorAll(
       '[data-view=compare] ul.evidence li')].map((li) => li.textContent)""")
     assert pair.evidence and bullets == [evidence_text.sentence(e, pair) for e in pair.evidence]
+    shown = browser.evaluate(_IN_GAPSCOPE % """(doc) => [...doc.querySelectorAll(
+      '[data-view=compare] ul.suggestions li')].map((li) => li.textContent)""")
+    assert shown == [evidence_text.suggestion(x) for x in pair.suggestions]
     browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compare]').scrollIntoView()")
     screenshot(browser, artefacts, "gapscope-compare")
     assert_offline_and_clean(browser, url)

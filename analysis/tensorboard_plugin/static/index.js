@@ -287,6 +287,10 @@ function comparison(doc) {
              `intervals: ${pair.interval_method}`),
         html('h4', {}, 'evidence'),
         html('ul', {class: 'evidence'}, ...pair.evidence.map((e) => html('li', {}, e.text))));
+    if (pair.suggestions.length) {
+      parts.push(html('h4', {}, 'suggestions (hypotheses: gapscope compare --check-suggestions measures them)'),
+          html('ul', {class: 'suggestions'}, ...pair.suggestions.map((s) => html('li', {}, s.text))));
+    }
   }
   return parts.concat(notes(doc.warnings.map((w) => `warning: ${w}`)));
 }
