@@ -11,6 +11,7 @@ from analysis.phase_estimate import PhaseSamples, estimate
 from analysis.phase_rules import PhaseOrigin
 from analysis.results import Breakdown, PhaseSource, StepBreakdown
 from analysis.run import Run
+from analysis.other_split import other_shares
 from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
 from profilers.errors import GapscopeInputError
@@ -41,6 +42,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
         result = _combined(run, traced, timed, raw=source == Source.TRACE)
         result.notes = notes + result.notes
+        result.other_shares = other_shares(run.trace, run.timeline)
     requested = run.manifest.get("warmup_steps")
     if isinstance(requested, int) and run.warmup_steps > requested:
         result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
@@ -55,8 +57,10 @@ def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
     """The trace's figures as recorded (a trace with no unprofiled steps beside it)."""
     timeline = timeline or phase_timeline(trace)
     steps, origins, notes = _trace_steps(trace, timeline, runs_phases)
-    return _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins,
-                         reader_notes(trace) + notes, raw=True)
+    result = _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins,
+                           reader_notes(trace) + notes, raw=True)
+    result.other_shares = other_shares(trace, timeline)
+    return result
 
 
 def reader_notes(trace: Trace) -> list[str]:

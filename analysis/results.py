@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from analysis.other_split import split_other
 from analysis.stats import Interval, percentile
 from profilers.phases import MARKED_PHASES, PHASES
 from profilers.strict_json import finite
@@ -72,6 +73,8 @@ class Breakdown:
     # How much longer traced steps took than untraced ones (step timers), in percent.
     trace_overhead_pct: float | None = None
     phase_sources: dict[str, str] = field(default_factory=dict)  # how each phase was found in the trace
+    # The trace's `other` by what the host did meanwhile (OtherPart names): shares adding up to 1.
+    other_shares: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);
     # row 0 is the estimate itself. Kept for the intervals of differences between runs.
@@ -118,6 +121,7 @@ class Breakdown:
                       "distortion_ms": None if self.phases[p].trace_ms is None
                       else round(self.phases[p].trace_ms - means[p], _DIGITS)}
                   for p in PHASES}
+        phases["other"]["parts"] = split_other(means["other"], self.other_shares, _DIGITS)
         return {
             "run_id": self.run_id, "workload": self.workload, "framework": self.framework,
             "variant": self.variant, "device": self.device, "label": self.label,

@@ -17,13 +17,14 @@ def render(breakdowns: list[Breakdown]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(COLUMNS)
     for b in breakdowns:
-        for phase, ms, share in phase_rows(b):
+        for phase, ms, share in phase_rows(b, parts=True):
             figure = b.phases.get(phase)
-            interval = b.step_ci95 if figure is None else figure.ci95
+            part = phase.startswith("other: ")  # other in the trace's proportions: no interval
+            interval = None if part else b.step_ci95 if figure is None else figure.ci95
             low, high = ("", "") if interval is None else (f"{interval[0]:.6f}", f"{interval[1]:.6f}")
             writer.writerow([b.run_id, b.workload, b.framework, b.variant, b.device, b.source,
                              len(b.step_times_ms), phase, f"{ms:.6f}", low, high, f"{share:.6f}",
-                             "" if figure is None else figure.source,
+                             "trace proportions" if part else "" if figure is None else figure.source,
                              b.phase_sources.get(phase, ""),
                              "" if b.compile_ms is None else f"{b.compile_ms:.3f}"])
     return out.getvalue()

@@ -12,7 +12,9 @@ def render(breakdowns: list[Breakdown]) -> str:
     head = ["phase"] + [h for name in names for h in (f"{name}\nms", "%", "src")]
     rows = [[phase, *cells] for phase, cells in side_by_side(breakdowns)]
     rows.append(["steps", *[c for b in breakdowns for c in (str(len(b.step_times_ms)), "", "")]])
-    ends = frozenset(i for i, row in enumerate(rows) if row[0] in ("other", "step"))
+    # A rule under `other` (after its parts) and under the step.
+    ends = frozenset(i for i, row in enumerate(rows)
+                     if row[0] == "step" or i + 1 < len(rows) and rows[i + 1][0] == "step")
     sources = frozenset(3 + 3 * i for i in range(len(breakdowns)))
     page = Page()
     page.table(Grid("gapscope breakdown", head, rows, [3] * len(breakdowns), left=sources | {0}, ends=ends))

@@ -1,6 +1,7 @@
 """What a breakdown table shows, shared by the table, Markdown and CSV renderers."""
 from __future__ import annotations
 
+from analysis.other_split import OtherPart
 from analysis.phase_rules import PhaseOrigin
 from analysis.results import Breakdown, PhaseSource
 from analysis.run import unique_labels
@@ -19,7 +20,13 @@ def unit_footer(breakdowns: list[Breakdown]) -> str:
             "% of the step; phases add up to the step; compile = one-time warm-up cost. "
             "Phase source: T timers, C trace with the profiler's cost taken out, "
             "R trace as recorded (profiler cost inside); step source: U unprofiled steps, "
-            "R traced steps")
+            "R traced steps" + (PARTS_LEGEND if any(b.other_shares for b in breakdowns) else ""))
+
+
+PARTS_LEGEND = (". · other by what the host did meanwhile, in the trace's proportions: ops in no "
+                "phase (metrics, variable updates); framework dispatch (tf.function call, executor "
+                "scheduling, Dynamo guards, launches); device wait (synchronising calls); loop and "
+                "callbacks (no framework event: the loop's Python, Keras callbacks)")
 
 
 def origin_legend(breakdowns: list[Breakdown]) -> str | None:
@@ -45,10 +52,15 @@ def workload_references(breakdowns: list[Breakdown], baseline: int) -> list[int]
             for b in breakdowns]
 
 
-def phase_rows(b: Breakdown) -> list[tuple[str, float, float]]:
-    """(phase, ms, share) for the five phases, then the whole step, as the JSON contract has them."""
+def phase_rows(b: Breakdown, parts: bool = False) -> list[tuple[str, float, float]]:
+    """(phase, ms, share) for the five phases (with `parts`, other's parts after them, named
+    'other: <part>'), then the whole step, as the JSON contract has them."""
     data = b.to_json_dict()
     rows = [(p, data["phases"][p]["ms"], data["phases"][p]["share"]) for p in PHASES]
+    step = data["step_ms"]["mean"]
+    if parts:
+        rows += [(f"other: {part}", ms, round(ms / step, 6) if step else 0.0)
+                 for part, ms in data["phases"]["other"]["parts"].items()]
     rows.append(("step", data["step_ms"]["mean"], 1.0))
     return rows
 
@@ -74,8 +86,29 @@ def ratio_interval(ratio: float | None, interval) -> str:
         return f"{ratio:.2f}x"
     return f"{ratio:.2f}x [{interval[0]:.2f}, {interval[1]:.2f}]"
 
+# Sub-rows of `other` start with this mark, so that a table can tell them from the phases.
+PART_MARK = "· "
+
+
+def other_part_rows(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
+    """`other` by what the host did meanwhile, one (part, [ms, %, ""]) row per part any run has."""
+    docs = [b.to_json_dict()["phases"]["other"]["parts"] for b in breakdowns]
+    steps = [b.step_stats()["mean"] for b in breakdowns]
+    rows = []
+    for part in OtherPart:
+        if any(part in doc for doc in docs):
+            cells = []
+            for doc, step in zip(docs, steps):
+                ms = doc.get(part)
+                cells += ["" if ms is None else f"{ms:.3f}",
+                          "" if ms is None or not step else f"{100 * ms / step:.1f}", ""]
+            rows.append((PART_MARK + part, cells))
+    return rows
+
+
 def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
-    """Rows of (phase, [ms ± ci, %, source, ...]) with one triple per run."""
+    """Rows of (phase, [ms ± ci, %, source, ...]) with one triple per run; under `other`, its
+    parts."""
     per_run = [phase_rows(b) for b in breakdowns]
     rows = []
     for i, (phase, _, _) in enumerate(per_run[0]):
@@ -90,6 +123,8 @@ def side_by_side(breakdowns: list[Breakdown]) -> list[tuple[str, list[str]]]:
                 cells += [plus_minus(ms, figure.ci95), f"{100 * share:.1f}",
                           SOURCE_MARKS[figure.source] + origin_mark(b, phase)]
         rows.append((phase, cells))
+        if phase == "other":
+            rows += other_part_rows(breakdowns)
     compile_cells = [c for b in breakdowns for c in (format_ms(b.compile_ms, 1), "", "")]
     rows.append(("compile (once)", compile_cells))
     return rows
