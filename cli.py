@@ -14,7 +14,7 @@ from profilers import strict_json
 from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
 from analysis.renderers import registry
 from workloads.devices import DEVICES
-from workloads.settings import MAX_EPOCHS, MAX_STEPS
+from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
 
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter (oneDNN, CPU features, absl) and the Python warnings of
@@ -144,6 +144,18 @@ def list_command(fmt, no_parameters):
     click.echo(page.text(), nl=False)
 
 
+def size_options(command):
+    """--batch-size and --width: the same workload at another batch or model size."""
+    options = [
+        click.option("--batch-size", type=click.IntRange(1, MAX_BATCH), default=None,
+                     help="Samples per step instead of the workload's own (see `gapscope list`)."),
+        click.option("--width", type=click.FloatRange(MIN_WIDTH, MAX_WIDTH), default=None,
+                     help="Hidden layer widths times this (MLP units, the CNN's dense layer, "
+                          "LSTM units), e.g. 2 for twice as wide; the manifest has the model."),
+    ]
+    return functools.reduce(lambda c, option: option(c), reversed(options), command)
+
+
 def run_options(command):
     options = [
         click.option("--variant", default="default", show_default=True,
@@ -200,6 +212,7 @@ def _check_lengths(settings: dict) -> None:
               required=True, help="torch; keras (Keras 3 on TF); keras-torch (Keras 3 on torch); "
                                   "tf (raw TensorFlow loop).")
 @run_options
+@size_options
 @format_option()
 @wide_option
 def run(workload, framework, fmt, quiet, **settings):
@@ -285,6 +298,7 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
               show_default=True)
 @click.option("--data", "data_path", type=click.Path(exists=True), default=None,
               help="A real MNIST you have (mnist.npz or IDX files).")
+@size_options
 @click.option("--baseline", default=None, help="Row id the step-time ratios refer to.")
 @click.option("--repeats", type=click.IntRange(1, 50), default=1, show_default=True,
               help="Runs of every row, interleaved (row 1, row 2, ..., row 1, row 2, ...), each "
@@ -481,6 +495,80 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
             sys.exit(EXIT_RUN_FAILED)
         return None
     _say(quiet, f"A/B folder: {folder}")
+    return folder
+
+
+@cli.command()
+@click.argument("workload")
+@click.option("--framework", "configs", required=True,
+              help="Comma-separated FRAMEWORK[:VARIANT], two or more: torch,keras or "
+                   "torch:compile,keras:jit. The ratios refer to the first.")
+@click.option("--batch-size", "batch_sizes", default=None,
+              help="Batch sizes to sweep, e.g. 16,64,256,1024.")
+@click.option("--width", "widths", default=None,
+              help="Hidden-width multipliers to sweep, e.g. 0.5,1,2,4 (parameters in the JSON).")
+@click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
+              help="Interleaved runs of every configuration at every point.")
+@click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True)
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
+              show_default=True)
+@click.option("--trace-steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True)
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="Folder that receives sweep-<workload>-<time>/.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
+@format_option(registry.SWEEP)
+@wide_option
+def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, **settings):
+    """Run WORKLOAD's configurations over batch sizes (or model widths), every point an
+    interleaved A/B measurement, and report step time, samples/s and phase shares per point,
+    each configuration's ratio to the first, and where it crosses 1 (who wins changes). A
+    plot (sweep.png) goes into the sweep folder. `gapscope sweep FOLDER` reports one again.
+
+    \b
+    Example:
+      gapscope sweep mlp --framework torch,keras --batch-size 16,64,256,1024
+      gapscope sweep cnn --framework torch,keras --width 0.5,1,2 --repeats 5
+    """
+    from analysis.renderers.sweep_render import plot
+    from analysis.sweep_results import SWEEP_STATE, sweep_result
+    if (Path(workload) / SWEEP_STATE).is_file():
+        folder = Path(workload)
+    else:
+        folder = _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings)
+    result = sweep_result(folder)
+    click.echo(registry.SWEEP[fmt].render(result), nl=False)
+    _say(quiet, f"plot: {plot(result, folder / 'sweep.png')}")
+
+
+def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings) -> Path:
+    from profilers.run_dir import ensure_out_dir
+    from workloads.ab import RunFailed
+    from workloads.registry import get_workload
+    from workloads.settings import RunSettings
+    from workloads.sweep import parse_values, sweep as run_sweep
+    get_workload(workload)
+    if (batch_sizes is None) == (widths is None):
+        raise GapscopeInputError("sweep one axis: give --batch-size VALUES or --width VALUES")
+    axis, text = ("batch_size", batch_sizes) if batch_sizes is not None else ("width", widths)
+    values = parse_values(axis, text)
+    entries = [c.strip() for c in configs.split(",") if c.strip()]
+    if len(entries) < 2:
+        raise GapscopeInputError("a sweep compares two or more configurations: --framework torch,keras")
+    _check_lengths(settings)
+    ensure_out_dir(out_dir)
+
+    def on_run(value, repeat, config, outcome):
+        if outcome is None:
+            _say(quiet, f"{axis.replace('_', ' ')} {value:g}, repeat {repeat + 1}/{repeats}: "
+                        f"running {config.label}...")
+    try:
+        folder = run_sweep(workload, entries, axis, values, repeats,
+                           RunSettings(workload="", framework="", **settings), out_dir, on_run)
+    except RunFailed as exc:
+        click.echo(f"gapscope: sweep failed: {exc}", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    _say(quiet, f"sweep folder: {folder}")
     return folder
 
 

@@ -22,7 +22,7 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
     with signals_interrupt():
         try:
             settings.check_lengths()  # again where the workers fork: settings may come from anywhere
-            spec = get_workload(settings.workload)
+            spec = get_workload(settings.workload).sized(settings.batch_size, settings.width)
             run = RunLifecycle.start(run_dir, {
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),

@@ -8,6 +8,9 @@ from profilers.errors import GapscopeInputError
 # Far beyond any useful run, small enough that no count overflows a C integer on the way.
 MAX_STEPS = 10**7
 MAX_EPOCHS = 10**4
+# Size overrides: a batch beyond this or a model 64x wider is a typo, not a measurement here.
+MAX_BATCH = 65_536
+MIN_WIDTH, MAX_WIDTH = 0.01, 64.0
 
 
 @dataclass(frozen=True)
@@ -23,6 +26,8 @@ class RunSettings:
     device: str = "auto"                # auto | cpu | cuda
     data_path: str | None = None        # a real MNIST (mnist.npz or IDX files) the user has
     sample_resources: bool = True       # CPU load (psutil) and NVML GPU figures in a background thread
+    batch_size: int | None = None       # samples per step; None: the workload's own
+    width: float | None = None          # hidden layer widths times this (MLP, dense, LSTM units); None: as registered
     # Set by the variants (workloads.variants.resolve), never by hand:
     compile_mode: str | None = None     # torch.compile mode
     compile_backend: str | None = None  # torch.compile backend other than inductor
@@ -58,6 +63,11 @@ class RunSettings:
         _check_int("steps", self.steps, 2, MAX_STEPS)
         _check_int("warmup steps", self.warmup_steps, 0, MAX_STEPS)
         _check_int("trace steps", self.trace_steps, 1, MAX_STEPS)
+        if self.batch_size is not None:
+            _check_int("batch size", self.batch_size, 1, MAX_BATCH)
+        if self.width is not None and not (isinstance(self.width, (int, float))
+                                           and MIN_WIDTH <= self.width <= MAX_WIDTH):
+            raise GapscopeInputError(f"width {self.width!r}: a multiplier from {MIN_WIDTH} to {MAX_WIDTH}")
         if self.epochs is not None:
             _check_int("epochs", self.epochs, 1, MAX_EPOCHS)
             return  # the step count follows from the data set: the runner checks the rest

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import importlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 TASKS = ("classification", "regression")
 LOSSES = ("cross_entropy", "mse")
@@ -41,6 +41,17 @@ class WorkloadSpec:
     def outputs(self) -> int:
         """Width of the model's output: logits per class, or the one regressed value."""
         return self.num_classes if self.task == "classification" else 1
+
+    def sized(self, batch_size: int | None = None, width: float | None = None) -> "WorkloadSpec":
+        """This workload with another batch size, or every hidden layer's width (MLP units, the
+        CNN's dense layer, LSTM units; not conv channels) times `width`, at least 1: for sweeps
+        over batch and model size."""
+        changes = {}
+        if batch_size is not None:
+            changes["batch_size"] = batch_size
+        if width is not None:
+            changes["hidden"] = tuple(max(1, round(h * width)) for h in self.hidden)
+        return replace(self, **changes) if changes else self
 
     def builders(self):
         return importlib.import_module(self.model_module)

@@ -32,3 +32,6 @@ MATRIX = _by_name(Renderer("table", ".txt", f"{_PKG}.matrix_render", "render_tab
                   Renderer("json", ".json", f"{_PKG}.matrix_render", "render_json"),
                   Renderer("csv", ".csv", f"{_PKG}.matrix_render", "render_csv"),
                   Renderer("markdown", ".md", f"{_PKG}.matrix_render", "render_markdown"))
+SWEEP = _by_name(Renderer("table", ".txt", f"{_PKG}.sweep_render", "render_table"),
+                 Renderer("json", ".json", f"{_PKG}.sweep_render", "render_json"),
+                 Renderer("markdown", ".md", f"{_PKG}.sweep_render", "render_markdown"))

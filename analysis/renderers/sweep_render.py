@@ -1,0 +1,129 @@
+"""A sweep as a terminal table, Markdown or JSON, and its plot: step time, samples/s and phase
+shares per point, each configuration's ratio to the first, and where that ratio crosses 1."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from analysis.renderers.columns import ratio_interval
+from analysis.renderers.fit import Grid, Page
+from analysis.sweep_results import SweepResult
+from profilers import strict_json
+from profilers.phases import PHASES
+
+
+def _speed_grid(result: SweepResult) -> tuple[list[str], list[list[str]], list[int]]:
+    head = [result.axis_name]
+    units = []
+    for i, label in enumerate(result.labels):
+        head += [f"{label}\nms", "samples/s"] + ([f"ratio\nvs {result.labels[0]}"] if i else [])
+        units.append(3 if i else 2)
+    rows = []
+    for point in result.points:
+        row = [_value(point.value)]
+        for i, c in enumerate(point.configs):
+            row += [f"{c.step_ms:.3f}", f"{c.samples_per_s:,.0f}"]
+            if i:
+                row.append(ratio_interval(c.ratio, c.ratio_ci95))
+        rows.append(row)
+    return head, rows, units
+
+
+def _share_rows(result: SweepResult) -> list[list[str]]:
+    return [[_value(p.value), c.label, *(f"{100 * c.phase_share[ph]:.1f}" for ph in PHASES)]
+            for p in result.points for c in p.configs]
+
+
+def crossover_lines(result: SweepResult) -> list[str]:
+    lines = []
+    for c in result.crossovers:
+        sure = "" if c.certain else " (a neighbour's interval holds 1: not told apart from noise)"
+        lines.append(f"crossover: {c.label} against {result.labels[0]} passes 1x between "
+                     f"{result.axis_name} {_value(c.low)} and {_value(c.high)}, at about "
+                     f"{_value(c.at)}{sure}")
+    for label in result.labels[1:]:
+        if not any(c.label == label for c in result.crossovers):
+            ratios = [p.configs[result.labels.index(label)].ratio for p in result.points]
+            side = "slower" if all(r > 1 for r in ratios) else "faster"
+            lines.append(f"no crossover in the range: {label} is {side} than {result.labels[0]} "
+                         f"at every {result.axis_name} swept")
+    return lines
+
+
+def footer(result: SweepResult) -> str:
+    noise = (f"[95 % t-interval over {result.repeats} interleaved repeats]" if result.repeats > 1
+             else "one repeat: no interval")
+    return (f"steady step from unprofiled steps, mean over {result.repeats} repeat(s); ratio = "
+            f"step time / {result.labels[0]}'s at the same point (> 1 slower) {noise}; samples/s "
+            "= batch / step")
+
+
+def render_table(result: SweepResult) -> str:
+    page = Page()
+    head, rows, units = _speed_grid(result)
+    page.table(Grid(f"gapscope sweep {result.workload} over {result.axis_name}", head, rows, units))
+    page.line(footer(result))
+    page.table(Grid("phase shares (% of the step)", [result.axis_name, "config",
+                                                     *(p for p in PHASES)],
+                    _share_rows(result), [1] * len(PHASES), keys=2, left=frozenset({0, 1})))
+    for line in crossover_lines(result):
+        page.line(line)
+    return page.text()
+
+
+def render_markdown(result: SweepResult) -> str:
+    head, rows, _ = _speed_grid(result)
+    lines = [f"### gapscope sweep {result.workload} over {result.axis_name}", "",
+             _md_row([h.replace("\n", " ") for h in head]), "|" + "---|" * len(head)]
+    lines += [_md_row(r) for r in rows]
+    lines += ["", f"_{footer(result)}_", "",
+              _md_row([result.axis_name, "config", *PHASES]), "|" + "---|" * (2 + len(PHASES))]
+    lines += [_md_row(r) for r in _share_rows(result)]
+    lines += [""] + [f"- {line}" for line in crossover_lines(result)]
+    return "\n".join(lines) + "\n"
+
+
+def render_json(result: SweepResult) -> str:
+    return strict_json.dumps(result.to_json_dict(), indent=2) + "\n"
+
+
+def plot(result: SweepResult, path: Path) -> Path:
+    """samples/s per configuration and the ratio to the first (with its interval) against the
+    swept value, log scales; the ratio's 1x line is where the winner changes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    values = [p.value for p in result.points]
+    fig, (speed, ratio) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    for i, label in enumerate(result.labels):
+        speed.plot(values, [p.configs[i].samples_per_s for p in result.points], "o-", label=label)
+        if i:
+            ys = [p.configs[i].ratio for p in result.points]
+            lows = [y - (p.configs[i].ratio_ci95 or (y, y))[0] for y, p in zip(ys, result.points)]
+            highs = [(p.configs[i].ratio_ci95 or (y, y))[1] - y for y, p in zip(ys, result.points)]
+            ratio.errorbar(values, ys, yerr=[lows, highs], fmt="o-", capsize=3,
+                           label=f"{label} / {result.labels[0]}")
+    for c in result.crossovers:
+        ratio.axvline(c.at, color="grey", linestyle=":", linewidth=1)
+    ratio.axhline(1.0, color="black", linewidth=0.8)
+    speed.set_ylabel("samples/s")
+    speed.set_title(f"{result.workload}: throughput and step-time ratio by {result.axis_name}")
+    ratio.set_ylabel("step time ratio (> 1 slower)")
+    ratio.set_xlabel(result.axis_name)
+    for axes in (speed, ratio):
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(values, [_value(v) for v in values])
+        axes.minorticks_off()
+        axes.grid(True, alpha=0.3)
+        axes.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _value(value: float) -> str:
+    return f"{value:g}"
+
+
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"

@@ -1,0 +1,129 @@
+"""A sweep's figures per point and configuration, the ratio of each configuration to the first
+with its interval, and where that ratio crosses 1 (who wins changes)."""
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from analysis.breakdown import breakdown
+from analysis.readers.safe_files import MAX_SIDE_FILE_BYTES, read_bytes
+from analysis.run import load_measurement
+from analysis.stats import paired_ratio
+from profilers.errors import GapscopeInputError
+from profilers.phases import PHASES
+from profilers.run_dir import inside
+
+SWEEP_STATE = "sweep.json"
+AXIS_NAMES = {"batch_size": "batch size", "width": "width"}
+
+
+@dataclass
+class ConfigPoint:
+    """One configuration at one point: means over its repeats."""
+
+    label: str
+    step_ms: float
+    step_ms_repeats: list[float]
+    samples_per_s: float
+    phase_share: dict[str, float]
+    parameters: int | None
+    ratio: float | None = None                  # step time / the first configuration's (paired)
+    ratio_ci95: tuple[float, float] | None = None
+
+
+@dataclass
+class SweepPoint:
+    value: float
+    configs: list[ConfigPoint]
+
+
+@dataclass
+class Crossover:
+    """Where a configuration's ratio to the first passes 1, between two swept values."""
+
+    label: str
+    low: float
+    high: float
+    at: float                  # interpolated on log scales of value and ratio
+    certain: bool              # both neighbours' intervals exclude 1
+
+
+@dataclass
+class SweepResult:
+    workload: str
+    axis: str
+    labels: list[str]
+    repeats: int
+    points: list[SweepPoint]
+    crossovers: list[Crossover] = field(default_factory=list)
+    folder: str = ""
+
+    @property
+    def axis_name(self) -> str:
+        return AXIS_NAMES.get(self.axis, self.axis)
+
+    def to_json_dict(self) -> dict:
+        return asdict(self)
+
+
+def sweep_result(folder: str | Path) -> SweepResult:
+    folder = Path(folder)
+    try:
+        state = json.loads(read_bytes(folder / SWEEP_STATE, MAX_SIDE_FILE_BYTES))
+        workload, labels, axis = state["workload"], list(state["configs"]), state["axis"]
+        points = [(p["value"], str(p["ab"])) for p in state["points"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise GapscopeInputError(f"{folder / SWEEP_STATE}: corrupt sweep state") from None
+    if not points:
+        raise GapscopeInputError(f"{folder}: the sweep has no finished point "
+                                 f"({state.get('error') or state.get('status')})")
+    result = SweepResult(workload, axis, labels, int(state.get("repeats", 1)),
+                         [_point(value, inside(folder, ab), labels) for value, ab in points],
+                         folder=str(folder))
+    result.crossovers = crossovers(result)
+    return result
+
+
+def _point(value, ab_folder: Path, labels: list[str]) -> SweepPoint:
+    per_config = load_measurement(ab_folder)
+    figures = []
+    for label, runs in zip(labels, per_config):
+        docs = [breakdown(r).to_json_dict() for r in runs]
+        steps = [d["step_ms"]["mean"] for d in docs]
+        batch = runs[0].manifest.get("workload_spec", {}).get("batch_size")
+        step = statistics.fmean(steps)
+        figures.append(ConfigPoint(
+            label, round(step, 6), steps, round(1000.0 * batch / step, 1) if batch and step else 0.0,
+            {p: round(statistics.fmean(d["phases"][p]["share"] for d in docs), 4) for p in PHASES},
+            runs[0].manifest.get("parameters")))
+    first = figures[0]
+    for other in figures[1:]:
+        ratio, interval = paired_ratio(first.step_ms_repeats, other.step_ms_repeats)
+        other.ratio = round(ratio, 4)
+        other.ratio_ci95 = None if interval is None else (round(interval[0], 4), round(interval[1], 4))
+    first.ratio = 1.0
+    return SweepPoint(value, figures)
+
+
+def crossovers(result: SweepResult) -> list[Crossover]:
+    """For each configuration after the first: every pair of neighbouring points between which
+    its ratio to the first passes 1 (the winner changes there)."""
+    found = []
+    for index, label in enumerate(result.labels[1:], start=1):
+        series = [(p.value, p.configs[index]) for p in result.points]
+        for (v0, c0), (v1, c1) in zip(series, series[1:]):
+            r0, r1 = c0.ratio, c1.ratio
+            if not (r0 and r1) or (r0 - 1.0) * (r1 - 1.0) >= 0:
+                continue
+            x0, x1, y0, y1 = math.log(v0), math.log(v1), math.log(r0), math.log(r1)
+            at = math.exp(x0 + (0.0 - y0) * (x1 - x0) / (y1 - y0))
+            found.append(Crossover(label, v0, v1, round(at, 3),
+                                   all(_excludes_one(c.ratio_ci95) for c in (c0, c1))))
+    return found
+
+
+def _excludes_one(interval) -> bool:
+    return interval is not None and not interval[0] <= 1.0 <= interval[1]

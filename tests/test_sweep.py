@@ -1,0 +1,97 @@
+"""Sweeps: the crossover found from hand-set ratios; a real sweep over model width whose
+parameter counts, samples/s and ratios are checked by hand; size overrides; bad input refused."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.renderers.sweep_render import crossover_lines
+from analysis.sweep_results import ConfigPoint, SweepPoint, SweepResult, crossovers
+from cli import cli
+from workloads.registry import get_workload
+
+
+def _result(ratios, intervals=None):
+    values = [16, 64, 256, 1024]
+    intervals = intervals or [None] * len(values)
+    points = [SweepPoint(v, [ConfigPoint("mlp:torch", 1.0, [1.0], 1.0, {}, None, 1.0),
+                             ConfigPoint("mlp:keras", r, [r], 1.0, {}, None, r, ci)])
+              for v, r, ci in zip(values, ratios, intervals)]
+    return SweepResult("mlp", "batch_size", ["mlp:torch", "mlp:keras"], 1, points)
+
+
+def test_crossover_is_interpolated_on_log_scales():
+    result = _result([1.3, 1.1, 0.9, 0.8], [None, (1.05, 1.15), (0.85, 0.95), None])
+    (found,) = crossovers(result)
+    expected = math.exp(math.log(64) + (0 - math.log(1.1)) * (math.log(256) - math.log(64))
+                        / (math.log(0.9) - math.log(1.1)))
+    assert (found.low, found.high) == (64, 256) and found.at == pytest.approx(expected, abs=1e-3)
+    assert found.certain  # both neighbours' intervals exclude 1
+    result.crossovers = [found]
+    assert crossover_lines(result)[0].startswith(
+        "crossover: mlp:keras against mlp:torch passes 1x between batch size 64 and 256, at about")
+
+
+def test_no_crossover_says_who_wins_everywhere():
+    result = _result([1.3, 1.2, 1.1, 1.05])
+    assert crossovers(result) == []
+    assert crossover_lines(result) == ["no crossover in the range: mlp:keras is slower than "
+                                       "mlp:torch at every batch size swept"]
+    uncertain = _result([1.3, 1.1, 0.9, 0.8], [None, (0.95, 1.2), (0.85, 0.95), None])
+    assert not crossovers(uncertain)[0].certain
+
+
+def test_sized_workload():
+    mlp = get_workload("mlp")
+    assert mlp.sized(batch_size=64).batch_size == 64 and mlp.sized() is mlp
+    assert mlp.sized(width=2).hidden == (256,) and mlp.sized(width=0.001).hidden == (1,)
+
+
+def test_sweep_over_width_runs_every_point_and_reports_it(tmp_path):
+    """torch eager against torch with preloaded tensors, width 0.5 and 1: the MLP has
+    100*64+64 + 64*10+10 = 7,114 and 100*128+128 + 128*10+10 = 14,218 parameters."""
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(cli, [
+        "sweep", "mlp", "--framework", "torch,torch:preload", "--width", "1,0.5", "--repeats", "1",
+        "--steps", "12", "--warmup", "2", "--trace-steps", "3", "--out", str(out), "-q",
+        "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["axis"] == "width" and [p["value"] for p in doc["points"]] == [0.5, 1.0]
+    assert [[c["parameters"] for c in p["configs"]] for p in doc["points"]] == [[7114] * 2,
+                                                                               [14218] * 2]
+    for point in doc["points"]:
+        base, other = point["configs"]
+        assert base["samples_per_s"] == pytest.approx(1000 * 256 / base["step_ms"], rel=1e-3)
+        assert other["ratio"] == pytest.approx(other["step_ms"] / base["step_ms"], rel=1e-3)
+        assert sum(other["phase_share"].values()) == pytest.approx(1.0, abs=3e-4)
+    (folder,) = out.glob("sweep-mlp-*")
+    assert (folder / "sweep.png").stat().st_size > 10_000
+    # Reported again from its folder, without running anything.
+    again = CliRunner().invoke(cli, ["sweep", str(folder), "--framework", "x", "-q"])
+    assert again.exit_code == 0 and "gapscope sweep mlp over width" in again.output
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--batch-size", "64"], "two or more distinct values"),
+    (["--batch-size", "16,a"], "comma-separated whole numbers"),
+    (["--batch-size", "0,64"], "batch size"),
+    (["--batch-size", "16,64", "--width", "1,2"], "sweep one axis"),
+    ([], "sweep one axis"),
+])
+def test_bad_sweeps_are_refused_before_anything_runs(tmp_path, args, fragment):
+    out = tmp_path / "runs"
+    result = CliRunner().invoke(cli, ["sweep", "mlp", "--framework", "torch,keras", *args,
+                                      "--out", str(out)])
+    assert result.exit_code == 2 and fragment in result.output, result.output
+    assert not out.exists() or not any(Path(out).iterdir())
+
+
+def test_one_configuration_is_no_sweep(tmp_path):
+    result = CliRunner().invoke(cli, ["sweep", "mlp", "--framework", "torch", "--batch-size",
+                                      "16,64", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "two or more configurations" in result.output
