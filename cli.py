@@ -500,7 +500,7 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
 
 @cli.command()
 @click.argument("workload")
-@click.option("--framework", "configs", required=True,
+@click.option("--framework", "configs", default=None,
               help="Comma-separated FRAMEWORK[:VARIANT], two or more: torch,keras or "
                    "torch:compile,keras:jit. The ratios refer to the first.")
 @click.option("--batch-size", "batch_sizes", default=None,
@@ -552,7 +552,7 @@ def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, sett
         raise GapscopeInputError("sweep one axis: give --batch-size VALUES or --width VALUES")
     axis, text = ("batch_size", batch_sizes) if batch_sizes is not None else ("width", widths)
     values = parse_values(axis, text)
-    entries = [c.strip() for c in configs.split(",") if c.strip()]
+    entries = [c.strip() for c in (configs or "").split(",") if c.strip()]
     if len(entries) < 2:
         raise GapscopeInputError("a sweep compares two or more configurations: --framework torch,keras")
     _check_lengths(settings)

@@ -72,7 +72,7 @@ def test_sweep_over_width_runs_every_point_and_reports_it(tmp_path):
     (folder,) = out.glob("sweep-mlp-*")
     assert (folder / "sweep.png").stat().st_size > 10_000
     # Reported again from its folder, without running anything.
-    again = CliRunner().invoke(cli, ["sweep", str(folder), "--framework", "x", "-q"])
+    again = CliRunner().invoke(cli, ["sweep", str(folder), "-q"])
     assert again.exit_code == 0 and "gapscope sweep mlp over width" in again.output
 
 
