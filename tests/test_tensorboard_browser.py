@@ -224,6 +224,11 @@ def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, 
     # The first run is shown in detail: its step figure is the breakdown's step mean.
     shown = wait_in_gapscope(browser, "(doc) => doc.querySelector('td.step-mean')?.textContent")
     assert shown == fixed(docs[keras_run]["step_ms"]["mean"])
+    # Under other, its parts as the JSON has them.
+    parts = wait_in_gapscope(browser, """(doc) => [...doc.querySelectorAll('tr.other-part')].map(
+      (tr) => [tr.children[0].textContent, tr.children[1].textContent])""")
+    expected = docs[keras_run]["phases"]["other"]["parts"]
+    assert expected and parts == [[f"· {k}", fixed(v)] for k, v in expected.items()]
     screenshot(browser, artefacts, "gapscope-overview")
     assert_offline_and_clean(browser, url)
 

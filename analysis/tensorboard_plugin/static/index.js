@@ -123,6 +123,13 @@ function breakdownSection(doc, run) {
         html('td', {}, f.source + originMark(b.phase_sources[phase])),
         html('td', {class: 'num'}, f.trace_ms == null ? '' : ms(f.trace_ms)));
   });
+  // other's parts, by what the host did meanwhile (in the trace's proportions)
+  for (const [part, value] of Object.entries(b.phases.other.parts || {})) {
+    rows.push(html('tr', {class: 'other-part'},
+        html('td', {}, `· ${part}`), html('td', {class: 'num'}, ms(value)), html('td', {}, ''),
+        html('td', {class: 'num'}, `${(100 * value / b.step_ms.mean).toFixed(1)} %`),
+        html('td', {}, 'trace proportions'), html('td', {}, '')));
+  }
   rows.push(html('tr', {class: 'total'},
       html('td', {}, 'step'), html('td', {class: 'num step-mean'}, ms(b.step_ms.mean)),
       html('td', {class: 'num'}, halfWidth(b.step_ms.mean, b.step_ms.ci95)),
