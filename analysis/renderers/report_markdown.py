@@ -105,7 +105,16 @@ def _phase_table(runs: list[ReportRun]) -> list[str]:
         compile_ms = "n/a" if doc["compile_ms"] is None else f"{doc['compile_ms']:.1f}"
         rows.append([r.label, f"{doc['source']}, {doc['steps']} steps", *cells,
                      f"**{plus_minus(doc['step_ms']['mean'], r.breakdown.step_ci95)}**", compile_ms])
-    return _table(head, rows) + ["", f"_{unit_footer([r.breakdown for r in runs])}_"]
+    parts = []
+    for r in runs:  # other's parts, by what the host did meanwhile
+        doc = r.breakdown.to_json_dict()
+        found = doc["phases"]["other"]["parts"]
+        if found:
+            parts.append(f"- `{r.label}` other: " + ", ".join(
+                f"{part} {ms:.3f} ms ({100 * ms / doc['step_ms']['mean']:.1f} %)"
+                for part, ms in found.items()))
+    return (_table(head, rows) + ["", f"_{unit_footer([r.breakdown for r in runs])}_"]
+            + ([""] + parts if parts else []))
 
 
 def _sources(runs: list[ReportRun]) -> list[str]:
