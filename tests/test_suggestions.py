@@ -79,6 +79,16 @@ def test_per_step_overhead_suggests_a_compiler_and_for_keras_more_steps_per_call
     assert eager.suggested == "mlp:torch:compile"
 
 
+def test_compute_bound_suggests_a_compiler(torch_explained, keras_explained):
+    compute = _phases(forward=3.0, backward=4.0, optimizer=2.0)  # 70 % in forward + backward
+    (found,) = suggest(torch_explained, compute, {"backward": 1.5}, STEP)
+    assert (found.rule, found.suggested, found.figures) == (
+        Rule.COMPUTE, "mlp:torch:compile", {"compute_share": 0.7})
+    assert suggest(keras_explained, compute, {"forward": 0.5}, STEP)[0].suggested == "mlp:keras:jit"
+    # On this CPU no lower precision is suggested; slower only in the optimizer: nothing.
+    assert suggest(torch_explained, compute, {"optimizer": 1.0}, STEP) == []
+
+
 def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
     from analysis.compare import compare
     comparison = compare([explain(load_run(keras_run)), explain(load_run(torch_run))])

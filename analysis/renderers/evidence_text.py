@@ -29,6 +29,7 @@ def suggestion(s: Suggestion) -> str:
         Rule.SMALL_KERNELS: lambda: (f"{f['kernels_per_step']:.0f} kernels/ops per step, mean "
                                      f"{f['mean_kernel_us']:.1f} µs"),
         Rule.RECOMPILES: lambda: f"{f['compile_in_window_ms']:.1f} ms compiling in steady steps",
+        Rule.COMPUTE: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
         Rule.FP32_GPU: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
     }[s.rule]()
     of_step = "" if s.rule in (Rule.SMALL_KERNELS, Rule.RECOMPILES) else " of the step"
