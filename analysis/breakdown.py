@@ -14,6 +14,7 @@ from analysis.run import Run
 from analysis.other_split import other_shares
 from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
+from analysis.variant_notes import variant_notes
 from profilers.errors import GapscopeInputError
 from profilers.executions import updates_in_call
 from profilers.phases import MARKED_PHASES, PHASES
@@ -47,7 +48,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     if isinstance(requested, int) and run.warmup_steps > requested:
         result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
                             "ended inside a compiled call of several updates (steps_per_execution)")
-    result.notes = run.notes + result.notes
+    result.notes = run.notes + variant_notes(run.manifest) + result.notes
     _label(result, run)
     return result
 

@@ -36,7 +36,7 @@ class MatrixRowResult:
     steps: int | None = None
     steps_per_s: float | None = None
     epoch_time_s: list[float] = field(default_factory=list)
-    epoch_loss: list[float] = field(default_factory=list)
+    epoch_loss: list[float | None] = field(default_factory=list)  # None: no loss (Keras predict)
     final_loss: float | None = None
     cpu_load_percent: float | None = None
     gpu_util_percent: float | None = None
@@ -122,10 +122,8 @@ def _run_result(row: MatrixRowResult, run_dir: Path) -> MatrixRowResult:
     epochs = sorted({r.get("epoch") or 0 for r in rows})
     result.epoch_time_s = [round(sum(r["step_ms"] for r in rows if (r.get("epoch") or 0) == e) / 1000, 3)
                            for e in epochs]
-    result.epoch_loss = [round(statistics.fmean(r["loss"] for r in rows if (r.get("epoch") or 0) == e
-                                                and r["loss"] is not None), 5) for e in epochs]
-    tail = [r["loss"] for r in rows[-max(1, len(rows) // 10):] if r["loss"] is not None]
-    result.final_loss = round(statistics.fmean(tail), 5) if tail else None
+    result.epoch_loss = [_mean_loss(r for r in rows if (r.get("epoch") or 0) == e) for e in epochs]
+    result.final_loss = _mean_loss(rows[-max(1, len(rows) // 10):])
     resources = manifest.get("resources") or {}
     result.cpu_load_percent = resources.get("cpu_load_percent")
     result.gpu_util_percent = resources.get("gpu_util_percent")
@@ -138,3 +136,10 @@ def _run_result(row: MatrixRowResult, run_dir: Path) -> MatrixRowResult:
     result.breakdown_source = doc["source"]
     result.device = manifest.get("device")
     return result
+
+
+def _mean_loss(rows) -> float | None:
+    """Mean of the losses the steps recorded; None where they recorded none, as a Keras
+    predict (inference) does: it computes no loss."""
+    losses = [r["loss"] for r in rows if r["loss"] is not None]
+    return round(statistics.fmean(losses), 5) if losses else None

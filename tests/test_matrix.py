@@ -81,3 +81,13 @@ def test_unknown_matrix_is_a_one_line_error():
     from profilers.errors import GapscopeInputError
     with pytest.raises(GapscopeInputError, match="unknown matrix 'nope'; known: seed-4060ti"):
         load_matrix("nope")
+
+
+def test_a_row_without_losses_has_none_not_a_crash(tmp_path, monkeypatch):
+    """Keras predict (an inference row, as in seed-graph-mode) records no loss per step."""
+    monkeypatch.setattr(matrix_module, "gpu_count", lambda: 0)
+    matrix = Matrix("predict", "one Keras inference row", "", "predict",
+                    (MatrixRow("predict", "mlp", "keras", "inference,numpy"),))
+    (row,) = matrix_result(matrix, run_matrix(matrix, tmp_path, BASE)).rows
+    assert row.status == "complete" and row.step_ms > 0
+    assert row.final_loss is None and row.epoch_loss == [None]

@@ -30,10 +30,25 @@ def test_combination_sets_every_option_and_has_a_canonical_name():
     ("keras-torch", "spe4", "steps_per_execution=1 only"),
     ("torch", "warp-speed", "unknown variant 'warp-speed'"),
     ("torch", "preload,nw2", "need no DataLoader workers"),
+    ("torch", "torchscript,compile", "disagree on compile_mode"),
+    ("torch", "compile-reduce-overhead,torchscript", "disagree on compile_mode"),
+    ("torch", "eager,torchscript", "disagree on torchscript"),
+    ("keras", "torchscript", "does not apply to keras"),
+    ("keras-torch", "torchscript", "does not apply to keras-torch"),
 ])
 def test_refusals(framework, combination, message):
     with pytest.raises(UnsupportedVariantError, match=message):
         resolve(framework, combination, cuda_available=False)
+
+
+def test_torchscript_is_a_compiler_of_its_own():
+    assert resolve("torch", "inference,torchscript", False) == (
+        "inference,torchscript", {"inference": True, "torchscript": True})
+    # On a GPU cudagraphs is allowed, but not beside TorchScript: both would compile the model.
+    with pytest.raises(UnsupportedVariantError, match="disagree on compile_backend"):
+        resolve("torch", "torchscript,cudagraphs", cuda_available=True)
+    settings = RunSettings("mlp", "torch", variant="torchscript").with_variant(cuda_available=False)
+    assert settings.torchscript and settings.compile_mode is None
 
 
 def test_run_settings_resolve_their_variant():

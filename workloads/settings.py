@@ -32,6 +32,7 @@ class RunSettings:
     compile_mode: str | None = None     # torch.compile mode
     compile_backend: str | None = None  # torch.compile backend other than inductor
     dynamo_cache_limit: int | None = None
+    torchscript: bool = False           # torch.jit.script, else torch.jit.trace (workloads.torchscript)
     matmul_precision: str | None = None
     amp_dtype: str | None = None        # float16 | bfloat16
     grad_scaler: bool = False

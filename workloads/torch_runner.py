@@ -17,6 +17,7 @@ from workloads.devices import torch_device
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.torch_pipelines import make_batches
+from workloads.torchscript import LazyTorchScript
 
 
 def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
@@ -32,7 +33,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                            device=device, seed=spec.seed)
     steps = settings.epochs * len(batches) if settings.epochs else settings.steps
     model = spec.builders().build_torch(spec).to(device)
-    forward = _compiled(model, settings)
+    script = LazyTorchScript(model) if settings.torchscript else None
+    forward = script if script is not None else _compiled(model, settings)
     loss_fn = _loss(spec)
     optimizer = _optimizer(spec, model)
     autocast = (torch.autocast(device.type, dtype=getattr(torch, settings.amp_dtype))
@@ -76,7 +78,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
               range(window.first - 1, window.last + 1) if profiler else None)
     return rows, {"device": torch_device_name(device), "parameters": torch_parameters(model),
                   "steps_per_epoch": len(batches), "steps_run": steps,
-                  "trace_window": [window.first, window.last] if profiler else None}
+                  "trace_window": [window.first, window.last] if profiler else None,
+                  **(script.facts if script is not None else {})}
 
 
 def _train_step(marks, forward, loss_fn, optimizer, scaler, autocast, inputs, targets):

@@ -25,9 +25,9 @@ class Variant:
 
 
 _FIXED = (
-    # Eager says "no torch.compile": combined with a compile variant it contradicts it.
+    # Eager says "no compiler": combined with a compile variant or torchscript it contradicts it.
     Variant("eager", (TORCH,), "PyTorch eager execution (the baseline)",
-            {"compile_mode": None, "compile_backend": None}),
+            {"compile_mode": None, "compile_backend": None, "torchscript": None}),
     Variant("default", (TORCH, KERAS, KERAS_TORCH, TF),
             "the framework's baseline: torch eager, Keras fit without XLA, TF tf.function"),
     Variant("compile", (TORCH,), "torch.compile, default mode (Inductor)", {"compile_mode": "default"}),
@@ -37,6 +37,11 @@ _FIXED = (
             {"compile_mode": "max-autotune"}),
     Variant("cudagraphs", (TORCH,), "torch.compile backend='cudagraphs' (drops the last partial batch)",
             {"compile_backend": "cudagraphs", "drop_last": True}, needs_cuda=True),
+    # TorchScript compiles the model itself, so it says "no torch.compile", as eager does:
+    # beside a compile variant the two disagree and the combination is refused.
+    Variant("torchscript", (TORCH,), "TorchScript: torch.jit.script, torch.jit.trace on the first "
+            "batch where scripting fails", {"torchscript": True, "compile_mode": None,
+                                            "compile_backend": None}),
     Variant("high-precision", (TORCH,), "torch.set_float32_matmul_precision('high') (TF32 on GPUs)",
             {"matmul_precision": "high"}),
     Variant("amp-fp16", (TORCH,), "autocast to float16", {"amp_dtype": "float16"}),
