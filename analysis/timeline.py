@@ -51,6 +51,11 @@ class PhaseTimeline:
         step = self.step_at(t)
         return (step, None) if step is None else (step, self.phase_at(step, t))
 
+    def step_number(self, step: int) -> int:
+        """The step's own number, or its index where the trace gave none."""
+        number = self.steps[step].step_num
+        return step if number is None else number
+
     def covering(self, step: int) -> list[tuple[float, float, str]]:
         """The step's marked segments, and `other` for every stretch they leave: the five phases
         cover the step exactly once, as the views that draw them need."""

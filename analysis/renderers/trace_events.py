@@ -25,7 +25,7 @@ def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:
     events = _names(GAPSCOPE_PID, f"gapscope phases: {title}", -1,
                     {STEPS_TID: "steps", **{tid: phase for phase, tid in PHASE_TIDS.items()}})
     for index, step in enumerate(timeline.steps):
-        number = step.step_num if step.step_num is not None else index
+        number = timeline.step_number(index)
         events.append(_complete(f"step {number}", STEP_CATEGORY, GAPSCOPE_PID, STEPS_TID,
                                 step.start_us, step.dur_us, {"step": number}))
         for start, end, phase in timeline.covering(index):
