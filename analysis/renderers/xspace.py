@@ -12,11 +12,11 @@ from analysis.trace import Trace
 from analysis.xplane_proto import PlaneBuilder, xplane_pb2
 
 # XProf's trace viewer shows the host threads of the plane named so, and GPUs from planes named
-# with this prefix (the plane id is the device's number).
+# with this prefix (the plane id is the device's number; XProf numbers their lines itself).
 HOST_PLANE = "/host:CPU"
 GPU_PLANE = "/device:GPU:{}"
-# XProf orders a plane's lines by id: gapscope's come first, so they sit above the ops. "Steps"
-# is the name XProf gives the step line it derives on device planes.
+# XProf orders the host plane's lines by id: gapscope's come first, so they sit above the ops.
+# "Steps" is the name XProf gives the step line it derives on device planes.
 STEPS_LINE, PHASES_LINE = "Steps", "gapscope phases"
 STEPS_ID, PHASES_ID = 1, 2
 STEP_STAT = "step"
