@@ -598,20 +598,24 @@ def tensorboard(logdir, host, port):
 @cli.command()
 @click.argument("run", type=click.Path())
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
-              help="The JSON file (.json.gz: compressed) [default: <run>.phases.trace.json here].")
+              help="The JSON file (.json.gz: compressed; <host>.xplane.pb: an XSpace for XProf) "
+                   "[default: <run>.phases.trace.json here].")
 def trace(run, out_file):
     """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
     gapscope's steps and one track per phase (the five add up to each step) above the
     trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
-    Prints the file written.
+    An --out ending in .xplane.pb gets an XSpace instead, with the steps and phases as lines
+    above the threads, for XProf's Trace Viewer (TensorBoard's Profile tab lists it under
+    <logdir>/<run>/plugins/profile/<session>/). Prints the file written.
 
     \b
     Example:
       gapscope trace traces/<run-id> --out mlp-torch.trace.json
+      gapscope trace user-profile --out user-profile/plugins/profile/gapscope/me.xplane.pb
     """
     import gzip
 
-    from analysis.renderers import trace_events
+    from analysis.renderers import trace_events, xspace
     from analysis.run import load_run
     from profilers.run_dir import ensure_out_dir
     loaded = load_run(run)
@@ -621,11 +625,12 @@ def trace(run, out_file):
         raise GapscopeInputError(f"{loaded.trace_file}: no training steps found")
     out = Path(out_file or f"{loaded.run_id.split('.')[0]}.phases.trace.json")
     ensure_out_dir(out.parent)  # one line before the work, as run, matrix and report do
-    text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
-    if out.name.endswith(".gz"):
-        out.write_bytes(gzip.compress(text.encode()))
+    if out.name.endswith(".xplane.pb"):  # the profile plugin reads the host from the name
+        data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")])
     else:
-        out.write_text(text)
+        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
+        data = gzip.compress(text.encode()) if out.name.endswith(".gz") else text.encode()
+    out.write_bytes(data)
     click.echo(str(out))
 
 

@@ -17,22 +17,23 @@ from profilers.errors import GapscopeInputError
 SUFFIX = ".gapscope"
 
 
-def write_run_summaries(run_dir: str | Path) -> Path:
-    """Scalars per step and the breakdown text of `run_dir`; returns the event file.
+def write_run_summaries(run_dir: str | Path, run=None) -> Path:
+    """Scalars per step and the breakdown text of `run_dir`; returns the event file. `run`: the
+    run there, loaded already, so that its trace is read once for every view written after it.
 
     Idempotent: an earlier gapscope event file of the run is replaced, never doubled."""
-    from analysis.breakdown import breakdown_of
+    from analysis.breakdown import breakdown, breakdown_of
 
-    found = locate(run_dir)
+    found = locate(run_dir) if run is None else run.located
     if found.manifest is None or found.steps_csv is None:
         raise GapscopeInputError(f"{run_dir}: not a gapscope run directory (no manifest or steps.csv)")
-    rows = read_steps_csv(found.steps_csv)
+    rows = read_steps_csv(found.steps_csv) if run is None else run.rows
     try:
-        breakdown, problem = breakdown_of(found.path), None
+        result, problem = (breakdown_of(found.path) if run is None else breakdown(run)), None
     except GapscopeInputError as exc:  # too few steps, say: the scalars are still worth having
-        breakdown, problem = None, str(exc)
-    points = scalar_points(rows, breakdown)
-    texts = {BREAKDOWN_TAG: breakdown_text(breakdown, problem), RUN_TAG: run_text(found.manifest)}
+        result, problem = None, str(exc)
+    points = scalar_points(rows, result)
+    texts = {BREAKDOWN_TAG: breakdown_text(result, problem), RUN_TAG: run_text(found.manifest)}
     start = _start_time(found.manifest)
     events = summary_events(points, texts, start,
                             {int(r["step"]): float(r["step_ms"]) for r in rows})
@@ -59,19 +60,6 @@ def _write_events(path: Path, events: list) -> None:
         for event in [version, *events]:
             writer.write(event.SerializeToString())
     os.replace(tmp, path)
-
-
-def write_after_run(run_dir: str | Path) -> str | None:
-    """For whatever finishes a run: its summaries, where a failure to write them is recorded
-    in the manifest (and returned) instead of failing a run that itself completed."""
-    from profilers.run_dir import Manifest
-    try:
-        write_run_summaries(run_dir)
-    except Exception as exc:  # noqa: BLE001 - recorded where the run's reader will see it
-        problem = f"{type(exc).__name__}: {exc}"
-        Manifest.reopen(Path(run_dir)).update(summaries_error=problem)
-        return problem
-    return None
 
 
 def _start_time(manifest: dict) -> float:

@@ -51,6 +51,25 @@ class PhaseTimeline:
         step = self.step_at(t)
         return (step, None) if step is None else (step, self.phase_at(step, t))
 
+    def step_number(self, step: int) -> int:
+        """The step's own number, or its index where the trace gave none."""
+        number = self.steps[step].step_num
+        return step if number is None else number
+
+    def covering(self, step: int) -> list[tuple[float, float, str]]:
+        """The step's marked segments, and `other` for every stretch they leave: the five phases
+        cover the step exactly once, as the views that draw them need."""
+        window = self.steps[step]
+        found, cursor = [], window.start_us
+        for start, end, phase in self.segments[step]:
+            if start > cursor:
+                found.append((cursor, start, OTHER))
+            found.append((start, end, phase))
+            cursor = max(cursor, end)
+        if cursor < window.end_us:
+            found.append((cursor, window.end_us, OTHER))
+        return found
+
     def phase_ms(self, step: int) -> dict[str, float]:
         """The four marked phases' exclusive time in one step, in ms (other is the rest)."""
         found = dict.fromkeys(MARKED_PHASES, 0.0)

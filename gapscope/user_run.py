@@ -54,9 +54,10 @@ class UserRun(RunLifecycle):
         super().__init__(run.run_dir, run.manifest)
 
     def complete(self, rows: list[dict], facts: dict) -> None:
-        """TensorBoard summaries are a view of the run: failing to write them must not turn a
-        finished training loop into an exception, so the problem is recorded and warned of."""
+        """TensorBoard's summaries and trace viewer are views of the run: failing to write them
+        must not turn a finished training loop into an exception, so the problem is recorded and
+        warned of."""
         problem = super().complete(rows, facts)
         if problem:
-            warnings.warn(f"gapscope: no TensorBoard summaries for {self.run_dir}: {problem}",
+            warnings.warn(f"gapscope: TensorBoard views of {self.run_dir} incomplete: {problem}",
                           stacklevel=3)

@@ -58,12 +58,15 @@ def create_run_dir(out_dir: str | Path, *id_parts: str, attempts: int = 20) -> P
     raise GapscopeInputError(f"output folder {out_dir}: no free run id after {attempts} tries")
 
 
-def write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, data: str | bytes) -> None:
     """Write beside the target, then rename: a reader sees the old file or the new, never half.
     The temporary file goes when the write fails (a full disk), so no `.tmp` is left behind."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(text)
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -118,9 +118,10 @@ class RunLifecycle:
         return self.manifest.data.get("error")
 
     def complete(self, rows: list[dict], facts: dict) -> str | None:
-        """Records the steps and the end; then the TensorBoard summaries, whose failure is a
-        problem of that view, returned (and kept in the manifest), not a failed run."""
-        from analysis.summaries import write_after_run
+        """Records the steps and the end; then the TensorBoard views (summaries, XSpace of a torch
+        trace), whose failure is a problem of that view, returned (and kept in the manifest), not
+        a failed run."""
+        from analysis.after_run import write_after_run
         self._record(rows, facts)
         self.manifest.finish()
         self.finished = True

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 
 import user_loops
 from analysis.breakdown import breakdown_of
+from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
 from cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -189,7 +190,10 @@ def test_keras_fit_on_the_torch_backend_uses_torch_profiler(tmp_path):
     run_dir = Path(done.stdout.strip().splitlines()[-1])
     manifest = _manifest(run_dir)
     assert manifest["status"] == "complete" and manifest["framework"] == "keras-torch"
-    assert list(run_dir.glob("*.pt.trace.json.gz")) and not list(run_dir.glob("plugins/profile"))
+    assert list(run_dir.glob("*.pt.trace.json.gz"))
+    # The only XSpace is gapscope's view of the torch trace, for XProf's trace viewer.
+    assert [p.parent.relative_to(run_dir).parts for p in run_dir.rglob("*.xplane.pb")] == \
+        [EXPORTED_XSPACE_DIR]
     _assert_all_phases(run_dir, "trace", steps=4)
     # On torch the step runs eagerly: the timers see every phase too.
     _assert_all_phases(run_dir, "timers")

@@ -1,13 +1,15 @@
 """TensorBoard over runs made through the API, checked in a real (headless) Chromium: gapscope's
 own tab (what it draws, what it requests, what it logs), the phase scalars, the breakdown table in
-the Text dashboard and both profiler tabs. Screenshots are kept as test artefacts."""
+the Text dashboard, both profiler tabs and XProf's Trace Viewer on the torch run. Screenshots are
+kept as test artefacts."""
 from __future__ import annotations
 
+import json
 import os
 import time
 from decimal import ROUND_HALF_UP, Decimal
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
@@ -302,16 +304,127 @@ def test_text_dashboard_shows_the_breakdown_table(browser, tensorboard, artefact
 
 @pytest.mark.parametrize("tab,shows", [
     ("pytorch_profiler", ["Overview"]),
-    ("profile", ["XProf", "Overview Page"]),
+    ("profile", ["XProf", "Overview Page", "Sessions (2)"]),
 ])
 def test_profiler_tabs_open_on_the_runs(browser, tensorboard, tab, shows):
-    """Each plugin's own page (an iframe) lists the run in its format: torch traces, or the
-    XSpace session of the TF profiler."""
+    """Each plugin's own page (an iframe) opens on the torch run: torch-tb-profiler on its trace,
+    XProf (which lists sessions in reverse name order) on the XSpace gapscope wrote of it, with
+    the Keras run's TF profile session beside it."""
     url, torch_run, keras_run = tensorboard
-    run = torch_run if tab == "pytorch_profiler" else keras_run
+    run = torch_run
     browser.open(f"{url}#{tab}")
     browser.wait_for_text([*shows, run], timeout=90)
     frames = browser.evaluate(_FRAMES)
     mine = [f for f in frames if f["src"].endswith(f"name={tab}")]
     assert mine, frames
     assert run in mine[0]["text"] and all(s in mine[0]["text"] for s in shows), mine[0]["text"][:1000]
+
+
+# The value of a function of XProf's page (the Profile tab's iframe, same origin), or null while
+# TensorBoard has not made the iframe yet.
+_IN_XPROF = _IN_GAPSCOPE.replace("name=gapscope", "name=profile")
+
+# Picks `value` in the select of XProf's side panel whose heading starts with `label` ("Sessions",
+# "Tools"): true once the select shows it; null while it does not (the option is clicked then).
+_CHOOSE = """(doc) => {
+  const item = [...doc.querySelectorAll('.item-container')]
+      .find((node) => node.textContent.trim().startsWith(%s));
+  const select = item && item.querySelector('mat-select');
+  if (!select) return null;
+  if (select.textContent.trim() === %s) return true;
+  select.click();
+  const option = [...doc.querySelectorAll('mat-option')].find((o) => o.textContent.trim() === %s);
+  if (option) option.click();
+  return null;
+}"""
+
+# What XProf's Trace Viewer (catapult, in an iframe of XProf's page) has loaded and drawn: per
+# process its name and threads (name, id, slice titles in time order), the track headings from
+# top to bottom with their height, and the size of each canvas; null until its model is loaded.
+_TRACE_VIEWER = """(() => {
+  const docs = [];
+  const frames = (node) => {
+    if (!node) return;
+    if (node.nodeName === 'IFRAME' && node.contentDocument) {
+      docs.push(node.contentDocument);
+      frames(node.contentDocument.documentElement);
+    }
+    if (node.shadowRoot) frames(node.shadowRoot);
+    for (const child of node.childNodes) frames(child);
+  };
+  frames(document.documentElement);
+  const doc = docs.find((d) => d.querySelector('tf-trace-viewer'));
+  const viewer = doc && doc.querySelector('tf-trace-viewer');
+  if (!viewer || !viewer._model || viewer._isLoading) return null;
+  const processes = viewer._model.getAllProcesses().map((p) => ({
+    name: p.name,
+    threads: Object.values(p.threads).map((t) => ({
+      name: t.name, tid: t.tid,
+      slices: [...t.sliceGroup.slices].sort((a, b) => a.start - b.start).map((s) => s.title)})),
+  }));
+  const headings = [], canvases = [];
+  const walk = (node) => {
+    if (!node) return;
+    const box = node.getBoundingClientRect && node.getBoundingClientRect();
+    if (node.nodeName === 'TR-UI-B-HEADING' && node.textContent.trim())
+      headings.push([node.textContent.replace('\\u25be', '').trim(), box.top, box.height]);
+    if (node.nodeName === 'CANVAS') canvases.push([box.width, box.height]);
+    if (node.shadowRoot) walk(node.shadowRoot);
+    for (const child of node.childNodes) walk(child);
+  };
+  walk(doc.documentElement);
+  return {processes, headings, canvases, url: doc.location.href};
+})()"""
+
+
+def test_profile_tab_trace_viewer_draws_the_torch_run_with_its_phase_line(browser, tensorboard,
+                                                                         logdir, artefacts):
+    """XProf lists the XSpace gapscope wrote at the end of the torch run, and its Trace Viewer
+    (offline: no request leaves this TensorBoard) draws the step and phase lines above the
+    run's thread, with the phases of every traced step."""
+    url, torch_run, keras_run = tensorboard
+    shown = open_trace_viewer(browser, url, f"{torch_run}/gapscope")
+    (host,) = [p for p in shown["processes"] if p["name"].endswith("/host:CPU")]
+    threads = sorted(host["threads"], key=lambda t: t["tid"])
+    assert [t["name"] for t in threads[:2]] == ["Steps", "gapscope phases"]
+    timeline = load_run(logdir / torch_run).timeline
+    indices = range(len(timeline.steps))
+    assert threads[0]["slices"] == [f"step {timeline.step_number(i)}" for i in indices]
+    assert threads[1]["slices"] == [phase for i in indices for _, _, phase in timeline.covering(i)]
+    assert len(threads) > 2 and all(t["name"].startswith("thread ") for t in threads[2:])
+    # Drawn, in that order from the top: the track headings, and slices on a canvas.
+    drawn = [name for name, top, height in sorted(shown["headings"], key=lambda h: h[1]) if height > 0]
+    assert drawn[:3] == ["Steps", "gapscope phases", threads[2]["name"]], drawn
+    assert any(width > 500 and height > 100 for width, height in shown["canvases"]), shown["canvases"]
+    screenshot(browser, artefacts, "xprof-trace-viewer-torch")
+
+
+def test_profile_tab_trace_viewer_draws_the_keras_run_in_the_same_viewer(browser, tensorboard,
+                                                                        logdir, artefacts):
+    """The TF profiler's own XSpace of the Keras run, for comparison: its threads drawn the same
+    way (TF's own lines, its step markers; the phases are name scopes inside its ops)."""
+    url, torch_run, keras_run = tensorboard
+    (profile,) = (logdir / keras_run).glob("plugins/profile/*/*.xplane.pb")
+    shown = open_trace_viewer(browser, url, f"{keras_run}/{profile.parent.name}")
+    (host,) = [p for p in shown["processes"] if p["name"].endswith("/host:CPU")]
+    # TF's step markers ("train <n>") on the Python thread, its ops on its own threads.
+    steps = [name for t in host["threads"] for name in t["slices"] if name.startswith("train ")]
+    assert len(steps) >= 4 and len(host["threads"]) > 2, host["threads"]
+    assert any(width > 500 and height > 100 for width, height in shown["canvases"]), shown["canvases"]
+    screenshot(browser, artefacts, "xprof-trace-viewer-keras")
+
+
+def open_trace_viewer(browser, url: str, session: str) -> dict:
+    """The Profile tab on `session`, its Trace Viewer loaded: what _TRACE_VIEWER reads of it.
+    Offline: every request of the viewer went to this TensorBoard and succeeded."""
+    open_fresh(browser, url + "#profile")
+    for label, value in (("Sessions", session), ("Tools", "Trace Viewer")):
+        value = json.dumps(value)
+        wait_for_value(browser, _IN_XPROF % (_CHOOSE % (json.dumps(label), value, value)), timeout=120)
+    shown = wait_for_value(browser, _TRACE_VIEWER, timeout=120)
+    assert "trace_viewer_index.html" in shown["url"] and quote(session, safe="") in shown["url"]
+    origin = "{0.scheme}://{0.netloc}".format(urlsplit(url))
+    viewer = [r for r in browser.requests().values()
+              if "trace_viewer" in r["url"] or "tag=trace_viewer" in unquote(r["url"])]
+    assert viewer and all(r["url"].startswith(origin + "/") and r["status"] == 200 for r in viewer), viewer
+    return shown

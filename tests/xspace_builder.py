@@ -1,41 +1,23 @@
 """Builds tiny XSpace profiles by hand for reader tests, with TF's own protobuf schema."""
 from __future__ import annotations
 
-from analysis.readers.xplane import _xplane_pb2
+from analysis import xplane_proto
 
 US = 1_000_000  # picoseconds per microsecond
 
 
-class PlaneBuilder:
-    """One plane whose event and stat metadata are created on first use of a name."""
+class PlaneBuilder(xplane_proto.PlaneBuilder):
+    """A new plane of `space`, with lines and events at round microseconds."""
 
     def __init__(self, space, plane_id: int, name: str):
-        self.plane = space.planes.add(id=plane_id, name=name)
-        self._events: dict[str, int] = {}
-        self._stats: dict[str, int] = {}
+        super().__init__(space.planes.add(id=plane_id, name=name))
 
     @classmethod
     def around(cls, plane) -> "PlaneBuilder":
         """A builder over a plane that already holds metadata: it keeps the existing ids."""
         builder = cls.__new__(cls)
-        builder.plane = plane
-        builder._events = {m.name: k for k, m in plane.event_metadata.items()}
-        builder._stats = {m.name: k for k, m in plane.stat_metadata.items()}
+        xplane_proto.PlaneBuilder.__init__(builder, plane)
         return builder
-
-    def stat(self, name: str) -> int:
-        if name not in self._stats:
-            key = self._stats[name] = max(self._stats.values(), default=0) + 1
-            self.plane.stat_metadata[key].id = key
-            self.plane.stat_metadata[key].name = name
-        return self._stats[name]
-
-    def event_meta(self, name: str) -> int:
-        if name not in self._events:
-            key = self._events[name] = max(self._events.values(), default=0) + 1
-            self.plane.event_metadata[key].id = key
-            self.plane.event_metadata[key].name = name
-        return self._events[name]
 
     def line(self, line_id: int, name: str, timestamp_ns: int = 0):
         return self.plane.lines.add(id=line_id, name=name, timestamp_ns=timestamp_ns)
@@ -53,4 +35,4 @@ class PlaneBuilder:
 
 
 def new_space():
-    return _xplane_pb2().XSpace()
+    return xplane_proto.xplane_pb2().XSpace()

@@ -14,6 +14,9 @@ from profilers.run_dir import MANIFEST, STEPS_CSV
 
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 XPLANE_GLOB = "*.xplane.pb"
+# Where gapscope writes a torch run's trace as an XSpace for TensorBoard's profile plugin (a
+# session of its own): a view of the run's trace, never taken for the trace itself.
+EXPORTED_XSPACE_DIR = ("plugins", "profile", "gapscope")
 
 
 @dataclass
@@ -47,7 +50,7 @@ def locate(path: str | Path) -> Located:
     steps = path / STEPS_CSV
     found = Located(path, manifest, steps if _present(steps) else None)
     torch_traces = [p for g in TORCH_TRACE_GLOBS for p in path.rglob(g)]
-    xplanes = list(path.rglob(XPLANE_GLOB))
+    xplanes = [p for p in path.rglob(XPLANE_GLOB) if p.parent.parts[-3:] != EXPORTED_XSPACE_DIR]
     for candidate in torch_traces + xplanes:
         problem = safe_files.why_unreadable(candidate)
         if problem:
@@ -57,6 +60,10 @@ def locate(path: str | Path) -> Located:
     found.torch_traces = _newest_first(p for p in torch_traces if p not in bad)
     found.xplanes = _newest_first(p for p in xplanes if p not in bad)
     return found
+
+
+def exported_xspace_dir(run_dir: Path) -> Path:
+    return run_dir.joinpath(*EXPORTED_XSPACE_DIR)
 
 
 def _present(path: Path) -> bool:

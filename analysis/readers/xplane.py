@@ -1,16 +1,15 @@
 """Reads TensorFlow profiler XSpace files (.xplane.pb) into the neutral Trace, without importing TF."""
 from __future__ import annotations
 
-import functools
-import importlib.util
 import re
 from collections import Counter
 from pathlib import Path
 
-from profilers.errors import GapscopeInputError, TraceFormatError
+from profilers.errors import TraceFormatError
 from analysis.readers import safe_files, validate
 from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
+from analysis.xplane_proto import xplane_pb2 as _xplane_pb2
 
 # A TF op event reads "<scope path>:<OpType>", e.g. "StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul".
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
@@ -20,20 +19,6 @@ _TF_FUNCTION_STATS = ("tf_function_call", "tracing_count")
 # XLA puts the HloProto of every module it ran into this plane, one event metadata per module.
 _METADATA_PLANE = "/host:metadata"
 _HLO_PROTO_STAT = "Hlo Proto"
-
-
-@functools.lru_cache(maxsize=1)
-def _xplane_pb2():
-    """Load TF's generated xplane_pb2 module by file path: importing the tensorflow package
-    would cost seconds and gigabytes just to parse a file."""
-    spec = importlib.util.find_spec("tensorflow")
-    if spec is None or spec.origin is None:
-        raise GapscopeInputError("reading .xplane.pb files needs tensorflow installed")
-    module_path = Path(spec.origin).parent / "tsl" / "profiler" / "protobuf" / "xplane_pb2.py"
-    module_spec = importlib.util.spec_from_file_location("gapscope_xplane_pb2", module_path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
 
 
 def read_xplane(path: str | Path) -> Trace:

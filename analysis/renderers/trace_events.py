@@ -2,7 +2,7 @@
 one track per phase above the original events, from the phase timeline every analyser reads."""
 from __future__ import annotations
 
-from analysis.timeline import OTHER, PhaseTimeline
+from analysis.timeline import PhaseTimeline
 from analysis.trace import Trace
 from profilers import strict_json
 from profilers.phases import PHASES
@@ -25,31 +25,16 @@ def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:
     events = _names(GAPSCOPE_PID, f"gapscope phases: {title}", -1,
                     {STEPS_TID: "steps", **{tid: phase for phase, tid in PHASE_TIDS.items()}})
     for index, step in enumerate(timeline.steps):
-        number = step.step_num if step.step_num is not None else index
+        number = timeline.step_number(index)
         events.append(_complete(f"step {number}", STEP_CATEGORY, GAPSCOPE_PID, STEPS_TID,
                                 step.start_us, step.dur_us, {"step": number}))
-        for start, end, phase in phase_segments(timeline, index):
+        for start, end, phase in timeline.covering(index):
             events.append(_complete(phase, PHASE_CATEGORY, GAPSCOPE_PID, PHASE_TIDS[phase],
                                     start, end - start, {"step": number}))
     events += _original(trace)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": trace.path, "format": trace.source_format,
                           "exported_by": "gapscope trace", "phases": list(PHASES)}}
-
-
-def phase_segments(timeline: PhaseTimeline, index: int) -> list[tuple[float, float, str]]:
-    """The step's marked segments, and `other` for every stretch they leave: the five tracks
-    cover the step exactly once."""
-    step = timeline.steps[index]
-    found, cursor = [], step.start_us
-    for start, end, phase in timeline.segments[index]:
-        if start > cursor:
-            found.append((cursor, start, OTHER))
-        found.append((start, end, phase))
-        cursor = max(cursor, end)
-    if cursor < step.end_us:
-        found.append((cursor, step.end_us, OTHER))
-    return found
 
 
 def _original(trace: Trace) -> list[dict]:
