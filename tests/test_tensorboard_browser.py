@@ -231,6 +231,20 @@ def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, 
       (tr) => [tr.children[0].textContent, tr.children[1].textContent])""")
     expected = docs[keras_run]["phases"]["other"]["parts"]
     assert expected and parts == [[f"· {k}", fixed(v)] for k, v in expected.items()]
+    # Its kernels, compile, transfers and resources, as explain has them.
+    evidence = explain(load_run(logdir / keras_run))
+    kernels = wait_in_gapscope(browser, """(doc) => {
+      const rows = [...doc.querySelectorAll('tr.top-kernel td.kernel-name')];
+      return rows.length ? rows.map((td) => td.textContent) : null;
+    }""")
+    assert kernels == [w["name"] for w in evidence.kernels.top]
+    facts = wait_in_gapscope(browser, """(doc) => ['compile', 'transfers', 'resources'].map(
+      (kind) => doc.querySelector(`p.facts.${kind}`)?.textContent)""")
+    assert f"first step {fixed(evidence.compile.first_step_ms)} ms" in facts[0]
+    assert facts[1] == evidence.transfers.note and "CPU load mean" in facts[2]
+    browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=details]').scrollIntoView()")
+    screenshot(browser, artefacts, "gapscope-details")
+    browser.evaluate(_IN_GAPSCOPE % "(doc) => window.scrollTo(0, 0)")
     screenshot(browser, artefacts, "gapscope-overview")
     assert_offline_and_clean(browser, url)
 

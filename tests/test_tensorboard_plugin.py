@@ -108,6 +108,17 @@ def test_compare_route_is_the_clis_comparison(plugin, logdir, torch_run, keras_r
     assert doc["verdicts"] and doc["baseline"] == want.a
 
 
+def test_details_route_is_explains_evidence_for_one_run(plugin, logdir, keras_run):
+    status, doc = get(plugin, "/details", run=keras_run.name)
+    assert status == 200 and doc["problem"] is None, doc
+    expected = json.loads(json.dumps(explain(load_run(logdir / keras_run.name)).to_json_dict()))
+    for part in ("kernels", "attribution", "compile", "transfers", "resources"):
+        assert doc[part] == expected[part], part
+    assert [w["name"] for w in doc["kernels"]["top"]]  # the view's top-kernel table has rows
+    status, doc = get(plugin, "/details", run="failed-run")
+    assert status == 200 and "failed: boom" in doc["problem"] and "kernels" not in doc
+
+
 @pytest.mark.parametrize("names,fragment", [
     (["failed-run", "foreign/profile"], "failed: boom"),
     (["foreign/profile"], "two or more"),

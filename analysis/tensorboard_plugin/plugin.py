@@ -28,7 +28,7 @@ class GapscopePlugin(base_plugin.TBPlugin):
         apps = {f"/static/{path.name}": self._static(path) for path in STATIC.iterdir()
                 if path.suffix in _TYPES}
         apps.update({"/runs": self._serve_runs, "/steps": self._serve_steps,
-                     "/compare": self._serve_compare})
+                     "/details": self._serve_details, "/compare": self._serve_compare})
         return apps
 
     def is_active(self) -> bool:
@@ -52,6 +52,10 @@ class GapscopePlugin(base_plugin.TBPlugin):
     @wrappers.Request.application
     def _serve_steps(self, request):
         return _answer(request, lambda: self._views.steps(request.args.get("run", "")))
+
+    @wrappers.Request.application
+    def _serve_details(self, request):
+        return _answer(request, lambda: self._views.details(request.args.get("run", "")))
 
     @wrappers.Request.application
     def _serve_compare(self, request):

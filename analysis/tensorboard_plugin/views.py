@@ -97,6 +97,20 @@ class Views:
                 {"step": s.step, "step_ms": s.step_ms, "kind": TRACED} for s in a.breakdown.steps])
         return document
 
+    def details(self, name: str) -> dict:
+        """What `compare` draws its evidence from, for one run: kernels per phase and the top
+        ones, host against device time, compile, transfers and resources (explain's JSON)."""
+        with self._lock:
+            a = self._analysed(name, self._entry(name))
+            if not a.problem and a.explanation is None and a.explain_problem is None:
+                a.explanation, a.explain_problem = _explain(a.run)
+        document = {"name": name, "label": a.label, "problem": a.problem or a.explain_problem}
+        if a.explanation is not None and not document["problem"]:
+            explained = a.explanation.to_json_dict()
+            document.update({k: explained[k] for k in
+                             ("kernels", "attribution", "compile", "transfers", "resources")})
+        return document
+
     def compare(self, names: list[str]) -> dict:
         """The CLI's comparison of the runs (`gapscope compare --format json`, plus its verdict
         lines), the first the baseline; {"error": why} where the runs cannot be compared (one

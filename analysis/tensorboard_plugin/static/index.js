@@ -49,7 +49,10 @@ function draw() {
   const ok = doc.runs.filter((run) => run.breakdown);
   if (ok.length) sections.push(overviewSection(doc, ok));
   const selected = ok.find((run) => run.name === state.selected);
-  if (selected) sections.push(breakdownSection(doc, selected), stepsSection(selected));
+  if (selected) {
+    sections.push(breakdownSection(doc, selected), stepsSection(selected));
+    if (selected.traced) sections.push(detailsSection(doc, selected));
+  }
   sections.push(compareSection());
   state.root.replaceChildren(...sections);
 }
@@ -334,6 +337,67 @@ function deltaChart(pair) {
     chart.append(svgEl('text', {x: labelW + 2 * half + 6, y: y + 14}, `${signed(delta, 3)} ms`));
   });
   return chart;
+}
+
+// ---- kernels, compile, transfers, resources of one run -----------------------------------
+
+function detailsSection(doc, run) {
+  const box = section('details', `Kernels, compile, transfers, resources: ${run.label}`,
+                      html('p', {class: 'loading'}, '…'));
+  getJson(`./details?run=${encodeURIComponent(run.name)}`).then((d) => {
+    if (d.problem) {
+      box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, d.problem));
+      return;
+    }
+    box.replaceChildren(box.firstChild, ...details(doc, d));
+  }).catch((error) => {
+    box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, error.message));
+  });
+  return box;
+}
+
+function details(doc, d) {
+  const k = d.kernels, at = d.attribution, c = d.compile, t = d.transfers, r = d.resources;
+  const phases = Object.keys(at.host_ms);
+  const perPhase = phases.map((phase) => html('tr', {},
+      html('td', {}, doc.colours[phase] ? swatch(doc.colours[phase]) : '', phase),
+      html('td', {class: 'num'}, (k.per_phase[phase] || 0).toFixed(1)),
+      html('td', {class: 'num'}, ms(k.time_ms_per_phase[phase] || 0)),
+      html('td', {class: 'num'}, ms(at.host_ms[phase])),
+      html('td', {class: 'num'}, ms(at.device_ms[phase] || 0))));
+  const top = k.top.map((w) => html('tr', {class: 'top-kernel'},
+      html('td', {class: 'kernel-name'}, w.name), html('td', {}, w.phase),
+      html('td', {class: 'num'}, w.calls_per_step.toFixed(1)),
+      html('td', {class: 'num'}, w.mean_us.toFixed(1)), html('td', {class: 'num'}, ms(w.ms_per_step)),
+      html('td', {}, w.fused ? 'fused' : '')));
+  const pct = (v) => v == null ? 'n/a' : `${(100 * v).toFixed(0)} %`;
+  const compile = [`first step ${ms(c.first_step_ms)} ms`, `steady median ${ms(c.steady_median_ms)} ms`,
+                   `warm-up beyond steady ${ms(c.warmup_excess_ms)} ms`,
+                   `compiling in steady steps ${ms(c.compile_in_window_ms)} ms`,
+                   `compiled-region calls/step ${c.compiled_calls_per_step.toFixed(1)}`,
+                   `guards ${(1000 * c.guard_ms_per_step).toFixed(1)} µs/step`,
+                   `tf.function tracing count ${c.tf_tracing_count ?? 'n/a'}`,
+                   `XLA programs ${c.xla_modules.length}`];
+  const transfers = t.note ? [t.note] : Object.entries(t.by_direction).map(([way, x]) =>
+      `${way}: ${x.count_per_step.toFixed(1)}/step, ${(x.bytes_per_step / 1e3).toFixed(0)} kB/step`);
+  const resources = [`CPU load mean ${r.cpu_percent_mean == null ? 'n/a' : r.cpu_percent_mean.toFixed(0) + ' %'}`,
+                     `max ${r.cpu_percent_max == null ? 'n/a' : r.cpu_percent_max.toFixed(0) + ' %'}`,
+                     `GPU util ${r.gpu_util_percent_mean == null ? 'n/a' : r.gpu_util_percent_mean.toFixed(0) + ' %'}`,
+                     `GPU power ${r.gpu_power_w_mean == null ? 'n/a' : r.gpu_power_w_mean.toFixed(0) + ' W'}`];
+  return [
+    html('p', {class: 'facts'}, `${k.per_step.toFixed(1)} ${k.source} per step, mean ` +
+         `${k.mean_us == null ? 'n/a' : k.mean_us.toFixed(1)} µs; fused ${pct(k.fused_share)} of them, ` +
+         `${pct(k.fused_time_share)} of their time; summed ${ms(k.time_ms_per_step)} ms, busy ` +
+         `(threads merged) ${ms(at.device_busy_ms)} ms per step`),
+    html('h4', {}, 'per phase (ms per step)'),
+    table(['phase', 'kernels', 'kernel time summed', 'host', 'device (busy)'], perPhase),
+    html('h4', {}, 'top kernels'),
+    table(['kernel', 'phase', 'calls/step', 'mean µs', 'ms/step', ''], top),
+    html('h4', {}, 'compile'), html('p', {class: 'facts compile'}, compile.join(' · ')),
+    html('h4', {}, 'transfers'), html('p', {class: 'facts transfers'}, transfers.join(' · ')),
+    html('h4', {}, 'resources'), html('p', {class: 'facts resources'}, [...resources, r.note].filter(Boolean).join(' · ')),
+    notes([...k.notes, ...at.notes, ...c.notes]),
+  ];
 }
 
 // ---- small parts ------------------------------------------------------------------------
