@@ -178,9 +178,10 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
 
 
 def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:
-    """For the slower run, from the phases it is slower in beyond noise; none for a gap that
-    is noise: there is nothing to explain."""
-    if pair.within_noise or pair.gap_ms == 0:
+    """For the slower run (by its mean step), from the phases it is slower in beyond noise
+    only: a step gap within noise can still hold one phase that is clearly slower (with
+    three repeats a t-interval is wide), and that phase is worth a hypothesis."""
+    if pair.gap_ms == 0:
         return []
     b_slower = pair.gap_ms > 0
     gaps = {g.phase: (g.delta_ms if b_slower else -g.delta_ms) for g in pair.phases

@@ -103,6 +103,19 @@ def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
                              f"({top.delta_ms:+.3f} ms)")
 
 
+def test_suggestions_of_a_real_pair_come_from_its_phases_beyond_noise(torch_run, keras_run):
+    from analysis.compare import compare
+    pair = compare([explain(load_run(keras_run)), explain(load_run(torch_run))]).pairs[0]
+    b_slower = pair.gap_ms > 0
+    triggers = {Rule.DATA_LOAD: {"data_load"}, Rule.DISPATCH: {"other"},
+                Rule.STEPS_PER_CALL: {"other"}, Rule.COMPUTE: {"forward", "backward"},
+                Rule.SMALL_KERNELS: {"forward", "backward", "optimizer"}}
+    for s in pair.suggestions:
+        assert s.run_label == (pair.b_label if b_slower else pair.a_label)
+        assert any(not g.within_noise and (g.delta_ms if b_slower else -g.delta_ms) > 0
+                   for g in pair.phases if g.phase in triggers[s.rule]), s
+
+
 def test_check_suggestions_measures_the_suggested_variant(torch_run, tmp_path, monkeypatch):
     """The check is a real A/B of the current configuration against the suggested one. Which
     suggestion a run gets depends on its figures (noisy on a shared machine); here it is set,
