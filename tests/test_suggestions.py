@@ -4,6 +4,7 @@ suggestion as an A/B and reports the paired ratio of the runs it made."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 
@@ -79,14 +80,31 @@ def test_per_step_overhead_suggests_a_compiler_and_for_keras_more_steps_per_call
     assert eager.suggested == "mlp:torch:compile"
 
 
+def _big_kernels(run):
+    """The run with its kernels set long (500 µs each): the small-kernel rule, which fires
+    first on a fast machine's MLP, stays out of the way."""
+    run = copy.copy(run)
+    run.kernels = dataclasses.replace(run.kernels, mean_us=500.0)
+    return run
+
+
 def test_compute_bound_suggests_a_compiler(torch_explained, keras_explained):
     compute = _phases(forward=3.0, backward=4.0, optimizer=2.0)  # 70 % in forward + backward
-    (found,) = suggest(torch_explained, compute, {"backward": 1.5}, STEP)
+    (found,) = suggest(_big_kernels(torch_explained), compute, {"backward": 1.5}, STEP)
     assert (found.rule, found.suggested, found.figures) == (
         Rule.COMPUTE, "mlp:torch:compile", {"compute_share": 0.7})
-    assert suggest(keras_explained, compute, {"forward": 0.5}, STEP)[0].suggested == "mlp:keras:jit"
+    (keras,) = suggest(_big_kernels(keras_explained), compute, {"forward": 0.5}, STEP)
+    assert (keras.rule, keras.suggested) == (Rule.COMPUTE, "mlp:keras:jit")
     # On this CPU no lower precision is suggested; slower only in the optimizer: nothing.
-    assert suggest(torch_explained, compute, {"optimizer": 1.0}, STEP) == []
+    assert suggest(_big_kernels(torch_explained), compute, {"optimizer": 1.0}, STEP) == []
+
+
+def test_many_small_kernels_suggest_a_compiler(torch_explained):
+    run = copy.copy(torch_explained)
+    run.kernels = dataclasses.replace(run.kernels, mean_us=5.0, per_step=120.0)
+    (found,) = suggest(run, _phases(forward=2.0, backward=2.0), {"forward": 0.5}, STEP)
+    assert (found.rule, found.suggested, found.figures) == (
+        Rule.SMALL_KERNELS, "mlp:torch:compile", {"kernels_per_step": 120.0, "mean_kernel_us": 5.0})
 
 
 def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
