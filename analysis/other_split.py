@@ -27,44 +27,63 @@ class OtherPart(enum.StrEnum):
                                        # (Keras fit loop, callbacks, a user's code between phases)
 
 
+# The parts an event can cover, by the category `_categories` gives it; LOOP is what is left.
+_COVERED = (OtherPart.OPS, OtherPart.DEVICE_WAIT, OtherPart.DISPATCH)
+
+
 def other_shares(trace: Trace, timeline: PhaseTimeline) -> dict[str, float]:
     """Each part's share of the trace's `other` time over its steps (empty where there is none)."""
-    if not timeline.steps:
+    steps = timeline.steps
+    if not steps:
         return {}
     columns = trace.columns
-    kinds = columns.kind_codes()
-    host = columns.on_host()
-    names = columns.names
-    waits = np.array([bool(_WAITS.search(n)) for n in names], bool)[columns.name]
-    category = np.full(len(kinds), -1, np.int8)
-    category[host & (kinds == code(HOST_OP))] = 0
-    category[host & (kinds == code(RUNTIME)) & waits] = 1
-    category[host & (((kinds == code(RUNTIME)) & ~waits) | (kinds == code(OTHER)))] = 2
-    # The rest (a user's own annotation outside the phases, untraced time) is their loop's code.
+    category = _categories(columns)
     starts = columns.start_us
     ends = starts + columns.dur_us
-    totals = dict.fromkeys(OtherPart, 0.0)
-    step_starts = np.array([s.start_us for s in timeline.steps])
+    step_starts = np.array([s.start_us for s in steps])
+    step_ends = np.array([s.end_us for s in steps])
     owner = np.searchsorted(step_starts, starts, side="right") - 1
-    for index, step in enumerate(timeline.steps):
+    # Each event once, grouped by the step it starts in (a 1 GB trace has millions of events
+    # and hundreds of steps: no pass over all of them per step); and apart, the few that run
+    # past the end of their own step (or start before the first) into a later one.
+    relevant = np.flatnonzero(category >= 0)
+    grouped = relevant[np.argsort(owner[relevant], kind="stable")]
+    grouped_owner = owner[grouped]
+    own_end = np.where(owner[relevant] >= 0, step_ends[np.clip(owner[relevant], 0, None)], step_starts[0])
+    reaching = relevant[ends[relevant] > own_end]
+    totals = dict.fromkeys(OtherPart, 0.0)
+    for index, step in enumerate(steps):
         taken = intervals.merge([(s, e) for s, e, _ in timeline.segments[index]])
         left = intervals.subtract([(step.start_us, step.end_us)], taken)
         if not left:
             continue
-        # Events that start in this step, or before it and run into it (rare: long spans).
-        rows = (owner == index) | ((owner < index) & (ends > step.start_us))
-        for part, which in zip(OtherPart, range(4)):
-            if part is OtherPart.LOOP:
-                totals[part] += intervals.total(left)
-                break
-            chosen = rows & (category == which)
+        lo, hi = np.searchsorted(grouped_owner, [index, index + 1])
+        rows = np.concatenate([grouped[lo:hi], reaching[(owner[reaching] < index)
+                                                        & (ends[reaching] > step.start_us)]])
+        for which, part in enumerate(_COVERED):
+            chosen = rows[category[rows] == which]
             covered = intervals.clip_merged(intervals.merge_arrays(starts[chosen], ends[chosen]),
-                                            step.start_us, step.end_us) if chosen.any() else []
+                                            step.start_us, step.end_us) if len(chosen) else []
             inside = intervals.subtract(left, intervals.subtract(left, covered))
             totals[part] += intervals.total(inside)
             left = intervals.subtract(left, inside)
+        totals[OtherPart.LOOP] += intervals.total(left)
     whole = sum(totals.values())
     return {str(part): value / whole for part, value in totals.items() if value > 0} if whole else {}
+
+
+def _categories(columns) -> np.ndarray:
+    """Per event, the index in _COVERED of the part it covers, or -1 (device events, the
+    phases' own marks, a user's annotation: what they leave is the loop's)."""
+    kinds = columns.kind_codes()
+    host = columns.on_host()
+    waits = np.array([bool(_WAITS.search(n)) for n in columns.names], bool)[columns.name]
+    runtime = kinds == code(RUNTIME)
+    category = np.full(len(kinds), -1, np.int8)
+    category[host & (kinds == code(HOST_OP))] = 0
+    category[host & runtime & waits] = 1
+    category[host & ((runtime & ~waits) | (kinds == code(OTHER)))] = 2
+    return category
 
 
 def split_other(other_ms: float, shares: dict[str, float], digits: int = 6) -> dict[str, float]:
