@@ -531,7 +531,8 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, 
       gapscope sweep cnn --framework torch,keras --width 0.5,1,2 --repeats 5
     """
     from analysis.renderers.sweep_render import plot
-    from analysis.sweep_results import SWEEP_STATE, sweep_result
+    from analysis.sweep_results import sweep_result
+    from profilers.run_dir import SWEEP_STATE
     if (Path(workload) / SWEEP_STATE).is_file():
         folder = Path(workload)
     else:

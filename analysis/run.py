@@ -16,10 +16,8 @@ from analysis.trace import Trace
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import first_update_of_call, updates_in_call
 from profilers.phases import MARKED_PHASES
-from profilers.run_dir import MANIFEST, effective_status, inside
+from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, effective_status, inside
 
-MATRIX_STATE = "matrix.json"
-AB_STATE = "ab.json"
 XLA_DUMP_DIR = "xla_dump"
 
 

@@ -14,9 +14,8 @@ from analysis.run import load_measurement
 from analysis.stats import paired_ratio
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
-from profilers.run_dir import inside
+from profilers.run_dir import SWEEP_STATE, inside
 
-SWEEP_STATE = "sweep.json"
 AXIS_NAMES = {"batch_size": "batch size", "width": "width"}
 
 

@@ -18,6 +18,12 @@ from profilers.errors import GapscopeInputError
 
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"
+# The state file of each kind of folder that holds several runs, written by workloads and
+# read by analysis: one name for both sides.
+MATRIX_STATE = "matrix.json"
+AB_STATE = "ab.json"
+SWEEP_STATE = "sweep.json"
+
 STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
                 "backward_ms", "optimizer_ms", "loss")
 

@@ -12,13 +12,12 @@ from typing import Callable
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
 from profilers.nvml import gpu_count
-from profilers.run_dir import create_run_dir, write_atomic
+from profilers.run_dir import AB_STATE, create_run_dir, write_atomic
 from profilers.run_lifecycle import INTERRUPTED
 from workloads.launch import RunInterrupted, RunOutcome, launch
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
 
-AB_STATE = "ab.json"
 
 
 @dataclass(frozen=True)

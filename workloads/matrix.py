@@ -14,14 +14,13 @@ from typing import Callable
 from profilers import environment, strict_json
 from profilers.errors import GapscopeInputError, UnsupportedVariantError
 from profilers.nvml import gpu_count
-from profilers.run_dir import (effective_status, ensure_out_dir, inside, status_of, utc_now,
-                               write_atomic)
+from profilers.run_dir import (MATRIX_STATE, effective_status, ensure_out_dir, inside, status_of,
+                               utc_now, write_atomic)
 from workloads.launch import RunInterrupted, launch
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
 
 MATRICES_DIR = Path(__file__).parent / "matrices"
-STATE = "matrix.json"
 # A matrix name becomes a folder under --out: a name, never a path (no "/", no "..").
 _PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
@@ -243,7 +242,7 @@ def _load_state(matrix_dir: Path, matrix: Matrix, base: RunSettings) -> dict:
     rows measured with other step counts would not be comparable."""
     settings = {k: v for k, v in base.to_dict().items()
                 if k not in ("workload", "framework", "variant")}
-    path = matrix_dir / STATE
+    path = matrix_dir / MATRIX_STATE
     if path.exists():
         try:
             state = json.loads(path.read_text())
@@ -276,13 +275,13 @@ def _refuse_if_in_use(matrix_dir: Path, state: dict) -> None:
 
 
 def _save_state(matrix_dir: Path, state: dict) -> None:
-    write_atomic(matrix_dir / STATE, strict_json.dumps(state, indent=2) + "\n")
+    write_atomic(matrix_dir / MATRIX_STATE, strict_json.dumps(state, indent=2) + "\n")
 
 
 def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:
     """Outcomes recorded for a matrix in `out_dir`, in row order (rows never run: missing)."""
     matrix_dir = Path(out_dir) / matrix.name
-    path = matrix_dir / STATE
+    path = matrix_dir / MATRIX_STATE
     rows = json.loads(path.read_text())["rows"] if path.exists() else {}
     return [_resolved(matrix_dir, rows[r.id]) if isinstance(rows.get(r.id), dict)
             else RowOutcome(r.id, "missing") for r in matrix.rows]

@@ -8,13 +8,12 @@ from typing import Callable
 
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
-from profilers.run_dir import create_run_dir, write_atomic
+from profilers.run_dir import SWEEP_STATE, create_run_dir, write_atomic
 from profilers.run_lifecycle import INTERRUPTED
 from workloads.ab import Config, RunFailed, measure
 from workloads.launch import RunInterrupted
 from workloads.settings import RunSettings
 
-SWEEP_STATE = "sweep.json"
 # The RunSettings field each axis sets, and its values' type.
 AXES = {"batch_size": int, "width": float}
 

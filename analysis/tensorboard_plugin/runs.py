@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB
-from analysis.run import AB_STATE, MATRIX_STATE, RunEntry, expand_runs
+from analysis.run import RunEntry, expand_runs
 from profilers.errors import GapscopeInputError
-from profilers.run_dir import MANIFEST
+from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
 
 # Where the TF profiler writes its sessions inside a logdir (TensorBoard's profile layout).
 PROFILE_DIR = Path("plugins", "profile")
