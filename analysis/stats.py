@@ -69,6 +69,11 @@ def contains_zero(interval: Interval | None) -> bool:
     return interval is not None and interval[0] <= 0.0 <= interval[1]
 
 
+def contains_one(interval: Interval | None) -> bool:
+    """For a ratio's interval: no difference cannot be ruled out."""
+    return interval is not None and interval[0] <= 1.0 <= interval[1]
+
+
 def percentile(sorted_values: list[float], pct: float) -> float:
     """Linear interpolation between closest ranks (numpy's default)."""
     if len(sorted_values) == 1:

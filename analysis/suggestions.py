@@ -113,12 +113,12 @@ def measured(folder) -> SuggestionCheck:
     and the suggested one second: the paired ratio of their unprofiled step times."""
     from analysis.breakdown import breakdown
     from analysis.run import load_measurement
-    from analysis.stats import paired_ratio
+    from analysis.stats import contains_one, paired_ratio
     current, suggested = ([breakdown(r).to_json_dict()["step_ms"]["mean"] for r in runs]
                           for runs in load_measurement(folder))
     ratio, interval = paired_ratio(current, suggested)
     # One repeat has no interval: nothing can be told apart from noise with it.
-    noise = interval is None or interval[0] <= 1.0 <= interval[1]
+    noise = interval is None or contains_one(interval)
     return SuggestionCheck(round(ratio, 4), interval and (round(interval[0], 4), round(interval[1], 4)),
                            noise, str(folder))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from analysis.breakdown import breakdown
 from analysis.readers.safe_files import MAX_SIDE_FILE_BYTES, read_bytes
 from analysis.run import load_measurement
-from analysis.stats import paired_ratio
+from analysis.stats import contains_one, paired_ratio
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
 from profilers.run_dir import SWEEP_STATE, inside
@@ -125,4 +125,4 @@ def crossovers(result: SweepResult) -> list[Crossover]:
 
 
 def _excludes_one(interval) -> bool:
-    return interval is not None and not interval[0] <= 1.0 <= interval[1]
+    return interval is not None and not contains_one(interval)
