@@ -107,7 +107,8 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
     origins = dict(run.timeline.origins)
     steady = _steady(rows, run.warmup_steps) if rows else []
     untraced = [r for r in steady if not r.get("traced")]
-    traced_rows = [r for r in steady if r.get("traced")]
+    traced_rows = recorded_rows(steady, run.manifest.get("trace_window"),
+                                run.settings.get("steps_per_execution", 1))
     samples = PhaseSamples(
         np.array([r["step_ms"] for r in untraced], float) if untraced else None,
         {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed} if untraced else {},
@@ -201,6 +202,19 @@ def _steady(rows: list[dict], warmup_steps: int) -> list[dict]:
         raise GapscopeInputError(
             f"only {len(rows)} timed steps, all of them warm-up ({warmup_steps}): run more steps")
     return rows[warmup_steps:]
+
+
+def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list[dict]:
+    """The traced rows whose steps the trace holds: not the profiler's warm-up step before its
+    window nor the teardown step after it, which also count as traced (not unprofiled). Where a
+    call runs several updates the trace holds whole calls, which the window's update numbers do
+    not bound: all traced rows then."""
+    traced = [r for r in rows if r.get("traced")]
+    if steps_per_execution != 1 or not (isinstance(trace_window, list) and len(trace_window) == 2
+            and all(isinstance(n, int) for n in trace_window)):
+        return traced
+    first, last = trace_window
+    return [r for r in traced if first <= r["step"] <= last] or traced
 
 
 def _timed_phases(rows: list[dict], warmup_steps: int) -> list[str]:

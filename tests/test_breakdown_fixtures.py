@@ -87,3 +87,17 @@ def test_json_contract_keys_and_sum(fixtures_dir):
     assert sum(doc["phases"][p]["share"] for p in PHASES) == pytest.approx(1.0, abs=1e-5)
     assert doc["source"] == "trace, raw" and doc["steps"] == 2 and doc["framework"] == "torch"
     assert doc["compile_ms"] is None
+
+
+def test_the_step_after_the_trace_window_is_not_an_unprofiled_step():
+    from analysis.breakdown import recorded_rows
+    from profilers.run_dir import mark_rows
+    rows = mark_rows([{"step": i} for i in range(8)], 1, range(2, 5))
+    assert [r["step"] for r in rows if r["traced"]] == [2, 3, 4, 5]
+    # Only the window's steps are the ones the trace holds.
+    assert [r["step"] for r in recorded_rows(rows, [3, 4])] == [3, 4]
+    # Keras traces whole calls (here 2 updates each): the whole call after them is traced too.
+    calls = [{"step": i, "execution_first_step": i - i % 2} for i in range(8)]
+    marked = mark_rows(calls, 0, {2}, "execution_first_step")
+    assert [r["step"] for r in marked if r["traced"]] == [2, 3, 4, 5]
+    assert recorded_rows(marked, [2, 3], steps_per_execution=2) == [r for r in marked if r["traced"]]

@@ -66,8 +66,9 @@ def test_torch_loop_becomes_a_run_directory(torch_capture):
     assert len(list(run_dir.glob("*.pt.trace.json.gz"))) == 1
     rows = _steps(run_dir)
     assert len(rows) == user_loops.BATCHES
-    # The profiler's warm-up step (5) and the window (6..9) ran under the profiler.
-    assert [int(r["step"]) for r in rows if r["traced"] == "1"] == [5, 6, 7, 8, 9]
+    # The profiler's warm-up step (5), the window (6..9) and the step after it (10, which pays
+    # the profiler's teardown) are not unprofiled steps.
+    assert [int(r["step"]) for r in rows if r["traced"] == "1"] == [5, 6, 7, 8, 9, 10]
     assert sum(int(r["warmup"]) for r in rows) == user_loops.WARMUP
 
 
@@ -76,7 +77,7 @@ def test_torch_loop_breakdown_from_trace_and_timers(torch_capture):
     assert set(doc["phase_sources"].values()) == {"gapscope marks"}
     # Timers: every steady step that the profiler did not slow down.
     _assert_all_phases(torch_capture.run_dir, "timers",
-                       steps=user_loops.BATCHES - user_loops.WARMUP - 5)
+                       steps=user_loops.BATCHES - user_loops.WARMUP - 6)  # 6: the profiler warm-up, 4 traced, teardown
 
 
 def test_breakdown_command_reads_it_unchanged(torch_capture):

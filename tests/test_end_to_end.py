@@ -8,6 +8,9 @@ import pytest
 from analysis.breakdown import breakdown_of
 from conftest import SMALL_RUN
 
+# Steady steps outside the trace window and the step after it (the profiler's teardown).
+UNPROFILED_STEPS = SMALL_RUN["steps"] - SMALL_RUN["warmup_steps"] - SMALL_RUN["trace_steps"] - 1
+
 
 @pytest.mark.parametrize("framework", ["torch", "keras"])
 def test_run_directory_layout_and_manifest(framework, request):
@@ -48,7 +51,7 @@ def test_trace_breakdown_has_all_marked_phases_and_adds_up(framework, request):
     # torch eager: the timers see every phase; keras fit: only the compensated trace does.
     assert doc["source"] == {"torch": "timers", "keras": "trace, compensated"}[framework]
     assert doc["step_source"] == "unprofiled steps"
-    assert doc["steps"] == SMALL_RUN["steps"] - SMALL_RUN["warmup_steps"] - SMALL_RUN["trace_steps"]
+    assert doc["steps"] == UNPROFILED_STEPS
     assert len(doc["per_step"]) == SMALL_RUN["trace_steps"]
     for phase in ("forward", "backward", "optimizer"):
         assert doc["phases"][phase]["ms"] > 0, phase
@@ -62,7 +65,7 @@ def test_torch_timers_see_every_phase(torch_run):
     result.self_check()
     means = result.phase_means()
     assert all(means[p] > 0 for p in ("data_load", "forward", "backward", "optimizer"))
-    assert len(result.steps) == SMALL_RUN["steps"] - SMALL_RUN["warmup_steps"] - SMALL_RUN["trace_steps"]
+    assert len(result.steps) == UNPROFILED_STEPS
 
 
 def test_keras_timers_say_phases_need_a_trace(keras_run):

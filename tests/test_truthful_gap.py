@@ -83,7 +83,8 @@ def test_compensated_phases_are_the_traced_shares_of_the_unprofiled_step(torch_r
     # to the timers' truth is measured by benchmarks/compensation_check.py (noise-bound).
     run, rows = _steady_untraced(torch_run)
     raw, compensated = breakdown(run, "trace"), breakdown(run, "compensated")
-    traced_rows = [r for r in run.rows[run.warmup_steps:] if r["traced"]]
+    first, last = run.manifest["trace_window"]
+    traced_rows = [r for r in run.rows[run.warmup_steps:] if first <= r["step"] <= last]
     recorded = {p: statistics.fmean(s.phase_ms[p] for s in raw.steps) for p in PHASES}
     recorded["other"] += max(0.0, statistics.fmean(r["step_ms"] for r in traced_rows)
                              - sum(recorded.values()))
