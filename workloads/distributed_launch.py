@@ -105,24 +105,28 @@ def _free_port() -> int:
 
 
 def _check_free(host: str, port: int, endpoint: str) -> None:
+    """Node 0's rendezvous store listens on every address of the port: anything else there
+    (on any address) makes torchrun fail late and obscurely, so it is refused now."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as exc:
         raise GapscopeInputError(f"--rdzv-endpoint {endpoint}: unknown host ({exc.strerror})") from None
-    family, _, _, _, address = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                raise GapscopeInputError(
-                    f"--rdzv-endpoint {endpoint}: port {port} is in use on this host; pick "
-                    "another, or leave --rdzv-endpoint out for a free one (one node)") from None
-            if exc.errno == errno.EADDRNOTAVAIL:
-                raise GapscopeInputError(
-                    f"--rdzv-endpoint {endpoint}: {host} is not an address of this machine; "
-                    "node 0 (--node-rank 0) runs where the endpoint points") from None
-            raise GapscopeInputError(f"--rdzv-endpoint {endpoint}: {exc.strerror or exc}") from None
+    probes = [(socket.AF_INET, ("", port))] + [(family, address) for family, _, _, _, address in infos]
+    for family, address in probes:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the store does
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise GapscopeInputError(
+                        f"--rdzv-endpoint {endpoint}: port {port} is in use on this host; pick "
+                        "another, or leave --rdzv-endpoint out for a free one (one node)") from None
+                if exc.errno == errno.EADDRNOTAVAIL:
+                    raise GapscopeInputError(
+                        f"--rdzv-endpoint {endpoint}: {host} is not an address of this machine; "
+                        "node 0 (--node-rank 0) runs where the endpoint points") from None
+                raise GapscopeInputError(f"--rdzv-endpoint {endpoint}: {exc.strerror or exc}") from None
 
 
 def _torchrun(settings: RunSettings, endpoint: str, run_id: str, logs: str) -> list[str]:
