@@ -1,5 +1,6 @@
-"""Entry point of one rank of a distributed run, started by torchrun: runs the workload as an
-ordinary run in `<job>/rank<r>/`, inside the job's process group.
+"""Entry point of one rank of a distributed run, started by torchrun (or workloads.local_agent for
+TF): runs the workload as an ordinary run in `<job>/rank<r>/`, inside the job's torch process
+group; a Keras/TF rank's runner builds its strategy from TF_CONFIG.
 
 Usage (by workloads.distributed_launch, not by hand):
     torchrun ... -m workloads.execute_rank JOB_DIR SETTINGS_JSON BACKEND"""
@@ -52,6 +53,8 @@ def main(argv: list[str]) -> int:
     run_dir.mkdir(parents=True, exist_ok=False)
     settings = RunSettings.from_dict(json.loads(settings_json))
     fields = {**place, "job_id": job_dir.name, "backend": backend}
+    if settings.framework != "torch":  # TF: the runner's MultiWorkerMirroredStrategy reads TF_CONFIG
+        return execute(run_dir, settings, fields)
     return execute(run_dir, settings, fields,
                    lambda: torch_process_group(backend, place["local_rank"]))
 
