@@ -44,8 +44,9 @@ def create_job_dir(out_dir: str | Path, parts: tuple[str, ...], job_id: str | No
     job_dir = ensure_out_dir(out_dir) / "-".join([*(p for p in parts if p), job_id])
     status, _ = status_of(job_dir) if (job_dir / MANIFEST).exists() else (None, None)
     if status in ("complete", "failed"):
-        raise GapscopeInputError(f"--job-id {job_id}: {job_dir} holds a job that has ended "
-                                 f"({status}); give this job another id")
+        raise GapscopeInputError(f"job id {job_id}: {job_dir} holds a job that has ended "
+                                 f"({status}); give this job another id (gapscope run --job-id, "
+                                 "torchrun --rdzv-id)")
     try:
         job_dir.mkdir(exist_ok=True)
     except OSError as exc:

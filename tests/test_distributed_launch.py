@@ -256,7 +256,7 @@ def test_two_nodes_on_localhost_write_one_job_directory(tmp_path):
     # The id names one job: reusing it once the job ended would mix two jobs' ranks.
     again = _gapscope([*common, "--node-rank", "0"])
     _, stderr = _finish(again, timeout=60)
-    assert again.returncode == 2 and "--job-id two-nodes:" in stderr and "holds a job" in stderr
+    assert again.returncode == 2 and "job id two-nodes:" in stderr and "holds a job" in stderr
 
 
 def test_ranks_whose_files_are_not_visible_fail_the_job_saying_so(tmp_path):
