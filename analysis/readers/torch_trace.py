@@ -204,13 +204,17 @@ class _Reader:
             data[close + 1] = 0x5D
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
-                    raws = _EVENTS_DECODER.decode(events)
-            except msgspec.DecodeError as exc:
-                error = exc
-                continue
+                    try:
+                        raws = _EVENTS_DECODER.decode(events)
+                    except msgspec.DecodeError as exc:
+                        error = exc
+                        continue
+                    # The raw args (shapes) refer into the chunk: used and dropped before
+                    # its view is released, or the buffer could not be cut down after.
+                    self._keep(raws)
+                    del raws
             finally:
                 data[close + 1] = saved
-            self._keep(raws)
             next_event = data.index(b"{", close + 1, end)
             data[next_event - 1] = 0x5B  # a comma or a blank between events becomes the "["
             buf.keep_from(next_event - 1)
