@@ -45,8 +45,8 @@ _TF_OPS = {"CollectiveReduce": "all_reduce", "CollectiveReduceV2": "all_reduce",
            "NcclReduce": "reduce", "NcclBroadcast": "broadcast"}
 # Host ops that only hand a collective over or wait for one: on the rank's own threads they
 # are not compute (the wait is the very time exposed communication costs).
-_DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:"
-                       r"|aten::wait|torch\.distributed\.|ProcessGroup)")
+# (DDP's reducer ops around them, copy_bucket_to_grad say, copy gradients: compute.)
+_DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)")
 
 
 @dataclass(frozen=True)
