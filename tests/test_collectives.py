@@ -190,3 +190,26 @@ def test_real_two_rank_gloo_job_counts_one_all_reduce_per_bucket(tmp_path):
         assert 0 <= comm.exposed_ms <= comm.comm_ms
         assert comm.overlapped_ms == pytest.approx(comm.comm_ms - comm.exposed_ms)
         assert sum(comm.exposed_by_phase.values()) == comm.exposed_ms
+
+
+def test_tf_multi_worker_collectives_from_a_real_xplane():
+    # Worker 0 of a real 2-worker MultiWorkerMirroredStrategy run on the CPU (TF 2.21, a
+    # tf.function step whose replica all-reduces its gradients in a gapscope_backward
+    # scope, 4 traced steps). TF packs the gradients into one tensor (ConcatV2), runs one
+    # CollectiveReduceV2 on a collective_ops thread, and splits the result: the optimizer
+    # waits on it, so none of it overlaps compute.
+    from analysis.readers.xplane import read_xplane
+    trace = read_xplane(FIXTURES / "tf_mwms_worker0_four_steps.xplane.pb")
+    timeline = phase_timeline(trace)
+    found = find_collectives(trace, timeline)
+    assert [(c.kind, c.step, c.phase, c.source) for c in found] == [
+        ("all_reduce", step, "backward", "tf") for step in range(4)]
+    assert {c.nbytes for c in found} == {None}  # the XPlane says no size
+    comm = communication(trace, timeline)
+    assert comm.steps == 4
+    assert comm.per_kind["all_reduce"]["count"] == 1.0
+    assert comm.overlapped_ms == 0.0
+    assert comm.exposed_ms == pytest.approx(comm.comm_ms)
+    assert comm.comm_ms > 0.5
+    assert set(comm.exposed_by_phase) <= {"backward", "forward"}
+    assert comm.exposed_by_phase["backward"] > 0.99 * comm.exposed_ms
