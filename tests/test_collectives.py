@@ -213,3 +213,17 @@ def test_tf_multi_worker_collectives_from_a_real_xplane():
     assert comm.comm_ms > 0.5
     assert set(comm.exposed_by_phase) <= {"backward", "forward"}
     assert comm.exposed_by_phase["backward"] > 0.99 * comm.exposed_ms
+
+
+@pytest.mark.parametrize("chunk", [256, 4096])
+def test_comm_args_survive_any_chunking_of_the_trace(monkeypatch, chunk):
+    # The reader decodes a chunk of events at a time, with the shapes only where the chunk
+    # holds a gloo range: cut anywhere, the same collectives keep the same bytes.
+    from analysis.readers import torch_trace
+    whole = find_collectives(*_read(GLOO[1]))
+    nccl = find_collectives(*_read(NCCL_RANK0))
+    monkeypatch.setattr(torch_trace, "_CHUNK", chunk)
+    monkeypatch.setattr(torch_trace, "_BLOCK", chunk // 2)
+    assert find_collectives(*_read(GLOO[1])) == whole
+    assert find_collectives(*_read(NCCL_RANK0)) == nccl
+    assert {c.nbytes for c in whole} == {1071144, 526336}
