@@ -11,6 +11,7 @@ from analysis import intervals
 from analysis.columns import NONE, code
 from analysis.timeline import PhaseTimeline
 from analysis.trace import HOST_OP, KERNEL, RUNTIME, Trace
+from profilers.phases import PHASES
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
          "all_to_all", "send", "recv", "barrier")
@@ -63,9 +64,18 @@ class Collective:
 
 @dataclass
 class Communication:
-    """Means per traced step. comm_ms is the time with a collective in flight; of it,
-    overlapped_ms ran while the rank computed and exposed_ms while it did not (the step
-    waited on the collective). exposed_by_phase: where the host was meanwhile."""
+    """Means per traced step. comm_ms: the time with at least one collective in flight; of
+    it, overlapped_ms ran while the rank computed and exposed_ms while it did not, the time
+    the step waited on communication; exposed_by_phase: where the host was meanwhile (the
+    timeline's phase at that instant; every phase of PHASES, adding up to exposed_ms).
+
+    Computing means, on the GPU (NCCL), a kernel other than a collective running on the
+    same device: that is what the collective hides behind. On the CPU (gloo, TF), a host op
+    running on the rank's own threads: gloo's worker threads run the collective itself and
+    are left out, as are the ops that only hand a collective over or wait for one
+    (c10d::allreduce_ and the like, even nested in an autograd op); a stretch with none of
+    these ops running is the thread blocked, mostly in DDP's wait for its buckets at the end
+    of backward (short gaps between ops count too: the thread ran no op then either)."""
 
     steps: int
     per_kind: dict[str, dict]   # kind -> {"count", "bytes" (None unless every one says), "ms"}
@@ -110,7 +120,7 @@ def communication(trace: Trace, timeline: PhaseTimeline) -> Communication | None
     of_kind = {kind: intervals.merge([(f.start_us, f.end_us) for f in found if f.kind == kind])
                for kind in {f.kind for f in found}}
     comm_total = 0.0
-    exposed_by_phase: dict[str, float] = {}
+    exposed_by_phase = dict.fromkeys(PHASES, 0.0)
     kind_ms = dict.fromkeys(of_kind, 0.0)
     for step, window in enumerate(timeline.steps):
         # Each step's window on its own: a collective still in flight when the next step
@@ -120,9 +130,7 @@ def communication(trace: Trace, timeline: PhaseTimeline) -> Communication | None
         exposed = intervals.subtract(comm, intervals.clip_merged(compute, lo, hi))
         comm_total += intervals.total(comm)
         for start, end, phase in timeline.covering(step):
-            part = intervals.total(intervals.clip_merged(exposed, start, end))
-            if part:
-                exposed_by_phase[phase] = exposed_by_phase.get(phase, 0.0) + part
+            exposed_by_phase[phase] += intervals.total(intervals.clip_merged(exposed, start, end))
         for kind, own in of_kind.items():
             kind_ms[kind] += intervals.total(intervals.clip_merged(own, lo, hi))
     per_kind = {}
