@@ -275,7 +275,7 @@ def _nccl(trace: Trace, rows: list[int], name_kind: dict, kinds):
     """NCCL kernels (bytes from their own args, else from the record_param_comms op around
     their launch); compute is every other kernel on the same device."""
     columns = trace.columns
-    launches = _launches(trace, kinds)
+    launches = _launches(trace, kinds, rows)
     params = _param_comms(trace)
     found = []
     for row in rows:
@@ -305,12 +305,15 @@ def _device(track: str) -> str:
     return track.split("/")[1]
 
 
-def _launches(trace: Trace, kinds) -> dict[int, tuple[float, str]]:
-    """correlation id -> (start, track) of the runtime call that launched it."""
+def _launches(trace: Trace, kinds, rows: list[int]) -> dict[int, tuple[float, str]]:
+    """correlation id -> (start, track) of the runtime call that launched each of these
+    kernels (looked up for them alone: a GPU trace holds a launch per kernel, millions)."""
     columns = trace.columns
-    rows = np.flatnonzero((kinds == code(RUNTIME)) & (columns.correlation != NONE))
+    wanted = columns.correlation[rows]
+    wanted = wanted[wanted != NONE]
+    launch_rows = np.flatnonzero((kinds == code(RUNTIME)) & np.isin(columns.correlation, wanted))
     found = {}
-    for row in rows.tolist():
+    for row in launch_rows.tolist():
         found[int(columns.correlation[row])] = (float(columns.start_us[row]),
                                                 columns.wheres[columns.where[row]][1])
     return found
