@@ -191,8 +191,8 @@ def _classify(name: str) -> tuple[str, str] | None:
     if name.startswith("gloo:"):
         kind = _kind_of(name[5:])
         return (GLOO, kind) if kind else None
-    lowered = name.lower()
-    if lowered.startswith(("nccl", "void nccl")) and not name.startswith("nccl:"):
+    # NCCL's kernels (lower case: TF's NcclAllReduce op only queues one).
+    if name.startswith(("nccl", "void nccl")) and not name.startswith("nccl:"):
         kind = _kind_of(name.partition("(")[0])  # the kernel's arguments name no collective
         return (NCCL, kind) if kind else None
     op_type = name.rpartition(":")[2] if ":" in name else name

@@ -229,3 +229,29 @@ def test_comm_args_survive_any_chunking_of_the_trace(monkeypatch, chunk):
     assert find_collectives(*_read(GLOO[1])) == whole
     assert find_collectives(*_read(NCCL_RANK0)) == nccl
     assert {c.nbytes for c in whole} == {1071144, 526336}
+
+
+@pytest.mark.parametrize("name, expected", [
+    ("gloo:all_reduce", ("gloo", "all_reduce")),
+    ("gloo:all_gather", ("gloo", "all_gather")),
+    ("gloo:reduce_scatter", ("gloo", "reduce_scatter")),
+    ("gloo:broadcast", ("gloo", "broadcast")),
+    ("gloo:barrier", ("gloo", "barrier")),
+    ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)", ("nccl", "all_reduce")),
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ("nccl", "all_reduce")),
+    ("ncclDevKernel_ReduceScatter_Sum_bf16_RING_LL", ("nccl", "reduce_scatter")),
+    ("ncclDevKernel_AllGather_RING_LL", ("nccl", "all_gather")),
+    ("ncclDevKernel_Broadcast_RING_LL", ("nccl", "broadcast")),
+    ("ncclDevKernel_SendRecv", ("nccl", "send")),
+    ("void ncclAllReduceRingLLKernel_sum_float(ncclColl)", ("nccl", "all_reduce")),
+    ("replica/gapscope_backward/CollectiveReduceV2:CollectiveReduceV2", ("tf", "all_reduce")),
+    ("CollectiveGatherV2:CollectiveGatherV2", ("tf", "all_gather")),
+    ("x/CollectiveBcastRecvV2:CollectiveBcastRecvV2", ("tf", "broadcast")),
+    ("NcclAllReduce", ("tf", "all_reduce")),
+    # Not collectives themselves: the dispatcher op, NCCL's host range, TF's executor.
+    ("c10d::allreduce_", None), ("nccl:all_reduce", None), ("record_param_comms", None),
+    ("CollectiveOpV2Kernel::Run", None), ("aten::mm", None),
+])
+def test_collective_names_normalise_to_one_kind(name, expected):
+    from analysis.collectives import _classify
+    assert _classify(name) == expected
