@@ -370,21 +370,34 @@ def breakdown(paths, source, fmt):
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
     from analysis.breakdown import breakdown as breakdown_run
+    from analysis.distributed_breakdown import job_breakdown
+    from analysis.job import is_job, load_job
     from analysis.run import Runs, expand_runs
     entries = expand_runs(paths)
     runs = Runs()
-    results, problems = [], []
+    results, jobs, problems = [], [], []
     for entry in entries:
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            results.append(breakdown_run(runs.load(entry.path, entry.label), source))
+            if is_job(entry.path):
+                jobs.append(job_breakdown(load_job(entry.path), source))
+            else:
+                results.append(breakdown_run(runs.load(entry.path, entry.label), source))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
             problems.append(f"{entry.label or entry.path}: {exc}")
-    if results:
-        click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)
+    if results and jobs and fmt == "json":  # one JSON document: the runs' and the jobs'
+        import json
+        docs = [json.loads(registry.BREAKDOWN[fmt].render([r])) for r in results]
+        docs += [json.loads(registry.JOB_BREAKDOWN[fmt].render([j])) for j in jobs]
+        click.echo(json.dumps(docs, indent=2))
+    else:
+        if results:
+            click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)
+        if jobs:
+            click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
     for problem in problems:
         click.echo(f"gapscope: skipped {problem}", err=True)
     if problems:

@@ -154,7 +154,8 @@ def _job_steps(summaries: list[RankSummary], warmup: int) -> tuple[list[tuple[in
     """Per step number run by every rank, the slowest rank's step: unprofiled timer steps
     where every rank has steps.csv, else the traced steps."""
     per_rank = []
-    if all(s.rows for s in summaries):
+    # Timer steps where the breakdowns took their step times from them (not --source trace).
+    if all(s.rows and s.breakdown.unprofiled for s in summaries):
         for s in summaries:
             steady = s.rows[warmup:]
             per_rank.append({int(r["step"]): (float(r["step_ms"]), bool(r.get("traced")))

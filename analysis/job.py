@@ -141,6 +141,12 @@ def _load_rank_dirs(path: Path) -> Job:
                                  f"{', '.join(map(str, sorted(worlds, key=str)))})")
     _check_ranks(path, [m["rank"] for m in manifests.values()], worlds.pop())
     by_rank = sorted(dirs, key=lambda d: manifests[d]["rank"])
+    # The rank that failed first is the root cause; the others died on the broken collective.
+    failed = sorted((d for d in by_rank if unfinished(manifests[d])),
+                    key=lambda d: str(manifests[d].get("ended_at") or ""))
+    if failed:
+        rank = manifests[failed[0]]["rank"]
+        raise GapscopeInputError(f"job {jobs[0]} failed: rank {rank}: {unfinished(manifests[failed[0]])}")
     runs = [_load_rank(jobs[0], manifests[d]["rank"], d) for d in by_rank]
     first = runs[0].manifest
     manifest = {**{k: first.get(k) for k in ("workload", "framework", "variant", "settings",
@@ -225,7 +231,7 @@ def _foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:
     """(rank, (trace, world size or None)) for each torch trace under `folder` that says its
     rank; a folder where some trace has none is no foreign job."""
     traces = sorted({p for g in TORCH_TRACE_GLOBS for p in folder.rglob(g)
-                     if safe_files.is_readable_regular_file(p)})
+                     if safe_files.is_readable_regular_file(p) and not _in_run_dir(p, folder)})
     found = []
     for trace in traces:
         info = distributed_info(trace)
@@ -238,6 +244,13 @@ def _foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:
             return []
         found.append((rank, (trace, world if isinstance(world, int) else None)))
     return found
+
+
+def _in_run_dir(trace: Path, root: Path) -> bool:
+    """A trace inside a gapscope run directory under `root` belongs to that run (a folder of
+    runs, or of jobs, is no foreign job)."""
+    return any((root / parent / MANIFEST).is_file()
+               for parent in trace.relative_to(root).parents if parent.name)
 
 
 def rank_from_name(trace: Path, root: Path) -> int | None:

@@ -100,9 +100,13 @@ def make_job(out: Path, world: int = 2, slow_rank: int | None = None,
         manifest.update(rank=r, world_size=world, job_id=job.name, backend="gloo")
         manifest_path.write_text(json.dumps(manifest, indent=2))
         ranks.append({"rank": r, "dir": f"rank{r}", "host": socket.gethostname(), "node_rank": 0,
-                      "status": manifest["status"], "error": manifest.get("error")})
+                      "status": manifest["status"], "error": manifest.get("error"),
+                      "ended_at": manifest.get("ended_at")})
     shutil.rmtree(staging)
-    failed = [x for x in ranks if x["status"] != "complete"]
+    # The root cause: the rank that failed first (the others died on the broken collective).
+    failed = sorted((x for x in ranks if x["status"] != "complete"), key=lambda x: x["ended_at"] or "")
+    for x in ranks:
+        del x["ended_at"]
     first = json.loads((job / "rank0" / "manifest.json").read_text())
     job_manifest = {k: first.get(k) for k in ("workload", "framework", "variant", "settings",
                                              "warmup_steps", "device")}

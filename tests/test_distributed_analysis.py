@@ -1,0 +1,163 @@
+"""Job-level analysis on real 2-process gloo DDP runs: per-rank phases, the job step, the straggler,
+refusals of failed and mixed jobs, and foreign per-rank traces."""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from analysis.distributed_breakdown import WaitSource, job_breakdown  # noqa: E402
+from analysis.job import is_job, load_job, rank_from_name, summarize_ranks  # noqa: E402
+from analysis.run import expand_runs  # noqa: E402
+from profilers.errors import GapscopeInputError  # noqa: E402
+from profilers.phases import PHASES  # noqa: E402
+
+import dist_job_loop  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def jobs(tmp_path_factory):
+    out = tmp_path_factory.mktemp("jobs")
+    return {"plain": dist_job_loop.make_job(out / "plain"),
+            "slow": dist_job_loop.make_job(out / "slow", slow_rank=1),
+            "failed": dist_job_loop.make_job(out / "failed", fail_rank=1)}
+
+
+def _steps_csv(path: Path) -> dict[int, dict]:
+    with open(path / "steps.csv", newline="") as handle:
+        return {int(r["step"]): r for r in csv.DictReader(handle)}
+
+
+def test_per_rank_phases_add_up_and_job_step_is_the_slowest_rank(jobs):
+    job = load_job(jobs["plain"])
+    assert job.world_size == 2 and is_job(jobs["plain"])
+    result = job_breakdown(job)
+    for b in result.ranks:
+        b.self_check()
+        assert sum(b.phases[p].ms for p in PHASES) == pytest.approx(b.step_stats()["mean"], abs=1e-6)
+    # Hand-computed: per step number, the max over the ranks' unprofiled steady steps.
+    rows = [_steps_csv(jobs["plain"] / f"rank{r}") for r in range(2)]
+    warmup = dist_job_loop.WARMUP
+    steps = sorted(n for n in rows[0] if n >= warmup
+                   and not any(int(rr[n]["traced"]) for rr in rows))
+    expected = [max(float(rr[n]["step_ms"]) for rr in rows) for n in steps]
+    assert [s for s, _, _ in result.job_steps] == steps
+    assert [ms for _, ms, _ in result.job_steps] == pytest.approx(expected)
+    assert result.job_step_ms == pytest.approx(sum(expected) / len(expected))
+    lo, hi = result.job_step_ci95
+    assert lo < result.job_step_ms < hi
+    # The decomposition adds up to the job step.
+    assert sum(result.decomposition().values()) == pytest.approx(result.job_step_ms, abs=1e-6)
+
+
+def test_slowed_rank_is_the_straggler_in_data_load(jobs):
+    result = job_breakdown(load_job(jobs["slow"]))
+    assert result.straggler == 1 and result.straggler_phase == "data_load"
+    assert not result.skew_within_noise
+    # The sleep is 20 ms; the straggler's extra data_load is that, beyond noise.
+    assert 15.0 < result.straggler_extra_ms < 25.0
+    assert result.straggler_extra_ci95[0] > 10.0
+    # Raw step times hide it (rank 0 waits in backward); time not waiting shows it.
+    assert result.step_skew_ms < 0.5 * result.skew_ms
+    assert result.busy_ms[1] - result.busy_ms[0] > 15.0
+
+
+def test_cli_breakdown_of_a_job(jobs):
+    from cli import cli
+    res = CliRunner().invoke(cli, ["breakdown", str(jobs["slow"])])
+    assert res.exit_code == 0, res.output
+    assert "rank0" in res.output and "rank1" in res.output
+    assert "straggler: rank 1" in res.output and "data_load" in res.output
+    assert "communication" in res.output
+    res = CliRunner().invoke(cli, ["breakdown", str(jobs["slow"]), "--format", "json"])
+    doc = json.loads(res.output)
+    assert doc["job"]["straggler"]["rank"] == 1 and len(doc["ranks"]) == 2
+    assert doc["ranks"][1]["phases"]["data_load"]["ms"] > 15.0
+    # A folder holding the job gives the job, not its ranks as separate runs.
+    assert [e.path for e in expand_runs([jobs["slow"].parent])] == [jobs["slow"]]
+
+
+def test_failed_rank_refused_with_its_number(jobs):
+    with pytest.raises(GapscopeInputError, match=r"job .* failed: rank 1: .*broke on purpose"):
+        load_job(jobs["failed"])
+    from cli import cli
+    res = CliRunner().invoke(cli, ["breakdown", str(jobs["failed"])])
+    assert res.exit_code == 2 and "rank 1" in res.output and "Traceback" not in res.output
+
+
+def test_folder_mixing_two_jobs_refused(jobs, tmp_path):
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copytree(jobs["plain"] / "rank0", mixed / "rank0")
+    shutil.copytree(jobs["slow"] / "rank1", mixed / "rank1")
+    with pytest.raises(GapscopeInputError, match="mixes ranks of different jobs"):
+        load_job(mixed)
+    # A job directory whose rank1 came from another job.
+    swapped = tmp_path / "swapped"
+    shutil.copytree(jobs["plain"], swapped)
+    shutil.rmtree(swapped / "rank1")
+    shutil.copytree(jobs["slow"] / "rank1", swapped / "rank1")
+    with pytest.raises(GapscopeInputError, match="mixes ranks of different jobs"):
+        load_job(swapped)
+    # Same rank twice among foreign traces.
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    for i, job in enumerate((jobs["plain"], jobs["slow"])):
+        shutil.copy(next((job / "rank1").glob("*.pt.trace.json.gz")), twice / f"t{i}.pt.trace.json.gz")
+    with pytest.raises(GapscopeInputError, match="rank 1 appears 2 times"):
+        load_job(twice)
+
+
+def _foreign(job: Path, folder: Path, strip_info: bool = False) -> Path:
+    folder.mkdir()
+    for r in range(2):
+        trace = next((job / f"rank{r}").glob("*.pt.trace.json.gz"))
+        if strip_info:  # no distributedInfo: the rank comes from the file name
+            data = json.loads(gzip.decompress(trace.read_bytes()))
+            del data["distributedInfo"]
+            (folder / f"worker_rank{r}.pt.trace.json").write_text(json.dumps(data))
+        else:
+            shutil.copy(trace, folder / f"host_{1000 + r}.123.pt.trace.json.gz")
+    return folder
+
+
+def test_foreign_per_rank_traces_break_down_like_the_job(jobs, tmp_path):
+    own = job_breakdown(load_job(jobs["slow"]), source="trace")
+    for strip in (False, True):
+        folder = _foreign(jobs["slow"], tmp_path / f"foreign{strip}", strip)
+        assert is_job(folder)
+        job = load_job(folder)
+        assert job.foreign and job.world_size == 2
+        theirs = job_breakdown(job)
+        for a, b in zip(own.ranks, theirs.ranks):
+            assert a.phase_means() == pytest.approx(b.phase_means())
+        assert theirs.job_steps == own.job_steps
+        assert theirs.job_step_ms == pytest.approx(own.job_step_ms)
+        assert theirs.straggler == 1 and theirs.straggler_phase == "data_load"
+    assert rank_from_name(Path("x/host_1234.5678.pt.trace.json"), Path("x")) is None
+    assert rank_from_name(Path("x/rank3/t.pt.trace.json"), Path("x")) == 3
+
+
+def test_pool_gives_the_serial_figures(jobs):
+    job = load_job(jobs["plain"])
+    pooled = summarize_ranks(job, workers=2)
+    serial = summarize_ranks(job, workers=1)
+    for a, b in zip(pooled, serial):
+        assert a.rank == b.rank
+        assert a.breakdown.phase_means() == pytest.approx(b.breakdown.phase_means())
+        assert a.breakdown.step_times_ms == b.breakdown.step_times_ms
+
+
+def test_timer_wait_is_named_without_communication(jobs):
+    result = job_breakdown(load_job(jobs["slow"]))
+    if result.wait_source == WaitSource.TIMERS:
+        assert result.comm_phase == "backward"
+        assert result.wait_ms[1]["backward"] == 0.0  # the straggler never waits
