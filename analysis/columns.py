@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from array import array
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,7 @@ class EventColumns:
     wheres: list[tuple[EventKind, str]]  # (kind, track)
     step_nums: dict[int, int | None]     # row -> step number, for every STEP row
     nbytes: dict[int, int]               # row -> bytes, for the copies and sets that say
+    stats: dict[int, dict] = field(default_factory=dict)  # row -> Event.stats, for the few that keep any
 
     def __len__(self) -> int:
         return len(self.start_us)
@@ -42,18 +43,21 @@ class EventColumns:
         correlation = int(self.correlation[row])
         return Event(self.names[self.name[row]], kind, float(self.start_us[row]),
                      float(self.dur_us[row]), track, self.step_nums.get(row),
-                     None if correlation == NONE else correlation, self.nbytes.get(row))
+                     None if correlation == NONE else correlation, self.nbytes.get(row),
+                     stats=self.stats.get(row))
 
     def events(self) -> list[Event]:
         """Every row as an Event, for the analyzers that walk objects (kernels, compile)."""
-        names, wheres, steps, nbytes = self.names, self.wheres, self.step_nums, self.nbytes
+        names, wheres, steps, nbytes, stats = (self.names, self.wheres, self.step_nums, self.nbytes,
+                                               self.stats)
         rows = zip(self.start_us.tolist(), self.dur_us.tolist(), self.where.tolist(),
                    self.name.tolist(), self.correlation.tolist())
         found = []
         for row, (start, dur, where, name, correlation) in enumerate(rows):
             kind, track = wheres[where]
             found.append(Event(names[name], kind, start, dur, track, steps.get(row),
-                               None if correlation == NONE else correlation, nbytes.get(row)))
+                               None if correlation == NONE else correlation, nbytes.get(row),
+                               stats=stats.get(row)))
         return found
 
     def without(self, rows) -> "EventColumns":
@@ -64,14 +68,15 @@ class EventColumns:
         return EventColumns(self.start_us[keep], self.dur_us[keep], self.where[keep],
                             self.name[keep], self.correlation[keep], self.names, self.wheres,
                             {int(new_row[r]): n for r, n in self.step_nums.items() if keep[r]},
-                            {int(new_row[r]): n for r, n in self.nbytes.items() if keep[r]})
+                            {int(new_row[r]): n for r, n in self.nbytes.items() if keep[r]},
+                            {int(new_row[r]): n for r, n in self.stats.items() if keep[r]})
 
     @classmethod
     def of_events(cls, events: list[Event]) -> "EventColumns":
         builder = ColumnsBuilder()
         for e in events:
             builder.add(e.name, e.kind, e.track, e.start_us, e.dur_us, e.correlation, e.step_num,
-                        e.nbytes)
+                        e.nbytes, e.stats)
         return builder.build()
 
 
@@ -90,6 +95,7 @@ class ColumnsBuilder:
         self.wheres: dict[tuple[EventKind, str], int] = {}
         self.step_nums: dict[int, int | None] = {}
         self.nbytes: dict[int, int] = {}
+        self.stats: dict[int, dict] = {}
 
     def name_id(self, name: str) -> int:
         return self.names.setdefault(name, len(self.names))
@@ -99,7 +105,7 @@ class ColumnsBuilder:
 
     def add(self, name: str, kind: EventKind, track: str, start_us: float, dur_us: float,
             correlation: int | None = None, step_num: int | None = None,
-            nbytes: int | None = None) -> None:
+            nbytes: int | None = None, stats: dict | None = None) -> None:
         """One event. The torch reader's hot loop does the same appends inline."""
         row = len(self.start_us)
         self.start_us.append(start_us)
@@ -111,6 +117,8 @@ class ColumnsBuilder:
             self.step_nums[row] = step_num
         if nbytes is not None:
             self.nbytes[row] = nbytes
+        if stats:
+            self.stats[row] = stats
 
     def add_correlation(self, correlation: int | None) -> None:
         try:
@@ -123,4 +131,4 @@ class ColumnsBuilder:
                             np.frombuffer(self.dur_us, np.float64),
                             np.frombuffer(self.where, np.int32), np.frombuffer(self.name, np.int32),
                             np.frombuffer(self.correlation, np.int64), list(self.names),
-                            list(self.wheres), self.step_nums, self.nbytes)
+                            list(self.wheres), self.step_nums, self.nbytes, self.stats)

@@ -19,6 +19,17 @@ class _Args(msgspec.Struct, gc=False):
     # Only the fields an analyzer needs: decoding skips every other key without building it.
     correlation: int | None = None
     nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
+    # What a collective moved: record_param_comms and NCCL kernels say it in these keys; a
+    # gloo range (with record_shapes) in its inputs' types and dims. Kept for comm events
+    # only; shapes stay raw bytes, decoded for those few, since every op may carry them.
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | float | str | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
+    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
+    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
+    finished: bool | int | str | None = None  # false: the profiler stopped before its end
 
 
 class _RawEvent(msgspec.Struct, gc=False):
@@ -38,6 +49,7 @@ class _RawTrace(msgspec.Struct):
     traceEvents: list[_RawEvent]
     deviceProperties: list[dict] = []
     baseTimeNanoseconds: int | None = None
+    distributedInfo: msgspec.Raw = msgspec.Raw()  # backend, rank, world_size of a DDP rank
 
 
 class _Header(msgspec.Struct):
@@ -45,6 +57,7 @@ class _Header(msgspec.Struct):
     traceEvents: msgspec.Raw
     deviceProperties: list[dict] = []
     baseTimeNanoseconds: int | None = None
+    distributedInfo: msgspec.Raw = msgspec.Raw()
 
 
 _DECODER = msgspec.json.Decoder(_RawTrace)
@@ -96,6 +109,9 @@ def read_torch_trace(path: str | Path) -> Trace:
         columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
     metadata = {"device_properties": header.deviceProperties,
                 "base_time_ns": header.baseTimeNanoseconds}
+    distributed = _distributed_info(header.distributedInfo)
+    if distributed is not None:
+        metadata["distributed_info"] = distributed
     if dropped:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
@@ -113,6 +129,7 @@ class _Reader:
         self.dropped: Counter = Counter()
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
+        self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
 
     def read(self, blocks: safe_files.ReadAhead):
         buf = _Window(_CHUNK + _BLOCK)
@@ -155,6 +172,8 @@ class _Reader:
             head.deviceProperties = tail.deviceProperties
         if head.baseTimeNanoseconds is None:
             head.baseTimeNanoseconds = tail.baseTimeNanoseconds
+        if not len(head.distributedInfo):
+            head.distributedInfo = tail.distributedInfo
         return head
 
     def _fill(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
@@ -213,6 +232,7 @@ class _Reader:
         add_where, add_name = columns.where.append, columns.name.append
         add_correlation = columns.correlation.append
         max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
+        comm_names = self._comm_names
         last_key, where = None, None
         for raw in raws:
             if raw.ph != "X":
@@ -226,6 +246,8 @@ class _Reader:
             name_id = names.get(name)
             if name_id is None:
                 name_id = columns.name_id(name)
+                if is_comm_name(name):
+                    self._comm_names.add(name_id)
             key = (raw.cat, raw.pid, raw.tid)
             if key != last_key:  # runs of events on one track: most events skip the lookup
                 where = tracks.get(key)
@@ -235,6 +257,10 @@ class _Reader:
             kind, track, where_id, device = where
             args = raw.args
             correlation = args.correlation if args is not None else None
+            if name_id in comm_names and args is not None:
+                kept = _comm_stats(args)
+                if kept:
+                    columns.stats[len(columns.start_us)] = kept
             if device:
                 if args is not None and args.nbytes is not None:
                     columns.nbytes[len(columns.start_us)] = args.nbytes
@@ -289,6 +315,59 @@ class _Window:
     def contents(self) -> bytes:
         with memoryview(self.data) as view:
             return bytes(view[:self.end])
+
+
+# Events whose args say what a collective moved: gloo's ranges and the c10d dispatcher ops on
+# the CPU, NCCL's kernels and host ranges on the GPU, and record_param_comms for either.
+_COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+
+
+def is_comm_name(name: str) -> bool:
+    return name.startswith(_COMM_PREFIXES) or "nccl" in name[:16].lower()
+
+
+def _comm_stats(args: _Args) -> dict:
+    """The args of one comm event that say what it moved; garbage values read as absent."""
+    kept = {}
+    for key in ("collective", "dtype"):
+        value = getattr(args, key)
+        if isinstance(value, str):
+            kept[key] = value
+    for key in ("in_nelems", "out_nelems", "group_size"):
+        value = _count(getattr(args, key))
+        if value is not None:
+            kept[key] = value
+    for key in ("input_type", "input_dims"):
+        raw = getattr(args, key)
+        if len(raw):
+            try:
+                kept[key] = msgspec.json.decode(raw)
+            except msgspec.DecodeError:
+                pass
+    if args.finished is False:
+        kept["finished"] = False
+    return kept
+
+
+def _count(value) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    return value if isinstance(value, int) and value >= 0 else None
+
+
+def _distributed_info(raw: msgspec.Raw) -> dict | None:
+    """torch.profiler's distributedInfo (backend, rank, world_size, ...) when it is an object."""
+    if not len(raw):
+        return None
+    try:
+        value = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _short(exc: Exception) -> str:
