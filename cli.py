@@ -291,8 +291,16 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
     from analysis.breakdown import breakdown_of
+    from analysis.distributed_breakdown import job_breakdown
+    from analysis.job import is_job, load_job
     complete = [o for o in outcomes if o.status == "complete"]
-    click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in complete]), nl=False)
+    runs = [o for o in complete if not is_job(o.run_dir)]
+    jobs = [o for o in complete if is_job(o.run_dir)]  # --nproc N: the job across its ranks
+    if runs or not jobs:
+        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in runs]), nl=False)
+    if jobs:
+        click.echo(registry.JOB_BREAKDOWN[fmt].render([job_breakdown(load_job(o.run_dir))
+                                                       for o in jobs]), nl=False)
     if len(complete) < len(outcomes):
         sys.exit(EXIT_RUN_FAILED)
 

@@ -126,7 +126,7 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
     replicates = _mean_replicates(values)
     job_step = statistics.fmean(values)
     comms = [s.communication for s in summaries]
-    wait_ms, wait_source, comm_phase = _waits(ranks, comms)
+    wait_ms, wait_source, comm_phase = _waits(ranks, comms, [s.traced_step_ms for s in summaries])
     busy = [b.step_stats()["mean"] - sum(w.values()) for b, w in zip(ranks, wait_ms)]
     means = [b.step_stats()["mean"] for b in ranks]
     straggler = max(range(len(busy)), key=busy.__getitem__) if len(busy) > 1 else None
@@ -141,9 +141,8 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
         max(means) - min(means), straggler, phase, extra, extra_ci, notes=notes,
         job_step_replicates=replicates)
     _clocks(result, job, summaries)
-    batch = (job.ranks[0].settings or {}).get("batch_size")
-    if isinstance(batch, int) and not isinstance(batch, bool):
-        result.samples_per_step = batch * job.world_size
+    if job.batch_size:
+        result.samples_per_step = job.batch_size * job.world_size
     if wait_source == WaitSource.TIMERS:
         notes.append(f"no communication in the traces: waiting estimated from the step timers as "
                      f"each rank's {comm_phase} beyond the fastest rank's")
@@ -186,11 +185,20 @@ def _mean_replicates(values: list[float]) -> np.ndarray | None:
     return data[resample_indices(len(data), rng())].mean(axis=1)
 
 
-def _waits(ranks: list[Breakdown], comms: list) -> tuple[list[dict[str, float]], str, str | None]:
-    """Per rank and phase, the time spent waiting on communication."""
+def _waits(ranks: list[Breakdown], comms: list,
+           traced_step_ms: list[float | None]) -> tuple[list[dict[str, float]], str, str | None]:
+    """Per rank and phase, the time spent waiting on communication.
+
+    The trace times the collectives on traced steps, which the profiler slows (the straggler's
+    lead, and so the others' wait, grows with it): each rank's exposed time keeps its share of
+    the traced step, applied to the unprofiled step, as the phase estimate does; never more
+    than the phase it was exposed in."""
     if comms and all(c is not None for c in comms):
-        waits = [{p: float(c.exposed_by_phase.get(p, 0.0)) for p in PHASES if c.exposed_by_phase.get(p)}
-                 for c in comms]
+        waits = []
+        for b, c, traced in zip(ranks, comms, traced_step_ms):
+            scale = b.step_stats()["mean"] / traced if b.unprofiled and traced else 1.0
+            waits.append({p: min(float(ms) * scale, max(b.phases[p].ms, 0.0))
+                          for p, ms in c.exposed_by_phase.items() if p in PHASES and ms})
         return waits, WaitSource.TRACE, None
     phase = DEFAULT_COMM_PHASE
     floor = min(b.phases[phase].ms for b in ranks)

@@ -55,6 +55,16 @@ class Job:
         return self.distributed.get("backend")
 
     @property
+    def batch_size(self) -> int | None:
+        """Samples per step on each rank: the run's --batch-size, else its workload's."""
+        manifest = self.ranks[0].manifest
+        for value in (self.ranks[0].settings.get("batch_size"),
+                      (manifest.get("workload_spec") or {}).get("batch_size")):
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+        return None
+
+    @property
     def label(self) -> str:
         first = self.ranks[0].manifest
         parts = [first.get("workload"), first.get("framework"), first.get("variant")]
@@ -306,6 +316,7 @@ class RankSummary:
     rows: list[dict] | None                 # steps.csv
     communication: object | None = None     # analysis.collectives.Communication
     collectives: list = field(default_factory=list)  # analysis.collectives.Collective, for clocks
+    traced_step_ms: float | None = None     # mean traced step: the clock communication was timed on
     notes: list[str] = field(default_factory=list)
 
 
@@ -314,11 +325,13 @@ def summarize_rank(rank: int, path: str, label: str, source: str, host: str | No
     from analysis.breakdown import breakdown
     run = load_run(path, label=label)
     result = breakdown(run, source)
-    communication, collectives = None, []
+    communication, collectives, traced = None, [], None
     if run.trace is not None:
         communication, collectives = _communication(run)
+        durations = [s.dur_us / 1000.0 for s in run.timeline.steps]
+        traced = sum(durations) / len(durations) if durations else None
     return RankSummary(rank, host or run.manifest.get("host"), result, run.rows,
-                       communication, collectives)
+                       communication, collectives, traced)
 
 
 def _communication(run: Run):

@@ -65,14 +65,15 @@ def communication_rows(jb: JobBreakdown) -> list[list[str]]:
                 if value is not None and key == "bytes":
                     value = value / 1e6
                 cells.append("" if value is None else fmt.format(value))
-            rows.append([f"{kind} {what}", *cells])
+            if any(cells):  # bytes only where the trace records them
+                rows.append([f"{kind} {what}", *cells])
     for label, key in (("communication ms", "comm_ms"), ("overlapped ms", "overlapped_ms"),
                        ("exposed ms", "exposed_ms")):
         rows.append([label, *[format_ms(d.get(key)) if d else "" for d in docs]])
     phases = sorted({p for d in docs for p in (d.get("exposed_by_phase") or {})})
     for p in phases:
-        rows.append([f"  exposed in {p}", *[format_ms((d.get("exposed_by_phase") or {}).get(p))
-                                             if d else "" for d in docs]])
+        values = [(d.get("exposed_by_phase") or {}).get(p) for d in docs]
+        rows.append([f"  exposed in {p}", *["" if v is None else format_ms(v) for v in values]])
     rows.append(["waiting ms (used)", *[f"{sum(w.values()):.3f}" for w in jb.wait_ms]])
     rows.append(["not waiting ms", *[f"{b:.3f}" for b in jb.busy_ms]])
     return rows
