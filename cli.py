@@ -468,6 +468,7 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
     from analysis.explain import explain, explain_all
+    from analysis.job import is_job
     from analysis.run import Runs, is_measurement, load_measurement
     if measure:
         _check_lengths(settings)
@@ -476,6 +477,9 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
         per_config = load_measurement(runs[0])
         comparison = compare_runs([explain(config_runs[0]) for config_runs in per_config],
                                   [[breakdown_run(r) for r in config_runs] for config_runs in per_config])
+    elif any(is_job(r) for r in runs):
+        _compare_scaling(runs, fmt)
+        return
     else:
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
@@ -486,6 +490,33 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
     click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
+            click.echo(f"gapscope: warning: {warning}", err=True)
+
+
+def _compare_scaling(paths, fmt: str) -> None:
+    """A run (or job) against a job: scaling efficiency and where the step gap went."""
+    from analysis.breakdown import breakdown as breakdown_run
+    from analysis.distributed_breakdown import job_breakdown
+    from analysis.job import batch_size, is_job, load_job
+    from analysis.run import load_run
+    from analysis.scaling import job_side, run_side, scaling
+    if len(paths) != 2:
+        raise GapscopeInputError("compare of a distributed job takes two: the baseline "
+                                 "(e.g. the 1-process run) and the job")
+    if fmt not in registry.SCALING:
+        raise GapscopeInputError(f"--format {fmt} is not available for a scaling comparison")
+    sides = []
+    for path in paths:
+        if is_job(path):
+            job = load_job(path)
+            sides.append(job_side(job_breakdown(job), job.batch_size))
+        else:
+            run = load_run(path)
+            sides.append(run_side(breakdown_run(run), batch_size(run)))
+    result = scaling(*sides)
+    click.echo(registry.SCALING[fmt].render(result), nl=False)
+    for warning in result.warnings:
+        if fmt != "table":
             click.echo(f"gapscope: warning: {warning}", err=True)
 
 

@@ -56,13 +56,7 @@ class Job:
 
     @property
     def batch_size(self) -> int | None:
-        """Samples per step on each rank: the run's --batch-size, else its workload's."""
-        manifest = self.ranks[0].manifest
-        for value in (self.ranks[0].settings.get("batch_size"),
-                      (manifest.get("workload_spec") or {}).get("batch_size")):
-            if isinstance(value, int) and not isinstance(value, bool):
-                return value
-        return None
+        return batch_size(self.ranks[0])
 
     @property
     def label(self) -> str:
@@ -70,6 +64,15 @@ class Job:
         parts = [first.get("workload"), first.get("framework"), first.get("variant")]
         name = " ".join(str(p) for p in parts if p and p != "default") or self.path.name
         return f"{name} x{self.world_size}"
+
+
+def batch_size(run: Run) -> int | None:
+    """Samples per step on one rank: the run's --batch-size, else its workload's."""
+    spec = run.manifest.get("workload_spec")
+    for value in (run.settings.get("batch_size"), spec.get("batch_size") if isinstance(spec, dict) else None):
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
 
 
 # -- recognising a job ---------------------------------------------------------------------

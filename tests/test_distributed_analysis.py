@@ -161,3 +161,42 @@ def test_timer_wait_is_named_without_communication(jobs):
     if result.wait_source == WaitSource.TIMERS:
         assert result.comm_phase == "backward"
         assert result.wait_ms[1]["backward"] == 0.0  # the straggler never waits
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    """The same loop on one process: its rank0 directory is an ordinary run."""
+    job = dist_job_loop.make_job(tmp_path_factory.mktemp("single"), world=1)
+    return job / "rank0"
+
+
+def test_compare_one_process_against_the_job(jobs, single):
+    from analysis.breakdown import breakdown
+    from analysis.job import batch_size
+    from analysis.run import load_run
+    from analysis.scaling import PARTS, job_side, run_side, scaling
+    from cli import cli
+    run = load_run(single)
+    base = breakdown(run)
+    job = load_job(jobs["slow"])
+    jb = job_breakdown(job)
+    result = scaling(run_side(base, batch_size(run)), job_side(jb, job.batch_size))
+    assert [g.part for g in result.parts] == list(PARTS)
+    # The parts' deltas add up to the step gap; the job step is the slowest rank's.
+    assert sum(g.delta_ms for g in result.parts) == pytest.approx(result.gap_ms, abs=1e-9)
+    assert result.gap_ms == pytest.approx(jb.job_step_ms - base.step_stats()["mean"])
+    assert result.efficiency == pytest.approx(base.step_stats()["mean"] / jb.job_step_ms)
+    assert result.throughput_ratio == pytest.approx(2 * result.efficiency)
+    lo, hi = result.efficiency_ci95
+    assert lo <= result.efficiency <= hi
+    # The slowed rank's 20 ms of data loading: half of it in the ranks' mean data_load, the
+    # other half as rank 0 waiting on the all-reduce.
+    parts = {g.part: g for g in result.parts}
+    assert 7.0 < parts["data_load"].delta_ms < 13.0
+    assert parts["communication"].delta_ms > 5.0
+    res = CliRunner().invoke(cli, ["compare", str(single), str(jobs["slow"])])
+    assert res.exit_code == 0, res.output
+    assert "scaling efficiency" in res.output and "exposed communication" in res.output
+    res = CliRunner().invoke(cli, ["compare", str(single), str(jobs["slow"]), "--format", "json"])
+    doc = json.loads(res.output)
+    assert doc["scaling_efficiency"] == pytest.approx(result.efficiency, abs=1e-4)
