@@ -78,7 +78,7 @@ def test_cli_breakdown_of_a_job(jobs):
     assert "straggler: rank 1" in res.output and "data_load" in res.output
     assert "communication" in res.output
     res = CliRunner().invoke(cli, ["breakdown", str(jobs["slow"]), "--format", "json"])
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["job"]["straggler"]["rank"] == 1 and len(doc["ranks"]) == 2
     assert doc["ranks"][1]["phases"]["data_load"]["ms"] > 15.0
     # A folder holding the job gives the job, not its ranks as separate runs.
@@ -198,5 +198,5 @@ def test_compare_one_process_against_the_job(jobs, single):
     assert res.exit_code == 0, res.output
     assert "scaling efficiency" in res.output and "exposed communication" in res.output
     res = CliRunner().invoke(cli, ["compare", str(single), str(jobs["slow"]), "--format", "json"])
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)
     assert doc["scaling_efficiency"] == pytest.approx(result.efficiency, abs=1e-4)
