@@ -89,7 +89,7 @@ def rank_entries(job_dir: Path, world_size: int) -> list[dict]:
             manifest = {}
         status, error = status_of(directory)
         entry.update(host=manifest.get("host"), node_rank=manifest.get("node_rank"),
-                     ended_at=manifest.get("ended_at"))
+                     ended_at=manifest.get("ended_at"), backend=manifest.get("backend"))
         if status is None:
             entry["error"] = f"no readable manifest in {directory.name}: the rank never started"
         elif status == "running":
@@ -107,7 +107,9 @@ def root_cause(entries: list[dict]) -> dict | None:
     failed = [e for e in entries if e["status"] != "complete"]
     if not failed:
         return None
-    primary = [e for e in failed if e["status"] == "failed" and not _SECONDARY.search(e["error"] or "")]
+    # A rank whose process vanished without a word (killed, segfault) did not follow anyone.
+    primary = [e for e in failed if e["status"] == "failed" and (
+        not _SECONDARY.search(e["error"] or "") or " is gone)" in (e["error"] or ""))]
     pool = primary or failed
     return min(pool, key=lambda e: (e["ended_at"] or "~", e["rank"]))  # no end time sorts last
 
@@ -128,7 +130,10 @@ def finish_job(job_dir: Path, world_size: int, interrupted: bool = False,
         error = (f"no rank started: {note}" if never_started and note else
                  f"rank {cause['rank']}: {cause['error'] or cause['status']}")
     distributed = {**manifest.data.get("distributed", {}),
-                   "ranks": [{k: v for k, v in e.items() if k != "ended_at"} for e in entries]}
+                   "ranks": [{k: v for k, v in e.items() if k not in ("ended_at", "backend")}
+                             for e in entries]}
+    if not distributed.get("backend"):  # a user's script that set up its process group later
+        distributed["backend"] = next((e["backend"] for e in entries if e.get("backend")), None)
     manifest.update(distributed=distributed)
     manifest.finish(error=error)
     return manifest.status, error

@@ -228,3 +228,54 @@ def test_root_cause_prefers_a_rank_whose_error_is_its_own():
     assert root_cause(entries)["rank"] == 1
     assert root_cause(entries[:1] + entries[2:])["rank"] == 2  # only consequences: the first
     assert root_cause(entries[3:]) is None
+
+
+def test_two_nodes_on_localhost_write_one_job_directory(tmp_path):
+    """The README's two-node command, both "nodes" on this host: node 0 hosts the rendezvous
+    and finalises the job once node 1's rank has ended too."""
+    port = _free_port()
+    common = ["run", "mlp", "--framework", "torch", "--nnodes", "2", "--nproc", "1",
+              "--rdzv-endpoint", f"localhost:{port}", "--job-id", "two-nodes", *TINY,
+              "--out", str(tmp_path)]
+    node0 = _gapscope([*common, "--node-rank", "0"])
+    time.sleep(1)  # node 0 checks its port before node 1 comes and connects to it
+    node1 = _gapscope([*common, "--node-rank", "1"])
+    out1, err1 = _finish(node1)
+    out0, err0 = _finish(node0)
+    assert (node0.returncode, node1.returncode) == (0, 0), (err0, err1)
+    assert "node 1: its ranks ended" in out1
+    job = _job(tmp_path)
+    assert job.name == "mlp-torch-default-x2-two-nodes"
+    manifest = _manifest(job)
+    assert manifest["status"] == "complete"
+    assert manifest["distributed"]["nnodes"] == 2 and manifest["distributed"]["world_size"] == 2
+    assert [(r["rank"], r["node_rank"], r["status"]) for r in manifest["distributed"]["ranks"]] == [
+        (0, 0, "complete"), (1, 1, "complete")]
+    assert (job / "run.log").exists() and (job / "run.node1.log").exists()
+    assert _manifest(job / "rank1")["node_rank"] == 1
+    # The id names one job: reusing it once the job ended would mix two jobs' ranks.
+    again = _gapscope([*common, "--node-rank", "0"])
+    _, stderr = _finish(again, timeout=60)
+    assert again.returncode == 2 and "--job-id two-nodes:" in stderr and "holds a job" in stderr
+
+
+def test_ranks_whose_files_are_not_visible_fail_the_job_saying_so(tmp_path):
+    from profilers.job_dir import finish_job, start_job
+    from profilers.run_lifecycle import RunLifecycle
+    job = tmp_path / "job"
+    job.mkdir()
+    start_job(job, {"workload": "mlp"}, {"world_size": 2})
+    (job / "rank0").mkdir()
+    RunLifecycle.start(job / "rank0", {"rank": 0}).manifest.finish()
+    status, error = finish_job(job, 2)
+    assert status == "failed"
+    assert error.startswith("rank 1: its run directory rank1 is not here")
+    assert "same shared --out" in error
+    ranks = _manifest(job)["distributed"]["ranks"]
+    assert [r["status"] for r in ranks] == ["complete", "failed"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
