@@ -200,3 +200,55 @@ def test_compare_one_process_against_the_job(jobs, single):
     res = CliRunner().invoke(cli, ["compare", str(single), str(jobs["slow"]), "--format", "json"])
     doc = json.loads(res.stdout)
     assert doc["scaling_efficiency"] == pytest.approx(result.efficiency, abs=1e-4)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _gapscope(*args, timeout=240):
+    import subprocess
+    return subprocess.run([sys.executable, str(ROOT / "cli.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+def test_torchrun_user_loop_straggler(tmp_path):
+    """The launch helper's user script under torchrun, rank 1's data loading slowed."""
+    import subprocess
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+                           str(ROOT / "tests" / "ddp_user_loop.py"), "--out", str(tmp_path),
+                           "--steps", "16", "--slow-rank", "1"],
+                          capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (job,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    result = job_breakdown(load_job(job))
+    assert result.wait_source == WaitSource.TRACE  # gloo all-reduces found in both traces
+    assert result.straggler == 1 and result.straggler_phase == "data_load"
+    assert not result.skew_within_noise
+    assert result.last_arrival[1] > 0.5  # rank 1 reaches the all-reduce last
+
+
+def test_gapscope_run_nproc_breakdown_and_compare(tmp_path):
+    common = ["--framework", "torch", "--steps", "12", "--warmup", "3", "--trace-steps", "3",
+              "--out", tmp_path, "-q"]
+    for nproc in (1, 2):
+        done = _gapscope("run", "mlp", "--nproc", nproc, *common)
+        assert done.returncode == 0, done.stderr[-2000:]
+    one, = tmp_path.glob("mlp-torch-default-2*")
+    two, = tmp_path.glob("mlp-torch-default-x2-*")
+    assert "rank1" in done.stdout and "all_reduce count" in done.stdout  # run prints the job
+    shown = _gapscope("breakdown", two, "--format", "json")
+    assert shown.returncode == 0, shown.stderr
+    doc = json.loads(shown.stdout)
+    assert [r["rank"] for r in doc["job"]["per_rank"]] == [0, 1]
+    for comm in doc["job"]["communication"]:
+        assert comm["per_kind"]["all_reduce"]["count"] >= 1
+        assert comm["exposed_ms"] <= comm["comm_ms"] + 1e-6
+    assert doc["job"]["samples_per_step"] == 2 * 256  # two ranks of the mlp batch
+    compared = _gapscope("compare", one, two, "--format", "json")
+    assert compared.returncode == 0, compared.stderr
+    scaling = json.loads(compared.stdout)
+    assert scaling["a"]["world_size"] == 1 and scaling["b"]["world_size"] == 2
+    assert scaling["scaling_efficiency"] == pytest.approx(
+        scaling["a"]["step_ms"] / scaling["b"]["step_ms"], rel=1e-3)
+    assert sum(p["delta_ms"] for p in scaling["parts"].values()) == pytest.approx(
+        scaling["gap_ms"], abs=1e-5)
