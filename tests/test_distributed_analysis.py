@@ -252,3 +252,13 @@ def test_gapscope_run_nproc_breakdown_and_compare(tmp_path):
         scaling["a"]["step_ms"] / scaling["b"]["step_ms"], rel=1e-3)
     assert sum(p["delta_ms"] for p in scaling["parts"].values()) == pytest.approx(
         scaling["gap_ms"], abs=1e-5)
+
+
+def test_report_lists_the_job_with_its_ranks_and_scaling(jobs, single, tmp_path):
+    from analysis.report import write_report
+    files = write_report([single, jobs["slow"]], tmp_path / "r" / "report.md")
+    text = files.markdown.read_text()
+    assert "## Distributed jobs" in text
+    assert "| phase | rank0 ms |" in text and "rank1 ms" in text
+    assert "straggler: rank 1" in text and "Scaling against" in text
+    assert "scaling efficiency" in text
