@@ -165,9 +165,8 @@ def test_timer_wait_is_named_without_communication(jobs):
 
 @pytest.fixture(scope="module")
 def single(tmp_path_factory):
-    """The same loop on one process: its rank0 directory is an ordinary run."""
-    job = dist_job_loop.make_job(tmp_path_factory.mktemp("single"), world=1)
-    return job / "rank0"
+    """The same loop on one process: an ordinary run directory."""
+    return dist_job_loop.make_job(tmp_path_factory.mktemp("single"), world=1)
 
 
 def test_compare_one_process_against_the_job(jobs, single):
@@ -262,3 +261,17 @@ def test_report_lists_the_job_with_its_ranks_and_scaling(jobs, single, tmp_path)
     assert "| phase | rank0 ms |" in text and "rank1 ms" in text
     assert "straggler: rank 1" in text and "Scaling against" in text
     assert "scaling efficiency" in text
+
+
+def test_tensorboard_plugin_lists_the_job_ranks(jobs, tmp_path):
+    from analysis.tensorboard_plugin.views import Views
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    for kind in ("slow", "failed"):
+        shutil.copytree(jobs[kind], logdir / jobs[kind].name)
+    documents = {d["name"]: d for d in Views(logdir).runs()["runs"]}
+    slow, failed = jobs["slow"].name, jobs["failed"].name
+    assert set(documents) == {f"{slow}/rank0", f"{slow}/rank1", failed}
+    assert documents[f"{slow}/rank1"]["label"].endswith("x2 rank1")
+    assert documents[f"{slow}/rank1"]["breakdown"]["phases"]["data_load"]["ms"] > 15.0
+    assert "failed: rank 1" in documents[failed]["problem"]
