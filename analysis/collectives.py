@@ -11,6 +11,7 @@ from analysis import intervals
 from analysis.columns import NONE, code
 from analysis.timeline import PhaseTimeline
 from analysis.trace import HOST_OP, KERNEL, RUNTIME, Trace
+from profilers.phases import PHASES
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
          "all_to_all", "send", "recv", "barrier")
@@ -45,8 +46,8 @@ _TF_OPS = {"CollectiveReduce": "all_reduce", "CollectiveReduceV2": "all_reduce",
            "NcclReduce": "reduce", "NcclBroadcast": "broadcast"}
 # Host ops that only hand a collective over or wait for one: on the rank's own threads they
 # are not compute (the wait is the very time exposed communication costs).
-_DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:"
-                       r"|aten::wait|torch\.distributed\.|ProcessGroup)")
+# (DDP's reducer ops around them, copy_bucket_to_grad say, copy gradients: compute.)
+_DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)")
 
 
 @dataclass(frozen=True)
@@ -63,9 +64,24 @@ class Collective:
 
 @dataclass
 class Communication:
-    """Means per traced step. comm_ms is the time with a collective in flight; of it,
-    overlapped_ms ran while the rank computed and exposed_ms while it did not (the step
-    waited on the collective). exposed_by_phase: where the host was meanwhile."""
+    """Means per traced step. comm_ms: the time with at least one collective in flight; of
+    it, overlapped_ms ran while the rank computed and exposed_ms while it did not, the time
+    the step waited on communication; exposed_by_phase: where the host was meanwhile (the
+    timeline's phase at that instant; every phase of PHASES, adding up to exposed_ms).
+
+    Computing means, on the GPU (NCCL), a kernel other than a collective running on the
+    same device: that is what the collective hides behind. On the CPU (gloo, TF), a host op
+    running on the rank's own threads: gloo's worker threads run the collective itself and
+    are left out, as are the ops that only hand a collective over or wait for one
+    (c10d::allreduce_ and the like, even nested in an autograd op); a stretch with none of
+    these ops running is the thread blocked, mostly in DDP's wait for its buckets at the end
+    of backward (short gaps between ops count too: the thread ran no op then either).
+
+    A gloo range ends when its worker thread records the end, after it has woken the
+    waiting thread; on a loaded machine that can be milliseconds after the collective
+    completed (seen: 0.8 and 3.1 ms on 2 shared cores), and a range the profiler stopped
+    first ends at the stop. comm_ms then runs long; the waiting thread is busy again by
+    then, so the extra mostly reads as overlapped, and exposed_ms stays close."""
 
     steps: int
     per_kind: dict[str, dict]   # kind -> {"count", "bytes" (None unless every one says), "ms"}
@@ -110,7 +126,7 @@ def communication(trace: Trace, timeline: PhaseTimeline) -> Communication | None
     of_kind = {kind: intervals.merge([(f.start_us, f.end_us) for f in found if f.kind == kind])
                for kind in {f.kind for f in found}}
     comm_total = 0.0
-    exposed_by_phase: dict[str, float] = {}
+    exposed_by_phase = dict.fromkeys(PHASES, 0.0)
     kind_ms = dict.fromkeys(of_kind, 0.0)
     for step, window in enumerate(timeline.steps):
         # Each step's window on its own: a collective still in flight when the next step
@@ -120,9 +136,7 @@ def communication(trace: Trace, timeline: PhaseTimeline) -> Communication | None
         exposed = intervals.subtract(comm, intervals.clip_merged(compute, lo, hi))
         comm_total += intervals.total(comm)
         for start, end, phase in timeline.covering(step):
-            part = intervals.total(intervals.clip_merged(exposed, start, end))
-            if part:
-                exposed_by_phase[phase] = exposed_by_phase.get(phase, 0.0) + part
+            exposed_by_phase[phase] += intervals.total(intervals.clip_merged(exposed, start, end))
         for kind, own in of_kind.items():
             kind_ms[kind] += intervals.total(intervals.clip_merged(own, lo, hi))
     per_kind = {}
@@ -183,8 +197,8 @@ def _classify(name: str) -> tuple[str, str] | None:
     if name.startswith("gloo:"):
         kind = _kind_of(name[5:])
         return (GLOO, kind) if kind else None
-    lowered = name.lower()
-    if lowered.startswith(("nccl", "void nccl")) and not name.startswith("nccl:"):
+    # NCCL's kernels (lower case: TF's NcclAllReduce op only queues one).
+    if name.startswith(("nccl", "void nccl")) and not name.startswith("nccl:"):
         kind = _kind_of(name.partition("(")[0])  # the kernel's arguments name no collective
         return (NCCL, kind) if kind else None
     op_type = name.rpartition(":")[2] if ":" in name else name
@@ -267,7 +281,7 @@ def _nccl(trace: Trace, rows: list[int], name_kind: dict, kinds):
     """NCCL kernels (bytes from their own args, else from the record_param_comms op around
     their launch); compute is every other kernel on the same device."""
     columns = trace.columns
-    launches = _launches(trace, kinds)
+    launches = _launches(trace, kinds, rows)
     params = _param_comms(trace)
     found = []
     for row in rows:
@@ -297,12 +311,15 @@ def _device(track: str) -> str:
     return track.split("/")[1]
 
 
-def _launches(trace: Trace, kinds) -> dict[int, tuple[float, str]]:
-    """correlation id -> (start, track) of the runtime call that launched it."""
+def _launches(trace: Trace, kinds, rows: list[int]) -> dict[int, tuple[float, str]]:
+    """correlation id -> (start, track) of the runtime call that launched each of these
+    kernels (looked up for them alone: a GPU trace holds a launch per kernel, millions)."""
     columns = trace.columns
-    rows = np.flatnonzero((kinds == code(RUNTIME)) & (columns.correlation != NONE))
+    wanted = columns.correlation[rows]
+    wanted = wanted[wanted != NONE]
+    launch_rows = np.flatnonzero((kinds == code(RUNTIME)) & np.isin(columns.correlation, wanted))
     found = {}
-    for row in rows.tolist():
+    for row in launch_rows.tolist():
         found[int(columns.correlation[row])] = (float(columns.start_us[row]),
                                                 columns.wheres[columns.where[row]][1])
     return found

@@ -19,17 +19,22 @@ class _Args(msgspec.Struct, gc=False):
     # Only the fields an analyzer needs: decoding skips every other key without building it.
     correlation: int | None = None
     nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
-    # What a collective moved: record_param_comms and NCCL kernels say it in these keys; a
-    # gloo range (with record_shapes) in its inputs' types and dims. Kept for comm events
-    # only; shapes stay raw bytes, decoded for those few, since every op may carry them.
+    # What a collective moved, as record_param_comms and NCCL kernels say it: kept for comm
+    # events only (other events lack these keys, which costs their decode nothing).
     collective: str | None = msgspec.field(default=None, name="Collective name")
     in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
     out_nelems: int | float | str | None = msgspec.field(default=None, name="Out msg nelems")
     dtype: str | None = None
     group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
+    finished: bool | int | str | None = None  # false: the profiler stopped before its end
+
+
+class _ShapedArgs(_Args, gc=False):
+    # A gloo range says its size only in its inputs' types and dims (with record_shapes).
+    # Every op of such a trace carries them, and keeping them raw costs a third of the
+    # decode, so only the chunks that hold a gloo range are decoded with these.
     input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
     input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
-    finished: bool | int | str | None = None  # false: the profiler stopped before its end
 
 
 class _RawEvent(msgspec.Struct, gc=False):
@@ -45,11 +50,19 @@ class _RawEvent(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
+class _ShapedRawEvent(_RawEvent, gc=False):
+    args: _ShapedArgs | None = None
+
+
 class _RawTrace(msgspec.Struct):
     traceEvents: list[_RawEvent]
     deviceProperties: list[dict] = []
     baseTimeNanoseconds: int | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()  # backend, rank, world_size of a DDP rank
+
+
+class _ShapedRawTrace(_RawTrace):
+    traceEvents: list[_ShapedRawEvent]
 
 
 class _Header(msgspec.Struct):
@@ -63,6 +76,9 @@ class _Header(msgspec.Struct):
 _DECODER = msgspec.json.Decoder(_RawTrace)
 _HEADER_DECODER = msgspec.json.Decoder(_Header)
 _EVENTS_DECODER = msgspec.json.Decoder(list[_RawEvent])
+_SHAPED_DECODER = msgspec.json.Decoder(_ShapedRawTrace)
+_SHAPED_EVENTS_DECODER = msgspec.json.Decoder(list[_ShapedRawEvent])
+_GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its size
 
 _DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
                       "gpu_user_annotation": ANNOTATION}
@@ -145,7 +161,8 @@ class _Reader:
                 if eof:
                     # No array where torch writes it: decode what there is, for the decoder's
                     # own word on what is wrong (or a valid but unusual layout).
-                    whole = _DECODER.decode(buf.contents())
+                    contents = buf.contents()
+                    whole = (_SHAPED_DECODER if _GLOO in contents else _DECODER).decode(contents)
                     self._keep(whole.traceEvents)
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
@@ -166,7 +183,8 @@ class _Reader:
             if not eof:
                 self._decode_chunk(buf)
         # The rest: the last events, "]", and the keys after the array.
-        tail = _DECODER.decode(b'{"traceEvents":' + buf.contents())
+        contents = b'{"traceEvents":' + buf.contents()
+        tail = (_SHAPED_DECODER if _GLOO in contents else _DECODER).decode(contents)
         self._keep(tail.traceEvents)
         if not head.deviceProperties:
             head.deviceProperties = tail.deviceProperties
@@ -204,13 +222,18 @@ class _Reader:
             data[close + 1] = 0x5D
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
-                    raws = _EVENTS_DECODER.decode(events)
-            except msgspec.DecodeError as exc:
-                error = exc
-                continue
+                    try:
+                        shaped = data.find(_GLOO, 0, close + 2) >= 0
+                        raws = (_SHAPED_EVENTS_DECODER if shaped else _EVENTS_DECODER).decode(events)
+                    except msgspec.DecodeError as exc:
+                        error = exc
+                        continue
+                    # The raw args (shapes) refer into the chunk: used and dropped before
+                    # its view is released, or the buffer could not be cut down after.
+                    self._keep(raws)
+                    del raws
             finally:
                 data[close + 1] = saved
-            self._keep(raws)
             next_event = data.index(b"{", close + 1, end)
             data[next_event - 1] = 0x5B  # a comma or a blank between events becomes the "["
             buf.keep_from(next_event - 1)
@@ -338,8 +361,8 @@ def _comm_stats(args: _Args) -> dict:
         if value is not None:
             kept[key] = value
     for key in ("input_type", "input_dims"):
-        raw = getattr(args, key)
-        if len(raw):
+        raw = getattr(args, key, None)
+        if raw is not None and len(raw):
             try:
                 kept[key] = msgspec.json.decode(raw)
             except msgspec.DecodeError:
