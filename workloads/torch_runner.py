@@ -16,7 +16,8 @@ from workloads.models.params import torch_parameters
 from workloads.devices import torch_device
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.torch_pipelines import make_batches, rank_shard
+from workloads.shards import rank_shard
+from workloads.torch_pipelines import make_batches
 from workloads.torchscript import LazyTorchScript
 
 
