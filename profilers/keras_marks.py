@@ -35,7 +35,16 @@ def _marked_train_step_tf(self, data):
         gradients = tape.gradient(scaled_loss, self.trainable_weights)
     with tf_phase_scope("optimizer"):
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-    return _logs(self, x, y, y_pred, sample_weight, loss)
+    # Under a strategy of N replicas the loss came out divided by N (so that summed gradients
+    # are the mean); the logs report it whole, as Keras' own train_step does.
+    from keras.src.losses.loss import unscale_loss_for_distribution
+    logs = _logs(self, x, y, y_pred, sample_weight, unscale_loss_for_distribution(loss))
+    from workloads.tf_distribute import multi_worker
+    if multi_worker():
+        # Keras reduces a multi-worker step's logs with strategy.reduce(MEAN, v, axis=0), which
+        # fails on scalars (keras-team/keras#20585): give each log the axis it reduces over.
+        logs = keras.tree.map_structure(lambda v: tf.reshape(v, [-1]), logs)
+    return logs
 
 
 def _marked_train_step_torch(self, data):
