@@ -111,7 +111,8 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1):
+                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
+                  stop_barrier=None):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
     step view expects), or a started torch.profiler that it steps once per call.
@@ -120,7 +121,9 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     call whose updates overlap it (`steps_per_call` each), even a first call that also holds
     the warm-up: a run of one long call is still traced rather than not at all.
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
-    torch), so the time since the previous call ended is this step's data_load."""
+    torch), so the time since the previous call ended is this step's data_load.
+    `stop_barrier` (workloads.tf_distribute.StopBarrier): the TF profiler of a multi-worker run
+    stops only while no peer is mid-collective."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -176,7 +179,10 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                 if self._tracing:
                     import tensorflow as tf
                     self._tracing = False
-                    stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
+
+                    def stop():
+                        stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
+                    stop_barrier.around(stop) if stop_barrier is not None else stop()
             self._previous_end = timer.now()
 
         # model.predict (inference runs) calls the same hooks under other names.

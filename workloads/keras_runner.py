@@ -17,7 +17,7 @@ from workloads.models.params import keras_parameters
 from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts,
+from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
                                      make_strategy, shard, sharded_dataset, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
@@ -68,7 +68,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     callback = step_callback(timer, window if settings.trace else None,
                              tf_logdir=run_dir if settings.trace and not on_torch else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
-                             steps_per_call=settings.steps_per_execution)
+                             steps_per_call=settings.steps_per_execution,
+                             stop_barrier=StopBarrier(run_dir, rank, world) if strategy is not None else None)
     if profiler is not None:
         profiler.start()
     try:

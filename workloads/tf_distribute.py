@@ -193,3 +193,37 @@ def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
     return {"global_batch_size": batch_size * world, "shard": f"{rank}::{world}",
             "collective": "RING", "collective_timeout_s": collective_timeout(),
             "weights_sha256": digest.hexdigest()}
+
+
+class StopBarrier:
+    """Brackets each worker's TF profiler stop with two file barriers in the job directory
+    (`<job>/rank<r>/.profiler-stop-<name>`): TensorFlow 2.21 sometimes aborts in
+    `profiler.stop()` ("free(): invalid pointer") while a peer's collective traffic reaches this
+    worker's gRPC threads. After the first barrier every rank has finished the window's last
+    step (no transfer is in flight), and until the second no rank starts the next one."""
+
+    def __init__(self, run_dir, rank: int, world: int, timeout: float | None = None):
+        from pathlib import Path
+        self._dirs = [Path(run_dir).parent / f"rank{r}" for r in range(world)]
+        self._own = Path(run_dir)
+        self._timeout = collective_timeout() if timeout is None else timeout
+
+    def wait(self, name: str) -> None:
+        import time
+        marker = f".profiler-stop-{name}"
+        (self._own / marker).touch()
+        deadline = time.monotonic() + self._timeout
+        while not all((folder / marker).exists() for folder in self._dirs):
+            if time.monotonic() > deadline:
+                missing = [f.name for f in self._dirs if not (f / marker).exists()]
+                raise RuntimeError(f"{', '.join(missing)} did not reach the end of the trace window "
+                                   f"within {self._timeout:g} s")
+            time.sleep(0.005)
+
+    def around(self, stop):
+        """Calls `stop` between the two barriers."""
+        self.wait("a")
+        try:
+            stop()
+        finally:
+            self.wait("b")

@@ -16,7 +16,7 @@ from workloads.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.tf_distribute import (check_cluster, distributed_facts, make_strategy, shard,
+from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, make_strategy, shard,
                                      sharded_dataset, world_size)
 
 
@@ -98,7 +98,10 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                         batch = next(iterator)
                 loss = train_step(*batch)
                 timer.end_step(loss)
-                session.end_step(step)
+                if strategy is not None and session.tracing and step == window.last:
+                    StopBarrier(run_dir, rank, world).around(lambda: session.end_step(step))
+                else:
+                    session.end_step(step)
                 epochs_of_steps.append(epoch if strategy is None else step // updates_per_epoch)
         finally:
             session.stop()
