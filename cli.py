@@ -213,6 +213,18 @@ def _check_lengths(settings: dict) -> None:
                                   "tf (raw TensorFlow loop).")
 @run_options
 @size_options
+@click.option("--nproc", type=int, default=1, show_default=True,
+              help="Processes (ranks) on this node: more than 1 trains with DistributedDataParallel "
+                   "under torchrun (gloo on CPU, NCCL on GPU), each rank on --batch-size samples "
+                   "per step, into one job directory with a run per rank.")
+@click.option("--nnodes", type=int, default=1, show_default=True,
+              help="Nodes of the job (run the same command on each, with its --node-rank).")
+@click.option("--node-rank", type=int, default=0, show_default=True,
+              help="This node's rank, 0 to --nnodes - 1; node 0 writes the job manifest.")
+@click.option("--rdzv-endpoint", default=None,
+              help="HOST:PORT where node 0 meets the others (default with one node: a free port here).")
+@click.option("--job-id", default=None,
+              help="Name every node gives the job (also torchrun's --rdzv-id); needed with --nnodes > 1.")
 @format_option()
 @wide_option
 def run(workload, framework, fmt, quiet, **settings):
@@ -221,8 +233,12 @@ def run(workload, framework, fmt, quiet, **settings):
     \b
     Example:
       gapscope run mlp --framework keras --steps 100 --trace-steps 30
+      gapscope run cnn --framework torch --nproc 2
     """
     outcomes = _run_all(workload, [framework], quiet, settings)
+    if settings["node_rank"] > 0:  # node 0 finishes the job and has every rank to break down
+        click.echo(f"node {settings['node_rank']}: its ranks ended; node 0 writes the job manifest")
+        return
     _print_breakdowns(outcomes, fmt)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from profilers.step_sessions import TfStepSession, TorchStepSession
-from gapscope.user_run import UserRun, default_warmup, trace_window
+from contextlib import ExitStack
+
+from gapscope.user_run import UserRun, default_warmup, rank_place, stop_on_sigterm, trace_window
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
 from profilers.marks import PhaseMarks
@@ -35,6 +37,7 @@ class LoopCapture:
         self.window = trace_window(trace_steps)
         self.warmup_steps = default_warmup(self.window, warmup_steps)
         self.run_dir: Path | None = None
+        self.job_dir: Path | None = None  # a distributed job's directory, run_dir its rank's
         self.steps = 0
         self._run: UserRun | None = None
         self._tentative = True
@@ -48,17 +51,23 @@ class LoopCapture:
         self._timer = self.marks.timer
         self._phase_of = self.marks.phase
         self._inside_function = _tf_inside_function() if self.framework == "tf" else None
+        # One rank of several (torchrun, torch.distributed): `rank<r>/` of one job directory.
         self._run = UserRun(self.name, self.framework, self.out, {
             "api": "gapscope.capture", "trace_steps": _window_range(self.window),
             "warmup_steps": self.warmup_steps,
-            "device": None if self.device is None else str(self.device)}, self.warmup_steps)
-        self.run_dir = self._run.run_dir
+            "device": None if self.device is None else str(self.device)}, self.warmup_steps,
+            rank_place())
+        self.run_dir, self.job_dir = self._run.run_dir, self._run.job_dir
+        self._signals = ExitStack()
+        if self.job_dir is not None:
+            self._signals.enter_context(stop_on_sigterm())
         session_type = TorchStepSession if self.framework == "torch" else TfStepSession
         try:
             self._session = session_type(self.run_dir, self.window, cuda)
             self._session.start()
         except BaseException as exc:  # the directory exists: say why it holds no run
             self._run.fail([], {}, exc)
+            self._signals.close()
             raise
         self._tentative_begin()
         return self
@@ -66,6 +75,12 @@ class LoopCapture:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if self._run is None or self._run.finished:
             return False
+        try:
+            return self._end(exc_type, exc, tb)
+        finally:
+            self._signals.close()
+
+    def _end(self, exc_type, exc, tb) -> bool:
         # Drop the step that was running when the loop ended: it never reached cap.step().
         del self._timer.phase_marks[self._step_first_mark:]
         stop_error = None

@@ -16,9 +16,11 @@ from workloads.settings import RunSettings
 from workloads.step_report import StepReporter
 
 
-def execute(run_dir: Path, settings: RunSettings) -> int:
+def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = None,
+            process_group=nullcontext) -> int:
     """The run's exit code: 0 complete, 1 failed, 2 bad input, 130/143 stopped by SIGINT/SIGTERM
-    (its manifest then says `failed: interrupted`)."""
+    (its manifest then says `failed: interrupted`). A rank of a distributed run (execute_rank)
+    adds its `rank_fields` to the manifest and trains inside `process_group()`."""
     with signals_interrupt():
         try:
             settings.check_lengths()  # again where the workers fork: settings may come from anywhere
@@ -27,7 +29,7 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
-                "device": None, "versions": None,
+                "device": None, "versions": None, **(rank_fields or {}),
             })
         except BaseException as exc:  # no run to record (stopped, a full disk): the launcher does
             if not isinstance(exc, KeyboardInterrupt):
@@ -38,7 +40,7 @@ def execute(run_dir: Path, settings: RunSettings) -> int:
             stop_with_parent()
             runner = _runner(settings.framework)
             sampler = ResourceSampler() if settings.sample_resources else None
-            with sampler or nullcontext(), StepReporter(settings.steps_per_execution):
+            with process_group(), sampler or nullcontext(), StepReporter(settings.steps_per_execution):
                 started = time.perf_counter()
                 rows, facts = runner(spec, settings, run_dir)
                 wall_s = time.perf_counter() - started

@@ -51,17 +51,16 @@ def launch(settings: RunSettings, out_dir: str | Path,
     the child, which records `failed: interrupted`; then RunInterrupted is raised, so a command
     stops rather than go on (a matrix does not start its next row). `on_steps(done)`: called as
     the child reports its progress (a few times a second)."""
+    if settings.distributed:
+        from workloads.distributed_launch import launch_job
+        return launch_job(settings, out_dir, on_steps)
     # Refuse unknown names and impossible variants before creating anything.
     get_workload(settings.workload)
     check_framework(settings.framework)
     settings = settings.with_variant(cuda_available=gpu_count() > 0)
     run_dir = create_run_dir(out_dir, settings.workload, settings.framework,
                              settings.variant.replace(",", "+"))
-    env = dict(os.environ)
-    # The child imports the project's packages the same way this process did.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env[LAUNCHER_PID_ENV] = str(os.getpid())
+    env = child_env()
     command = [sys.executable, "-m", "workloads.execute", str(run_dir),
                strict_json.dumps(settings.to_dict())]
     with _Forwarder() as forwarder:
@@ -75,6 +74,16 @@ def launch(settings: RunSettings, out_dir: str | Path,
     if forwarder.signum is not None:
         raise RunInterrupted(forwarder.signum, outcome)
     return outcome
+
+
+def child_env() -> dict:
+    """The environment of a run process (or of torchrun, which passes it on to its ranks)."""
+    env = dict(os.environ)
+    # The child imports the project's packages the same way this process did.
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env[LAUNCHER_PID_ENV] = str(os.getpid())
+    return env
 
 
 class _Forwarder:
@@ -106,8 +115,10 @@ class _Forwarder:
         self.signum, self._at = signum, time.monotonic()
         self._send(signum)
 
-    def wait(self, process: subprocess.Popen, on_steps: Callable[[int], None]) -> str:
-        """The child's output, without its progress lines (those go to on_steps)."""
+    def wait(self, process: subprocess.Popen, on_steps: Callable[[int], None],
+             progress: Callable[[str], int | None] = parse) -> str:
+        """The child's output, without its progress lines (those go to on_steps; `progress`
+        tells them and their step count)."""
         self._process = process
         if self.signum is not None:  # it came before the child existed
             self._send(self.signum)
@@ -115,7 +126,7 @@ class _Forwarder:
 
         def read() -> None:
             for line in process.stdout:
-                done = parse(line)
+                done = progress(line)
                 if done is None:
                     lines.append(line)
                 else:

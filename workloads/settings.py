@@ -1,6 +1,7 @@
 """Settings of one run: everything that decides what is executed and measured, kept in the manifest."""
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, fields, replace
 
 from profilers.errors import GapscopeInputError
@@ -11,6 +12,13 @@ MAX_EPOCHS = 10**4
 # Size overrides: a batch beyond this or a model 64x wider is a typo, not a measurement here.
 MAX_BATCH = 65_536
 MIN_WIDTH, MAX_WIDTH = 0.01, 64.0
+# Processes per node and nodes of a distributed run: more than this on one job is a typo here.
+MAX_NPROC, MAX_NNODES = 256, 1024
+# The distributed settings at their one-process values stay out of to_dict, so a one-process
+# run's manifest is what it was before they existed.
+_DISTRIBUTED_DEFAULTS = {"nproc": 1, "nnodes": 1, "node_rank": 0, "rdzv_endpoint": None,
+                         "job_id": None}
+_JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
 
 @dataclass(frozen=True)
@@ -44,9 +52,29 @@ class RunSettings:
     pipeline: str | None = None         # input pipeline; None: the framework's usual one
     num_workers: int = 0
     inference: bool = False
+    # Distributed (torch: torchrun): processes on this node, nodes, this node's rank, the
+    # rendezvous host:port, and the job id every node names the shared job directory with.
+    nproc: int = 1
+    nnodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    job_id: str | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        data = asdict(self)
+        for key, default in _DISTRIBUTED_DEFAULTS.items():
+            if data[key] == default:
+                del data[key]
+        return data
+
+    @property
+    def distributed(self) -> bool:
+        """Several processes (on one node or several): a job directory with one run per rank."""
+        return self.nproc > 1 or self.nnodes > 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.nnodes
 
     @classmethod
     def from_dict(cls, data: dict) -> "RunSettings":
@@ -61,6 +89,7 @@ class RunSettings:
         machine gives out."""
         from workloads.variants import max_workers
         _check_int("DataLoader workers (nw<N>)", self.num_workers, 0, max_workers())
+        self.check_distributed()
         _check_int("steps", self.steps, 2, MAX_STEPS)
         _check_int("warmup steps", self.warmup_steps, 0, MAX_STEPS)
         _check_int("trace steps", self.trace_steps, 1, MAX_STEPS)
@@ -81,6 +110,25 @@ class RunSettings:
                 f"--trace-steps {self.trace_steps} after {first} warm-up step(s) needs "
                 f"--steps {first + self.trace_steps} or more, got {self.steps}")
 
+    def check_distributed(self) -> None:
+        """--nproc, --nnodes, --node-rank, --rdzv-endpoint and --job-id agree with each other."""
+        _check_int("--nproc", self.nproc, 1, MAX_NPROC)
+        _check_int("--nnodes", self.nnodes, 1, MAX_NNODES)
+        _check_int("--node-rank", self.node_rank, 0, self.nnodes - 1)
+        if self.rdzv_endpoint is not None:
+            split_endpoint(self.rdzv_endpoint)
+        if self.job_id is not None and not _JOB_ID.fullmatch(str(self.job_id)):
+            raise GapscopeInputError(f"--job-id {self.job_id!r}: up to 64 letters, digits, '.', '_' "
+                                     "or '-', starting with a letter or digit")
+        if self.nnodes > 1 and (self.rdzv_endpoint is None or self.job_id is None):
+            raise GapscopeInputError(
+                f"--nnodes {self.nnodes} needs --rdzv-endpoint HOST:PORT (node 0's address) and "
+                "--job-id NAME, the same on every node: the nodes meet there and write one job "
+                "directory named after it")
+        if self.distributed and self.torchscript:
+            raise GapscopeInputError("the torchscript variant does not run distributed: "
+                                     "DistributedDataParallel wraps the eager model")
+
     def with_variant(self, cuda_available: bool) -> "RunSettings":
         """These settings with the variant combination resolved (or refused) for this machine,
         and their step counts checked."""
@@ -90,6 +138,15 @@ class RunSettings:
         resolved = replace(self, variant=canonical, **options)
         resolved.check_lengths()
         return resolved
+
+
+def split_endpoint(endpoint: str) -> tuple[str, int]:
+    """(host, port) of a rendezvous endpoint `HOST:PORT`; one line when it is not one."""
+    host, _, port = str(endpoint).rpartition(":")
+    if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise GapscopeInputError(f"--rdzv-endpoint {endpoint!r}: expected HOST:PORT, "
+                                 "e.g. node0.example.com:29500")
+    return host.strip("[]"), int(port)
 
 
 def _check_int(what: str, value, low: int, high: int) -> None:

@@ -16,7 +16,7 @@ from workloads.models.params import torch_parameters
 from workloads.devices import torch_device
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.torch_pipelines import make_batches
+from workloads.torch_pipelines import make_batches, rank_shard
 from workloads.torchscript import LazyTorchScript
 
 
@@ -27,14 +27,20 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     _apply_global_settings(settings)
     device = torch_device(settings.device)
     pipeline = settings.pipeline or "tensor-dataset"
-    x, y = dataset_for(spec, settings, raw=pipeline == "transforms")
+    group = _process_group()
+    if group is None:
+        x, y = dataset_for(spec, settings, raw=pipeline == "transforms")
+    else:
+        x, y = rank_shard(spec, settings, *group, raw=pipeline == "transforms")
     batches = make_batches(pipeline, x, y, batch_size=spec.batch_size,
                            num_workers=settings.num_workers, drop_last=settings.drop_last,
                            device=device, seed=spec.seed)
     steps = settings.epochs * len(batches) if settings.epochs else settings.steps
     model = spec.builders().build_torch(spec).to(device)
     script = LazyTorchScript(model) if settings.torchscript else None
-    forward = script if script is not None else _compiled(model, settings)
+    # DDP all-reduces the gradients from backward's hooks; the optimizer steps the model itself.
+    trained = model if group is None else _ddp(model, device)
+    forward = script if script is not None else _compiled(trained, settings)
     loss_fn = _loss(spec)
     optimizer = _optimizer(spec, model)
     autocast = (torch.autocast(device.type, dtype=getattr(torch, settings.amp_dtype))
@@ -80,6 +86,22 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                   "steps_per_epoch": len(batches), "steps_run": steps,
                   "trace_window": [window.first, window.last] if profiler else None,
                   **(script.facts if script is not None else {})}
+
+
+def _process_group() -> tuple[int, int] | None:
+    """(rank, world size) when this process is a rank of a distributed run (execute_rank)."""
+    import torch.distributed as dist
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.get_rank(), dist.get_world_size()
+
+
+def _ddp(model, device):
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+    # execute_rank made this rank's GPU the current one: "cuda" is it.
+    ids = [torch.cuda.current_device()] if device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids)
 
 
 def _train_step(marks, forward, loss_fn, optimizer, scaler, autocast, inputs, targets):

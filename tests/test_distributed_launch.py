@@ -1,0 +1,281 @@
+"""`gapscope run --framework torch --nproc N` and the two-"node" run: real torchrun jobs of DDP
+ranks, each an ordinary run in one job directory; bad input and dying ranks end honestly."""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from profilers.job_dir import root_cause
+from workloads.settings import RunSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+# Tiny ranks: a 2-core machine runs both ranks and their torchrun agent at once.
+TINY = ["--steps", "12", "--warmup", "3", "--trace-steps", "4", "--batch-size", "16", "-q"]
+
+
+def _gapscope(args: list[str]) -> subprocess.Popen:
+    """gapscope in its own session, so a signal reaches it alone and the test can end it."""
+    return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+
+
+def _finish(process: subprocess.Popen, timeout: float = 240) -> tuple[str, str]:
+    try:
+        return process.communicate(timeout=timeout)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _manifest(run_dir: Path) -> dict | None:
+    try:
+        return json.loads((run_dir / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _wait_for(condition, timeout: float = 120, what: str = "it"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _job(out: Path) -> Path:
+    jobs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(jobs) == 1, jobs
+    return jobs[0]
+
+
+def _processes_of(job_dir: Path) -> list[psutil.Process]:
+    """Processes still running anything of this job (torchrun, its ranks)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        if any(str(job_dir) in part for part in process.info["cmdline"] or []):
+            found.append(process)
+    return found
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ddp")
+    process = _gapscope(["run", "mlp", "--framework", "torch", "--nproc", "2", *TINY,
+                         "--out", str(out)])
+    stdout, stderr = _finish(process)
+    assert process.returncode == 0, stderr
+    return _job(out)
+
+
+def test_job_directory_holds_one_ordinary_run_per_rank(job):
+    assert job.name.startswith("mlp-torch-default-x2-")
+    manifest = _manifest(job)
+    assert manifest["status"] == "complete" and manifest["error"] is None
+    assert manifest["settings"]["nproc"] == 2
+    distributed = manifest["distributed"]
+    assert {k: distributed[k] for k in ("world_size", "nnodes", "backend", "launcher")} == {
+        "world_size": 2, "nnodes": 1, "backend": "gloo", "launcher": "torchrun"}
+    assert [(r["rank"], r["dir"], r["status"], r["node_rank"]) for r in distributed["ranks"]] == [
+        (0, "rank0", "complete", 0), (1, "rank1", "complete", 0)]
+    assert all(r["host"] == socket.gethostname() for r in distributed["ranks"])
+    assert (job / "run.log").stat().st_size > 0
+    for rank in (0, 1):
+        run = _manifest(job / f"rank{rank}")
+        assert (run["status"], run["rank"], run["world_size"], run["job_id"], run["backend"]) == (
+            "complete", rank, 2, job.name, "gloo")
+        steps = (job / f"rank{rank}" / "steps.csv").read_text().splitlines()
+        assert len(steps) == 1 + 12  # every rank ran every step
+        assert (job / f"rank{rank}" / "resources.csv").exists()
+        assert (job / f"rank{rank}" / "run.log").exists()
+
+
+def test_each_rank_trace_says_its_rank_and_shows_ddp_allreduces(job):
+    """The facts the analysis builds on, checked on this torch: distributedInfo in every rank's
+    trace; DDP's all-reduces as c10d::allreduce_ ops inside backward on the training thread;
+    gloo's own work as gloo:all_reduce ranges on other threads."""
+    for rank in (0, 1):
+        [trace] = (job / f"rank{rank}").glob("*.pt.trace.json.gz")
+        data = json.loads(gzip.decompress(trace.read_bytes()))
+        info = data["distributedInfo"]
+        assert (info["backend"], info["rank"], info["world_size"]) == ("gloo", rank, 2)
+        events = [e for e in data["traceEvents"] if e.get("ph") == "X"]
+        backward = [e for e in events if e["name"] == "gapscope/backward"]
+        allreduces = [e for e in events if e["name"] == "c10d::allreduce_"]
+        assert len(allreduces) >= 4  # at least one bucket in each of the 4 traced steps
+        main_thread = {e["tid"] for e in backward}
+        assert all(e["tid"] in main_thread and any(
+            b["ts"] <= e["ts"] and e["ts"] + e["dur"] <= b["ts"] + b["dur"] for b in backward)
+            for e in allreduces)
+        gloo = [e for e in events if e["name"] == "gloo:all_reduce"]
+        assert gloo and not {e["tid"] for e in gloo} & main_thread
+
+
+def test_ranks_train_on_disjoint_shards_of_the_job_data():
+    from workloads.registry import get_workload
+    from workloads.torch_pipelines import rank_shard
+    settings = RunSettings("mlp", "torch", steps=6, batch_size=8)
+    spec = get_workload("mlp").sized(8, None)
+    shards = [rank_shard(spec, settings, rank, 3) for rank in range(3)]
+    assert [len(x) for x, _ in shards] == [6 * 8] * 3  # each rank: its steps at the batch
+    rows = np.concatenate([x for x, _ in shards])
+    assert len(np.unique(rows, axis=0)) == 3 * 6 * 8  # no sample on two ranks
+
+
+def test_one_process_settings_are_unchanged():
+    data = RunSettings("mlp", "torch").to_dict()
+    assert not {"nproc", "nnodes", "node_rank", "rdzv_endpoint", "job_id"} & set(data)
+    assert RunSettings.from_dict(RunSettings("mlp", "torch", nproc=3).to_dict()).nproc == 3
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["--nproc", "0"], "--nproc must be a whole number from 1"),
+    (["--nproc", "2", "--nnodes", "2"], "--nnodes 2 needs --rdzv-endpoint"),
+    (["--nproc", "2", "--rdzv-endpoint", "nohost"], "expected HOST:PORT"),
+    (["--nnodes", "2", "--node-rank", "2", "--rdzv-endpoint", "localhost:1", "--job-id", "a"],
+     "--node-rank must be a whole number from 0 to 1"),
+    (["--nproc", "2", "--job-id", "../up"], "--job-id '../up'"),
+])
+def test_bad_distributed_input_is_one_line_and_creates_nothing(tmp_path, args, expected):
+    out = tmp_path / "out"
+    process = _gapscope(["run", "mlp", "--framework", "torch", *args, *TINY, "--out", str(out)])
+    _, stderr = _finish(process, timeout=60)
+    assert process.returncode == 2
+    assert stderr.count("\n") == 1 and expected in stderr, stderr
+    assert not out.exists()
+
+
+def test_a_rendezvous_port_in_use_is_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        process = _gapscope(["run", "mlp", "--framework", "torch", "--nproc", "2",
+                             "--rdzv-endpoint", f"localhost:{port}", *TINY, "--out", str(tmp_path)])
+        _, stderr = _finish(process, timeout=60)
+    assert process.returncode == 2
+    assert stderr.strip() == (f"gapscope: error: --rdzv-endpoint localhost:{port}: port {port} is "
+                              "in use on this host; pick another, or leave --rdzv-endpoint out "
+                              "for a free one (one node)")
+    assert list(tmp_path.iterdir()) == []
+
+
+def _long_job(out: Path) -> tuple[subprocess.Popen, Path]:
+    """A job long enough to be stopped midway, once both ranks are training."""
+    process = _gapscope(["run", "mlp", "--framework", "torch", "--nproc", "2", "--steps", "100000",
+                         "--no-trace", "--batch-size", "16", "-q", "--out", str(out)])
+    job = _wait_for(lambda: next((p for p in out.iterdir() if p.is_dir()), None) if out.exists()
+                    else None, what="the job directory")
+    _wait_for(lambda: all((job / f"rank{r}" / "manifest.json").exists() for r in (0, 1)),
+              what="both ranks' manifests")
+    time.sleep(3)  # into the training loop, past the process group's start
+    return process, job
+
+
+def test_a_rank_killed_fails_the_job_naming_it_and_stops_the_others(tmp_path):
+    process, job = _long_job(tmp_path)
+    os.kill(_manifest(job / "rank1")["pid"], signal.SIGKILL)
+    _, stderr = _finish(process)
+    assert process.returncode == 1
+    manifest = _manifest(job)
+    assert manifest["status"] == "failed"
+    assert manifest["error"].startswith("rank 1: rank process exited with code -9"), manifest["error"]
+    ranks = {r["rank"]: r for r in manifest["distributed"]["ranks"]}
+    assert ranks[1]["status"] == ranks[0]["status"] == "failed"
+    assert _manifest(job / "rank0")["status"] == "failed"
+    assert f"run {job.name} failed: rank 1:" in stderr
+    assert _processes_of(job) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_launcher_records_every_rank_and_the_job_interrupted(tmp_path, signum):
+    process, job = _long_job(tmp_path)
+    process.send_signal(signum)
+    _, stderr = _finish(process)
+    assert process.returncode == 128 + signum
+    manifest = _manifest(job)
+    assert (manifest["status"], manifest["error"]) == ("failed", "interrupted")
+    for rank in (0, 1):
+        assert (_manifest(job / f"rank{rank}")["status"], _manifest(job / f"rank{rank}")["error"]) == (
+            "failed", "interrupted")
+        assert manifest["distributed"]["ranks"][rank]["error"] == "interrupted"
+    assert _processes_of(job) == []
+
+
+def test_root_cause_prefers_a_rank_whose_error_is_its_own():
+    entries = [
+        {"rank": 0, "status": "failed", "ended_at": "2026-01-01T00:00:01",
+         "error": "DistBackendError: Connection closed by peer [127.0.0.1]:1234"},
+        {"rank": 1, "status": "failed", "ended_at": "2026-01-01T00:00:02",
+         "error": "ValueError: the user's loop broke"},
+        {"rank": 2, "status": "failed", "ended_at": "2026-01-01T00:00:00", "error": "interrupted"},
+        {"rank": 3, "status": "complete", "ended_at": "2026-01-01T00:00:00", "error": None},
+    ]
+    assert root_cause(entries)["rank"] == 1
+    assert root_cause(entries[:1] + entries[2:])["rank"] == 2  # only consequences: the first
+    assert root_cause(entries[3:]) is None
+
+
+def test_two_nodes_on_localhost_write_one_job_directory(tmp_path):
+    """The README's two-node command, both "nodes" on this host: node 0 hosts the rendezvous
+    and finalises the job once node 1's rank has ended too."""
+    port = _free_port()
+    common = ["run", "mlp", "--framework", "torch", "--nnodes", "2", "--nproc", "1",
+              "--rdzv-endpoint", f"localhost:{port}", "--job-id", "two-nodes", *TINY,
+              "--out", str(tmp_path)]
+    node0 = _gapscope([*common, "--node-rank", "0"])
+    time.sleep(1)  # node 0 checks its port before node 1 comes and connects to it
+    node1 = _gapscope([*common, "--node-rank", "1"])
+    out1, err1 = _finish(node1)
+    out0, err0 = _finish(node0)
+    assert (node0.returncode, node1.returncode) == (0, 0), (err0, err1)
+    assert "node 1: its ranks ended" in out1
+    job = _job(tmp_path)
+    assert job.name == "mlp-torch-default-x2-two-nodes"
+    manifest = _manifest(job)
+    assert manifest["status"] == "complete"
+    assert manifest["distributed"]["nnodes"] == 2 and manifest["distributed"]["world_size"] == 2
+    assert [(r["rank"], r["node_rank"], r["status"]) for r in manifest["distributed"]["ranks"]] == [
+        (0, 0, "complete"), (1, 1, "complete")]
+    assert (job / "run.log").exists() and (job / "run.node1.log").exists()
+    assert _manifest(job / "rank1")["node_rank"] == 1
+    # The id names one job: reusing it once the job ended would mix two jobs' ranks.
+    again = _gapscope([*common, "--node-rank", "0"])
+    _, stderr = _finish(again, timeout=60)
+    assert again.returncode == 2 and "--job-id two-nodes:" in stderr and "holds a job" in stderr
+
+
+def test_ranks_whose_files_are_not_visible_fail_the_job_saying_so(tmp_path):
+    from profilers.job_dir import finish_job, start_job
+    from profilers.run_lifecycle import RunLifecycle
+    job = tmp_path / "job"
+    job.mkdir()
+    start_job(job, {"workload": "mlp"}, {"world_size": 2})
+    (job / "rank0").mkdir()
+    RunLifecycle.start(job / "rank0", {"rank": 0}).manifest.finish()
+    status, error = finish_job(job, 2)
+    assert status == "failed"
+    assert error.startswith("rank 1: its run directory rank1 is not here")
+    assert "same shared --out" in error
+    ranks = _manifest(job)["distributed"]["ranks"]
+    assert [r["status"] for r in ranks] == ["complete", "failed"]
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return probe.getsockname()[1]
