@@ -122,8 +122,10 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     the warm-up: a run of one long call is still traced rather than not at all.
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
     torch), so the time since the previous call ended is this step's data_load.
-    `stop_barrier` (workloads.tf_distribute.StopBarrier): the TF profiler of a multi-worker run
-    stops only while no peer is mid-collective."""
+    `stop_barrier` (workloads.tf_distribute.StopBarrier): a multi-worker run's TF profiler is
+    not stopped in the step callback (TF 2.21 then sometimes aborts in `profiler.stop()`, see
+    tf_distribute.StopBarrier) but by `finish_trace()` once fit has returned, between the
+    ranks' barriers; the `train` step events still bracket the window's steps only."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -176,14 +178,20 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                 torch_profiler.step()
             if window is not None and self._updates - 1 >= window.last:
                 self._window_done = True
-                if self._tracing:
-                    import tensorflow as tf
-                    self._tracing = False
-
-                    def stop():
-                        stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
-                    stop_barrier.around(stop) if stop_barrier is not None else stop()
+                if self._tracing and stop_barrier is None:
+                    self.finish_trace()
             self._previous_end = timer.now()
+
+        def finish_trace(self):
+            """Stops the TF profiler if this callback started it and it still runs."""
+            if not self._tracing:
+                return
+            import tensorflow as tf
+            self._tracing = False
+
+            def stop():
+                stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
+            stop_barrier.around(stop) if stop_barrier is not None else stop()
 
         # model.predict (inference runs) calls the same hooks under other names.
         on_predict_batch_begin = on_train_batch_begin

@@ -18,7 +18,7 @@ from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
-                                     make_strategy, shard, sharded_dataset, world_size)
+                                     last_steps_window, make_strategy, shard, sharded_dataset, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -47,6 +47,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
         inputs, updates_per_epoch = _rank_inputs(spec, settings, rank, world)
     steps = (settings.epochs or 1) * updates_per_epoch
     window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    if strategy is not None:
+        window = last_steps_window(window, steps)
     cuda = device == "cuda"
     timer = StepTimer(CudaEventClock() if on_torch and cuda else HostClock())
     profiler = None
@@ -79,6 +81,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             build_from_local_batch(model)
             model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
                       shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
+            callback.finish_trace()
     finally:
         if profiler is not None:
             profiler.stop()
@@ -121,7 +124,9 @@ def _rank_inputs(spec: WorkloadSpec, settings: RunSettings, rank: int, world: in
 def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> None:
     """What MultiWorkerMirroredStrategy runs here; anything else is refused in one line."""
     what = None
-    if on_torch:
+    if getattr(settings, "nnodes", 1) > 1:
+        what = "--nnodes > 1 (TF workers run on one host here)"
+    elif on_torch:
         what = "keras-torch (Keras on the torch backend has no tf.distribute)"
     elif settings.inference:
         what = "inference"

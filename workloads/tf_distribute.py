@@ -70,7 +70,7 @@ def cluster_place(environ=None) -> tuple[int, int] | None:
 
 
 def world_size(settings) -> int:
-    """The run's process count: settings.nproc once the launcher's settings carry it, else
+    """The run's process count: its settings' (nproc; nnodes > 1 is torch's only), else
     WORLD_SIZE from the environment the launcher set, else 1."""
     nproc = getattr(settings, "nproc", None)
     if nproc is None:
@@ -195,12 +195,21 @@ def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
             "weights_sha256": digest.hexdigest()}
 
 
+def last_steps_window(window, steps: int):
+    """The trace window of a multi-worker run: as many steps, the run's last ones (still after
+    the warm-up, which check_lengths leaves room for), so that the profiler can be stopped
+    after the training loop (see StopBarrier)."""
+    from profilers.trace_window import TraceWindow
+    return TraceWindow(steps - window.steps, window.steps) if window.steps else window
+
+
 class StopBarrier:
     """Brackets each worker's TF profiler stop with two file barriers in the job directory
-    (`<job>/rank<r>/.profiler-stop-<name>`): TensorFlow 2.21 sometimes aborts in
-    `profiler.stop()` ("free(): invalid pointer") while a peer's collective traffic reaches this
-    worker's gRPC threads. After the first barrier every rank has finished the window's last
-    step (no transfer is in flight), and until the second no rank starts the next one."""
+    (`<job>/rank<r>/.profiler-stop-<name>`), after the training loop. With TensorFlow 2.21
+    under MultiWorkerMirroredStrategy, `profiler.stop()` called from a step callback inside
+    `fit` sometimes aborts a worker ("free(): invalid pointer", seen on the non-chief worker,
+    about 1 run in 4), also between barriers; stopped after `fit` returned it did not in 12 runs.
+    The barriers keep every rank's stop away from its peers' collective traffic."""
 
     def __init__(self, run_dir, rank: int, world: int, timeout: float | None = None):
         from pathlib import Path
@@ -227,3 +236,23 @@ class StopBarrier:
             stop()
         finally:
             self.wait("b")
+
+
+def tf_share(strategy, size: int = 512):
+    """`share(value)`: rank 0's string on every worker, by one all-reduce (SUM) of its UTF-8
+    bytes over `strategy` (the other ranks add zeros). Every worker must call it, in the same
+    order, as any collective; for agreeing on a job directory's name (gapscope.user_run)."""
+    def share(value: str | None) -> str:
+        import numpy as np
+        import tensorflow as tf
+        data = np.zeros(size, np.int32)
+        if value is not None:
+            raw = value.encode()
+            if len(raw) > size:
+                raise ValueError(f"{len(raw)} bytes to share, at most {size}")
+            data[:len(raw)] = np.frombuffer(raw, np.uint8)
+        local = tf.constant(data)
+        summed = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                 strategy.run(lambda: tf.identity(local)), axis=None)
+        return bytes(np.asarray(summed.numpy(), np.uint8)).rstrip(b"\0").decode()
+    return share

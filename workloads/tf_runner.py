@@ -16,7 +16,8 @@ from workloads.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, make_strategy, shard,
+from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, last_steps_window,
+                                     make_strategy, shard,
                                      sharded_dataset, world_size)
 
 
@@ -57,6 +58,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     timer = StepTimer()
     phases = TfPhases(PhaseMarks(timer, uses_torch=False))
     window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    if strategy is not None:
+        window = last_steps_window(window, steps)
     session = TfStepSession(run_dir, window if settings.trace else None)
 
     with tf.device(device) if strategy is None else strategy.scope():
@@ -99,6 +102,9 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                 loss = train_step(*batch)
                 timer.end_step(loss)
                 if strategy is not None and session.tracing and step == window.last:
+                    # The last step: the profiler stops once the distributed input is gone
+                    # (see tf_distribute.StopBarrier).
+                    iterator = batches = None
                     StopBarrier(run_dir, rank, world).around(lambda: session.end_step(step))
                 else:
                     session.end_step(step)
