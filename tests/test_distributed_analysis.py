@@ -275,3 +275,29 @@ def test_tensorboard_plugin_lists_the_job_ranks(jobs, tmp_path):
     assert documents[f"{slow}/rank1"]["label"].endswith("x2 rank1")
     assert documents[f"{slow}/rank1"]["breakdown"]["phases"]["data_load"]["ms"] > 15.0
     assert "failed: rank 1" in documents[failed]["problem"]
+
+
+def test_clock_offsets_across_hosts(jobs, tmp_path):
+    """On one host the clocks agree (offsets 0); rank 1 "on another host" with its clock 50 ms
+    behind: the offset is recovered from the collectives, and once applied rank 1 is still
+    the one reaching each all-reduce last (without it, it would seem the first)."""
+    same = job_breakdown(load_job(jobs["slow"]))
+    assert same.clock_offsets_us == {0: 0.0, 1: 0.0} and "one host" in same.clocks
+    assert same.last_arrival[1] == 1.0
+    moved = tmp_path / "moved"
+    shutil.copytree(jobs["slow"], moved)
+    manifest = json.loads((moved / "manifest.json").read_text())
+    manifest["distributed"]["ranks"][1]["host"] = "node-b"
+    (moved / "manifest.json").write_text(json.dumps(manifest))
+    trace = next((moved / "rank1").glob("*.pt.trace.json.gz"))
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    for event in data["traceEvents"]:
+        if isinstance(event.get("ts"), (int, float)):
+            event["ts"] -= 50_000
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    result = job_breakdown(load_job(moved))
+    assert "2 hosts" in result.clocks
+    assert result.clock_offsets_us[0] == 0.0
+    assert result.clock_offsets_us[1] == pytest.approx(50_000, abs=2_000)
+    assert result.last_arrival[1] == 1.0
+    assert result.straggler == 1 and result.straggler_phase == "data_load"
