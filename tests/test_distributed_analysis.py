@@ -81,6 +81,9 @@ def test_cli_breakdown_of_a_job(jobs):
     doc = json.loads(res.stdout)
     assert doc["job"]["straggler"]["rank"] == 1 and len(doc["ranks"]) == 2
     assert doc["ranks"][1]["phases"]["data_load"]["ms"] > 15.0
+    for fmt, expected in (("csv", ",1,"), ("markdown", "| phase | rank0 ms |")):
+        res = CliRunner().invoke(cli, ["breakdown", str(jobs["slow"]), "--format", fmt])
+        assert res.exit_code == 0 and expected in res.stdout, res.output
     # A folder holding the job gives the job, not its ranks as separate runs.
     assert [e.path for e in expand_runs([jobs["slow"].parent])] == [jobs["slow"]]
 
