@@ -329,7 +329,7 @@ def summarize_rank(rank: int, path: str, label: str, source: str, host: str | No
     run = load_run(path, label=label)
     result = breakdown(run, source)
     communication, collectives, traced = None, [], None
-    if run.trace is not None:
+    if run.trace is not None and source != "timers":  # --source timers: the trace unread
         communication, collectives = _communication(run)
         durations = [s.dur_us / 1000.0 for s in run.timeline.steps]
         traced = sum(durations) / len(durations) if durations else None

@@ -159,11 +159,15 @@ def test_pool_gives_the_serial_figures(jobs):
         assert a.breakdown.step_times_ms == b.breakdown.step_times_ms
 
 
-def test_timer_wait_is_named_without_communication(jobs):
-    result = job_breakdown(load_job(jobs["slow"]))
-    if result.wait_source == WaitSource.TIMERS:
-        assert result.comm_phase == "backward"
-        assert result.wait_ms[1]["backward"] == 0.0  # the straggler never waits
+def test_straggler_from_timers_alone(jobs):
+    """No trace read: the fast rank's wait is its backward beyond the straggler's."""
+    result = job_breakdown(load_job(jobs["slow"]), source="timers")
+    assert result.wait_source == WaitSource.TIMERS and result.comm_phase == "backward"
+    assert result.wait_ms[1]["backward"] == 0.0  # the straggler never waits
+    assert result.wait_ms[0]["backward"] > 15.0
+    assert result.straggler == 1 and result.straggler_phase == "data_load"
+    assert not result.skew_within_noise
+    assert any("estimated from the step timers" in n for n in result.notes)
 
 
 @pytest.fixture(scope="module")
