@@ -509,10 +509,12 @@ def _compare_scaling(paths, fmt: str) -> None:
     for path in paths:
         if is_job(path):
             job = load_job(path)
-            sides.append(job_side(job_breakdown(job), job.batch_size))
+            sides.append(job_side(job_breakdown(job), job.batch_size,
+                                  job.ranks[0].manifest.get("omp_num_threads")))
         else:
             run = load_run(path)
-            sides.append(run_side(breakdown_run(run), batch_size(run)))
+            sides.append(run_side(breakdown_run(run), batch_size(run),
+                                  run.manifest.get("omp_num_threads")))
     result = scaling(*sides)
     click.echo(registry.SCALING[fmt].render(result), nl=False)
     for warning in result.warnings:

@@ -60,6 +60,7 @@ class JobBreakdown:
     clocks: str = "one host: clocks agree"
     last_arrival: dict[int, float] = field(default_factory=dict)  # share of collectives a rank reached last
     samples_per_step: int | None = None
+    threads: str | None = None                  # ranks' OMP_NUM_THREADS (torchrun sets 1)
     notes: list[str] = field(default_factory=list)
     job_step_replicates: np.ndarray | None = field(default=None, repr=False)
 
@@ -141,6 +142,7 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
         max(means) - min(means), straggler, phase, extra, extra_ci, notes=notes,
         job_step_replicates=replicates)
     _clocks(result, job, summaries)
+    result.threads = job.ranks[0].manifest.get("omp_num_threads")
     if job.batch_size:
         result.samples_per_step = job.batch_size * job.world_size
     if wait_source == WaitSource.TIMERS:

@@ -116,7 +116,9 @@ def _jobs_markdown(jobs: list, complete: list[ReportRun], loaded: list) -> list[
         if base is not None:
             run = loaded[base]
             job_batch = (jb.samples_per_step // jb.world_size) if jb.samples_per_step else None
-            result = scaling(run_side(complete[base].breakdown, batch_size(run)), job_side(jb, job_batch))
+            result = scaling(run_side(complete[base].breakdown, batch_size(run),
+                                      run.manifest.get("omp_num_threads")),
+                             job_side(jb, job_batch, jb.threads))
             text += f"\n#### Scaling against {complete[base].label}\n\n" + scaling_render.render_markdown(result)
         texts.append(text)
     return texts

@@ -32,28 +32,30 @@ class Side:
     parts: dict[str, float]             # PARTS, adding up to step_ms
     part_replicates: dict[str, np.ndarray]
     batch_size: int | None              # per rank
+    threads: str | None = None          # OMP_NUM_THREADS of each process (None: unset, every core)
 
     @property
     def samples_per_step(self) -> int | None:
         return None if self.batch_size is None else self.batch_size * self.world_size
 
 
-def run_side(b: Breakdown, batch_size: int | None) -> Side:
+def run_side(b: Breakdown, batch_size: int | None, threads: str | None = None) -> Side:
     parts = {p: b.phases[p].ms for p in PHASES}
     parts.update(communication=0.0, skew=0.0)
     reps = {} if b.replicates is None else {p: b.replicates[:, 1 + i] for i, p in enumerate(PHASES)}
     return Side(b.name, b.run_id or "", b.workload, 1, b.step_stats()["mean"], b.step_ci95,
-                None if b.replicates is None else b.replicates[:, 0], parts, reps, batch_size)
+                None if b.replicates is None else b.replicates[:, 0], parts, reps, batch_size, threads)
 
 
-def job_side(jb: JobBreakdown, batch_size: int | None) -> Side:
+def job_side(jb: JobBreakdown, batch_size: int | None, threads: str | None = None) -> Side:
     reps = {}
     if all(b.replicates is not None for b in jb.ranks) and len({len(b.replicates) for b in jb.ranks}) == 1:
         for i, p in enumerate(PHASES):
             reps[p] = np.mean([b.replicates[:, 1 + i] - w.get(p, 0.0)
                                for b, w in zip(jb.ranks, jb.wait_ms)], axis=0)
     return Side(jb.label, jb.job_id, jb.ranks[0].workload, jb.world_size, jb.job_step_ms,
-                jb.job_step_ci95, jb.job_step_replicates, jb.decomposition(), reps, batch_size)
+                jb.job_step_ci95, jb.job_step_replicates, jb.decomposition(), reps, batch_size,
+                threads)
 
 
 @dataclass
@@ -93,6 +95,7 @@ class Scaling:
             return {"label": s.label, "run_id": s.run_id, "world_size": s.world_size,
                     "step_ms": _r(s.step_ms), "step_ci95": _ri(s.step_ci95),
                     "batch_size": s.batch_size, "samples_per_step": s.samples_per_step,
+                    "omp_num_threads": s.threads,
                     "parts_ms": {k: _r(v) for k, v in s.parts.items()}}
         return {"kind": "scaling", "a": side(self.a), "b": side(self.b),
                 "gap_ms": _r(self.gap_ms), "gap_ci95": _ri(self.gap_ci95),
@@ -123,6 +126,13 @@ def scaling(a: Side, b: Side) -> Scaling:
         if not (a.batch_size and b.batch_size):
             warnings.append("batch size unknown on a side: taken as equal per rank")
         samples = per_rank
+    if a.threads != b.threads:
+        # torchrun sets OMP_NUM_THREADS=1 per rank; a one-process run left unset uses every core
+        # (and one-process manifests do not record it).
+        warnings.append(f"threads per process may differ (OMP_NUM_THREADS "
+                        f"{a.threads or 'not recorded'} vs {b.threads or 'not recorded'}; torchrun "
+                        "sets 1 per rank, an unset one uses every core): the gap may include the "
+                        "thread count; run the baseline with the ranks' OMP_NUM_THREADS")
     gap = b.step_ms - a.step_ms
     throughput = samples * a.step_ms / b.step_ms
     parts = [PartGap(p, a.parts[p], b.parts[p], b.parts[p] - a.parts[p]) for p in PARTS]
