@@ -308,3 +308,31 @@ def test_clock_offsets_across_hosts(jobs, tmp_path):
     assert result.clock_offsets_us[1] == pytest.approx(50_000, abs=2_000)
     assert result.last_arrival[1] == 1.0
     assert result.straggler == 1 and result.straggler_phase == "data_load"
+
+
+def test_tensorboard_page_shows_the_job(jobs, tmp_path):
+    """The gapscope tab draws the job: a row per rank, the straggler marked, the CLI's lines."""
+    from analysis.tensorboard_server import TensorBoardServer
+    from browser import HeadlessChromium, ensure_chromium
+    from test_tensorboard_browser import assert_offline_and_clean, open_fresh, wait_in_gapscope
+    chromium = ensure_chromium()
+    if chromium is None:
+        pytest.skip("Chromium is missing and could not be installed here")
+    logdir = tmp_path / "logdir"
+    logdir.mkdir()
+    for kind in ("slow", "failed"):
+        shutil.copytree(jobs[kind], logdir / jobs[kind].name)
+    with TensorBoardServer(logdir, ready_timeout=60) as server, HeadlessChromium(chromium) as page:
+        page.watch()
+        open_fresh(page, server.url + "#gapscope")
+        page.wait_for_text(["Distributed jobs", "straggler: rank 1", "data_load",
+                            "cannot be analysed", "failed: rank 1"], timeout=120)
+        rows = wait_in_gapscope(page, """(doc) => {
+          const rows = [...doc.querySelectorAll('tr.job-rank')].map(
+            (tr) => [...tr.children].map((td) => td.textContent));
+          return rows.length ? rows : null;
+        }""")
+        assert [r[0] for r in rows] == ["rank 0", "rank 1 (straggler)"]
+        busy = [float(r[4]) for r in rows]
+        assert busy[1] - busy[0] > 15.0
+        assert_offline_and_clean(page, server.url)

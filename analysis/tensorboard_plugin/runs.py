@@ -37,6 +37,20 @@ def find_runs(logdir: str | Path) -> dict[str, RunEntry]:
     return found
 
 
+def find_jobs(logdir: str | Path) -> dict[str, Path]:
+    """Every distributed job under `logdir` by name (its path under the logdir)."""
+    logdir = Path(logdir)
+    jobs = {}
+    for folder in run_folders(logdir):
+        try:
+            entries = expand_runs([folder])
+        except GapscopeInputError:
+            continue
+        jobs.update({_name(logdir, e.path): e.path for e in entries
+                     if e.path is not None and is_job(e.path)})
+    return jobs
+
+
 def _ranks(logdir: Path, path: Path) -> dict[str, RunEntry]:
     """A distributed job as its ranks, `<job>/rank<r>` each, labelled with the job: the views
     show them side by side like any runs. A job that failed is one entry saying which rank."""
