@@ -16,12 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).parent / "ddp_user_loop.py"
 
 
-def torchrun_user_loop(out: Path, *args: str, nproc: int = 2) -> subprocess.CompletedProcess:
-    """The user's script under a real torchrun, `nproc` ranks on this host."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                           str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-                           str(SCRIPT), "--out", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+sys.path.insert(0, str(Path(__file__).parent))
+from ddp_user_loop import run_under_torchrun as torchrun_user_loop  # noqa: E402
 
 
 def _job(out: Path) -> Path:

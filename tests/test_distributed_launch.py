@@ -98,6 +98,10 @@ def test_job_directory_holds_one_ordinary_run_per_rank(job):
         run = _manifest(job / f"rank{rank}")
         assert (run["status"], run["rank"], run["world_size"], run["job_id"], run["backend"]) == (
             "complete", rank, 2, job.name, "gloo")
+        # What each step all-reduces: every gradient, float32, in DDP's buckets.
+        ddp = run["ddp"]
+        assert ddp["total_parameter_size_bytes"] == 4 * run["parameters"]
+        assert sum(ddp["rebuilt_bucket_sizes"]) == ddp["total_parameter_size_bytes"]
         steps = (job / f"rank{rank}" / "steps.csv").read_text().splitlines()
         assert len(steps) == 1 + 12  # every rank ran every step
         assert (job / f"rank{rank}" / "resources.csv").exists()
