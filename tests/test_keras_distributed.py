@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from profilers.errors import GapscopeInputError
-from tests.tf_workers import run_workers, start_workers, wait_workers
+from tests.tf_workers import run_script_workers, run_workers, start_workers, wait_workers
 from workloads.settings import RunSettings
 from workloads.tf_distribute import cluster_place, free_ports, tf_config_env
 
@@ -92,6 +92,26 @@ def test_tf_loop_on_two_workers(tmp_path):
     # while the weights (above) are the same.
     assert rows[0][0]["loss"] != rows[1][0]["loss"]
     _check_collectives(job, traced_steps=4)
+
+
+def test_capture_keras_in_a_users_tf_distribute_script(tmp_path):
+    """Each worker of the user's own script writes its rank into one job directory, whose
+    manifest rank 0 completes once both ranks have."""
+    results = run_script_workers(["tests/tf_user_fit.py", str(tmp_path)], 2)
+    for rank, result in enumerate(results):
+        assert result.returncode == 0, f"rank {rank}:\n{result.stdout[-4000:]}"
+    (job,) = tmp_path.iterdir()
+    assert job.name.startswith("tfuser-keras-user-x2-")
+    manifest = _manifest(job)
+    assert manifest["status"] == "complete", manifest.get("error")
+    distributed = manifest["distributed"]
+    assert (distributed["world_size"], distributed["backend"], distributed["launcher"]) == (2, "tf-collective", "user")
+    assert [entry["status"] for entry in distributed["ranks"]] == ["complete", "complete"]
+    for rank in range(2):
+        run = _manifest(job / f"rank{rank}")
+        assert (run["rank"], run["world_size"], run["job_id"]) == (rank, 2, job.name)
+        assert len(_steps(job / f"rank{rank}")) == 10
+        assert _collectives(job / f"rank{rank}")
 
 
 def test_a_hung_worker_fails_its_peer_within_the_collective_timeout(tmp_path):
