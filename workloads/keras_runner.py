@@ -18,7 +18,7 @@ from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
-                                     last_steps_window, make_strategy, shard, sharded_dataset, world_size)
+                                     last_steps_window, make_strategy, peer_failures, shard, sharded_dataset, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -79,8 +79,9 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             _fit_or_predict(model, inputs, spec, settings, callback)
         else:
             build_from_local_batch(model)
-            model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
-                      shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
+            with peer_failures():
+                model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
+                          shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
             callback.finish_trace()
     finally:
         if profiler is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 from profilers.errors import GapscopeInputError
 
@@ -107,7 +107,8 @@ def make_strategy():
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     except (tf.errors.UnknownError, tf.errors.UnavailableError, RuntimeError) as exc:
         text = str(exc)
-        if "bind" in text.lower() or "address already in use" in text.lower():
+        # TF says only "Could not start gRPC server" (its log has "Failed to add port").
+        if any(words in text.lower() for words in ("could not start grpc server", "address already in use")):
             raise GapscopeInputError(port_in_use_message()) from None
         raise
 
@@ -145,6 +146,27 @@ def sharded_dataset(x, y, batch_size: int, world: int, seed: int, shuffle: bool 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
     return data.with_options(options)
+
+
+class PeerLost(RuntimeError):
+    """A collective of this worker failed because a peer crashed, hung or closed its socket."""
+
+
+@contextmanager
+def peer_failures():
+    """Turns TensorFlow's page-long error of an aborted collective into one line that names
+    the cause (a peer's heartbeat stopped, its connection reset, the collective timed out)."""
+    import tensorflow as tf
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+            tf.errors.CancelledError, tf.errors.AbortedError) as exc:
+        text = exc.message or str(exc)
+        cause = text.partition("Collective ops is aborted by:")[2].strip() or text.strip()
+        cause = " ".join(line.strip() for line in cause.splitlines()[:3]
+                         if line.strip() and not line.startswith("The error could be"))
+        raise PeerLost(f"a collective with a peer worker failed ({type(exc).__name__}): "
+                       f"{cause[:400]}") from None
 
 
 def build_from_local_batch(model) -> None:
