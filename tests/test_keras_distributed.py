@@ -180,6 +180,8 @@ def test_tf_config_for_local_workers():
     ("keras-torch", {}, "keras-torch"),
     ("keras", {"jit_compile": True}, "jit_compile"),
     ("keras", {"inference": True}, "inference"),
+    ("keras", {"steps_per_execution": 2}, "steps_per_execution"),
+    ("keras", {"pipeline": "dataloader"}, "pipeline"),
 ])
 def test_unsupported_distributed_keras_is_refused(framework, options, refused):
     from workloads.keras_runner import refuse_distributed
@@ -193,3 +195,11 @@ def test_nproc_without_tf_config_is_refused(monkeypatch):
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(GapscopeInputError, match="needs a TF_CONFIG naming 2 workers"):
         check_cluster(2)
+
+
+def test_distributed_raw_tf_under_xla_is_refused(tmp_path):
+    from workloads.registry import get_workload
+    from workloads.tf_runner import run_tf
+    settings = RunSettings("mlp", "tf", tf_mode="xla", nproc=2)
+    with pytest.raises(GapscopeInputError, match="tf mode xla is not supported"):
+        run_tf(get_workload("mlp"), settings, tmp_path)

@@ -131,6 +131,9 @@ def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> Non
         what = "keras-torch (Keras on the torch backend has no tf.distribute)"
     elif settings.inference:
         what = "inference"
+    elif settings.steps_per_execution > 1:
+        what = ("steps_per_execution > 1 (Keras 3.15's multi-step loop fails under "
+                "MultiWorkerMirroredStrategy: 'You must feed a value for placeholder tensor')")
     elif settings.jit_compile:
         what = "jit_compile (XLA on CPU compiles no cross-worker collectives)"
     elif (settings.pipeline or "numpy") not in ("numpy", "tfdata"):
@@ -138,7 +141,8 @@ def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> Non
     if what:
         raise GapscopeInputError(
             f"--nproc {world} with {what} is not supported: distributed Keras runs are "
-            "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without jit_compile")
+            "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without "
+            "jit_compile, one step per execution")
 
 
 def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, callback) -> None:
