@@ -135,7 +135,8 @@ def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> Non
         what = ("steps_per_execution > 1 (Keras 3.15's multi-step loop fails under "
                 "MultiWorkerMirroredStrategy: 'You must feed a value for placeholder tensor')")
     elif settings.jit_compile:
-        what = "jit_compile (XLA on CPU compiles no cross-worker collectives)"
+        what = ("jit_compile (XLA compiles only NCCL collectives, MWMS on CPU uses RING: "
+                "'Only compiling NCCL/auto collective is supported, got: ring')")
     elif (settings.pipeline or "numpy") not in ("numpy", "tfdata"):
         what = f"pipeline {settings.pipeline!r}"
     if what:

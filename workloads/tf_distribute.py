@@ -196,15 +196,6 @@ def build_from_local_batch(model) -> None:
     model._maybe_symbolic_build = types.MethodType(local_build, model)
 
 
-def multi_worker(strategy=None) -> bool:
-    """Whether the current (or given) strategy spans several workers: Keras then reduces each
-    step's logs with `strategy.reduce(MEAN, v, axis=0)`, which needs logs of rank >= 1."""
-    import tensorflow as tf
-    strategy = strategy or tf.distribute.get_strategy()
-    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._num_workers > 1)
-
-
 def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
     """What the rank's manifest records of the distributed run, with a digest of its final
     weights: mirrored training leaves every rank with the same bytes."""

@@ -27,7 +27,7 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     world = world_size(settings)
     if world > 1 and settings.tf_mode == "xla":
         raise GapscopeInputError(f"--nproc {world} with tf mode xla is not supported: distributed raw TF "
-                                 "loops run eager or tf.function (XLA on CPU compiles no cross-worker collectives)")
+                                 "loops run eager or tf.function (XLA compiles only NCCL collectives, not CPU's RING)")
     if settings.tf_mode == "xla":
         dump_xla_hlo(run_dir)
     import keras
