@@ -16,7 +16,7 @@ import pytest
 from profilers.errors import GapscopeInputError
 from tests.tf_workers import run_script_workers, run_workers, start_workers, wait_workers
 from workloads.settings import RunSettings
-from workloads.tf_distribute import cluster_place, free_ports, tf_config_env
+from workloads.tf_distribute import cluster_place, free_ports, tf_config_env, worker_envs
 
 TINY = dict(workload="mlp", steps=12, warmup_steps=2, trace_steps=4, batch_size=32, nproc=2)
 
@@ -172,6 +172,9 @@ def test_tf_config_for_local_workers():
                                       "task": {"type": "worker", "index": 1}})}
     assert cluster_place(chief) == (2, 3)
     assert cluster_place({}) is None
+    envs = worker_envs(2)
+    assert [cluster_place(env) for env in envs] == [(0, 2), (1, 2)]
+    assert envs[0]["TF_CONFIG"].replace('"index": 0', '"index": 1') == envs[1]["TF_CONFIG"]
     with pytest.raises(GapscopeInputError, match="only chief and worker"):
         cluster_place({"TF_CONFIG": json.dumps({"cluster": {"ps": ["a:1"]}, "task": {"type": "ps"}})})
 

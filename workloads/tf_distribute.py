@@ -46,6 +46,14 @@ def tf_config_env(world_size: int, rank: int, ports: list[int], host: str = "loc
             "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
 
 
+def worker_envs(world_size: int, host: str = "localhost") -> list[dict[str, str]]:
+    """The environments of `world_size` local workers, on ports free now: what a launcher adds
+    to each worker's environment (rank r gets item r). A worker that still finds its port taken
+    fails with exit 2 and `port_in_use_message`; the launcher may then try fresh ports."""
+    ports = free_ports(world_size, host)
+    return [tf_config_env(world_size, rank, ports, host) for rank in range(world_size)]
+
+
 def cluster_place(environ=None) -> tuple[int, int] | None:
     """(rank, world size) from TF_CONFIG, None where there is none or it names one task only.
     Ranks count every task of the cluster (chief first, then workers), as MWMS numbers them."""
