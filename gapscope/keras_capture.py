@@ -39,7 +39,8 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     # A model that was fit before caches its train function, built from the old train_step.
     model.train_function = None
     if not on_torch:
-        from workloads.tf_distribute import build_from_local_batch, multi_worker
+        from profilers.tf_marks import multi_worker
+        from workloads.tf_distribute import build_from_local_batch
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
     return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
@@ -157,7 +158,8 @@ def _callback_class():
 def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int) -> UserRun:
     """A plain run, or under a multi-worker strategy this worker's rank of the job."""
     if framework == "keras":
-        from workloads.tf_distribute import cluster_place, multi_worker
+        from profilers.tf_marks import multi_worker
+        from workloads.tf_distribute import cluster_place
         place = cluster_place() if multi_worker(model.distribute_strategy) else None
         if place is not None:
             return _TfRankRun(name, framework, out, settings, warmup, place, model.distribute_strategy)

@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 from profilers.marks import PhaseMarks
-from profilers.tf_marks import tf_phase_scope
+from profilers.tf_marks import multi_worker, tf_phase_scope
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
 from profilers.written_traces import stop_tf_profiler
@@ -39,7 +39,6 @@ def _marked_train_step_tf(self, data):
     # are the mean); the logs report it whole, as Keras' own train_step does.
     from keras.src.losses.loss import unscale_loss_for_distribution
     logs = _logs(self, x, y, y_pred, sample_weight, unscale_loss_for_distribution(loss))
-    from workloads.tf_distribute import multi_worker
     if multi_worker():
         # Keras reduces a multi-worker step's logs with strategy.reduce(MEAN, v, axis=0), which
         # fails on scalars (keras-team/keras#20585): give each log the axis it reduces over.

@@ -53,3 +53,14 @@ def run_workers(job_dir: Path, settings: dict, world: int, timeout: float = 240,
                 **start) -> list[subprocess.CompletedProcess]:
     """Runs every rank to its end (or kills them all after `timeout`)."""
     return wait_workers(start_workers(job_dir, settings, world, **start), timeout)
+
+
+def run_script_workers(argv: list[str], world: int, timeout: float = 240) -> list[subprocess.CompletedProcess]:
+    """Runs a user's script once per worker (`python argv...`), each with its TF_CONFIG."""
+    ports = free_ports(world)
+    procs = [subprocess.Popen([sys.executable, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
+                                   "PYTHONFAULTHANDLER": "1", **tf_config_env(world, rank, ports)})
+             for rank in range(world)]
+    return wait_workers(procs, timeout)

@@ -18,7 +18,7 @@ from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
-                                     last_steps_window, make_strategy, shard, sharded_dataset, world_size)
+                                     last_steps_window, make_strategy, peer_failures, shard, sharded_dataset, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -79,8 +79,9 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             _fit_or_predict(model, inputs, spec, settings, callback)
         else:
             build_from_local_batch(model)
-            model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
-                      shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
+            with peer_failures():
+                model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
+                          shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
             callback.finish_trace()
     finally:
         if profiler is not None:
@@ -130,14 +131,19 @@ def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> Non
         what = "keras-torch (Keras on the torch backend has no tf.distribute)"
     elif settings.inference:
         what = "inference"
+    elif settings.steps_per_execution > 1:
+        what = ("steps_per_execution > 1 (Keras 3.15's multi-step loop fails under "
+                "MultiWorkerMirroredStrategy: 'You must feed a value for placeholder tensor')")
     elif settings.jit_compile:
-        what = "jit_compile (XLA on CPU compiles no cross-worker collectives)"
+        what = ("jit_compile (XLA compiles only NCCL collectives, MWMS on CPU uses RING: "
+                "'Only compiling NCCL/auto collective is supported, got: ring')")
     elif (settings.pipeline or "numpy") not in ("numpy", "tfdata"):
         what = f"pipeline {settings.pipeline!r}"
     if what:
         raise GapscopeInputError(
             f"--nproc {world} with {what} is not supported: distributed Keras runs are "
-            "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without jit_compile")
+            "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without "
+            "jit_compile, one step per execution")
 
 
 def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, callback) -> None:

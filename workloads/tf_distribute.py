@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import socket
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 
 from profilers.errors import GapscopeInputError
 
@@ -44,6 +44,14 @@ def tf_config_env(world_size: int, rank: int, ports: list[int], host: str = "loc
     RANK / WORLD_SIZE / LOCAL_RANK that the rest of gapscope reads."""
     return {TF_CONFIG: json.dumps(tf_config(world_size, rank, ports, host)),
             "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
+
+
+def worker_envs(world_size: int, host: str = "localhost") -> list[dict[str, str]]:
+    """The environments of `world_size` local workers, on ports free now: what a launcher adds
+    to each worker's environment (rank r gets item r). A worker that still finds its port taken
+    fails with exit 2 and `port_in_use_message`; the launcher may then try fresh ports."""
+    ports = free_ports(world_size, host)
+    return [tf_config_env(world_size, rank, ports, host) for rank in range(world_size)]
 
 
 def cluster_place(environ=None) -> tuple[int, int] | None:
@@ -107,7 +115,8 @@ def make_strategy():
         return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
     except (tf.errors.UnknownError, tf.errors.UnavailableError, RuntimeError) as exc:
         text = str(exc)
-        if "bind" in text.lower() or "address already in use" in text.lower():
+        # TF says only "Could not start gRPC server" (its log has "Failed to add port").
+        if any(words in text.lower() for words in ("could not start grpc server", "address already in use")):
             raise GapscopeInputError(port_in_use_message()) from None
         raise
 
@@ -147,6 +156,27 @@ def sharded_dataset(x, y, batch_size: int, world: int, seed: int, shuffle: bool 
     return data.with_options(options)
 
 
+class PeerLost(RuntimeError):
+    """A collective of this worker failed because a peer crashed, hung or closed its socket."""
+
+
+@contextmanager
+def peer_failures():
+    """Turns TensorFlow's page-long error of an aborted collective into one line that names
+    the cause (a peer's heartbeat stopped, its connection reset, the collective timed out)."""
+    import tensorflow as tf
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+            tf.errors.CancelledError, tf.errors.AbortedError) as exc:
+        text = exc.message or str(exc)
+        cause = text.partition("Collective ops is aborted by:")[2].strip() or text.strip()
+        cause = " ".join(line.strip() for line in cause.splitlines()[:3]
+                         if line.strip() and not line.startswith("The error could be"))
+        raise PeerLost(f"a collective with a peer worker failed ({type(exc).__name__}): "
+                       f"{cause[:400]}") from None
+
+
 def build_from_local_batch(model) -> None:
     """Keras 3 (3.15 too) builds a model under a multi-worker strategy by all-reducing the
     first distributed batch with `strategy.reduce(MEAN, (x, y))`, which fails on the tuple
@@ -172,15 +202,6 @@ def build_from_local_batch(model) -> None:
             self._symbolic_build(data_batch=tree.map_structure(local, data_batch))
 
     model._maybe_symbolic_build = types.MethodType(local_build, model)
-
-
-def multi_worker(strategy=None) -> bool:
-    """Whether the current (or given) strategy spans several workers: Keras then reduces each
-    step's logs with `strategy.reduce(MEAN, v, axis=0)`, which needs logs of rank >= 1."""
-    import tensorflow as tf
-    strategy = strategy or tf.distribute.get_strategy()
-    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._num_workers > 1)
 
 
 def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:

@@ -3,6 +3,7 @@ or inside tf.function(jit_compile=True), with the Keras-built model of the workl
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from profilers.environment import tf_device_name
@@ -17,7 +18,7 @@ from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, last_steps_window,
-                                     make_strategy, shard,
+                                     make_strategy, peer_failures, shard,
                                      sharded_dataset, world_size)
 
 
@@ -26,7 +27,7 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     world = world_size(settings)
     if world > 1 and settings.tf_mode == "xla":
         raise GapscopeInputError(f"--nproc {world} with tf mode xla is not supported: distributed raw TF "
-                                 "loops run eager or tf.function (XLA on CPU compiles no cross-worker collectives)")
+                                 "loops run eager or tf.function (XLA compiles only NCCL collectives, not CPU's RING)")
     if settings.tf_mode == "xla":
         dump_xla_hlo(run_dir)
     import keras
@@ -99,7 +100,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                     if batch is None:
                         epoch, iterator = epoch + 1, iter(batches)
                         batch = next(iterator)
-                loss = train_step(*batch)
+                with peer_failures() if strategy is not None else nullcontext():
+                    loss = train_step(*batch)
                 timer.end_step(loss)
                 if strategy is not None and session.tracing and step == window.last:
                     # The last step: the profiler stops once the distributed input is gone
