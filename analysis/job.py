@@ -346,9 +346,20 @@ def _communication(run: Run):
             list(find_collectives(run.trace, run.timeline)))
 
 
+# Workers of the pool, where the caller names none: GAPSCOPE_JOB_WORKERS (1 reads the ranks one
+# after another in this process), else one per core.
+WORKERS_ENV = "GAPSCOPE_JOB_WORKERS"
+
+
 def worker_count(ranks: int, workers: int | None = None) -> int:
     """At most one worker per core and per rank: memory stays that of a few traces at once."""
-    limit = workers if workers else (os.cpu_count() or 1)
+    if not workers:
+        try:
+            workers = int(os.environ.get(WORKERS_ENV) or 0)
+        except ValueError:
+            raise GapscopeInputError(f"{WORKERS_ENV} should be a whole number, not "
+                                     f"{os.environ[WORKERS_ENV]!r}") from None
+    limit = workers if workers and workers > 0 else (os.cpu_count() or 1)
     return max(1, min(ranks, limit))
 
 
