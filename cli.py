@@ -291,8 +291,16 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
     from analysis.breakdown import breakdown_of
+    from analysis.distributed_breakdown import job_breakdown
+    from analysis.job import is_job, load_job
     complete = [o for o in outcomes if o.status == "complete"]
-    click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in complete]), nl=False)
+    runs = [o for o in complete if not is_job(o.run_dir)]
+    jobs = [o for o in complete if is_job(o.run_dir)]  # --nproc N: the job across its ranks
+    if runs or not jobs:
+        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in runs]), nl=False)
+    if jobs:
+        click.echo(registry.JOB_BREAKDOWN[fmt].render([job_breakdown(load_job(o.run_dir))
+                                                       for o in jobs]), nl=False)
     if len(complete) < len(outcomes):
         sys.exit(EXIT_RUN_FAILED)
 
@@ -386,21 +394,34 @@ def breakdown(paths, source, fmt):
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
     from analysis.breakdown import breakdown as breakdown_run
+    from analysis.distributed_breakdown import job_breakdown
+    from analysis.job import is_job, load_job
     from analysis.run import Runs, expand_runs
     entries = expand_runs(paths)
     runs = Runs()
-    results, problems = [], []
+    results, jobs, problems = [], [], []
     for entry in entries:
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            results.append(breakdown_run(runs.load(entry.path, entry.label), source))
+            if is_job(entry.path):
+                jobs.append(job_breakdown(load_job(entry.path), source))
+            else:
+                results.append(breakdown_run(runs.load(entry.path, entry.label), source))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
             problems.append(f"{entry.label or entry.path}: {exc}")
-    if results:
-        click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)
+    if results and jobs and fmt == "json":  # one JSON document: the runs' and the jobs'
+        import json
+        docs = [json.loads(registry.BREAKDOWN[fmt].render([r])) for r in results]
+        docs += [json.loads(registry.JOB_BREAKDOWN[fmt].render([j])) for j in jobs]
+        click.echo(json.dumps(docs, indent=2))
+    else:
+        if results:
+            click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)
+        if jobs:
+            click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
     for problem in problems:
         click.echo(f"gapscope: skipped {problem}", err=True)
     if problems:
@@ -447,6 +468,7 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
     from analysis.explain import explain, explain_all
+    from analysis.job import is_job
     from analysis.run import Runs, is_measurement, load_measurement
     if measure:
         _check_lengths(settings)
@@ -455,6 +477,9 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
         per_config = load_measurement(runs[0])
         comparison = compare_runs([explain(config_runs[0]) for config_runs in per_config],
                                   [[breakdown_run(r) for r in config_runs] for config_runs in per_config])
+    elif any(is_job(r) for r in runs):
+        _compare_scaling(runs, fmt)
+        return
     else:
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
@@ -465,6 +490,35 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
     click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
+            click.echo(f"gapscope: warning: {warning}", err=True)
+
+
+def _compare_scaling(paths, fmt: str) -> None:
+    """A run (or job) against a job: scaling efficiency and where the step gap went."""
+    from analysis.breakdown import breakdown as breakdown_run
+    from analysis.distributed_breakdown import job_breakdown
+    from analysis.job import batch_size, is_job, load_job
+    from analysis.run import load_run
+    from analysis.scaling import job_side, run_side, scaling
+    if len(paths) != 2:
+        raise GapscopeInputError("compare of a distributed job takes two: the baseline "
+                                 "(e.g. the 1-process run) and the job")
+    if fmt not in registry.SCALING:
+        raise GapscopeInputError(f"--format {fmt} is not available for a scaling comparison")
+    sides = []
+    for path in paths:
+        if is_job(path):
+            job = load_job(path)
+            sides.append(job_side(job_breakdown(job), job.batch_size,
+                                  job.ranks[0].manifest.get("omp_num_threads")))
+        else:
+            run = load_run(path)
+            sides.append(run_side(breakdown_run(run), batch_size(run),
+                                  run.manifest.get("omp_num_threads")))
+    result = scaling(*sides)
+    click.echo(registry.SCALING[fmt].render(result), nl=False)
+    for warning in result.warnings:
+        if fmt != "table":
             click.echo(f"gapscope: warning: {warning}", err=True)
 
 

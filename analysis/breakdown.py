@@ -265,7 +265,12 @@ def _label(result: Breakdown, run: Run) -> None:
     result.label = run.label
 
 
-def breakdown_of(path, source: str = Source.AUTO) -> Breakdown:
-    """The breakdown of whatever `path` holds (run directory, folder with a trace, trace file)."""
+def breakdown_of(path, source: str = Source.AUTO):
+    """The breakdown of whatever `path` holds (run directory, folder with a trace, trace file);
+    for a distributed job (job directory, folder of per-rank traces) its JobBreakdown."""
+    from analysis.job import is_job, load_job
     from analysis.run import load_run
+    if is_job(path):
+        from analysis.distributed_breakdown import job_breakdown
+        return job_breakdown(load_job(path), source)
     return breakdown(load_run(path), source)

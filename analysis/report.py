@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Callable
 
 from analysis.breakdown import breakdown
+from analysis.distributed_breakdown import job_breakdown
+from analysis.job import is_job, load_job
 from analysis.readers.run_dir import locate
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
@@ -42,9 +44,19 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
         raise GapscopeInputError(f"{out}: the report is Markdown (.md) with an .html copy")
     ensure_out_dir(out.parent)
     read, loaded_runs, entries = [], Runs(), expand_runs(paths)
+    jobs, job_problems = [], []
     for entry in entries:
         progress(f"reading {entry.path or entry.label}")
+        if entry.path is not None and is_job(entry.path):
+            try:
+                jobs.append(job_breakdown(load_job(entry.path), source))
+            except GapscopeInputError as exc:
+                if len(entries) == 1:
+                    raise
+                job_problems.append(ReportRun(entry.path.name, str(entry.path), None, None, str(exc)))
+            continue
         read.append(_read_run(entry, source, loaded_runs, alone=len(entries) == 1))
+    read += [(problem, None, None) for problem in job_problems]
     runs = [run for run, _, _ in read]
     loaded = {id(run): source_run for run, _, source_run in read}
     for run, label in zip(runs, unique_labels([r.label for r in runs], [r.path for r in runs])):
@@ -58,6 +70,7 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     content = ReportContent(title="gapscope report",
                             generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                             runs=runs, baseline=base)
+    content.jobs_markdown = _jobs_markdown(jobs, complete, [loaded[id(r)] for r in complete])
     if len(complete) > 1:
         progress("comparing runs")
         _compare(content, [loaded[id(r)] for r in complete], complete, base)
@@ -87,6 +100,28 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     write_atomic(markdown_path, text)
     write_atomic(html_path, report_html.render(text, pngs, content.title))
     return ReportFiles(markdown_path, html_path, images, [r for r in runs if r.breakdown is None])
+
+
+def _jobs_markdown(jobs: list, complete: list[ReportRun], loaded: list) -> list[str]:
+    """Each job's per-rank tables, and its scaling against the first complete one-process run
+    of the same workload."""
+    from analysis.job import batch_size
+    from analysis.renderers import job_render, scaling_render
+    from analysis.scaling import job_side, run_side, scaling
+    texts = []
+    for jb in jobs:
+        text = job_render.render_markdown([jb])
+        base = next((i for i, r in enumerate(complete)
+                     if r.breakdown.workload == jb.ranks[0].workload), None)
+        if base is not None:
+            run = loaded[base]
+            job_batch = (jb.samples_per_step // jb.world_size) if jb.samples_per_step else None
+            result = scaling(run_side(complete[base].breakdown, batch_size(run),
+                                      run.manifest.get("omp_num_threads")),
+                             job_side(jb, job_batch, jb.threads))
+            text += f"\n#### Scaling against {complete[base].label}\n\n" + scaling_render.render_markdown(result)
+        texts.append(text)
+    return texts
 
 
 def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):

@@ -132,6 +132,10 @@ def read_trace(path: Path) -> Trace:
 def load_run(path: str | Path, label: str | None = None) -> Run:
     """The run at `path` (a run directory, a folder holding a trace, or a trace file);
     a run that failed or did not finish is refused with the reason."""
+    from analysis.job import is_job
+    if is_job(path):  # its ranks' traces would be taken for one run's
+        raise GapscopeInputError(f"{path}: a distributed job of several ranks: name one rank's "
+                                 "directory, or use breakdown, compare or report on the job")
     found = locate(path)
     problem = unfinished(found.manifest)
     if problem:
@@ -199,12 +203,15 @@ class RunEntry:
 def expand_runs(paths) -> list[RunEntry]:
     """Each path as given, except a folder that is not itself a run: a matrix or A/B folder
     gives its runs in order, any other folder the run directories it holds, in name order."""
+    from analysis.job import is_job
     entries = []
     for path in map(Path, paths):
         if not path.exists() and not path.is_symlink():  # a bad symlink: load_run says why
             raise GapscopeInputError(f"{path}: no such file or directory")
         if path.is_dir() and (path / MATRIX_STATE).is_file():
             entries += _matrix_rows(path)
+        elif is_job(path):  # one entry: its rank directories are not runs of their own
+            entries.append(RunEntry(None, path))
         elif path.is_dir() and not (path / MANIFEST).exists() and _child_runs(path):
             entries += [RunEntry(None, child) for child in _child_runs(path)]
         else:

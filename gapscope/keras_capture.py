@@ -21,7 +21,10 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
         cap = gapscope.capture_keras(model, "my-run", trace_steps=(10, 15))
         model.fit(x, y, epochs=2, callbacks=[cap])
 
-    `steps_per_execution` and `jit_compile` stay as compiled. trace_steps are optimizer
+    `steps_per_execution` and `jit_compile` stay as compiled. Compiled under a
+    tf.distribute.MultiWorkerMirroredStrategy of several workers (TF_CONFIG), each worker's fit
+    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`.
+    trace_steps are optimizer
     updates as in `range(first, stop)`, counted over all epochs; None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
     raises or is interrupted is recorded as failed; Keras tells callbacks only of success."""
@@ -35,6 +38,11 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     mark_keras_phases(model, PhaseMarks(uses_torch=on_torch))
     # A model that was fit before caches its train function, built from the old train_step.
     model.train_function = None
+    if not on_torch:
+        from profilers.tf_marks import multi_worker
+        from workloads.tf_distribute import build_from_local_batch
+        if multi_worker(model.distribute_strategy):
+            build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
     return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
 
 
@@ -63,7 +71,7 @@ def _callback_class():
                 # The torch-backend train_step reads its marks at every call: point them at
                 # this fit's timer.
                 model._gapscope_marks = PhaseMarks(self._timer, uses_torch=True)
-            self._run = UserRun(self._name, "keras-torch" if self._on_torch else "keras", self._out, {
+            self._run = _user_run(model, self._name, "keras-torch" if self._on_torch else "keras", self._out, {
                 "api": "gapscope.capture_keras", "backend": "torch" if self._on_torch else "tensorflow",
                 "trace_steps": None if self._window is None
                 else [self._window.first, self._window.first + self._window.steps],
@@ -79,7 +87,8 @@ def _callback_class():
                 self._timer, self._window,
                 tf_logdir=self.run_dir if self._window and not self._on_torch else None,
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
-                steps_per_call=int(model.steps_per_execution or 1))
+                steps_per_call=int(model.steps_per_execution or 1),
+                stop_barrier=_stop_barrier(self._run))
             self._updates, self._call_begin = 0, 0
 
         def on_train_batch_begin(self, batch, logs=None):
@@ -109,6 +118,8 @@ def _callback_class():
                 self._profiler.stop()
             if exc is not None and self._window is not None and not self._on_torch:
                 _stop_tf_profiler_if_running()
+            elif exc is None and not self._on_torch:
+                self._steps.finish_trace()  # a multi-worker run's profiler stops at the end
             rows, facts = self._rows_and_facts()
             if exc is None:
                 self._run.complete(rows, facts)
@@ -142,6 +153,53 @@ def _callback_class():
             return rows, facts
 
     return GapscopeCapture
+
+
+def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int) -> UserRun:
+    """A plain run, or under a multi-worker strategy this worker's rank of the job."""
+    if framework == "keras":
+        from profilers.tf_marks import multi_worker
+        from workloads.tf_distribute import cluster_place
+        place = cluster_place() if multi_worker(model.distribute_strategy) else None
+        if place is not None:
+            return _TfRankRun(name, framework, out, settings, warmup, place, model.distribute_strategy)
+    return UserRun(name, framework, out, settings, warmup)
+
+
+def _stop_barrier(run):
+    place = getattr(run, "place", None)
+    if place is None:
+        return None
+    from workloads.tf_distribute import StopBarrier
+    return StopBarrier(run.run_dir, place.rank, place.world_size)
+
+
+class _TfRankRun(UserRun):
+    """One worker's rank of a tf.distribute job. UserRun's rank branch agrees on the job
+    directory over torch.distributed or torchrun's run id; TF workers have neither, so rank 0's
+    name reaches the others over the strategy (workloads.tf_distribute.tf_share). The rest
+    (rank 0 ending the job manifest after every rank) is UserRun's."""
+
+    def __init__(self, name, framework, out, settings, warmup_steps, place, strategy):
+        from gapscope.user_run import RankPlace, job_dir_for, safe_name
+        from profilers.job_dir import rank_dir, start_job
+        from profilers.run_dir import MANIFEST
+        from profilers.run_lifecycle import RunLifecycle
+        from workloads.tf_distribute import BACKEND, tf_share
+        rank, world = place
+        workload = safe_name(name)
+        fields = {"workload": workload, "framework": framework, "variant": "user",
+                  "settings": settings, "warmup_steps": warmup_steps}
+        self.place = RankPlace(rank, world, local_rank=rank, node_rank=0, backend=BACKEND)
+        self.job_dir = job_dir_for(out, workload, framework, rank, world, share=tf_share(strategy))
+        if rank == 0 and not (self.job_dir / MANIFEST).exists():
+            start_job(self.job_dir, fields, {"world_size": world, "nnodes": 1, "backend": BACKEND,
+                                             "launcher": "user"})
+        directory = rank_dir(self.job_dir, rank)
+        directory.mkdir()
+        run = RunLifecycle.start(directory, {**fields, "device": None, "versions": None,
+                                             **self.place.fields(self.job_dir.name)})
+        RunLifecycle.__init__(self, run.run_dir, run.manifest)
 
 
 def _stop_tf_profiler_if_running() -> None:

@@ -7,7 +7,7 @@ import types
 from pathlib import Path
 
 from profilers.marks import PhaseMarks
-from profilers.tf_marks import tf_phase_scope
+from profilers.tf_marks import multi_worker, tf_phase_scope
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
 from profilers.written_traces import stop_tf_profiler
@@ -35,7 +35,15 @@ def _marked_train_step_tf(self, data):
         gradients = tape.gradient(scaled_loss, self.trainable_weights)
     with tf_phase_scope("optimizer"):
         self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-    return _logs(self, x, y, y_pred, sample_weight, loss)
+    # Under a strategy of N replicas the loss came out divided by N (so that summed gradients
+    # are the mean); the logs report it whole, as Keras' own train_step does.
+    from keras.src.losses.loss import unscale_loss_for_distribution
+    logs = _logs(self, x, y, y_pred, sample_weight, unscale_loss_for_distribution(loss))
+    if multi_worker():
+        # Keras reduces a multi-worker step's logs with strategy.reduce(MEAN, v, axis=0), which
+        # fails on scalars (keras-team/keras#20585): give each log the axis it reduces over.
+        logs = keras.tree.map_structure(lambda v: tf.reshape(v, [-1]), logs)
+    return logs
 
 
 def _marked_train_step_torch(self, data):
@@ -102,7 +110,8 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1):
+                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
+                  stop_barrier=None):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
     step view expects), or a started torch.profiler that it steps once per call.
@@ -111,7 +120,11 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     call whose updates overlap it (`steps_per_call` each), even a first call that also holds
     the warm-up: a run of one long call is still traced rather than not at all.
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
-    torch), so the time since the previous call ended is this step's data_load."""
+    torch), so the time since the previous call ended is this step's data_load.
+    `stop_barrier` (workloads.tf_distribute.StopBarrier): a multi-worker run's TF profiler is
+    not stopped in the step callback (TF 2.21 then sometimes aborts in `profiler.stop()`, see
+    tf_distribute.StopBarrier) but by `finish_trace()` once fit has returned, between the
+    ranks' barriers; the `train` step events still bracket the window's steps only."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -164,11 +177,20 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                 torch_profiler.step()
             if window is not None and self._updates - 1 >= window.last:
                 self._window_done = True
-                if self._tracing:
-                    import tensorflow as tf
-                    self._tracing = False
-                    stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
+                if self._tracing and stop_barrier is None:
+                    self.finish_trace()
             self._previous_end = timer.now()
+
+        def finish_trace(self):
+            """Stops the TF profiler if this callback started it and it still runs."""
+            if not self._tracing:
+                return
+            import tensorflow as tf
+            self._tracing = False
+
+            def stop():
+                stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
+            stop_barrier.around(stop) if stop_barrier is not None else stop()
 
         # model.predict (inference runs) calls the same hooks under other names.
         on_predict_batch_begin = on_train_batch_begin

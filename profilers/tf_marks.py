@@ -10,6 +10,15 @@ def tf_phase_scope(phase: str):
     return tf.name_scope(tf_scope_name(check_phase(phase)))
 
 
+def multi_worker(strategy=None) -> bool:
+    """Whether the current (or given) tf.distribute strategy spans several workers
+    (MultiWorkerMirroredStrategy over a TF_CONFIG cluster of more than one task)."""
+    import tensorflow as tf
+    strategy = strategy or tf.distribute.get_strategy()
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and getattr(strategy.extended, "_num_workers", 1) > 1)
+
+
 class TfPhases:
     """`phase(name)` for a raw TensorFlow loop, inside and outside tf.function.
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from profilers.environment import tf_device_name, torch_device_name
+from profilers.errors import GapscopeInputError
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
 from profilers.timers import CudaEventClock, HostClock, StepTimer
@@ -15,26 +17,38 @@ from workloads.models.params import keras_parameters
 from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
+from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
+                                     last_steps_window, make_strategy, peer_failures, shard, sharded_dataset, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
 
 
 def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
     on_torch = settings.framework == "keras-torch"
+    world = world_size(settings)
+    if world > 1:
+        refuse_distributed(settings, on_torch, world)
     _prepare_environment(settings, run_dir, on_torch)
     import keras
 
     if keras.backend.backend() != ("torch" if on_torch else "tensorflow"):
         raise RuntimeError(f"keras was already imported with backend {keras.backend.backend()}")
+    # MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: first thing.
+    strategy, rank = (make_strategy(), check_cluster(world)) if world > 1 else (None, 0)
     keras.utils.set_random_seed(spec.seed)
     if settings.mixed_precision:
         keras.config.set_dtype_policy(settings.mixed_precision)
     device = _device(settings, on_torch)
-    x, y = dataset_for(spec, settings, raw=settings.pipeline == "transforms")
-    inputs = _inputs(settings, spec, x, y, on_torch, device)
-    updates_per_epoch = -(-len(x) // spec.batch_size)
+    if strategy is None:
+        x, y = dataset_for(spec, settings, raw=settings.pipeline == "transforms")
+        inputs = _inputs(settings, spec, x, y, on_torch, device)
+        updates_per_epoch = -(-len(x) // spec.batch_size)
+    else:
+        inputs, updates_per_epoch = _rank_inputs(spec, settings, rank, world)
     steps = (settings.epochs or 1) * updates_per_epoch
     window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    if strategy is not None:
+        window = last_steps_window(window, steps)
     cuda = device == "cuda"
     timer = StepTimer(CudaEventClock() if on_torch and cuda else HostClock())
     profiler = None
@@ -42,23 +56,33 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
         from profilers.torch_session import torch_profiler
         profiler = torch_profiler(run_dir, _executions_window(window, settings), cuda)
 
-    model = spec.builders().build_keras(spec)
-    from profilers.keras_marks import mark_keras_inference, mark_keras_phases, step_callback
-    marks = PhaseMarks(timer, uses_torch=on_torch)
-    if settings.inference:
-        mark_keras_inference(model, marks)
-    else:
-        mark_keras_phases(model, marks)
-    model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
-                  jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
+    with strategy.scope() if strategy is not None else nullcontext():
+        # Under the strategy, variables are mirrored on every worker (initial values from rank 0).
+        model = spec.builders().build_keras(spec)
+        from profilers.keras_marks import mark_keras_inference, mark_keras_phases, step_callback
+        marks = PhaseMarks(timer, uses_torch=on_torch)
+        if settings.inference:
+            mark_keras_inference(model, marks)
+        else:
+            mark_keras_phases(model, marks)
+        model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
+                      jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
     callback = step_callback(timer, window if settings.trace else None,
                              tf_logdir=run_dir if settings.trace and not on_torch else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
-                             steps_per_call=settings.steps_per_execution)
+                             steps_per_call=settings.steps_per_execution,
+                             stop_barrier=StopBarrier(run_dir, rank, world) if strategy is not None else None)
     if profiler is not None:
         profiler.start()
     try:
-        _fit_or_predict(model, inputs, spec, settings, callback)
+        if strategy is None:
+            _fit_or_predict(model, inputs, spec, settings, callback)
+        else:
+            build_from_local_batch(model)
+            with peer_failures():
+                model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
+                          shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
+            callback.finish_trace()
     finally:
         if profiler is not None:
             profiler.stop()
@@ -72,11 +96,54 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
                              updates_per_epoch, steps)
     mark_rows(rows, settings.warmup_steps, set(callback.traced_calls), "execution_first_step")
-    return rows, {"device": (torch_device_name(device) if on_torch
-                             else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
-                  "steps_per_epoch": updates_per_epoch, "steps_run": steps,
-                  "jit_compile_resolved": getattr(model, "jit_compile", None),
-                  "trace_window": [window.first, window.last] if settings.trace else None}
+    facts = {"device": (torch_device_name(device) if on_torch
+                        else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
+             "steps_per_epoch": updates_per_epoch, "steps_run": steps,
+             "jit_compile_resolved": getattr(model, "jit_compile", None),
+             "trace_window": [window.first, window.last] if settings.trace else None}
+    if strategy is not None:
+        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank))
+    return rows, facts
+
+
+def _rank_inputs(spec: WorkloadSpec, settings: RunSettings, rank: int, world: int):
+    """This rank's tf.data pipeline (its disjoint shard, `rank::world`) and its updates per epoch.
+
+    A step run takes batch * world * steps samples, as a one-process run with the global batch
+    would; an epoch is the whole set, cut to full global batches so every rank runs as many steps."""
+    x, y = dataset_for(spec.sized(spec.batch_size * world), settings)
+    updates_per_epoch = len(x) // (spec.batch_size * world)
+    if updates_per_epoch < 1:
+        raise GapscopeInputError(f"{len(x)} samples make no full step of {spec.batch_size} per rank "
+                                 f"on {world} ranks: use a smaller --batch-size")
+    x, y = shard(x, y, rank, world, updates_per_epoch * spec.batch_size)
+    # Repeated (with the step count given to fit): Keras counts a distributed dataset's steps
+    # as its global batches, 1/world of the per-rank steps, and would stop there.
+    return sharded_dataset(x, y, spec.batch_size, world, seed=spec.seed + rank), updates_per_epoch
+
+
+def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> None:
+    """What MultiWorkerMirroredStrategy runs here; anything else is refused in one line."""
+    what = None
+    if getattr(settings, "nnodes", 1) > 1:
+        what = "--nnodes > 1 (TF workers run on one host here)"
+    elif on_torch:
+        what = "keras-torch (Keras on the torch backend has no tf.distribute)"
+    elif settings.inference:
+        what = "inference"
+    elif settings.steps_per_execution > 1:
+        what = ("steps_per_execution > 1 (Keras 3.15's multi-step loop fails under "
+                "MultiWorkerMirroredStrategy: 'You must feed a value for placeholder tensor')")
+    elif settings.jit_compile:
+        what = ("jit_compile (XLA compiles only NCCL collectives, MWMS on CPU uses RING: "
+                "'Only compiling NCCL/auto collective is supported, got: ring')")
+    elif (settings.pipeline or "numpy") not in ("numpy", "tfdata"):
+        what = f"pipeline {settings.pipeline!r}"
+    if what:
+        raise GapscopeInputError(
+            f"--nproc {world} with {what} is not supported: distributed Keras runs are "
+            "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without "
+            "jit_compile, one step per execution")
 
 
 def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, callback) -> None:

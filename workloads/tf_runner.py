@@ -3,9 +3,11 @@ or inside tf.function(jit_compile=True), with the Keras-built model of the workl
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from pathlib import Path
 
 from profilers.environment import tf_device_name
+from profilers.errors import GapscopeInputError
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
 from profilers.timers import StepTimer
@@ -15,10 +17,17 @@ from workloads.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
+from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, last_steps_window,
+                                     make_strategy, peer_failures, shard,
+                                     sharded_dataset, world_size)
 
 
 def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
     os.environ["KERAS_BACKEND"] = "tensorflow"
+    world = world_size(settings)
+    if world > 1 and settings.tf_mode == "xla":
+        raise GapscopeInputError(f"--nproc {world} with tf mode xla is not supported: distributed raw TF "
+                                 "loops run eager or tf.function (XLA compiles only NCCL collectives, not CPU's RING)")
     if settings.tf_mode == "xla":
         dump_xla_hlo(run_dir)
     import keras
@@ -27,19 +36,34 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     from profilers.tf_marks import TfPhases
     from workloads.devices import tf_device
 
+    # MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: first thing.
+    strategy, rank = (make_strategy(), check_cluster(world)) if world > 1 else (None, 0)
     keras.utils.set_random_seed(spec.seed)
     device = tf_device(settings.device)
-    x, y = dataset_for(spec, settings)
-    batches = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20000, seed=spec.seed)
-               .batch(spec.batch_size).prefetch(tf.data.AUTOTUNE))
-    updates_per_epoch = -(-len(x) // spec.batch_size)
+    if strategy is None:
+        x, y = dataset_for(spec, settings)
+        batches = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(20000, seed=spec.seed)
+                   .batch(spec.batch_size).prefetch(tf.data.AUTOTUNE))
+        updates_per_epoch = -(-len(x) // spec.batch_size)
+    else:
+        # This rank's shard (rank::world), endless: epochs are counted from the step number.
+        x, y = dataset_for(spec.sized(spec.batch_size * world), settings)
+        updates_per_epoch = len(x) // (spec.batch_size * world)
+        if updates_per_epoch < 1:
+            raise GapscopeInputError(f"{len(x)} samples make no full step of {spec.batch_size} per rank "
+                                     f"on {world} ranks: use a smaller --batch-size")
+        x, y = shard(x, y, rank, world, updates_per_epoch * spec.batch_size)
+        batches = strategy.experimental_distribute_dataset(
+            sharded_dataset(x, y, spec.batch_size, world, seed=spec.seed + rank))
     steps = settings.epochs * updates_per_epoch if settings.epochs else settings.steps
     timer = StepTimer()
     phases = TfPhases(PhaseMarks(timer, uses_torch=False))
     window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    if strategy is not None:
+        window = last_steps_window(window, steps)
     session = TfStepSession(run_dir, window if settings.trace else None)
 
-    with tf.device(device):
+    with tf.device(device) if strategy is None else strategy.scope():
         model = spec.builders().build_keras(spec)
         optimizer = keras_optimizer(keras, spec)
         loss_fn = keras_loss(keras, spec)
@@ -47,12 +71,22 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
         def train_step(inputs, targets):
             with tf.GradientTape() as tape:
                 with phases.phase("forward"):
+                    # Under a strategy of N replicas a Keras loss comes out divided by N, so
+                    # that the gradients the optimizer all-reduces (sums) are the mean.
                     loss = loss_fn(targets, model(inputs, training=True))
             with phases.phase("backward"):
                 gradients = tape.gradient(loss, model.trainable_variables)
             with phases.phase("optimizer"):
                 optimizer.apply_gradients(zip(gradients, model.trainable_variables))
             return loss
+
+        if strategy is not None:
+            replica_step = train_step
+
+            def train_step(inputs, targets):
+                per_replica = strategy.run(replica_step, args=(inputs, targets))
+                # This rank's own batch loss, whole again; no collective for the figure.
+                return strategy.experimental_local_results(per_replica)[0] * world
 
         if settings.tf_mode != "eager":
             train_step = tf.function(train_step, jit_compile=settings.tf_mode == "xla")
@@ -66,10 +100,17 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                     if batch is None:
                         epoch, iterator = epoch + 1, iter(batches)
                         batch = next(iterator)
-                loss = train_step(*batch)
+                with peer_failures() if strategy is not None else nullcontext():
+                    loss = train_step(*batch)
                 timer.end_step(loss)
-                session.end_step(step)
-                epochs_of_steps.append(epoch)
+                if strategy is not None and session.tracing and step == window.last:
+                    # The last step: the profiler stops once the distributed input is gone
+                    # (see tf_distribute.StopBarrier).
+                    iterator = batches = None
+                    StopBarrier(run_dir, rank, world).around(lambda: session.end_step(step))
+                else:
+                    session.end_step(step)
+                epochs_of_steps.append(epoch if strategy is None else step // updates_per_epoch)
         finally:
             session.stop()
 
@@ -79,6 +120,9 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     for row, epoch in zip(rows, epochs_of_steps):
         row["epoch"] = epoch
     mark_rows(rows, settings.warmup_steps, session.traced_steps(steps))
-    return rows, {"device": tf_device_name(gpu=device != "/CPU:0"),
-                  "parameters": keras_parameters(model), "steps_per_epoch": updates_per_epoch,
-                  "steps_run": steps, "trace_window": session.recorded_window(steps)}
+    facts = {"device": tf_device_name(gpu=device != "/CPU:0"),
+             "parameters": keras_parameters(model), "steps_per_epoch": updates_per_epoch,
+             "steps_run": steps, "trace_window": session.recorded_window(steps)}
+    if strategy is not None:
+        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank))
+    return rows, facts

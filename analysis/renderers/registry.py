@@ -28,6 +28,13 @@ BREAKDOWN = _by_name(Renderer("table", ".txt", f"{_PKG}.breakdown_table"),
 COMPARE = _by_name(Renderer("table", ".txt", f"{_PKG}.compare_table"),
                    Renderer("json", ".json", f"{_PKG}.compare_json"),
                    Renderer("markdown", ".md", f"{_PKG}.compare_markdown"))
+JOB_BREAKDOWN = _by_name(Renderer("table", ".txt", f"{_PKG}.job_render", "render_table"),
+                         Renderer("json", ".json", f"{_PKG}.job_render", "render_json"),
+                         Renderer("csv", ".csv", f"{_PKG}.job_render", "render_csv"),
+                         Renderer("markdown", ".md", f"{_PKG}.job_render", "render_markdown"))
+SCALING = _by_name(Renderer("table", ".txt", f"{_PKG}.scaling_render", "render_table"),
+                   Renderer("json", ".json", f"{_PKG}.scaling_render", "render_json"),
+                   Renderer("markdown", ".md", f"{_PKG}.scaling_render", "render_markdown"))
 MATRIX = _by_name(Renderer("table", ".txt", f"{_PKG}.matrix_render", "render_table"),
                   Renderer("json", ".json", f"{_PKG}.matrix_render", "render_json"),
                   Renderer("csv", ".csv", f"{_PKG}.matrix_render", "render_csv"),

@@ -32,6 +32,7 @@ class ReportContent:
     comparison_markdown: str | None = None
     comparison_note: str | None = None
     notes: list[str] = field(default_factory=list)
+    jobs_markdown: list[str] = field(default_factory=list)  # per distributed job: ranks, scaling
 
     @property
     def complete(self) -> list[ReportRun]:
@@ -40,8 +41,9 @@ class ReportContent:
 
 def render(content: ReportContent) -> str:
     complete = content.complete
+    jobs = f", {len(content.jobs_markdown)} distributed job(s)" if content.jobs_markdown else ""
     lines = [f"# {content.title}", "",
-             f"_{len(content.runs)} run(s), generated {content.generated} by gapscope_", ""]
+             f"_{len(content.runs)} run(s){jobs}, generated {content.generated} by gapscope_", ""]
     lines += ["## Environment", ""] + _environment(content.runs) + [""]
     if complete:
         lines += ["## Where the time goes", ""]
@@ -58,6 +60,9 @@ def render(content: ReportContent) -> str:
         lines += ["## Speed", ""]
         lines += _figure(content, "ratio", "Speed of each run relative to the baseline")
         lines += _speed_table(complete, content.baseline) + [""]
+    if content.jobs_markdown:
+        lines += ["## Distributed jobs", ""]
+        lines += [text.rstrip() + "\n" for text in content.jobs_markdown]
     if content.comparison_markdown or content.comparison_note:
         lines += ["## Comparison with the baseline", ""]
         if content.comparison_markdown:

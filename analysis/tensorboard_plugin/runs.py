@@ -1,10 +1,12 @@
 """Finds the runs under a TensorBoard logdir, each named by its path relative to it, through the
-CLI's own expansion of folders (matrix, A/B and run folders: analysis.run.expand_runs)."""
+CLI's own expansion of folders (matrix, A/B and run folders: analysis.run.expand_runs); a
+distributed job as its ranks."""
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
+from analysis.job import is_job, load_job
 from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB
 from analysis.run import RunEntry, expand_runs
 from profilers.errors import GapscopeInputError
@@ -28,9 +30,37 @@ def find_runs(logdir: str | Path) -> dict[str, RunEntry]:
         for entry in entries:
             if entry.path is None:  # a matrix row that never made a run directory
                 found[f"{_name(logdir, folder)}/{entry.label}"] = entry
+            elif is_job(entry.path):
+                found.update(_ranks(logdir, entry.path))
             else:
                 found[_name(logdir, entry.path)] = entry
     return found
+
+
+def find_jobs(logdir: str | Path) -> dict[str, Path]:
+    """Every distributed job under `logdir` by name (its path under the logdir)."""
+    logdir = Path(logdir)
+    jobs = {}
+    for folder in run_folders(logdir):
+        try:
+            entries = expand_runs([folder])
+        except GapscopeInputError:
+            continue
+        jobs.update({_name(logdir, e.path): e.path for e in entries
+                     if e.path is not None and is_job(e.path)})
+    return jobs
+
+
+def _ranks(logdir: Path, path: Path) -> dict[str, RunEntry]:
+    """A distributed job as its ranks, `<job>/rank<r>` each, labelled with the job: the views
+    show them side by side like any runs. A job that failed is one entry saying which rank."""
+    name = _name(logdir, path)
+    try:
+        job = load_job(path)
+    except GapscopeInputError as exc:
+        return {name: RunEntry(None, None, str(exc))}
+    return {f"{name}/rank{r}": RunEntry(f"{job.label} rank{r}", run.located.path)
+            for r, run in enumerate(job.ranks)}
 
 
 def run_folders(logdir: Path):

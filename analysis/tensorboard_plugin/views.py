@@ -17,7 +17,10 @@ from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results import Breakdown
 from analysis.run import Run, RunEntry, load_run, unique_labels
-from analysis.tensorboard_plugin.runs import find_runs
+from analysis.distributed_breakdown import job_breakdown
+from analysis.job import load_job
+from analysis.renderers.job_render import summary_lines
+from analysis.tensorboard_plugin.runs import find_jobs, find_runs
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
 
@@ -51,6 +54,7 @@ class Views:
     def __init__(self, logdir: str | Path):
         self.logdir = Path(logdir)
         self._cache: dict[str, Analysed] = {}
+        self._jobs: dict[str, tuple[tuple, dict]] = {}
         # TensorBoard answers requests on several threads: one analysis at a time, and a
         # run is never read twice because two requests asked at once.
         self._lock = threading.Lock()
@@ -73,8 +77,26 @@ class Views:
                 document["breakdown"] = a.breakdown.to_json_dict()
                 del document["breakdown"]["per_step"]  # the steps view has its own document
             documents.append(document)
+        with self._lock:
+            jobs = [self._job(name, path) for name, path in find_jobs(self.logdir).items()]
         return {"logdir": str(self.logdir), "phases": list(PHASES), "colours": PHASE_COLOURS,
-                "runs": documents}
+                "runs": documents, "jobs": jobs}
+
+    def _job(self, name: str, path: Path) -> dict:
+        """A distributed job's own figures (job step, skew, straggler, communication per rank)
+        and the CLI's lines on them; its ranks are runs of the list above."""
+        signature = _signature(path)
+        cached = self._jobs.get(name)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        document = {"name": name, "label": name, "problem": None, "job": None, "lines": []}
+        try:
+            jb = job_breakdown(load_job(path))
+            document.update(label=jb.label, job=jb.to_json_dict(), lines=summary_lines(jb))
+        except Exception as exc:  # noqa: BLE001 - listed with its problem, never a 500
+            document["problem"] = _problem(name, exc)
+        self._jobs[name] = (signature, document)
+        return document
 
     def steps(self, name: str) -> dict:
         """Every step of the run in order, each a warm-up, traced or unprofiled step: from

@@ -46,6 +46,7 @@ function draw() {
       html('span', {class: 'logdir'}, `${doc.runs.length} run(s) in ${doc.logdir}`),
       button('reload', reload));
   const sections = [header, runsSection(doc)];
+  if (doc.jobs && doc.jobs.length) sections.push(jobsSection(doc));
   const ok = doc.runs.filter((run) => run.breakdown);
   if (ok.length) sections.push(overviewSection(doc, ok));
   const selected = ok.find((run) => run.name === state.selected);
@@ -91,6 +92,35 @@ function runsSection(doc) {
       table(['compare', 'run', 'path', 'framework', 'step ms ±95 %', 'steps', 'step time from'], rows),
       html('p', {class: 'hint'}, 'Click a run for its breakdown and steps; tick two or more to ' +
            'compare them (the first ticked is the baseline).'));
+}
+
+// ---- distributed jobs -------------------------------------------------------------------
+
+// Each job: per rank its step, the time it waited on communication and the rest, then the
+// CLI's own lines (job step, skew, straggler). Its ranks are runs of the list above.
+function jobsSection(doc) {
+  const parts = doc.jobs.map((job) => {
+    if (!job.job) {
+      return html('div', {class: 'job'}, html('h3', {}, job.label),
+                  html('p', {class: 'problem'}, `cannot be analysed: ${job.problem}`));
+    }
+    const j = job.job;
+    const rows = j.per_rank.map((r) => {
+      const waiting = Object.values(r.waiting_ms).reduce((a, b) => a + b, 0);
+      const straggler = j.straggler && j.straggler.rank === r.rank && !j.skew_within_noise;
+      return html('tr', {class: straggler ? 'job-rank straggler' : 'job-rank'},
+          html('td', {}, `rank ${r.rank}${straggler ? ' (straggler)' : ''}`),
+          html('td', {}, r.host || ''),
+          html('td', {class: 'num'}, ms(r.step_ms)),
+          html('td', {class: 'num'}, ms(waiting)),
+          html('td', {class: 'num'}, ms(r.busy_ms)));
+    });
+    return html('div', {class: 'job', 'data-job': job.name},
+        html('h3', {}, `${job.label}: job step ${withInterval(j.job_step_ms.mean, j.job_step_ms.ci95)} ms`),
+        table(['rank', 'host', 'step ms', 'waiting on communication ms', 'not waiting ms'], rows),
+        notes(job.lines.slice(2)));
+  });
+  return section('jobs', 'Distributed jobs', ...parts);
 }
 
 // ---- breakdown --------------------------------------------------------------------------

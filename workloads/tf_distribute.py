@@ -1,0 +1,279 @@
+"""tf.distribute MultiWorkerMirroredStrategy for the keras and tf runners: the cluster from TF_CONFIG,
+CPU-safe collectives with a timeout, and each rank's disjoint shard of the data."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+from contextlib import ExitStack, contextmanager
+
+from profilers.errors import GapscopeInputError
+
+BACKEND = "tf-collective"
+LAUNCHER = "tf.distribute"
+TF_CONFIG = "TF_CONFIG"
+# A collective that waits longer than this on a peer (dead, or stuck) fails the rank instead of
+# hanging the job. Long enough for a peer that is still tracing its first step on a loaded machine.
+COLLECTIVE_TIMEOUT_S = 60.0
+TIMEOUT_ENV = "GAPSCOPE_COLLECTIVE_TIMEOUT_S"
+
+
+def free_ports(n: int, host: str = "localhost") -> list[int]:
+    """`n` distinct TCP ports free on `host` right now (all held open at once, so no two are the
+    same). Another process may still take one before the worker binds it: the worker then fails
+    with `port_in_use_message`."""
+    with ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(sock.getsockname()[1])
+        return ports
+
+
+def tf_config(world_size: int, rank: int, ports: list[int], host: str = "localhost") -> dict:
+    """The TF_CONFIG of worker `rank` in a cluster of `world_size` workers on `host`'s `ports`."""
+    if not 0 <= rank < world_size or len(ports) != world_size:
+        raise ValueError(f"rank {rank} of {world_size} workers with {len(ports)} ports")
+    return {"cluster": {"worker": [f"{host}:{port}" for port in ports]},
+            "task": {"type": "worker", "index": rank}}
+
+
+def tf_config_env(world_size: int, rank: int, ports: list[int], host: str = "localhost") -> dict[str, str]:
+    """The environment a launcher gives worker `rank`: TF_CONFIG plus the torchrun-style
+    RANK / WORLD_SIZE / LOCAL_RANK that the rest of gapscope reads."""
+    return {TF_CONFIG: json.dumps(tf_config(world_size, rank, ports, host)),
+            "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
+
+
+def worker_envs(world_size: int, host: str = "localhost") -> list[dict[str, str]]:
+    """The environments of `world_size` local workers, on ports free now: what a launcher adds
+    to each worker's environment (rank r gets item r). A worker that still finds its port taken
+    fails with exit 2 and `port_in_use_message`; the launcher may then try fresh ports."""
+    ports = free_ports(world_size, host)
+    return [tf_config_env(world_size, rank, ports, host) for rank in range(world_size)]
+
+
+def cluster_place(environ=None) -> tuple[int, int] | None:
+    """(rank, world size) from TF_CONFIG, None where there is none or it names one task only.
+    Ranks count every task of the cluster (chief first, then workers), as MWMS numbers them."""
+    environ = os.environ if environ is None else environ
+    raw = environ.get(TF_CONFIG)
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+        cluster, task = config.get("cluster") or {}, config.get("task") or {}
+        chiefs, workers = list(cluster.get("chief") or []), list(cluster.get("worker") or [])
+        kind, index = task.get("type"), int(task.get("index", 0))
+    except (ValueError, TypeError, AttributeError) as exc:
+        raise GapscopeInputError(f"TF_CONFIG is not a tf.distribute cluster: {exc}") from None
+    if kind not in ("chief", "worker"):
+        raise GapscopeInputError(f"TF_CONFIG task type {kind!r}: only chief and worker tasks train")
+    world = len(chiefs) + len(workers)
+    rank = index if kind == "chief" else len(chiefs) + index
+    if not (0 <= index < len(chiefs if kind == "chief" else workers)):
+        raise GapscopeInputError(f"TF_CONFIG task {kind} {index} is not in its cluster of {world}")
+    return (rank, world) if world > 1 else None
+
+
+def world_size(settings) -> int:
+    """The run's process count: its settings' (nproc; nnodes > 1 is torch's only), else
+    WORLD_SIZE from the environment the launcher set, else 1."""
+    nproc = getattr(settings, "nproc", None)
+    if nproc is None:
+        nproc = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    return int(nproc)
+
+
+def check_cluster(world: int) -> int:
+    """This worker's rank, after checking TF_CONFIG describes `world` workers."""
+    place = cluster_place()
+    if place is None:
+        raise GapscopeInputError(f"--nproc {world} needs a TF_CONFIG naming {world} workers: "
+                                 "start keras/tf runs with `gapscope run ... --nproc N`")
+    rank, size = place
+    if size != world:
+        raise GapscopeInputError(f"--nproc {world}, but TF_CONFIG names {size} workers")
+    return rank
+
+
+def collective_timeout() -> float:
+    value = os.environ.get(TIMEOUT_ENV)
+    return float(value) if value else COLLECTIVE_TIMEOUT_S
+
+
+def make_strategy():
+    """MultiWorkerMirroredStrategy over TF_CONFIG with RING collectives (gRPC; NCCL needs GPUs)
+    and a timeout on every collective, so a dead peer becomes an error instead of a hang.
+    A port already in use is refused in one line."""
+    import tensorflow as tf
+    options = tf.distribute.experimental.CommunicationOptions(
+        implementation=tf.distribute.experimental.CommunicationImplementation.RING,
+        timeout_seconds=collective_timeout())
+    try:
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    except (tf.errors.UnknownError, tf.errors.UnavailableError, RuntimeError) as exc:
+        text = str(exc)
+        # TF says only "Could not start gRPC server" (its log has "Failed to add port").
+        if any(words in text.lower() for words in ("could not start grpc server", "address already in use")):
+            raise GapscopeInputError(port_in_use_message()) from None
+        raise
+
+
+def port_in_use_message() -> str:
+    place = os.environ.get(TF_CONFIG, "")
+    try:
+        config = json.loads(place)
+        kind, index = config["task"]["type"], int(config["task"]["index"])
+        address = config["cluster"][kind][index]
+    except (ValueError, KeyError, TypeError, IndexError):
+        address = "its TF_CONFIG address"
+    return f"the worker's port {address} is in use: run again (the launcher picks free ports)"
+
+
+def shard(x, y, rank: int, world: int, per_rank_samples: int):
+    """Rank `rank`'s samples `rank::world`, cut to `per_rank_samples` so that every rank runs
+    the same number of full steps (a rank with a step more would wait on its peers for ever)."""
+    return x[rank::world][:per_rank_samples], y[rank::world][:per_rank_samples]
+
+
+def sharded_dataset(x, y, batch_size: int, world: int, seed: int, shuffle: bool = True):
+    """An endless tf.data pipeline of this rank's shard, batched at the GLOBAL batch (batch * world):
+    MWMS splits each global batch into per-replica batches of `batch_size`, and with
+    auto-sharding OFF each worker takes consecutive per-replica batches of its own shard,
+    i.e. `batch_size` of its own samples per step. (AUTO would shard the already-disjoint
+    shard again, by DATA, leaving each rank a 1/world of it.)"""
+    import tensorflow as tf
+    data = tf.data.Dataset.from_tensor_slices((x, y))
+    if shuffle:
+        data = data.shuffle(len(x), seed=seed)
+    # Repeated before batching: every global batch is whole, and an epoch's end falls between
+    # two per-replica batches (the shard is a whole number of them).
+    data = data.repeat().batch(batch_size * world).prefetch(tf.data.AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    return data.with_options(options)
+
+
+class PeerLost(RuntimeError):
+    """A collective of this worker failed because a peer crashed, hung or closed its socket."""
+
+
+@contextmanager
+def peer_failures():
+    """Turns TensorFlow's page-long error of an aborted collective into one line that names
+    the cause (a peer's heartbeat stopped, its connection reset, the collective timed out)."""
+    import tensorflow as tf
+    try:
+        yield
+    except (tf.errors.UnavailableError, tf.errors.DeadlineExceededError,
+            tf.errors.CancelledError, tf.errors.AbortedError) as exc:
+        text = exc.message or str(exc)
+        cause = text.partition("Collective ops is aborted by:")[2].strip() or text.strip()
+        cause = " ".join(line.strip() for line in cause.splitlines()[:3]
+                         if line.strip() and not line.startswith("The error could be"))
+        raise PeerLost(f"a collective with a peer worker failed ({type(exc).__name__}): "
+                       f"{cause[:400]}") from None
+
+
+def build_from_local_batch(model) -> None:
+    """Keras 3 (3.15 too) builds a model under a multi-worker strategy by all-reducing the
+    first distributed batch with `strategy.reduce(MEAN, (x, y))`, which fails on the tuple
+    ("Attempt to convert a value (PerReplica ...) to a Tensor", keras-team/keras#20585). The
+    build only needs shapes: this model builds from this worker's own first batch instead."""
+    import types
+
+    import tensorflow as tf
+    from keras import tree
+
+    def local_build(self, iterator=None, data_batch=None):
+        strategy = self.distribute_strategy
+        if iterator is not None:
+            for _, _, batches in iterator:
+                data_batch = next(batches)
+                break
+
+        def local(value):
+            if isinstance(value, tf.distribute.DistributedValues):
+                return strategy.experimental_local_results(value)[0]
+            return value
+        with strategy.scope():
+            self._symbolic_build(data_batch=tree.map_structure(local, data_batch))
+
+    model._maybe_symbolic_build = types.MethodType(local_build, model)
+
+
+def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
+    """What the rank's manifest records of the distributed run, with a digest of its final
+    weights: mirrored training leaves every rank with the same bytes."""
+    import hashlib
+    digest = hashlib.sha256()
+    for weight in weights:
+        digest.update(weight.numpy().tobytes())
+    return {"global_batch_size": batch_size * world, "shard": f"{rank}::{world}",
+            "collective": "RING", "collective_timeout_s": collective_timeout(),
+            "weights_sha256": digest.hexdigest()}
+
+
+def last_steps_window(window, steps: int):
+    """The trace window of a multi-worker run: as many steps, the run's last ones (still after
+    the warm-up, which check_lengths leaves room for), so that the profiler can be stopped
+    after the training loop (see StopBarrier)."""
+    from profilers.trace_window import TraceWindow
+    return TraceWindow(steps - window.steps, window.steps) if window.steps else window
+
+
+class StopBarrier:
+    """Brackets each worker's TF profiler stop with two file barriers in the job directory
+    (`<job>/rank<r>/.profiler-stop-<name>`), after the training loop. With TensorFlow 2.21
+    under MultiWorkerMirroredStrategy, `profiler.stop()` called from a step callback inside
+    `fit` sometimes aborts a worker ("free(): invalid pointer", seen on the non-chief worker,
+    about 1 run in 4), also between barriers; stopped after `fit` returned it did not in 12 runs.
+    The barriers keep every rank's stop away from its peers' collective traffic."""
+
+    def __init__(self, run_dir, rank: int, world: int, timeout: float | None = None):
+        from pathlib import Path
+        self._dirs = [Path(run_dir).parent / f"rank{r}" for r in range(world)]
+        self._own = Path(run_dir)
+        self._timeout = collective_timeout() if timeout is None else timeout
+
+    def wait(self, name: str) -> None:
+        import time
+        marker = f".profiler-stop-{name}"
+        (self._own / marker).touch()
+        deadline = time.monotonic() + self._timeout
+        while not all((folder / marker).exists() for folder in self._dirs):
+            if time.monotonic() > deadline:
+                missing = [f.name for f in self._dirs if not (f / marker).exists()]
+                raise RuntimeError(f"{', '.join(missing)} did not reach the end of the trace window "
+                                   f"within {self._timeout:g} s")
+            time.sleep(0.005)
+
+    def around(self, stop):
+        """Calls `stop` between the two barriers."""
+        self.wait("a")
+        try:
+            stop()
+        finally:
+            self.wait("b")
+
+
+def tf_share(strategy, size: int = 512):
+    """`share(value)`: rank 0's string on every worker, by one all-reduce (SUM) of its UTF-8
+    bytes over `strategy` (the other ranks add zeros). Every worker must call it, in the same
+    order, as any collective; for agreeing on a job directory's name (gapscope.user_run)."""
+    def share(value: str | None) -> str:
+        import numpy as np
+        import tensorflow as tf
+        data = np.zeros(size, np.int32)
+        if value is not None:
+            raw = value.encode()
+            if len(raw) > size:
+                raise ValueError(f"{len(raw)} bytes to share, at most {size}")
+            data[:len(raw)] = np.frombuffer(raw, np.uint8)
+        local = tf.constant(data)
+        summed = strategy.reduce(tf.distribute.ReduceOp.SUM,
+                                 strategy.run(lambda: tf.identity(local)), axis=None)
+        return bytes(np.asarray(summed.numpy(), np.uint8)).rstrip(b"\0").decode()
+    return share
