@@ -331,10 +331,27 @@ def summarize_rank(rank: int, path: str, label: str, source: str, host: str | No
     communication, collectives, traced = None, [], None
     if run.trace is not None and source != "timers":  # --source timers: the trace unread
         communication, collectives = _communication(run)
+        _ddp_bytes(communication, run.manifest.get("ddp"))
         durations = [s.dur_us / 1000.0 for s in run.timeline.steps]
         traced = sum(durations) / len(durations) if durations else None
     return RankSummary(rank, host or run.manifest.get("host"), result, run.rows,
                        communication, collectives, traced)
+
+
+def _ddp_bytes(communication, ddp) -> None:
+    """All-reduced bytes per step from DDP's own buckets (the rank manifest's `ddp`), where the
+    trace has none (gapscope traces without shapes, which gloo ranges need for sizes): taken only
+    when the trace shows exactly one all-reduce per bucket a step, so each is a bucket's."""
+    if communication is None or not isinstance(ddp, dict):
+        return
+    reduce = communication.per_kind.get("all_reduce")
+    buckets = ddp.get("rebuilt_bucket_sizes") or ddp.get("bucket_sizes")
+    total = ddp.get("total_parameter_size_bytes")
+    if (reduce is None or reduce.get("bytes") is not None or not isinstance(buckets, list)
+            or not isinstance(total, int) or abs(reduce["count"] - len(buckets)) > 1e-9):
+        return
+    reduce["bytes"] = total
+    reduce["bytes_from"] = "DDP buckets"
 
 
 def _communication(run: Run):

@@ -128,7 +128,7 @@ def scaling(a: Side, b: Side) -> Scaling:
         samples = per_rank
     if a.threads != b.threads:
         # torchrun sets OMP_NUM_THREADS=1 per rank; a one-process run left unset uses every core
-        # (and one-process manifests do not record it).
+        # (manifests record it since distributed runs came; older ones do not).
         warnings.append(f"threads per process may differ (OMP_NUM_THREADS "
                         f"{a.threads or 'not recorded'} vs {b.threads or 'not recorded'}; torchrun "
                         "sets 1 per rank, an unset one uses every core): the gap may include the "

@@ -1,6 +1,7 @@
 """What a run ran on: library versions, device and host, for the manifest."""
 from __future__ import annotations
 
+import os
 import platform
 import socket
 import sys
@@ -54,3 +55,9 @@ def tf_device_name(gpu: bool = True) -> str:
     if gpus:
         return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
     return cpu_name()
+
+
+def omp_num_threads() -> str:
+    """OMP_NUM_THREADS as this process has it ("unset": the frameworks use every core). torchrun
+    sets 1 per rank where it is unset, so a scaling comparison must know each side's."""
+    return os.environ.get("OMP_NUM_THREADS") or "unset"

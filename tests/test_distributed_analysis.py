@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -246,14 +247,22 @@ def test_gapscope_run_nproc_breakdown_and_compare(tmp_path):
     assert shown.returncode == 0, shown.stderr
     doc = json.loads(shown.stdout)
     assert [r["rank"] for r in doc["job"]["per_rank"]] == [0, 1]
-    for comm in doc["job"]["communication"]:
+    for rank, comm in enumerate(doc["job"]["communication"]):
         assert comm["per_kind"]["all_reduce"]["count"] >= 1
         assert comm["exposed_ms"] <= comm["comm_ms"] + 1e-6
+        # The trace has no sizes; DDP's buckets give them: the mlp's one bucket, every gradient.
+        ddp = json.loads((two / f"rank{rank}" / "manifest.json").read_text())["ddp"]
+        assert comm["per_kind"]["all_reduce"]["count"] == len(ddp["rebuilt_bucket_sizes"]) == 1
+        assert comm["per_kind"]["all_reduce"]["bytes"] == ddp["total_parameter_size_bytes"] \
+            == 4 * (100 * 128 + 128 + 128 * 10 + 10)
     assert doc["job"]["samples_per_step"] == 2 * 256  # two ranks of the mlp batch
     compared = _gapscope("compare", one, two, "--format", "json")
     assert compared.returncode == 0, compared.stderr
     scaling = json.loads(compared.stdout)
     assert scaling["a"]["world_size"] == 1 and scaling["b"]["world_size"] == 2
+    # torchrun gives each rank one thread; the one-process run used every core.
+    assert (scaling["a"]["omp_num_threads"], scaling["b"]["omp_num_threads"]) == (
+        os.environ.get("OMP_NUM_THREADS") or "unset", os.environ.get("OMP_NUM_THREADS") or "1")
     assert scaling["scaling_efficiency"] == pytest.approx(
         scaling["a"]["step_ms"] / scaling["b"]["step_ms"], rel=1e-3)
     assert sum(p["delta_ms"] for p in scaling["parts"].values()) == pytest.approx(

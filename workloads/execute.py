@@ -9,6 +9,7 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
+from profilers.environment import omp_num_threads
 from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrupt, stop_with_parent
 from profilers.samplers import ResourceSampler
 from workloads.registry import get_workload
@@ -29,7 +30,8 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
-                "device": None, "versions": None, **(rank_fields or {}),
+                "device": None, "versions": None, "omp_num_threads": omp_num_threads(),
+                **(rank_fields or {}),
             })
         except BaseException as exc:  # no run to record (stopped, a full disk): the launcher does
             if not isinstance(exc, KeyboardInterrupt):

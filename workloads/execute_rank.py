@@ -52,10 +52,7 @@ def main(argv: list[str]) -> int:
     run_dir = rank_dir(job_dir, place["rank"])
     run_dir.mkdir(parents=True, exist_ok=False)
     settings = RunSettings.from_dict(json.loads(settings_json))
-    # torchrun sets OMP_NUM_THREADS=1 for each rank where unset: a one-process run of the same
-    # workload uses more threads, which a scaling comparison must know.
-    fields = {**place, "job_id": job_dir.name, "backend": backend,
-              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    fields = {**place, "job_id": job_dir.name, "backend": backend}
     if settings.framework != "torch":  # TF: the runner's MultiWorkerMirroredStrategy reads TF_CONFIG
         return execute(run_dir, settings, fields)
     return execute(run_dir, settings, fields,

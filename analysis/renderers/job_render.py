@@ -73,6 +73,8 @@ def communication_rows(jb: JobBreakdown) -> list[list[str]]:
     phases = sorted({p for d in docs for p in (d.get("exposed_by_phase") or {})})
     for p in phases:
         values = [(d.get("exposed_by_phase") or {}).get(p) for d in docs]
+        if not any(values):  # a phase no rank waited in says nothing
+            continue
         rows.append([f"  exposed in {p}", *["" if v is None else format_ms(v) for v in values]])
     rows.append(["waiting ms (used)", *[f"{sum(w.values()):.3f}" for w in jb.wait_ms]])
     rows.append(["not waiting ms", *[f"{b:.3f}" for b in jb.busy_ms]])
