@@ -207,6 +207,10 @@ def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str 
     events. warmup_steps: first steps left out of the steady state (default: 5, or fewer when
     the trace starts earlier).
 
+    Under torchrun (or with a torch.distributed process group of several ranks) each rank
+    writes `rank<r>/` of one job directory `out/<name>-<framework>-user-x<N>-.../`, whose
+    manifest rank 0 ends once every rank's run has: failed `rank R: <error>` if any failed.
+
         with gapscope.capture("my-run", trace_steps=(10, 15), device="cuda") as cap:
             for inputs, targets in cap.data(loader):
                 with cap.phase("forward"):

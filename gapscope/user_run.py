@@ -171,17 +171,21 @@ class UserRun(RunLifecycle):
     the manifest `running` with a pid that is gone, which effective_status reads as interrupted."""
 
     def __init__(self, name: str, framework: str, out: str | Path, settings: dict,
-                 warmup_steps: int, place: RankPlace | None = None):
+                 warmup_steps: int, place: RankPlace | None = None, *,
+                 share: Callable[[str | None], str] | None = None, run_id: str | None = None):
         workload = safe_name(name)
         fields = {"workload": workload, "framework": framework, "variant": USER_VARIANT,
                   "settings": settings, "warmup_steps": warmup_steps}
-        self.place, self.job_dir = place, None
+        self.place, self.job_dir, self._job_ended = place, None, False
         if place is None:
             run = RunLifecycle.create(out, (workload, framework, USER_VARIANT),
                                       {**fields, "device": None, "versions": None})
         else:  # one rank of a job: `rank<r>/` of the job directory the ranks agree on
+            # How the ranks agree on the job's name: the caller's broadcast or id (a TF
+            # script's), else torch.distributed's broadcast, else the launcher's run id.
+            share = share or (None if run_id else torch_share())
             self.job_dir = job_dir_for(out, workload, framework, place.rank, place.world_size,
-                                       share=torch_share(), run_id=launch_run_id())
+                                       share=share, run_id=run_id or launch_run_id())
             if place.rank == 0 and not (self.job_dir / MANIFEST).exists():
                 start_job(self.job_dir, fields, {
                     "world_size": place.world_size, "nnodes": _nnodes(place),
@@ -219,8 +223,9 @@ class UserRun(RunLifecycle):
         run it waits (on their files: a dead rank joins no barrier) for the others to end; after
         its own failure it does not, since ranks blocked in a collective with it end only once
         this process has gone."""
-        if self.place is None or self.place.rank != 0:
+        if self.place is None or self.place.rank != 0 or self._job_ended:
             return
+        self._job_ended = True
         if self.status == "complete":
             wait_for_ranks(self.job_dir, range(self.place.world_size), RANKS_WAIT_S)
         try:

@@ -21,8 +21,8 @@ RANKS_WAIT_S = 60.0
 # a store whose host died, a timeout waiting on a peer, the SIGTERM torchrun sends the
 # survivors. Such a rank is not the root cause while a rank with any other error exists.
 _SECONDARY = re.compile(
-    r"interrupted|connection (closed|reset)|broken pipe|DistBackendError|DistNetworkError|"
-    r"timed? ?out|Gloo|NCCL|ProcessGroup|TCPStore|store|peer|rank process exited with code -?15|"
+    r"interrupted|connection (closed|reset)|by peer|remote worker|broken pipe|DistBackendError|"
+    r"DistNetworkError|DistStoreError|timed out|timeout|Gloo|NCCL|ProcessGroup|TCPStore|"
     r"exited with code (143|-15)", re.IGNORECASE)
 
 
@@ -44,8 +44,9 @@ def create_job_dir(out_dir: str | Path, parts: tuple[str, ...], job_id: str | No
     job_dir = ensure_out_dir(out_dir) / "-".join([*(p for p in parts if p), job_id])
     status, _ = status_of(job_dir) if (job_dir / MANIFEST).exists() else (None, None)
     if status in ("complete", "failed"):
-        raise GapscopeInputError(f"--job-id {job_id}: {job_dir} holds a job that has ended "
-                                 f"({status}); give this job another id")
+        raise GapscopeInputError(f"job id {job_id}: {job_dir} holds a job that has ended "
+                                 f"({status}); give this job another id (gapscope run --job-id, "
+                                 "torchrun --rdzv-id)")
     try:
         job_dir.mkdir(exist_ok=True)
     except OSError as exc:
@@ -123,8 +124,9 @@ def finish_job(job_dir: Path, world_size: int, interrupted: bool = False,
     entries = rank_entries(job_dir, world_size)
     cause = root_cause(entries)
     error = None
-    if cause is not None and interrupted:
-        error = INTERRUPTED
+    stopped = [e for e in entries if e["status"] != "complete"]
+    if cause is not None and (interrupted or all(e["error"] == INTERRUPTED for e in stopped)):
+        error = INTERRUPTED  # stopped by a signal, not by a rank's failure
     elif cause is not None:
         never_started = all(e["host"] is None for e in entries)
         error = (f"no rank started: {note}" if never_started and note else

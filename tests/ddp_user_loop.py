@@ -11,6 +11,7 @@ then comes from torchrun's environment instead of a broadcast)."""
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,6 +20,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # gapscope from
 
 SLOW_S = 0.020
 BATCH = 16
+
+
+def run_under_torchrun(out: Path, *args: str, nproc: int = 2,
+                       timeout: float = 240) -> subprocess.CompletedProcess:
+    """This script under a real torchrun, `nproc` ranks on this host, writing into `out`
+    (for other tests: `run_under_torchrun(tmp_path, "--slow-rank", "1")`)."""
+    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
+                           str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
+                           __file__, "--out", str(out), *args],
+                          cwd=Path(__file__).resolve().parent.parent, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def slowed(loader, seconds: float):

@@ -16,12 +16,8 @@ ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).parent / "ddp_user_loop.py"
 
 
-def torchrun_user_loop(out: Path, *args: str, nproc: int = 2) -> subprocess.CompletedProcess:
-    """The user's script under a real torchrun, `nproc` ranks on this host."""
-    return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node",
-                           str(nproc), "--rdzv-backend", "c10d", "--rdzv-endpoint", "localhost:0",
-                           str(SCRIPT), "--out", str(out), *args],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240)
+sys.path.insert(0, str(Path(__file__).parent))
+from ddp_user_loop import run_under_torchrun as torchrun_user_loop  # noqa: E402
 
 
 def _job(out: Path) -> Path:
@@ -105,3 +101,36 @@ def test_one_process_capture_is_unchanged(tmp_path, monkeypatch):
     cap = torch_loop(tmp_path)
     assert cap.job_dir is None and cap.run_dir.parent == tmp_path
     assert "rank" not in _manifest(cap.run_dir)
+
+
+def test_a_rank_killed_outright_is_named_by_rank_0(tmp_path):
+    """Rank 1 gets SIGKILL (it can record nothing): torchrun stops rank 0, which records its
+    end and the job's, naming rank 1 from its manifest left `running` by a process now gone."""
+    import os
+    import signal
+    import time
+    process = subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--rdzv-backend",
+         "c10d", "--rdzv-endpoint", "localhost:0", str(SCRIPT), "--out", str(tmp_path),
+         "--steps", "3000", "--trace", "1", "2", "--warmup", "1"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            jobs = [p for p in tmp_path.iterdir() if p.is_dir()]
+            if jobs and all((jobs[0] / f"rank{r}" / "manifest.json").exists() for r in (0, 1)):
+                break
+            time.sleep(0.2)
+        time.sleep(2)
+        job_dir = _job(tmp_path)
+        os.kill(_manifest(job_dir / "rank1")["pid"], signal.SIGKILL)
+        process.wait(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    job = _manifest(job_dir)
+    assert job["status"] == "failed"
+    assert job["error"].startswith("rank 1: interrupted (process "), job["error"]
+    assert job["error"].endswith("is gone)")
+    assert _manifest(job_dir / "rank0")["status"] == "failed"

@@ -98,6 +98,10 @@ def test_job_directory_holds_one_ordinary_run_per_rank(job):
         run = _manifest(job / f"rank{rank}")
         assert (run["status"], run["rank"], run["world_size"], run["job_id"], run["backend"]) == (
             "complete", rank, 2, job.name, "gloo")
+        # What each step all-reduces: every gradient, float32, in DDP's buckets.
+        ddp = run["ddp"]
+        assert ddp["total_parameter_size_bytes"] == 4 * run["parameters"]
+        assert sum(ddp["rebuilt_bucket_sizes"]) == ddp["total_parameter_size_bytes"]
         steps = (job / f"rank{rank}" / "steps.csv").read_text().splitlines()
         assert len(steps) == 1 + 12  # every rank ran every step
         assert (job / f"rank{rank}" / "resources.csv").exists()
@@ -127,7 +131,7 @@ def test_each_rank_trace_says_its_rank_and_shows_ddp_allreduces(job):
 
 def test_ranks_train_on_disjoint_shards_of_the_job_data():
     from workloads.registry import get_workload
-    from workloads.torch_pipelines import rank_shard
+    from workloads.shards import rank_shard
     settings = RunSettings("mlp", "torch", steps=6, batch_size=8)
     spec = get_workload("mlp").sized(8, None)
     shards = [rank_shard(spec, settings, rank, 3) for rank in range(3)]
@@ -256,7 +260,7 @@ def test_two_nodes_on_localhost_write_one_job_directory(tmp_path):
     # The id names one job: reusing it once the job ended would mix two jobs' ranks.
     again = _gapscope([*common, "--node-rank", "0"])
     _, stderr = _finish(again, timeout=60)
-    assert again.returncode == 2 and "--job-id two-nodes:" in stderr and "holds a job" in stderr
+    assert again.returncode == 2 and "job id two-nodes:" in stderr and "holds a job" in stderr
 
 
 def test_ranks_whose_files_are_not_visible_fail_the_job_saying_so(tmp_path):
@@ -279,3 +283,36 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("", 0))
         return probe.getsockname()[1]
+
+
+def test_local_agent_gives_each_worker_its_place_and_stops_the_rest_when_one_fails():
+    """The agent of Keras/TF jobs: RANK, WORLD_SIZE and a TF_CONFIG per worker; the first
+    failure stops the others and heads torchrun's failure summary."""
+    worker = ("import json, os, sys, time; rank = int(os.environ['RANK']); "
+              "config = json.loads(os.environ['TF_CONFIG']); "
+              "print(rank, os.environ['WORLD_SIZE'], config['task']['index'], "
+              "len(set(config['cluster']['worker'])), flush=True); "
+              "time.sleep(0.5 if rank == 0 else 120); sys.exit(3)")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "workloads.local_agent", "2", "--",
+                           sys.executable, "-c", worker], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    assert time.monotonic() - started < 30  # rank 1 did not sleep its 120 s
+    assert done.returncode == 1
+    assert "[default0]:0 2 0 2" in done.stdout and "[default1]:1 2 1 2" in done.stdout
+    summary = done.stdout[done.stdout.index("Root Cause"):]
+    assert "rank      : 0 (local_rank: 0)\n  exitcode  : 3" in summary
+    assert "rank      : 1 (local_rank: 1)\n  exitcode  : -15" in summary
+
+
+def test_keras_nproc_runs_its_workers_into_one_job(tmp_path):
+    process = _gapscope(["run", "mlp", "--framework", "keras", "--nproc", "2", *TINY,
+                         "--format", "json", "--out", str(tmp_path)])
+    _, stderr = _finish(process)
+    assert process.returncode == 0, stderr
+    job = _job(tmp_path)
+    assert job.name.startswith("mlp-keras-default-x2-")
+    manifest = _manifest(job)
+    assert (manifest["status"], manifest["distributed"]["launcher"],
+            manifest["distributed"]["backend"]) == ("complete", "tf.distribute", "tf-collective")
+    assert [_manifest(job / f"rank{r}")["rank"] for r in (0, 1)] == [0, 1]

@@ -1,5 +1,6 @@
-"""Starts a distributed torch run through torchrun (one rank per process, workloads.execute_rank)
-into a job directory, and records in the job manifest how the job and each rank ended."""
+"""Starts a distributed run, one rank per process (workloads.execute_rank) into a job directory:
+torch through torchrun, Keras/TF through workloads.local_agent (a TF_CONFIG per worker); records
+in the job manifest how the job and each rank ended."""
 from __future__ import annotations
 
 import ctypes
@@ -30,6 +31,8 @@ _TEE_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
 # torchrun's failure summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 4321)".
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 _PR_SET_PDEATHSIG = 1
+# The backend recorded for Keras/TF jobs: MultiWorkerMirroredStrategy's collectives.
+TF_BACKEND = "tf-collective"
 
 
 def launch_job(settings: RunSettings, out_dir: str | Path,
@@ -40,12 +43,16 @@ def launch_job(settings: RunSettings, out_dir: str | Path,
     torchrun passes them to its ranks, which record `failed: interrupted`."""
     get_workload(settings.workload)
     check_framework(settings.framework)
-    if settings.framework != "torch":
-        raise GapscopeInputError(f"--nproc/--nnodes with --framework {settings.framework}: "
-                                 "only --framework torch runs distributed so far")
+    use_torchrun = settings.framework == "torch"
+    if settings.framework == "keras-torch":
+        raise GapscopeInputError("--nproc/--nnodes with --framework keras-torch: Keras on torch "
+                                 "has no multi-process strategy here; use torch, or keras (TF)")
+    if not use_torchrun and settings.nnodes > 1:
+        raise GapscopeInputError(f"--nnodes with --framework {settings.framework}: only torch "
+                                 "runs on several nodes here (TensorFlow: set TF_CONFIG yourself)")
     settings = settings.with_variant(cuda_available=gpu_count() > 0)
-    backend = _backend(settings)
-    endpoint = _endpoint(settings)
+    backend = _backend(settings) if use_torchrun else TF_BACKEND
+    endpoint = _endpoint(settings) if use_torchrun else None
     job_dir = create_job_dir(out_dir, job_id_parts(settings.workload, settings.framework,
                                                    settings.variant, settings.world_size),
                              settings.job_id)
@@ -55,12 +62,16 @@ def launch_job(settings: RunSettings, out_dir: str | Path,
                             "warmup_steps": settings.warmup_steps},
                   {"world_size": settings.world_size, "nnodes": settings.nnodes,
                    "nproc_per_node": settings.nproc, "backend": backend,
-                   "launcher": "torchrun", "rdzv_endpoint": endpoint})
+                   "launcher": "torchrun" if use_torchrun else "tf.distribute", "rdzv_endpoint": endpoint})
     logs = tempfile.mkdtemp(prefix="gapscope-torchrun-")  # torchrun's --tee needs a log folder
     try:
-        command = _torchrun(settings, endpoint, settings.job_id or job_dir.name, logs) + [
-            "-m", "workloads.execute_rank", str(job_dir), strict_json.dumps(settings.to_dict()),
-            backend]
+        rank_args = [str(job_dir), strict_json.dumps(settings.to_dict()), backend]
+        if use_torchrun:
+            command = _torchrun(settings, endpoint, settings.job_id or job_dir.name, logs) + [
+                "-m", "workloads.execute_rank", *rank_args]
+        else:  # TensorFlow's workers: local_agent gives each its TF_CONFIG
+            command = [sys.executable, "-m", "workloads.local_agent", str(settings.nproc), "--",
+                       sys.executable, "-m", "workloads.execute_rank", *rank_args]
         with _Forwarder() as forwarder:
             process = subprocess.Popen(command, env=child_env(), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

@@ -1,5 +1,6 @@
-"""Entry point of one rank of a distributed run, started by torchrun: runs the workload as an
-ordinary run in `<job>/rank<r>/`, inside the job's process group.
+"""Entry point of one rank of a distributed run, started by torchrun (or workloads.local_agent for
+TF): runs the workload as an ordinary run in `<job>/rank<r>/`, inside the job's torch process
+group; a Keras/TF rank's runner builds its strategy from TF_CONFIG.
 
 Usage (by workloads.distributed_launch, not by hand):
     torchrun ... -m workloads.execute_rank JOB_DIR SETTINGS_JSON BACKEND"""
@@ -51,7 +52,12 @@ def main(argv: list[str]) -> int:
     run_dir = rank_dir(job_dir, place["rank"])
     run_dir.mkdir(parents=True, exist_ok=False)
     settings = RunSettings.from_dict(json.loads(settings_json))
-    fields = {**place, "job_id": job_dir.name, "backend": backend}
+    # torchrun sets OMP_NUM_THREADS=1 for each rank where unset: a one-process run of the same
+    # workload uses more threads, which a scaling comparison must know.
+    fields = {**place, "job_id": job_dir.name, "backend": backend,
+              "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
+    if settings.framework != "torch":  # TF: the runner's MultiWorkerMirroredStrategy reads TF_CONFIG
+        return execute(run_dir, settings, fields)
     return execute(run_dir, settings, fields,
                    lambda: torch_process_group(backend, place["local_rank"]))
 

@@ -46,17 +46,6 @@ class PreloadedBatches:
             yield self.x[index], self.y[index]
 
 
-def rank_shard(spec, settings, rank: int, world_size: int, raw: bool = False):
-    """(x, y) of one rank of a distributed run: samples rank::world_size of the data the whole
-    job trains on, so every rank runs its steps at the workload's batch in one pass, on samples
-    no other rank sees (a step count: world_size times the samples of one process's run)."""
-    from dataclasses import replace
-
-    from workloads.datasets import dataset_for
-    x, y = dataset_for(spec, replace(settings, steps=settings.steps * world_size), raw=raw)
-    return x[rank::world_size], y[rank::world_size]
-
-
 def make_batches(pipeline: str, x: np.ndarray, y: np.ndarray, *, batch_size: int,
                  num_workers: int, drop_last: bool, device, seed: int, channels_first: bool = True):
     """An iterable of (inputs, targets) batches; one pass over it is one epoch."""

@@ -16,7 +16,8 @@ from workloads.models.params import torch_parameters
 from workloads.devices import torch_device
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.torch_pipelines import make_batches, rank_shard
+from workloads.shards import rank_shard
+from workloads.torch_pipelines import make_batches
 from workloads.torchscript import LazyTorchScript
 
 
@@ -85,7 +86,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     return rows, {"device": torch_device_name(device), "parameters": torch_parameters(model),
                   "steps_per_epoch": len(batches), "steps_run": steps,
                   "trace_window": [window.first, window.last] if profiler else None,
-                  **(script.facts if script is not None else {})}
+                  **(script.facts if script is not None else {}),
+                  **({"ddp": _ddp_facts(trained)} if group is not None else {})}
 
 
 def _process_group() -> tuple[int, int] | None:
@@ -102,6 +104,30 @@ def _ddp(model, device):
     # execute_rank made this rank's GPU the current one: "cuda" is it.
     ids = [torch.cuda.current_device()] if device.type == "cuda" else None
     return DistributedDataParallel(model, device_ids=ids)
+
+
+# DDP's own figures worth keeping: the bytes each step all-reduces, in which buckets (the
+# trace has no sizes: shapes are not recorded), and its sampled comm / overlap times (ns).
+_DDP_FACTS = ("bucket_sizes", "rebuilt_bucket_sizes", "total_parameter_size_bytes",
+              "bucket_cap_bytes", "num_buckets_reduced", "avg_backward_comm_time",
+              "avg_backward_compute_comm_overlap_time", "avg_backward_compute_time")
+
+
+def _ddp_facts(ddp) -> dict | None:
+    """DDP's logging data (a private torch API: absent or changed, nothing is recorded)."""
+    import re
+    try:
+        data = ddp._get_ddp_logging_data()
+        facts = {}
+        for key in _DDP_FACTS:
+            value = data.get(key)
+            if isinstance(value, str):  # bucket sizes come as "2102824, 320"
+                value = [int(v) for v in re.findall(r"\d+", value)]
+            if value is not None:
+                facts[key] = value
+        return facts
+    except Exception:  # noqa: BLE001 - only a figure is lost, never the run
+        return None
 
 
 def _train_step(marks, forward, loss_fn, optimizer, scaler, autocast, inputs, targets):
