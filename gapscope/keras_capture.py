@@ -156,13 +156,18 @@ def _callback_class():
 
 
 def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int) -> UserRun:
-    """A plain run, or under a multi-worker strategy this worker's rank of the job."""
+    """A plain run, or under a multi-worker strategy this worker's rank of the job: the ranks
+    agree on the job directory's name over the strategy itself (rank 0's, by a TF collective)."""
     if framework == "keras":
         from profilers.tf_marks import multi_worker
-        from workloads.tf_distribute import cluster_place
+        from workloads.tf_distribute import BACKEND, cluster_place, tf_share
         place = cluster_place() if multi_worker(model.distribute_strategy) else None
         if place is not None:
-            return _TfRankRun(name, framework, out, settings, warmup, place, model.distribute_strategy)
+            from gapscope.user_run import RankPlace
+            rank, world = place
+            return UserRun(name, framework, out, settings, warmup,
+                           RankPlace(rank, world, local_rank=rank, node_rank=0, backend=BACKEND),
+                           share=tf_share(model.distribute_strategy))
     return UserRun(name, framework, out, settings, warmup)
 
 
@@ -172,34 +177,6 @@ def _stop_barrier(run):
         return None
     from workloads.tf_distribute import StopBarrier
     return StopBarrier(run.run_dir, place.rank, place.world_size)
-
-
-class _TfRankRun(UserRun):
-    """One worker's rank of a tf.distribute job. UserRun's rank branch agrees on the job
-    directory over torch.distributed or torchrun's run id; TF workers have neither, so rank 0's
-    name reaches the others over the strategy (workloads.tf_distribute.tf_share). The rest
-    (rank 0 ending the job manifest after every rank) is UserRun's."""
-
-    def __init__(self, name, framework, out, settings, warmup_steps, place, strategy):
-        from gapscope.user_run import RankPlace, job_dir_for, safe_name
-        from profilers.job_dir import rank_dir, start_job
-        from profilers.run_dir import MANIFEST
-        from profilers.run_lifecycle import RunLifecycle
-        from workloads.tf_distribute import BACKEND, tf_share
-        rank, world = place
-        workload = safe_name(name)
-        fields = {"workload": workload, "framework": framework, "variant": "user",
-                  "settings": settings, "warmup_steps": warmup_steps}
-        self.place = RankPlace(rank, world, local_rank=rank, node_rank=0, backend=BACKEND)
-        self.job_dir = job_dir_for(out, workload, framework, rank, world, share=tf_share(strategy))
-        if rank == 0 and not (self.job_dir / MANIFEST).exists():
-            start_job(self.job_dir, fields, {"world_size": world, "nnodes": 1, "backend": BACKEND,
-                                             "launcher": "user"})
-        directory = rank_dir(self.job_dir, rank)
-        directory.mkdir()
-        run = RunLifecycle.start(directory, {**fields, "device": None, "versions": None,
-                                             **self.place.fields(self.job_dir.name)})
-        RunLifecycle.__init__(self, run.run_dir, run.manifest)
 
 
 def _stop_tf_profiler_if_running() -> None:

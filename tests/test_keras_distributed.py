@@ -139,7 +139,7 @@ def test_a_hung_worker_fails_its_peer_within_the_collective_timeout(tmp_path):
     assert procs[0].returncode == 1 and manifest["status"] == "failed"
     # TF's coordination service notices the stopped heartbeats, else the collective times out:
     # either way one line that says a peer was lost, which the job takes for a secondary error.
-    assert manifest["error"].startswith("PeerLost: a collective with a peer worker failed"), manifest["error"]
+    assert manifest["error"].startswith("PeerLost: a remote worker was lost: a collective failed"), manifest["error"]
     assert "\n" not in manifest["error"] and ("task:1" in manifest["error"] or "Deadline" in manifest["error"])
     assert waited < 45
 

@@ -190,7 +190,8 @@ def peer_failures():
         cause = text.partition("Collective ops is aborted by:")[2].strip() or text.strip()
         cause = " ".join(line.strip() for line in cause.splitlines()[:3]
                          if line.strip() and not line.startswith("The error could be"))
-        raise PeerLost(f"a collective with a peer worker failed ({type(exc).__name__}): "
+        # "remote worker": the job takes this for a secondary error (profilers.job_dir).
+        raise PeerLost(f"a remote worker was lost: a collective failed ({type(exc).__name__}): "
                        f"{cause[:400]}") from None
 
 
