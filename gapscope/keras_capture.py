@@ -60,6 +60,7 @@ def _callback_class():
             self._warmup = default_warmup(window, warmup_steps)
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
+            self._entered = False
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
@@ -100,15 +101,18 @@ def _callback_class():
             self._updates += batch - self._call_begin + 1
 
         def on_train_end(self, logs=None):
-            self._finish(None)
+            # A multi-worker run used as a context manager ends in __exit__, after fit: its TF
+            # profiler stopped inside fit sometimes aborts the worker (tf_distribute.StopBarrier).
+            if not (self._entered and getattr(self._run, "place", None) is not None):
+                self._finish(None)
 
         # -- failures, for `with` ------------------------------------------------------
         def __enter__(self):
+            self._entered = True
             return self
 
         def __exit__(self, exc_type, exc, tb):
-            if exc is not None:
-                self._finish(exc)
+            self._finish(exc)  # nothing where on_train_end recorded the end already
             return False
 
         def _finish(self, exc):

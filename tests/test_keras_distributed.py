@@ -49,8 +49,8 @@ def _collectives(run_dir: Path) -> dict[tuple[str, str], Counter]:
 
 
 def _check_ranks(job: Path, results, steps: int) -> list[dict]:
-    for rank, result in enumerate(results):
-        assert result.returncode == 0, f"rank {rank}:\n{result.stdout[-4000:]}"
+    assert [r.returncode for r in results] == [0, 0], "\n".join(
+        f"rank {rank}:\n{result.stdout[-3000:]}" for rank, result in enumerate(results))
     manifests = [_manifest(job / f"rank{r}") for r in range(2)]
     for rank, manifest in enumerate(manifests):
         assert manifest["status"] == "complete", manifest.get("error")
@@ -98,8 +98,8 @@ def test_capture_keras_in_a_users_tf_distribute_script(tmp_path):
     """Each worker of the user's own script writes its rank into one job directory, whose
     manifest rank 0 completes once both ranks have."""
     results = run_script_workers(["tests/tf_user_fit.py", str(tmp_path)], 2)
-    for rank, result in enumerate(results):
-        assert result.returncode == 0, f"rank {rank}:\n{result.stdout[-4000:]}"
+    assert [r.returncode for r in results] == [0, 0], "\n".join(
+        f"rank {rank}:\n{result.stdout[-3000:]}" for rank, result in enumerate(results))
     (job,) = tmp_path.iterdir()
     assert job.name.startswith("tfuser-keras-user-x2-")
     manifest = _manifest(job)
