@@ -23,7 +23,8 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
 
     `steps_per_execution` and `jit_compile` stay as compiled. Compiled under a
     tf.distribute.MultiWorkerMirroredStrategy of several workers (TF_CONFIG), each worker's fit
-    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`.
+    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`; use it
+    with `with` there, so that the profile is saved after fit has returned.
     trace_steps are optimizer
     updates as in `range(first, stop)`, counted over all epochs; None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
