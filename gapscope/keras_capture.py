@@ -23,7 +23,8 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
 
     `steps_per_execution` and `jit_compile` stay as compiled. Compiled under a
     tf.distribute.MultiWorkerMirroredStrategy of several workers (TF_CONFIG), each worker's fit
-    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`.
+    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`; use it
+    with `with` there, so that the profile is saved after fit has returned.
     trace_steps are optimizer
     updates as in `range(first, stop)`, counted over all epochs; None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
@@ -60,6 +61,7 @@ def _callback_class():
             self._warmup = default_warmup(window, warmup_steps)
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
+            self._entered = False
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
@@ -100,15 +102,18 @@ def _callback_class():
             self._updates += batch - self._call_begin + 1
 
         def on_train_end(self, logs=None):
-            self._finish(None)
+            # A multi-worker run used as a context manager ends in __exit__, after fit: its TF
+            # profiler stopped inside fit sometimes aborts the worker (tf_distribute.StopBarrier).
+            if not (self._entered and getattr(self._run, "place", None) is not None):
+                self._finish(None)
 
         # -- failures, for `with` ------------------------------------------------------
         def __enter__(self):
+            self._entered = True
             return self
 
         def __exit__(self, exc_type, exc, tb):
-            if exc is not None:
-                self._finish(exc)
+            self._finish(exc)  # nothing where on_train_end recorded the end already
             return False
 
         def _finish(self, exc):
@@ -156,13 +161,18 @@ def _callback_class():
 
 
 def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int) -> UserRun:
-    """A plain run, or under a multi-worker strategy this worker's rank of the job."""
+    """A plain run, or under a multi-worker strategy this worker's rank of the job: the ranks
+    agree on the job directory's name over the strategy itself (rank 0's, by a TF collective)."""
     if framework == "keras":
         from profilers.tf_marks import multi_worker
-        from workloads.tf_distribute import cluster_place
+        from workloads.tf_distribute import BACKEND, cluster_place, tf_share
         place = cluster_place() if multi_worker(model.distribute_strategy) else None
         if place is not None:
-            return _TfRankRun(name, framework, out, settings, warmup, place, model.distribute_strategy)
+            from gapscope.user_run import RankPlace
+            rank, world = place
+            return UserRun(name, framework, out, settings, warmup,
+                           RankPlace(rank, world, local_rank=rank, node_rank=0, backend=BACKEND),
+                           share=tf_share(model.distribute_strategy))
     return UserRun(name, framework, out, settings, warmup)
 
 
@@ -172,34 +182,6 @@ def _stop_barrier(run):
         return None
     from workloads.tf_distribute import StopBarrier
     return StopBarrier(run.run_dir, place.rank, place.world_size)
-
-
-class _TfRankRun(UserRun):
-    """One worker's rank of a tf.distribute job. UserRun's rank branch agrees on the job
-    directory over torch.distributed or torchrun's run id; TF workers have neither, so rank 0's
-    name reaches the others over the strategy (workloads.tf_distribute.tf_share). The rest
-    (rank 0 ending the job manifest after every rank) is UserRun's."""
-
-    def __init__(self, name, framework, out, settings, warmup_steps, place, strategy):
-        from gapscope.user_run import RankPlace, job_dir_for, safe_name
-        from profilers.job_dir import rank_dir, start_job
-        from profilers.run_dir import MANIFEST
-        from profilers.run_lifecycle import RunLifecycle
-        from workloads.tf_distribute import BACKEND, tf_share
-        rank, world = place
-        workload = safe_name(name)
-        fields = {"workload": workload, "framework": framework, "variant": "user",
-                  "settings": settings, "warmup_steps": warmup_steps}
-        self.place = RankPlace(rank, world, local_rank=rank, node_rank=0, backend=BACKEND)
-        self.job_dir = job_dir_for(out, workload, framework, rank, world, share=tf_share(strategy))
-        if rank == 0 and not (self.job_dir / MANIFEST).exists():
-            start_job(self.job_dir, fields, {"world_size": world, "nnodes": 1, "backend": BACKEND,
-                                             "launcher": "user"})
-        directory = rank_dir(self.job_dir, rank)
-        directory.mkdir()
-        run = RunLifecycle.start(directory, {**fields, "device": None, "versions": None,
-                                             **self.place.fields(self.job_dir.name)})
-        RunLifecycle.__init__(self, run.run_dir, run.manifest)
 
 
 def _stop_tf_profiler_if_running() -> None:

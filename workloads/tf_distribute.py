@@ -108,6 +108,7 @@ def make_strategy():
     and a timeout on every collective, so a dead peer becomes an error instead of a hang.
     A port already in use is refused in one line."""
     import tensorflow as tf
+    share_cores(tf)
     options = tf.distribute.experimental.CommunicationOptions(
         implementation=tf.distribute.experimental.CommunicationImplementation.RING,
         timeout_seconds=collective_timeout())
@@ -119,6 +120,22 @@ def make_strategy():
         if any(words in text.lower() for words in ("could not start grpc server", "address already in use")):
             raise GapscopeInputError(port_in_use_message()) from None
         raise
+
+
+def intra_op_threads(world: int) -> int | None:
+    """Each local worker's share of the host's cores for TF's intra-op pool (as torchrun sets
+    OMP_NUM_THREADS=1 for several ranks): N workers each using every core would measure their
+    contention for cores, not the distributed run. None where the user set TF's own variable."""
+    if os.environ.get("TF_NUM_INTRAOP_THREADS"):
+        return None
+    return max(1, (os.cpu_count() or 1) // max(1, world))
+
+
+def share_cores(tf) -> None:
+    place = cluster_place()
+    threads = intra_op_threads(place[1]) if place else None
+    if threads is not None:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
 
 
 def port_in_use_message() -> str:
@@ -173,7 +190,8 @@ def peer_failures():
         cause = text.partition("Collective ops is aborted by:")[2].strip() or text.strip()
         cause = " ".join(line.strip() for line in cause.splitlines()[:3]
                          if line.strip() and not line.startswith("The error could be"))
-        raise PeerLost(f"a collective with a peer worker failed ({type(exc).__name__}): "
+        # "remote worker": the job takes this for a secondary error (profilers.job_dir).
+        raise PeerLost(f"a remote worker was lost: a collective failed ({type(exc).__name__}): "
                        f"{cause[:400]}") from None
 
 
@@ -213,6 +231,7 @@ def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
         digest.update(weight.numpy().tobytes())
     return {"global_batch_size": batch_size * world, "shard": f"{rank}::{world}",
             "collective": "RING", "collective_timeout_s": collective_timeout(),
+            "intra_op_threads": intra_op_threads(world),
             "weights_sha256": digest.hexdigest()}
 
 
