@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from profilers import strict_json
+from profilers.environment import threads_of
 from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
 from analysis.renderers import registry
 from workloads.devices import DEVICES
@@ -509,12 +510,12 @@ def _compare_scaling(paths, fmt: str) -> None:
     for path in paths:
         if is_job(path):
             job = load_job(path)
-            sides.append(job_side(job_breakdown(job), job.batch_size,
-                                  job.ranks[0].manifest.get("omp_num_threads")))
+            jb = job_breakdown(job)
+            sides.append(job_side(jb, job.batch_size, jb.threads))
         else:
             run = load_run(path)
             sides.append(run_side(breakdown_run(run), batch_size(run),
-                                  run.manifest.get("omp_num_threads")))
+                                  threads_of(run.manifest)))
     result = scaling(*sides)
     click.echo(registry.SCALING[fmt].render(result), nl=False)
     for warning in result.warnings:

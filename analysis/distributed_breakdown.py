@@ -18,6 +18,7 @@ import numpy as np
 from analysis.job import Job, RankSummary, summarize_ranks
 from analysis.results import Breakdown
 from analysis.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
+from profilers.environment import threads_of
 from profilers.phases import PHASES
 
 # Where DDP's collectives run when no trace says so: its all-reduce hooks fire during backward.
@@ -60,7 +61,7 @@ class JobBreakdown:
     clocks: str = "one host: clocks agree"
     last_arrival: dict[int, float] = field(default_factory=dict)  # share of collectives a rank reached last
     samples_per_step: int | None = None
-    threads: str | None = None                  # ranks' OMP_NUM_THREADS (torchrun sets 1)
+    threads: str | None = None                  # ranks' threads (environment.threads_of)
     notes: list[str] = field(default_factory=list)
     job_step_replicates: np.ndarray | None = field(default=None, repr=False)
 
@@ -142,7 +143,7 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
         max(means) - min(means), straggler, phase, extra, extra_ci, notes=notes,
         job_step_replicates=replicates)
     _clocks(result, job, summaries)
-    result.threads = job.ranks[0].manifest.get("omp_num_threads")
+    result.threads = threads_of(job.ranks[0].manifest)
     if job.batch_size:
         result.samples_per_step = job.batch_size * job.world_size
     if wait_source == WaitSource.TIMERS:

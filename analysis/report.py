@@ -14,6 +14,7 @@ from analysis.readers.run_dir import locate
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
 from analysis.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
+from profilers.environment import threads_of
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import ensure_out_dir, write_atomic
 
@@ -117,7 +118,7 @@ def _jobs_markdown(jobs: list, complete: list[ReportRun], loaded: list) -> list[
             run = loaded[base]
             job_batch = (jb.samples_per_step // jb.world_size) if jb.samples_per_step else None
             result = scaling(run_side(complete[base].breakdown, batch_size(run),
-                                      run.manifest.get("omp_num_threads")),
+                                      threads_of(run.manifest)),
                              job_side(jb, job_batch, jb.threads))
             text += f"\n#### Scaling against {complete[base].label}\n\n" + scaling_render.render_markdown(result)
         texts.append(text)

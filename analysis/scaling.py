@@ -32,7 +32,7 @@ class Side:
     parts: dict[str, float]             # PARTS, adding up to step_ms
     part_replicates: dict[str, np.ndarray]
     batch_size: int | None              # per rank
-    threads: str | None = None          # OMP_NUM_THREADS of each process (None: unset, every core)
+    threads: str | None = None          # environment.threads_of each process (None: not recorded)
 
     @property
     def samples_per_step(self) -> int | None:
@@ -95,7 +95,7 @@ class Scaling:
             return {"label": s.label, "run_id": s.run_id, "world_size": s.world_size,
                     "step_ms": _r(s.step_ms), "step_ci95": _ri(s.step_ci95),
                     "batch_size": s.batch_size, "samples_per_step": s.samples_per_step,
-                    "omp_num_threads": s.threads,
+                    "threads": s.threads,
                     "parts_ms": {k: _r(v) for k, v in s.parts.items()}}
         return {"kind": "scaling", "a": side(self.a), "b": side(self.b),
                 "gap_ms": _r(self.gap_ms), "gap_ci95": _ri(self.gap_ci95),
@@ -127,12 +127,12 @@ def scaling(a: Side, b: Side) -> Scaling:
             warnings.append("batch size unknown on a side: taken as equal per rank")
         samples = per_rank
     if a.threads != b.threads:
-        # torchrun sets OMP_NUM_THREADS=1 per rank; a one-process run left unset uses every core
-        # (manifests record it since distributed runs came; older ones do not).
-        warnings.append(f"threads per process may differ (OMP_NUM_THREADS "
-                        f"{a.threads or 'not recorded'} vs {b.threads or 'not recorded'}; torchrun "
-                        "sets 1 per rank, an unset one uses every core): the gap may include the "
-                        "thread count; run the baseline with the ranks' OMP_NUM_THREADS")
+        # torchrun sets OMP_NUM_THREADS=1 per rank and local TF workers get cores // N intra-op
+        # threads, where a one-process run uses every core (older manifests record neither).
+        warnings.append(f"threads per process differ ({a.threads or 'not recorded'} vs "
+                        f"{b.threads or 'not recorded'}): the gap may include the thread count; "
+                        "run the baseline with the ranks' threads (OMP_NUM_THREADS, "
+                        "TF_NUM_INTRAOP_THREADS)")
     gap = b.step_ms - a.step_ms
     throughput = samples * a.step_ms / b.step_ms
     parts = [PartGap(p, a.parts[p], b.parts[p], b.parts[p] - a.parts[p]) for p in PARTS]

@@ -61,3 +61,13 @@ def omp_num_threads() -> str:
     """OMP_NUM_THREADS as this process has it ("unset": the frameworks use every core). torchrun
     sets 1 per rank where it is unset, so a scaling comparison must know each side's."""
     return os.environ.get("OMP_NUM_THREADS") or "unset"
+
+
+def threads_of(manifest: dict) -> str | None:
+    """The threads a run's process computed with, as its manifest says: the TF intra-op pool
+    gapscope gave a local TF worker (cores // workers), else OMP_NUM_THREADS ("unset": every
+    core); None where the run recorded neither (older runs)."""
+    if isinstance(manifest.get("intra_op_threads"), int):
+        return f"TF intra-op {manifest['intra_op_threads']}"
+    threads = manifest.get("omp_num_threads")
+    return None if threads is None else f"OMP_NUM_THREADS {threads}"

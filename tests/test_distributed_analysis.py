@@ -261,8 +261,9 @@ def test_gapscope_run_nproc_breakdown_and_compare(tmp_path):
     scaling = json.loads(compared.stdout)
     assert scaling["a"]["world_size"] == 1 and scaling["b"]["world_size"] == 2
     # torchrun gives each rank one thread; the one-process run used every core.
-    assert (scaling["a"]["omp_num_threads"], scaling["b"]["omp_num_threads"]) == (
-        os.environ.get("OMP_NUM_THREADS") or "unset", os.environ.get("OMP_NUM_THREADS") or "1")
+    omp = os.environ.get("OMP_NUM_THREADS")
+    assert (scaling["a"]["threads"], scaling["b"]["threads"]) == (
+        f"OMP_NUM_THREADS {omp or 'unset'}", f"OMP_NUM_THREADS {omp or 1}")
     assert scaling["scaling_efficiency"] == pytest.approx(
         scaling["a"]["step_ms"] / scaling["b"]["step_ms"], rel=1e-3)
     assert sum(p["delta_ms"] for p in scaling["parts"].values()) == pytest.approx(

@@ -18,7 +18,7 @@ from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
-                                     last_steps_window, make_strategy, peer_failures, shard, sharded_dataset, world_size)
+                                     last_steps_window, make_strategy, peer_failures, rank_data, sharded_dataset, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -107,16 +107,11 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
 
 
 def _rank_inputs(spec: WorkloadSpec, settings: RunSettings, rank: int, world: int):
-    """This rank's tf.data pipeline (its disjoint shard, `rank::world`) and its updates per epoch.
+    """This rank's tf.data pipeline (its disjoint rank_data, `rank::world`) and its updates per epoch.
 
     A step run takes batch * world * steps samples, as a one-process run with the global batch
     would; an epoch is the whole set, cut to full global batches so every rank runs as many steps."""
-    x, y = dataset_for(spec.sized(spec.batch_size * world), settings)
-    updates_per_epoch = len(x) // (spec.batch_size * world)
-    if updates_per_epoch < 1:
-        raise GapscopeInputError(f"{len(x)} samples make no full step of {spec.batch_size} per rank "
-                                 f"on {world} ranks: use a smaller --batch-size")
-    x, y = shard(x, y, rank, world, updates_per_epoch * spec.batch_size)
+    x, y, updates_per_epoch = rank_data(spec, settings, rank, world)
     # Repeated (with the step count given to fit): Keras counts a distributed dataset's steps
     # as its global batches, 1/world of the per-rank steps, and would stop there.
     return sharded_dataset(x, y, spec.batch_size, world, seed=spec.seed + rank), updates_per_epoch

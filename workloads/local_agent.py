@@ -6,36 +6,17 @@ TF_CONFIG naming every worker's port), prefixes their output lines `[default<r>]
 Usage (by workloads.distributed_launch): python -m workloads.local_agent NPROC -- COMMAND..."""
 from __future__ import annotations
 
-import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 
+from workloads.tf_distribute import worker_envs
+
 # A worker still there this long after being told to stop is killed (torchrun waits as long).
 GRACE_S = 30.0
-
-
-def tf_config(ports: list[int], rank: int) -> str:
-    return json.dumps({"cluster": {"worker": [f"localhost:{port}" for port in ports]},
-                       "task": {"type": "worker", "index": rank}})
-
-
-def free_ports(count: int) -> list[int]:
-    """`count` distinct free ports (held together while chosen, so none is picked twice)."""
-    probes = []
-    try:
-        for _ in range(count):
-            probe = socket.socket()
-            probe.bind(("", 0))
-            probes.append(probe)
-        return [probe.getsockname()[1] for probe in probes]
-    finally:
-        for probe in probes:
-            probe.close()
 
 
 class Agent:
@@ -48,12 +29,9 @@ class Agent:
     def run(self) -> int:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, self._received)
-        ports = free_ports(self.nproc)
         readers = []
-        for rank in range(self.nproc):
-            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(self.nproc),
-                   "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": str(self.nproc),
-                   "GROUP_RANK": "0", "TF_CONFIG": tf_config(ports, rank)}
+        for rank, place in enumerate(worker_envs(self.nproc)):
+            env = {**os.environ, **place, "LOCAL_WORLD_SIZE": str(self.nproc), "GROUP_RANK": "0"}
             worker = subprocess.Popen(self.command, env=env, stdin=subprocess.DEVNULL,
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       errors="replace", start_new_session=True)

@@ -149,6 +149,20 @@ def port_in_use_message() -> str:
     return f"the worker's port {address} is in use: run again (the launcher picks free ports)"
 
 
+def rank_data(spec, settings, rank: int, world: int):
+    """(x, y, updates per epoch) of this rank: its disjoint shard `rank::world` of the data a
+    one-process run with the global batch (batch * world) would take, cut to full global batches
+    so that every rank runs as many steps."""
+    from workloads.datasets import dataset_for
+    x, y = dataset_for(spec.sized(spec.batch_size * world), settings)
+    updates_per_epoch = len(x) // (spec.batch_size * world)
+    if updates_per_epoch < 1:
+        raise GapscopeInputError(f"{len(x)} samples make no full step of {spec.batch_size} per rank "
+                                 f"on {world} ranks: use a smaller --batch-size")
+    x, y = shard(x, y, rank, world, updates_per_epoch * spec.batch_size)
+    return x, y, updates_per_epoch
+
+
 def shard(x, y, rank: int, world: int, per_rank_samples: int):
     """Rank `rank`'s samples `rank::world`, cut to `per_rank_samples` so that every rank runs
     the same number of full steps (a rank with a step more would wait on its peers for ever)."""

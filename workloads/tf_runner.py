@@ -18,7 +18,7 @@ from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, last_steps_window,
-                                     make_strategy, peer_failures, shard,
+                                     make_strategy, peer_failures, rank_data,
                                      sharded_dataset, world_size)
 
 
@@ -47,12 +47,7 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
         updates_per_epoch = -(-len(x) // spec.batch_size)
     else:
         # This rank's shard (rank::world), endless: epochs are counted from the step number.
-        x, y = dataset_for(spec.sized(spec.batch_size * world), settings)
-        updates_per_epoch = len(x) // (spec.batch_size * world)
-        if updates_per_epoch < 1:
-            raise GapscopeInputError(f"{len(x)} samples make no full step of {spec.batch_size} per rank "
-                                     f"on {world} ranks: use a smaller --batch-size")
-        x, y = shard(x, y, rank, world, updates_per_epoch * spec.batch_size)
+        x, y, updates_per_epoch = rank_data(spec, settings, rank, world)
         batches = strategy.experimental_distribute_dataset(
             sharded_dataset(x, y, spec.batch_size, world, seed=spec.seed + rank))
     steps = settings.epochs * updates_per_epoch if settings.epochs else settings.steps
