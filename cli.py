@@ -417,7 +417,7 @@ def breakdown(paths, source, fmt):
         import json
         docs = [json.loads(registry.BREAKDOWN[fmt].render([r])) for r in results]
         docs += [json.loads(registry.JOB_BREAKDOWN[fmt].render([j])) for j in jobs]
-        click.echo(json.dumps(docs, indent=2))
+        click.echo(strict_json.dumps(docs, indent=2))
     else:
         if results:
             click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)

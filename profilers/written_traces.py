@@ -44,6 +44,19 @@ def whole_xspace(path: Path) -> bool:
     return len(space.planes) > 0
 
 
+# Present in a run directory while its TF profiler stops: a process that dies meanwhile leaves it.
+TF_PROFILER_STOPPING = ".tf-profiler-stopping"
+TF_PROFILER_ABORT = ("TensorFlow aborted the process while its profiler stopped (\"free(): invalid "
+                     "pointer\" in export_to_tb: a fault of TF 2.21 seen under "
+                     "MultiWorkerMirroredStrategy in about 1 run in 10 here); run again, or "
+                     "--no-trace for step timers only")
+
+
+def died_stopping_tf_profiler(run_dir: Path) -> bool:
+    """Whether the run's process died inside stop_tf_profiler (a C++ abort no Python sees)."""
+    return (Path(run_dir) / TF_PROFILER_STOPPING).exists()
+
+
 def stop_tf_profiler(profiler, logdir: Path) -> None:
     """`tf.profiler.experimental.stop()`, which writes the XSpace, then the check that it is whole."""
     import tensorflow as tf
@@ -55,4 +68,7 @@ def stop_tf_profiler(profiler, logdir: Path) -> None:
             # A full file is TF's OutOfRangeError, which Keras's fit takes for the end of the
             # data: it stopped training quietly and the run said `complete` over a cut trace.
             raise OSError(errno.EIO, f"{_TRUNCATED}: {exc.message}") from None
+    marker = Path(logdir) / TF_PROFILER_STOPPING
+    marker.touch()
     checked_writes(stop, Path(logdir), "*.xplane.pb", whole_xspace)
+    marker.unlink()

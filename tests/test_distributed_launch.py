@@ -316,3 +316,24 @@ def test_keras_nproc_runs_its_workers_into_one_job(tmp_path):
     assert (manifest["status"], manifest["distributed"]["launcher"],
             manifest["distributed"]["backend"]) == ("complete", "tf.distribute", "tf-collective")
     assert [_manifest(job / f"rank{r}")["rank"] for r in (0, 1)] == [0, 1]
+
+
+def test_a_worker_tensorflow_aborted_in_its_profiler_stop_is_named_so(tmp_path):
+    # What a TF 2.21 worker leaves when TensorFlow aborts it inside the profiler's stop: its
+    # manifest `running` with a pid that is gone, and the marker stop_tf_profiler had set.
+    from profilers.job_dir import finish_job
+    from profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    job = tmp_path / "job"
+    for rank, fields in ((0, {"status": "failed", "error": "PeerLost: remote worker went away",
+                              "ended_at": "2026-01-01T00:00:02"}),
+                         (1, {"status": "running", "pid": gone.pid, "host": socket.gethostname(),
+                              "started_at": "2026-01-01T00:00:00"})):
+        (job / f"rank{rank}").mkdir(parents=True)
+        (job / f"rank{rank}" / "manifest.json").write_text(json.dumps(
+            {"run_id": f"rank{rank}", "rank": rank, **fields}))
+    (job / "rank1" / TF_PROFILER_STOPPING).touch()
+    (job / "manifest.json").write_text(json.dumps({"run_id": "job", "status": "running"}))
+    status, error = finish_job(job, 2)
+    assert (status, error) == ("failed", f"rank 1: {TF_PROFILER_ABORT}")

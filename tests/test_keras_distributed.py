@@ -97,7 +97,7 @@ def test_tf_loop_on_two_workers(tmp_path):
 def test_capture_keras_in_a_users_tf_distribute_script(tmp_path):
     """Each worker of the user's own script writes its rank into one job directory, whose
     manifest rank 0 completes once both ranks have."""
-    results = run_script_workers(["tests/tf_user_fit.py", str(tmp_path)], 2)
+    results = run_script_workers(["tests/tf_user_fit.py", str(tmp_path)], 2, tmp_path)
     assert [r.returncode for r in results] == [0, 0], "\n".join(
         f"rank {rank}:\n{result.stdout[-3000:]}" for rank, result in enumerate(results))
     (job,) = tmp_path.iterdir()

@@ -7,6 +7,7 @@ import os
 import socket
 from contextlib import ExitStack, contextmanager
 
+from profilers import strict_json
 from profilers.errors import GapscopeInputError
 
 BACKEND = "tf-collective"
@@ -42,7 +43,7 @@ def tf_config(world_size: int, rank: int, ports: list[int], host: str = "localho
 def tf_config_env(world_size: int, rank: int, ports: list[int], host: str = "localhost") -> dict[str, str]:
     """The environment a launcher gives worker `rank`: TF_CONFIG plus the torchrun-style
     RANK / WORLD_SIZE / LOCAL_RANK that the rest of gapscope reads."""
-    return {TF_CONFIG: json.dumps(tf_config(world_size, rank, ports, host)),
+    return {TF_CONFIG: strict_json.dumps(tf_config(world_size, rank, ports, host)),
             "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank)}
 
 
