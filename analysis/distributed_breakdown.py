@@ -9,6 +9,7 @@ else (timers only) the step minus each rank's excess over the fastest rank in th
 the collectives, which is where the fast ranks' wait shows."""
 from __future__ import annotations
 
+import enum
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -26,7 +27,9 @@ DEFAULT_COMM_PHASE = "backward"
 _DIGITS = 6
 
 
-class WaitSource:
+class WaitSource(enum.StrEnum):
+    """Where each rank's time waiting on communication comes from."""
+
     TRACE = "trace: exposed communication"
     TIMERS = "timers: excess over the fastest rank in the phase holding the collectives"
 
