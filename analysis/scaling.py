@@ -8,9 +8,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.compare import PhaseGap
 from analysis.distributed_breakdown import JobBreakdown
 from analysis.results import Breakdown
-from analysis.stats import Interval, contains_one, contains_zero, percentile_interval
+from analysis.stats import Interval, contains_one, percentile_interval
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
 
@@ -59,20 +60,6 @@ def job_side(jb: JobBreakdown, batch_size: int | None, threads: str | None = Non
 
 
 @dataclass
-class PartGap:
-    part: str
-    a_ms: float
-    b_ms: float
-    delta_ms: float
-    delta_ci95: Interval | None = None
-    share_of_gap: float | None = None
-
-    @property
-    def within_noise(self) -> bool:
-        return contains_zero(self.delta_ci95)
-
-
-@dataclass
 class Scaling:
     a: Side
     b: Side
@@ -82,7 +69,7 @@ class Scaling:
     efficiency_ci95: Interval | None
     throughput_ratio: float             # samples/s of b over a
     throughput_ratio_ci95: Interval | None
-    parts: list[PartGap]
+    parts: list[PhaseGap]           # per part: phases, exposed communication, skew
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -105,7 +92,7 @@ class Scaling:
                 "throughput_ratio_ci95": _ri(self.throughput_ratio_ci95, 4),
                 "ideal_throughput_ratio": self.b.world_size / self.a.world_size,
                 "within_noise_of_perfect": self.within_noise,
-                "parts": {g.part: {"a_ms": _r(g.a_ms), "b_ms": _r(g.b_ms), "delta_ms": _r(g.delta_ms),
+                "parts": {g.phase: {"a_ms": _r(g.a_ms), "b_ms": _r(g.b_ms), "delta_ms": _r(g.delta_ms),
                                    "delta_ci95": _ri(g.delta_ci95), "within_noise": g.within_noise,
                                    "share_of_gap": _r(g.share_of_gap, 4)} for g in self.parts},
                 "warnings": self.warnings}
@@ -135,12 +122,13 @@ def scaling(a: Side, b: Side) -> Scaling:
                         "TF_NUM_INTRAOP_THREADS)")
     gap = b.step_ms - a.step_ms
     throughput = samples * a.step_ms / b.step_ms
-    parts = [PartGap(p, a.parts[p], b.parts[p], b.parts[p] - a.parts[p]) for p in PARTS]
+    parts = [PhaseGap(p, a.parts[p], b.parts[p], b.parts[p] - a.parts[p],
+                      b.parts[p] / a.parts[p] if a.parts[p] else None, None) for p in PARTS]
     # Each side's parts add up to its step; the last part takes the rounding that is left.
     parts[-1].delta_ms = gap - sum(g.delta_ms for g in parts[:-1])
     for g in parts:
         g.share_of_gap = g.delta_ms / gap if gap else None
-        ra, rb = a.part_replicates.get(g.part), b.part_replicates.get(g.part)
+        ra, rb = a.part_replicates.get(g.phase), b.part_replicates.get(g.phase)
         if ra is not None and rb is not None and len(ra) == len(rb):
             g.delta_ci95 = percentile_interval(rb - ra)
     result = Scaling(a, b, gap, None, throughput / per_rank, None, throughput, None, parts, warnings)

@@ -188,7 +188,7 @@ def test_compare_one_process_against_the_job(jobs, single):
     job = load_job(jobs["slow"])
     jb = job_breakdown(job)
     result = scaling(run_side(base, batch_size(run)), job_side(jb, job.batch_size))
-    assert [g.part for g in result.parts] == list(PARTS)
+    assert [g.phase for g in result.parts] == list(PARTS)
     # The parts' deltas add up to the step gap; the job step is the slowest rank's.
     assert sum(g.delta_ms for g in result.parts) == pytest.approx(result.gap_ms, abs=1e-9)
     assert result.gap_ms == pytest.approx(jb.job_step_ms - base.step_stats()["mean"])
@@ -198,7 +198,7 @@ def test_compare_one_process_against_the_job(jobs, single):
     assert lo <= result.efficiency <= hi
     # The slowed rank's 20 ms of data loading: half of it in the ranks' mean data_load, the
     # other half as rank 0 waiting on the all-reduce.
-    parts = {g.part: g for g in result.parts}
+    parts = {g.phase: g for g in result.parts}
     assert 7.0 < parts["data_load"].delta_ms < 13.0
     assert parts["communication"].delta_ms > 5.0
     res = CliRunner().invoke(cli, ["compare", str(single), str(jobs["slow"])])

@@ -34,7 +34,7 @@ def verdict_lines(sc: Scaling) -> list[str]:
              f"{ratio_interval(sc.throughput_ratio, sc.throughput_ratio_ci95)} of an ideal "
              f"{ideal:.2f}x: {verdict}"]
     biggest = max(sc.parts, key=lambda g: abs(g.delta_ms))
-    lines.append(f"step gap {sc.gap_ms:+.3f} ms, most of it {PART_NAMES.get(biggest.part, biggest.part)} "
+    lines.append(f"step gap {sc.gap_ms:+.3f} ms, most of it {PART_NAMES.get(biggest.phase, biggest.phase)} "
                  f"({biggest.delta_ms:+.3f} ms)")
     return lines
 
@@ -43,7 +43,7 @@ def rows(sc: Scaling) -> list[list[str]]:
     out = []
     for g in sc.parts:
         noise = "" if g.delta_ci95 is None else (" ~" if g.within_noise else "")
-        out.append([PART_NAMES.get(g.part, g.part), f"{g.a_ms:.3f}", f"{g.b_ms:.3f}",
+        out.append([PART_NAMES.get(g.phase, g.phase), f"{g.a_ms:.3f}", f"{g.b_ms:.3f}",
                     plus_minus(g.delta_ms, g.delta_ci95) + noise,
                     "" if g.share_of_gap is None else f"{100 * g.share_of_gap:.0f}"])
     out.append(["step", f"{sc.a.step_ms:.3f}", f"{sc.b.step_ms:.3f}",
