@@ -14,7 +14,7 @@ from typing import Callable
 from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
 from profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
-from profilers.run_lifecycle import Interrupted, RunLifecycle
+from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
 from profilers.trace_window import TraceWindow
 
 USER_VARIANT = "user"
@@ -207,8 +207,9 @@ class UserRun(RunLifecycle):
         self._end_job()
 
     def fail(self, rows, facts, exc) -> bool:
-        recorded = super().fail(rows, {**facts, **self._late_backend()}, exc)
-        self._end_job()
+        with stop_signals_deferred():  # the rank's end and, on rank 0, the job's
+            recorded = super().fail(rows, {**facts, **self._late_backend()}, exc)
+            self._end_job()
         return recorded
 
     def _late_backend(self) -> dict:

@@ -67,6 +67,28 @@ def signals_interrupt():
             signal.signal(signum, handler)
 
 
+@contextmanager
+def stop_signals_deferred():
+    """SIGINT and SIGTERM held back while a failure is being recorded, raised again after: a
+    signal that lands there (torchrun stops the other ranks the moment one dies, while they
+    record the broken collective) would otherwise cut the recording short and leave the run
+    `running`. Handlers, not the signal mask: a signal already caught at C level still runs
+    its Python handler later. Nests; main thread only (elsewhere it holds nothing back)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: held.append(signum))
+                for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if held:
+            signal.raise_signal(held[0])  # the first one counts, as in signals_interrupt
+
+
 def stop_with_parent() -> None:
     """A SIGTERM to this run process when its launcher dies, even by SIGKILL (which the launcher
     cannot forward): the run then records `failed: interrupted` instead of training on, orphaned,
@@ -131,20 +153,21 @@ class RunLifecycle:
         """Records the failure with what the run got done before it (the steps show how far
         it got). Never raises for a full disk: returns False when even the manifest could not
         be written, which leaves it `running` for effective_status to read as interrupted."""
-        if self.finished:
-            return True
-        if isinstance(exc, KeyboardInterrupt):
-            error, extra = INTERRUPTED, {}
-        elif isinstance(exc, GapscopeInputError):
-            error, extra = str(exc) or type(exc).__name__, {}
-        else:
-            error = f"{type(exc).__name__}: {exc}"
-            extra = {"traceback": "".join(traceback.format_exception(exc))}
-        try:
-            self._record(rows, facts, **extra)
-        except OSError:
-            pass  # the steps or the facts could not be written; the end still matters most
-        return self.end_unrecorded(error)
+        with stop_signals_deferred():
+            if self.finished:
+                return True
+            if isinstance(exc, KeyboardInterrupt):
+                error, extra = INTERRUPTED, {}
+            elif isinstance(exc, GapscopeInputError):
+                error, extra = str(exc) or type(exc).__name__, {}
+            else:
+                error = f"{type(exc).__name__}: {exc}"
+                extra = {"traceback": "".join(traceback.format_exception(exc))}
+            try:
+                self._record(rows, facts, **extra)
+            except OSError:
+                pass  # the steps or the facts could not be written; the end still matters most
+            return self.end_unrecorded(error)
 
     def end_unrecorded(self, error: str) -> bool:
         """Fails the run with `error` unless its end is recorded already (the launcher's part,
