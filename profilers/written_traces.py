@@ -46,9 +46,9 @@ def whole_xspace(path: Path) -> bool:
 
 # Present in a run directory while its TF profiler stops: a process that dies meanwhile leaves it.
 TF_PROFILER_STOPPING = ".tf-profiler-stopping"
-TF_PROFILER_ABORT = ("TensorFlow aborted the process while its profiler stopped (\"free(): invalid "
-                     "pointer\" in export_to_tb: a fault of TF 2.21 seen under "
-                     "MultiWorkerMirroredStrategy in about 1 run in 10 here); run again, or "
+TF_PROFILER_ABORT = ("TensorFlow crashed the process while its profiler stopped (a memory fault "
+                     "in its host tracer's TraceMeRecorder::Consume, TF 2.21 under "
+                     "MultiWorkerMirroredStrategy, about 1 run in 9 here); run again, or "
                      "--no-trace for step timers only")
 
 

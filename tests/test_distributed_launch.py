@@ -47,13 +47,13 @@ def _manifest(run_dir: Path) -> dict | None:
         return None
 
 
-def _wait_for(condition, timeout: float = 120, what: str = "it"):
+def _wait_for(condition, timeout: float = 120, what: str = "it", poll_s: float = 0.2):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = condition()
         if found:
             return found
-        time.sleep(0.2)
+        time.sleep(poll_s)
     raise AssertionError(f"timed out waiting for {what}")
 
 
@@ -306,16 +306,40 @@ def test_local_agent_gives_each_worker_its_place_and_stops_the_rest_when_one_fai
 
 
 def test_keras_nproc_runs_its_workers_into_one_job(tmp_path):
-    process = _gapscope(["run", "mlp", "--framework", "keras", "--nproc", "2", *TINY,
-                         "--format", "json", "--out", str(tmp_path)])
-    _, stderr = _finish(process)
+    from profilers.written_traces import TF_PROFILER_ABORT
+    for attempt in range(3):  # again only on TensorFlow's own crash in a profiler stop (TF_PROFILER_ABORT)
+        out = tmp_path / f"attempt{attempt}"
+        process = _gapscope(["run", "mlp", "--framework", "keras", "--nproc", "2", *TINY,
+                             "--format", "json", "--out", str(out)])
+        _, stderr = _finish(process)
+        if TF_PROFILER_ABORT not in stderr:
+            break
     assert process.returncode == 0, stderr
-    job = _job(tmp_path)
+    job = _job(out)
     assert job.name.startswith("mlp-keras-default-x2-")
     manifest = _manifest(job)
     assert (manifest["status"], manifest["distributed"]["launcher"],
             manifest["distributed"]["backend"]) == ("complete", "tf.distribute", "tf-collective")
     assert [_manifest(job / f"rank{r}")["rank"] for r in (0, 1)] == [0, 1]
+
+
+def test_a_tf_worker_crashing_in_its_profiler_stop_fails_the_job_naming_it(tmp_path):
+    # What TensorFlow 2.21 does to a worker about 1 run in 9, done on purpose: SIGABRT to rank 1
+    # while its profiler stops. Rank 0 must take the launcher's SIGTERM (TF's preemption notifier
+    # had taken SIGTERM over: rank 0 sat 30 s, was SIGKILLed and got the blame).
+    from profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
+    process = _gapscope(["run", "mlp", "--framework", "tf", "--nproc", "2", *TINY,
+                         "--out", str(tmp_path)])
+    marker = _wait_for(lambda: next(tmp_path.glob(f"*/rank1/{TF_PROFILER_STOPPING}"), None),
+                       what="rank 1 stopping its profiler", poll_s=0.001)  # it lasts ~0.1 s
+    os.kill(_manifest(marker.parent)["pid"], signal.SIGABRT)
+    _, stderr = _finish(process)
+    job = _job(tmp_path)
+    assert process.returncode == 1
+    assert stderr.strip().splitlines()[-1] == f"gapscope: run {job.name} failed: rank 1: {TF_PROFILER_ABORT}"
+    assert (_manifest(job)["status"], _manifest(job)["error"]) == ("failed", f"rank 1: {TF_PROFILER_ABORT}")
+    assert _manifest(job / "rank1")["error"] == TF_PROFILER_ABORT
+    assert (_manifest(job / "rank0")["status"], _manifest(job / "rank0")["error"]) == ("failed", "interrupted")
 
 
 def test_a_worker_tensorflow_aborted_in_its_profiler_stop_is_named_so(tmp_path):

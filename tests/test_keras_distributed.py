@@ -7,8 +7,11 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections import Counter
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -206,3 +209,28 @@ def test_distributed_raw_tf_under_xla_is_refused(tmp_path):
     settings = RunSettings("mlp", "tf", tf_mode="xla", nproc=2)
     with pytest.raises(GapscopeInputError, match="tf mode xla is not supported"):
         run_tf(get_workload("mlp"), settings, tmp_path)
+
+
+def test_the_stop_barrier_waits_for_live_peers_only(tmp_path):
+    from workloads.tf_distribute import StopBarrier
+    for rank in range(3):
+        (tmp_path / f"rank{rank}").mkdir()
+    # rank 1 died in its profiler's stop (its manifest still `running`, its process gone);
+    # rank 2 is alive and never comes.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    (tmp_path / "rank1" / "manifest.json").write_text(json.dumps(
+        {"status": "running", "pid": gone.pid, "host": socket.gethostname(),
+         "started_at": "2026-01-01T00:00:00"}))
+    (tmp_path / "rank2" / "manifest.json").write_text(json.dumps(
+        {"status": "running", "pid": os.getpid(), "host": socket.gethostname(),
+         "started_at": datetime.now(timezone.utc).isoformat()}))
+    barrier = StopBarrier(tmp_path / "rank0", 0, 3, timeout=2.0)
+    with pytest.raises(RuntimeError, match="^rank1, rank2 did not reach the end of the trace window within 2 s$"):
+        barrier.wait("a")
+    (tmp_path / "rank2" / "manifest.json").write_text(json.dumps({"status": "complete"}))
+    (tmp_path / "rank2" / ".profiler-stop-b").touch()
+    started = time.monotonic()
+    barrier.wait("b")  # rank 2 is there, rank 1 is dead: not waited for
+    assert time.monotonic() - started < 1.5
+    assert (tmp_path / "rank0" / ".profiler-stop-b").exists()

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -55,23 +54,24 @@ def wait_workers(procs: list[subprocess.Popen], timeout: float = 240) -> list[su
 def run_workers(job_dir: Path, settings: dict, world: int, timeout: float = 240,
                 **start) -> list[subprocess.CompletedProcess]:
     """Runs every rank to its end (or kills them all after `timeout`)."""
-    return _once_more_on_tf_profiler_abort(
+    return _again_on_tf_profiler_crash(
         job_dir, lambda: wait_workers(start_workers(job_dir, settings, world, **start), timeout))
 
 
-def _once_more_on_tf_profiler_abort(folder: Path, run) -> list[subprocess.CompletedProcess]:
-    """`run()`, and once more in an emptied `folder` where TensorFlow aborted a worker inside
-    its profiler's stop (TF 2.21 under MWMS, about 1 run in 10: TF_PROFILER_ABORT). That fault
-    is TensorFlow's; gapscope's part, telling it apart in one line, is tested in
-    test_keras_distributed. Any other failure, or the same abort twice, is returned as it is."""
-    results = run()
-    aborted = any(r.returncode == -signal.SIGABRT for r in results)
-    if not (aborted and any(folder.rglob(TF_PROFILER_STOPPING))):
-        return results
-    print("TensorFlow aborted a worker stopping its profiler; running again", file=sys.stderr)
-    shutil.rmtree(folder)
-    folder.mkdir(parents=True)
-    return run()
+def _again_on_tf_profiler_crash(folder: Path, run, retries: int = 2) -> list[subprocess.CompletedProcess]:
+    """`run()`, and again (at most `retries` times) in an emptied `folder` where TensorFlow
+    crashed a worker inside its profiler's stop (TF 2.21 under MWMS, about 1 run in 9:
+    TF_PROFILER_ABORT; SIGABRT or SIGSEGV). That fault is TensorFlow's; gapscope's part, telling
+    it apart in one line, is tested in test_distributed_launch. Any other failure is returned
+    as it is."""
+    for attempt in range(retries + 1):
+        results = run()
+        crashed = any(r.returncode < 0 for r in results)
+        if attempt == retries or not (crashed and any(folder.rglob(TF_PROFILER_STOPPING))):
+            return results
+        print("TensorFlow crashed a worker stopping its profiler; running again", file=sys.stderr)
+        shutil.rmtree(folder)
+        folder.mkdir(parents=True)
 
 
 def run_script_workers(argv: list[str], world: int, out_dir: Path,
@@ -86,4 +86,4 @@ def run_script_workers(argv: list[str], world: int, out_dir: Path,
                                        "PYTHONFAULTHANDLER": "1", **tf_config_env(world, rank, ports)})
                  for rank in range(world)]
         return wait_workers(procs, timeout)
-    return _once_more_on_tf_profiler_abort(Path(out_dir), run)
+    return _again_on_tf_profiler_crash(Path(out_dir), run)
