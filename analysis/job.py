@@ -16,6 +16,7 @@ from analysis.readers import safe_files
 from analysis.results import Breakdown
 from analysis.run import Run, load_run, unfinished
 from profilers.errors import GapscopeInputError
+from profilers.job_dir import rank_entries, root_cause
 from profilers.run_dir import MANIFEST, effective_status
 
 # A foreign trace's rank where its distributedInfo is missing: from its file name, or the name
@@ -109,6 +110,10 @@ def _load_job_dir(path: Path) -> Job:
     info = manifest["distributed"]
     job_id = manifest["run_id"]
     status, error = effective_status(manifest)
+    if status == "failed" and manifest.get("status") == "running":
+        # Whoever was to end the job died first (a user's rank 0, SIGKILLed): its ranks tell.
+        cause = root_cause(rank_entries(path, info.get("world_size") or 0))
+        error = f"rank {cause['rank']}: {cause['error']} (the job was never ended)" if cause else error
     if status == "failed":
         raise GapscopeInputError(f"job {job_id} failed: {error}")
     if status != "complete":

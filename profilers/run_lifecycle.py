@@ -44,24 +44,42 @@ def exit_code_of(exc: BaseException) -> int:
     return EXIT_BAD_INPUT if isinstance(exc, GapscopeInputError) else EXIT_RUN_FAILED
 
 
+class StopRequest:
+    """The stop signal signals_interrupt received, if one came."""
+
+    def __init__(self):
+        self.signum: int | None = None
+
+    def behind(self, exc: BaseException) -> BaseException:
+        """`exc`, or the Interrupted behind it. A handler that raises while a C extension runs
+        Python code can come out as that library's own error: TensorFlow's pybind11 turned it
+        into `RuntimeError: ... REPLACED BY Interrupted: SIGTERM` (a TF worker stopped while its
+        collective broke). Once asked to stop, the run was stopped, whatever error followed."""
+        if self.signum is None or isinstance(exc, KeyboardInterrupt):
+            return exc
+        return Interrupted(self.signum)
+
+
 @contextmanager
 def signals_interrupt():
     """Inside, SIGINT and SIGTERM raise Interrupted: without it SIGTERM kills the process before
     it can record how its run ended. The first signal is the one that counts; later ones are
     ignored so that they cannot cut the recording of the end short. Handlers can only be set
-    in the main thread; elsewhere this does nothing."""
+    in the main thread; elsewhere this does nothing. Yields the StopRequest."""
+    request = StopRequest()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield request
         return
 
     def stop(signum, frame):
         for other in STOP_SIGNALS:
             signal.signal(other, signal.SIG_IGN)
+        request.signum = signum
         raise Interrupted(signum)
 
     previous = {signum: signal.signal(signum, stop) for signum in STOP_SIGNALS}
     try:
-        yield
+        yield request
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)

@@ -7,6 +7,8 @@ import gzip
 import json
 import os
 import shutil
+import socket
+import subprocess
 import sys
 from pathlib import Path
 
@@ -95,6 +97,22 @@ def test_failed_rank_refused_with_its_number(jobs):
     from cli import cli
     res = CliRunner().invoke(cli, ["breakdown", str(jobs["failed"])])
     assert res.exit_code == 2 and "rank 1" in res.output and "Traceback" not in res.output
+
+
+def test_a_job_nobody_ended_is_refused_naming_the_rank(jobs, tmp_path):
+    # A user's rank 0 SIGKILLed: the job and rank 0 stay `running`, their process gone.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    job = shutil.copytree(jobs["plain"], tmp_path / "job")
+    for manifest_path in (job / "manifest.json", job / "rank0" / "manifest.json"):
+        manifest = json.loads(manifest_path.read_text())
+        manifest.update(status="running", pid=gone.pid, host=socket.gethostname(), error=None)
+        manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(GapscopeInputError) as refused:
+        load_job(job)
+    assert str(refused.value) == (f"job {json.loads((job / 'manifest.json').read_text())['run_id']} "
+                                  f"failed: rank 0: interrupted (process {gone.pid} on "
+                                  f"{socket.gethostname()} is gone) (the job was never ended)")
 
 
 def test_folder_mixing_two_jobs_refused(jobs, tmp_path):

@@ -275,3 +275,21 @@ def test_stale_running_run_reads_as_interrupted_in_report_and_matrix_resume(torc
         "row": {"row_id": "row", "status": "complete", "run_dir": [stale.name], "reason": None}}}))
     (outcome,) = run_matrix(matrix, tmp_path / "matrices", base)
     assert outcome.status == "complete" and Path(outcome.run_dir).name != stale.name
+
+
+def test_an_error_that_follows_a_stop_signal_is_the_interruption():
+    from profilers.run_lifecycle import Interrupted, signals_interrupt
+    with signals_interrupt() as request:
+        failure = RuntimeError("not asked to stop")
+        assert request.behind(failure) is failure
+        try:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except Interrupted:
+                # What TensorFlow's pybind11 made of it, when the handler ran inside its error handling.
+                raise RuntimeError("MISMATCH of original and normalized active exception types: "
+                                   "ORIGINAL UnavailableError REPLACED BY Interrupted: SIGTERM")
+        except RuntimeError as exc:
+            seen = request.behind(exc)
+    assert isinstance(seen, Interrupted) and seen.exit_code == 143

@@ -110,6 +110,7 @@ def test_capture_keras_in_a_users_tf_distribute_script(tmp_path):
     distributed = manifest["distributed"]
     assert (distributed["world_size"], distributed["backend"], distributed["launcher"]) == (2, "tf-collective", "user")
     assert [entry["status"] for entry in distributed["ranks"]] == ["complete", "complete"]
+    assert not list(job.rglob(".profiler-stop*"))  # the stop barrier's files are gone
     for rank in range(2):
         run = _manifest(job / f"rank{rank}")
         assert (run["rank"], run["world_size"], run["job_id"]) == (rank, 2, job.name)
@@ -229,8 +230,8 @@ def test_the_stop_barrier_waits_for_live_peers_only(tmp_path):
     with pytest.raises(RuntimeError, match="^rank1, rank2 did not reach the end of the trace window within 2 s$"):
         barrier.wait("a")
     (tmp_path / "rank2" / "manifest.json").write_text(json.dumps({"status": "complete"}))
-    (tmp_path / "rank2" / ".profiler-stop-b").touch()
+    (tmp_path / ".profiler-stop" / "rank2-b").touch()
     started = time.monotonic()
     barrier.wait("b")  # rank 2 is there, rank 1 is dead: not waited for
     assert time.monotonic() - started < 1.5
-    assert (tmp_path / "rank0" / ".profiler-stop-b").exists()
+    assert sorted(p.name for p in (tmp_path / ".profiler-stop").iterdir()) == ["rank0-a", "rank0-b", "rank2-b"]

@@ -22,7 +22,7 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
     """The run's exit code: 0 complete, 1 failed, 2 bad input, 130/143 stopped by SIGINT/SIGTERM
     (its manifest then says `failed: interrupted`). A rank of a distributed run (execute_rank)
     adds its `rank_fields` to the manifest and trains inside `process_group()`."""
-    with signals_interrupt():
+    with signals_interrupt() as stop_request:
         try:
             settings.check_lengths()  # again where the workers fork: settings may come from anywhere
             spec = get_workload(settings.workload).sized(settings.batch_size, settings.width)
@@ -52,6 +52,7 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
             run.complete(rows, {**facts, "run_wall_s": round(wall_s, 3)})
             return 0
         except BaseException as exc:  # a failed run is a result: record it, then say so
+            exc = stop_request.behind(exc)
             run.fail(None, {}, exc)
             if not isinstance(exc, KeyboardInterrupt):
                 print(f"gapscope: run failed: {run.error or exc}", file=sys.stderr)

@@ -10,4 +10,11 @@ def rank_shard(spec, settings, rank: int, world_size: int, raw: bool = False):
     sees (a step count: world_size times the samples of one process's run)."""
     from workloads.datasets import dataset_for
     x, y = dataset_for(spec, replace(settings, steps=settings.steps * world_size), raw=raw)
-    return x[rank::world_size], y[rank::world_size]
+    return shard(x, y, rank, world_size)
+
+
+def shard(x, y, rank: int, world: int, per_rank_samples: int | None = None):
+    """Rank `rank`'s samples `rank::world`, cut to `per_rank_samples` where given, so that every
+    rank runs the same number of full steps (a rank with a step more would wait on its peers
+    for ever)."""
+    return x[rank::world][:per_rank_samples], y[rank::world][:per_rank_samples]

@@ -9,7 +9,9 @@ from contextlib import ExitStack, contextmanager
 
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
+from profilers.job_dir import STOP_BARRIER_DIR, rank_dir
 from profilers.run_dir import status_of
+from workloads.shards import shard
 
 BACKEND = "tf-collective"
 LAUNCHER = "tf.distribute"
@@ -185,12 +187,6 @@ def rank_data(spec, settings, rank: int, world: int):
     return x, y, updates_per_epoch
 
 
-def shard(x, y, rank: int, world: int, per_rank_samples: int):
-    """Rank `rank`'s samples `rank::world`, cut to `per_rank_samples` so that every rank runs
-    the same number of full steps (a rank with a step more would wait on its peers for ever)."""
-    return x[rank::world][:per_rank_samples], y[rank::world][:per_rank_samples]
-
-
 def sharded_dataset(x, y, batch_size: int, world: int, seed: int, shuffle: bool = True):
     """An endless tf.data pipeline of this rank's shard, batched at the GLOBAL batch (batch * world):
     MWMS splits each global batch into per-replica batches of `batch_size`, and with
@@ -281,7 +277,7 @@ def last_steps_window(window, steps: int):
 
 class StopBarrier:
     """Brackets each worker's TF profiler stop with two file barriers in the job directory
-    (`<job>/rank<r>/.profiler-stop-<name>`), after the training loop. With TensorFlow 2.21
+    (`<job>/.profiler-stop/rank<r>-<name>`, gone once the job ends), after the training loop. With TensorFlow 2.21
     under MultiWorkerMirroredStrategy the stop sometimes kills a worker: the host tracer's
     TraceMeRecorder::Consume frees a pointer that is not one while it merges split events
     (SIGABRT "free(): invalid pointer", or SIGSEGV; gdb backtrace on this 2-core VM). Called
@@ -293,18 +289,21 @@ class StopBarrier:
 
     def __init__(self, run_dir, rank: int, world: int, timeout: float | None = None):
         from pathlib import Path
-        self._dirs = [Path(run_dir).parent / f"rank{r}" for r in range(world)]
-        self._own = Path(run_dir)
+        job_dir = Path(run_dir).parent
+        self._dirs = [rank_dir(job_dir, r) for r in range(world)]
+        self._rank = rank
+        self._markers = job_dir / STOP_BARRIER_DIR
         self._timeout = collective_timeout() if timeout is None else timeout
 
     def wait(self, name: str) -> None:
         import time
-        marker = f".profiler-stop-{name}"
-        (self._own / marker).touch()
+        self._markers.mkdir(exist_ok=True)
+        (self._markers / f"{self._dirs[self._rank].name}-{name}").touch()
         deadline = time.monotonic() + self._timeout
         next_check = time.monotonic() + 0.25
         while True:
-            missing = [folder for folder in self._dirs if not (folder / marker).exists()]
+            missing = [folder for folder in self._dirs
+                       if not (self._markers / f"{folder.name}-{name}").exists()]
             if not missing:
                 return
             now = time.monotonic()
