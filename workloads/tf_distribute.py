@@ -277,15 +277,15 @@ def last_steps_window(window, steps: int):
 
 class StopBarrier:
     """Brackets each worker's TF profiler stop with two file barriers in the job directory
-    (`<job>/.profiler-stop/rank<r>-<name>`, gone once the job ends), after the training loop. With TensorFlow 2.21
-    under MultiWorkerMirroredStrategy the stop sometimes kills a worker: the host tracer's
-    TraceMeRecorder::Consume frees a pointer that is not one while it merges split events
-    (SIGABRT "free(): invalid pointer", or SIGSEGV; gdb backtrace on this 2-core VM). Called
-    from a callback inside `fit` that was about 1 run in 4; after the training loop, between
-    these barriers, it is about 1 in 9 (5 of 43 two-worker runs) and nothing found here
-    lowers it further (neither a 1 s settle after dropping the input pipeline nor the
-    coordination heartbeat set to an hour). The barriers keep every rank's stop away from its
-    peers' collective traffic; a peer whose run has ended (died in its stop) is not waited for."""
+    (`<job>/.profiler-stop/rank<r>-<name>`, removed once the job ends), after the training loop.
+    With TensorFlow 2.21 under MultiWorkerMirroredStrategy the stop sometimes kills a worker:
+    the host tracer's TraceMeRecorder::Consume frees a pointer that is not one while it merges
+    split events (SIGABRT "free(): invalid pointer", or SIGSEGV; gdb backtrace on this 2-core
+    VM). Called from a callback inside `fit` that was about 1 run in 4; after the training loop,
+    between these barriers, about 1 in 9 (5 of 43 two-worker runs), and nothing tried here
+    lowered it further (a 1 s settle after dropping the input pipeline, the coordination
+    heartbeat set to an hour). The barriers keep every rank's stop away from its peers'
+    collective traffic; a peer whose run has ended (died in its stop) is not waited for."""
 
     def __init__(self, run_dir, rank: int, world: int, timeout: float | None = None):
         from pathlib import Path
