@@ -331,8 +331,8 @@ def test_keras_nproc_runs_its_workers_into_one_job(tmp_path):
 
 def test_a_tf_worker_crashing_in_its_profiler_stop_fails_the_job_naming_it(tmp_path):
     # What TensorFlow 2.21 does to a worker about 1 run in 9, done on purpose: SIGABRT to rank 1
-    # while its profiler stops. Rank 0 must take the launcher's SIGTERM (TF's preemption notifier
-    # had taken SIGTERM over: rank 0 sat 30 s, was SIGKILLed and got the blame).
+    # while its profiler stops. Rank 0 had sat 30 s at the stop barrier, ignoring the launcher's
+    # SIGTERM (TF's preemption notifier had taken it over), was SIGKILLed and got the blame.
     from profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
     process = _gapscope(["run", "mlp", "--framework", "tf", "--nproc", "2", *TINY,
                          "--out", str(tmp_path)])
@@ -345,7 +345,10 @@ def test_a_tf_worker_crashing_in_its_profiler_stop_fails_the_job_naming_it(tmp_p
     assert stderr.strip().splitlines()[-1] == f"gapscope: run {job.name} failed: rank 1: {TF_PROFILER_ABORT}"
     assert (_manifest(job)["status"], _manifest(job)["error"]) == ("failed", f"rank 1: {TF_PROFILER_ABORT}")
     assert _manifest(job / "rank1")["error"] == TF_PROFILER_ABORT
-    assert (_manifest(job / "rank0")["status"], _manifest(job / "rank0")["error"]) == ("failed", "interrupted")
+    # Rank 0 ends on the launcher's SIGTERM, or completes first: the barrier does not wait for a
+    # dead peer. Its data is never lost to the blame.
+    assert (_manifest(job / "rank0")["status"], _manifest(job / "rank0")["error"]) in (
+        ("failed", "interrupted"), ("complete", None))
 
 
 def test_a_worker_tensorflow_aborted_in_its_profiler_stop_is_named_so(tmp_path):
