@@ -13,7 +13,6 @@ from profilers import environment
 from profilers.errors import GapscopeInputError
 from profilers.run_lifecycle import INTERRUPTED
 from profilers.run_dir import MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
-from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
 RANK_PREFIX = "rank"
 # The TF workers' profiler-stop barrier (workloads.tf_distribute.StopBarrier): removed once the
@@ -101,8 +100,6 @@ def rank_entries(job_dir: Path, world_size: int) -> list[dict]:
         elif status == "running":
             entry.update(status="running", error="still running when the job was finalised "
                                                  "(a rank on another host: its end is unknown here)")
-        elif status == "failed" and died_stopping_tf_profiler(directory):
-            entry.update(status=status, error=TF_PROFILER_ABORT)
         else:
             entry.update(status=status, error=error)
         entries.append(entry)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
+from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"
@@ -151,7 +152,10 @@ def status_of(run_dir: Path) -> tuple[str | None, str | None]:
         return None, f"no readable manifest ({exc})"
     if not isinstance(manifest, dict):
         return None, "no readable manifest"
-    return effective_status(manifest)
+    status, error = effective_status(manifest)
+    if manifest.get("status") == "running" and status == "failed" and died_stopping_tf_profiler(run_dir):
+        return status, TF_PROFILER_ABORT  # its process died inside TensorFlow's profiler stop
+    return status, error
 
 
 def inside(folder: Path, stored) -> Path:

@@ -14,6 +14,7 @@ from pathlib import Path
 from profilers import environment
 from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
 from profilers.run_dir import Manifest, create_run_dir, write_steps_csv
+from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
 INTERRUPTED = "interrupted"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -189,7 +190,10 @@ class RunLifecycle:
 
     def end_unrecorded(self, error: str) -> bool:
         """Fails the run with `error` unless its end is recorded already (the launcher's part,
-        when the run process died without a word). False if the manifest could not be written."""
+        when the run process died without a word). False if the manifest could not be written.
+        A process that died inside TensorFlow's profiler stop is said to have, unless stopped."""
+        if error != INTERRUPTED and died_stopping_tf_profiler(self.run_dir):
+            error = TF_PROFILER_ABORT
         if self.status != "running":
             self.finished = True
             return True

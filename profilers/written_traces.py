@@ -70,5 +70,7 @@ def stop_tf_profiler(profiler, logdir: Path) -> None:
             raise OSError(errno.EIO, f"{_TRUNCATED}: {exc.message}") from None
     marker = Path(logdir) / TF_PROFILER_STOPPING
     marker.touch()
-    checked_writes(stop, Path(logdir), "*.xplane.pb", whole_xspace)
-    marker.unlink()
+    try:
+        checked_writes(stop, Path(logdir), "*.xplane.pb", whole_xspace)
+    finally:  # an error or a signal is recorded by the run itself; only a crash leaves the marker
+        marker.unlink()

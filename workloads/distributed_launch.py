@@ -21,7 +21,6 @@ from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_
                                start_job, wait_for_ranks)
 from profilers.nvml import gpu_count
 from profilers.run_lifecycle import INTERRUPTED, RunLifecycle
-from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 from workloads.launch import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings, split_endpoint
@@ -183,7 +182,6 @@ def _record(job_dir: Path, settings: RunSettings, exit_code: int, output: str,
         if run.status == "running":  # killed outright, or stopped before it could say so
             code = codes.get(rank)
             run.end_unrecorded(INTERRUPTED if interrupted else
-                               TF_PROFILER_ABORT if died_stopping_tf_profiler(directory) else
                                f"rank process exited with code {code if code is not None else '?'}"
                                f" before recording its end")
     if node == 0:

@@ -16,7 +16,6 @@ from profilers import strict_json
 from profilers.nvml import gpu_count
 from profilers.run_dir import create_run_dir
 from profilers.run_lifecycle import INTERRUPTED, LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted, RunLifecycle
-from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
 from workloads.step_report import parse
@@ -170,7 +169,6 @@ def _outcome(run_dir: Path, exit_code: int, output: str, interrupted: bool) -> R
     run = RunLifecycle.reopen(run_dir)
     # The child died before it could record its end (killed, segfault, Ctrl-C).
     error = (INTERRUPTED if interrupted or exit_code in _INTERRUPTED_CODES else
-             TF_PROFILER_ABORT if died_stopping_tf_profiler(run_dir) else
              f"run process exited with code {exit_code}: {_last_line(output)}")
     if not run.end_unrecorded(error):
         return RunOutcome(run_dir, "failed", f"{error}; the manifest could not be written", exit_code)
