@@ -292,16 +292,14 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
     from analysis.breakdown import breakdown_of
-    from analysis.distributed_breakdown import job_breakdown
-    from analysis.job import is_job, load_job
+    from analysis.job import is_job
     complete = [o for o in outcomes if o.status == "complete"]
     runs = [o for o in complete if not is_job(o.run_dir)]
     jobs = [o for o in complete if is_job(o.run_dir)]  # --nproc N: the job across its ranks
     if runs or not jobs:
         click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in runs]), nl=False)
     if jobs:
-        click.echo(registry.JOB_BREAKDOWN[fmt].render([job_breakdown(load_job(o.run_dir))
-                                                       for o in jobs]), nl=False)
+        click.echo(registry.JOB_BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in jobs]), nl=False)
     if len(complete) < len(outcomes):
         sys.exit(EXIT_RUN_FAILED)
 
@@ -395,8 +393,8 @@ def breakdown(paths, source, fmt):
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
     from analysis.breakdown import breakdown as breakdown_run
-    from analysis.distributed_breakdown import job_breakdown
-    from analysis.job import is_job, load_job
+    from analysis.breakdown import breakdown_of
+    from analysis.job import is_job
     from analysis.run import Runs, expand_runs
     entries = expand_runs(paths)
     runs = Runs()
@@ -406,7 +404,7 @@ def breakdown(paths, source, fmt):
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
             if is_job(entry.path):
-                jobs.append(job_breakdown(load_job(entry.path), source))
+                jobs.append(breakdown_of(entry.path, source))
             else:
                 results.append(breakdown_run(runs.load(entry.path, entry.label), source))
         except GapscopeInputError as exc:

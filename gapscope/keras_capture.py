@@ -25,8 +25,8 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     tf.distribute.MultiWorkerMirroredStrategy of several workers (TF_CONFIG), each worker's fit
     is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`; use it
     with `with` there, so that the profile is saved after fit has returned.
-    trace_steps are optimizer
-    updates as in `range(first, stop)`, counted over all epochs; None records timers only.
+    trace_steps are optimizer updates as in `range(first, stop)`, counted over all epochs;
+    None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
     raises or is interrupted is recorded as failed; Keras tells callbacks only of success."""
     import keras
@@ -165,7 +165,8 @@ def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int
     agree on the job directory's name over the strategy itself (rank 0's, by a TF collective)."""
     if framework == "keras":
         from profilers.tf_marks import multi_worker
-        from workloads.tf_distribute import BACKEND, cluster_place, tf_share
+        from workloads.tf_cluster import cluster_place
+        from workloads.tf_distribute import BACKEND, tf_share
         place = cluster_place() if multi_worker(model.distribute_strategy) else None
         if place is not None:
             from gapscope.user_run import RankPlace

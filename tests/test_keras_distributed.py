@@ -19,7 +19,7 @@ import pytest
 from profilers.errors import GapscopeInputError
 from tests.tf_workers import run_script_workers, run_workers, start_workers, wait_workers
 from workloads.settings import RunSettings
-from workloads.tf_distribute import cluster_place, free_ports, tf_config_env, worker_envs
+from workloads.tf_cluster import cluster_place, free_ports, tf_config_env, worker_envs
 
 TINY = dict(workload="mlp", steps=12, warmup_steps=2, trace_steps=4, batch_size=32, nproc=2)
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from profilers.written_traces import TF_PROFILER_STOPPING
-from workloads.tf_distribute import free_ports, tf_config_env
+from workloads.tf_cluster import free_ports, tf_config_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
