@@ -14,6 +14,7 @@ from analysis.run import Run
 from analysis.other_split import other_shares
 from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
+from analysis.reliability import reliability_warnings
 from analysis.variant_notes import variant_notes
 from profilers.errors import GapscopeInputError
 from profilers.executions import updates_in_call
@@ -48,7 +49,9 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     if isinstance(requested, int) and run.warmup_steps > requested:
         result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
                             "ended inside a compiled call of several updates (steps_per_execution)")
-    result.notes = run.notes + variant_notes(run.manifest) + result.notes
+    result.reliability_warnings = reliability_warnings(run.manifest, result.step_times_ms)
+    result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
+                    + run.notes + variant_notes(run.manifest) + result.notes)
     _label(result, run)
     return result
 

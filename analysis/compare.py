@@ -10,7 +10,8 @@ from analysis.explain import RunExplanation
 from analysis.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results import Breakdown
 from analysis.run import unique_labels
-from analysis.stats import Interval, contains_zero, paired_ratio, percentile_interval, t_interval
+from analysis.stats import (Interval, RepeatRatio, contains_zero, percentile_interval, repeat_ratio,
+                            welch_difference)
 from analysis.suggestions import Suggestion, suggest
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
@@ -38,7 +39,7 @@ class PhaseGap:
 
 class IntervalMethod(enum.StrEnum):
     BOOTSTRAP = "bootstrap over steps"      # one run a side: its steps resampled
-    REPEATS = "t over interleaved repeats"  # paired fresh-process repeats: drift included
+    REPEATS = "two-level t over interleaved repeats"  # fresh processes: their spread included
 
 
 class EvidenceKind(enum.StrEnum):
@@ -82,6 +83,25 @@ class PairComparison:
     repeats: int = 1
     unprofiled: bool = True      # both step times from unprofiled steps
     suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
+    repeat_ratio: RepeatRatio | None = None   # with repeats: pair ratios, spread, repeats needed
+
+    @property
+    def pair_ratios(self) -> list[float]:
+        return self.repeat_ratio.pair_ratios if self.repeat_ratio else []
+
+    @property
+    def pairs_agreeing(self) -> int:
+        """Pairs whose own ratio lies on the same side of 1 as the overall one."""
+        if self.ratio is None or self.ratio == 1.0:
+            return 0
+        return sum((r > 1.0) == (self.ratio > 1.0) for r in self.pair_ratios)
+
+    @property
+    def repeats_to_decide(self) -> int | None:
+        """Within noise: repeats per side after which a gap this size would be told apart."""
+        if not self.within_noise or self.repeat_ratio is None:
+            return None
+        return self.repeat_ratio.repeats_to_decide(self.repeats)
 
     @property
     def within_noise(self) -> bool:
@@ -94,6 +114,9 @@ class PairComparison:
                 "ratio_ci95": _rounded(self.ratio_ci95, 4), "within_noise": self.within_noise,
                 "interval_method": self.interval_method and str(self.interval_method), "repeats": self.repeats,
                 "unprofiled": self.unprofiled,
+                "pair_ratios": [round(r, 4) for r in self.pair_ratios],
+                "pairs_agreeing": self.pairs_agreeing if self.pair_ratios else None,
+                "repeats_to_decide": self.repeats_to_decide,
                 "phases": {g.phase: {"a_ms": g.a_ms, "b_ms": g.b_ms, "delta_ms": g.delta_ms,
                                      "delta_ci95": _rounded(g.delta_ci95),
                                      "within_noise": g.within_noise,
@@ -143,10 +166,19 @@ def compare(runs: list[RunExplanation],
         run.breakdown.label = label
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
              for i, other in enumerate(runs[1:], start=1)]
+    warnings += _reliability(runs, repeats)
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
                         "and the gap may have the wrong size")
     return Comparison(runs, pairs, warnings)
+
+
+def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
+    """Each run's (or repeat's) reasons not to trust its step time, named by run."""
+    if not repeats:
+        return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings]
+    return [f"{run.breakdown.name} repeat {i}: {w}" for run, side in zip(runs, repeats)
+            for i, b in enumerate(side, start=1) for w in b.reliability_warnings]
 
 
 def compare_pair(a: RunExplanation, b: RunExplanation,
@@ -214,17 +246,27 @@ def _bootstrap_intervals(pair: PairComparison, a: Breakdown, b: Breakdown) -> No
 
 
 def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: list[Breakdown]) -> None:
-    """Interleaved repeats A B A B ...: repeat i of A and of B ran side by side in time, so
-    their ratio and differences are paired; the t-interval over the pairs carries the drift
-    between processes that one run's steps cannot show."""
+    """Interleaved repeats A B B A ...: each a fresh process. The step ratio takes both levels
+    of noise (processes, and steps within them: stats.repeat_ratio); the ms deltas take the
+    spread of the processes' means (Welch)."""
     a_means = [_mean_figures([x]) for x in side_a]
     b_means = [_mean_figures([x]) for x in side_b]
-    ratio, pair.ratio_ci95 = paired_ratio([f["step"] for f in a_means], [f["step"] for f in b_means])
-    pair.ratio = round(ratio, 4)
-    pair.gap_ci95 = t_interval([fb["step"] - fa["step"] for fa, fb in zip(a_means, b_means)])
+    result = repeat_ratio([f["step"] for f in a_means], [f["step"] for f in b_means],
+                          [_within_variance(x) for x in side_a], [_within_variance(x) for x in side_b])
+    pair.repeat_ratio = result
+    pair.ratio, pair.ratio_ci95 = round(result.ratio, 4), result.ci95
+    # The gap's interval is the ratio's, in ms of the baseline step: one verdict, not two.
+    if result.ci95 is not None:
+        pair.gap_ci95 = (pair.a_step_ms * (result.ci95[0] - 1), pair.a_step_ms * (result.ci95[1] - 1))
     for g in pair.phases:
-        g.delta_ci95 = t_interval([fb[g.phase] - fa[g.phase] for fa, fb in zip(a_means, b_means)])
+        g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means])
     pair.interval_method = IntervalMethod.REPEATS
+
+
+def _within_variance(b: Breakdown) -> float:
+    """Variance of a run's mean step from its own steps (var / n)."""
+    times = b.step_times_ms
+    return statistics.variance(times) / len(times) if len(times) > 1 else 0.0
 
 
 def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:

@@ -76,6 +76,9 @@ class Breakdown:
     # The trace's `other` by what the host did meanwhile (OtherPart names): shares adding up to 1.
     other_shares: dict[str, float] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Reasons not to take the step time as a fact (a busy machine, steps in two levels):
+    # each is also a note, so every view shows it; the JSON marks the figures unreliable.
+    reliability_warnings: list[str] = field(default_factory=list)
     # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);
     # row 0 is the estimate itself. Kept for the intervals of differences between runs.
     replicates: np.ndarray | None = field(default=None, repr=False)
@@ -134,6 +137,8 @@ class Breakdown:
             "phase_sources": {p: str(s) for p, s in self.phase_sources.items()},
             "unidentified_phases": self.unidentified_phases,
             "notes": self.notes,
+            "reliable": not self.reliability_warnings,
+            "reliability_warnings": self.reliability_warnings,
             "per_step": [finite(asdict(s)) for s in self.steps],
         }
 

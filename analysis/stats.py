@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -54,16 +56,119 @@ def t_interval(values: list[float]) -> Interval | None:
     return mean - half, mean + half
 
 
+@dataclass(frozen=True)
+class RepeatRatio:
+    """other / base over repeats in fresh processes, by the two-level model of repeat_ratio."""
+
+    ratio: float
+    ci95: Interval | None
+    pair_ratios: list[float]        # repeat i of other / repeat i of base (they ran side by side)
+    dof: float | None               # the t-interval's degrees of freedom (Welch)
+    log_sd: float | None            # standard error of log(ratio): what further repeats shrink
+
+    def repeats_to_reach(self, half_width: float, have: int) -> int | None:
+        """Repeats per side after which the interval's relative half-width would be at most
+        `half_width` (0.03 for 3 %), if the spread stays as measured; None without a spread."""
+        if self.log_sd is None or half_width <= 0:
+            return None
+        spread = self.log_sd ** 2 * have           # variance of one repeat pair's log ratio
+        # Degrees of freedom grow with the repeats as Welch's did here (2n - 2 where both
+        # sides spread alike, n - 1 where one side holds all the spread).
+        per_repeat = (self.dof or 2 * have - 2) / max(have - 1, 1)
+        target = math.log1p(half_width)
+        for n in range(2, 10_000):
+            if _t_quantile(int(per_repeat * (n - 1))) * math.sqrt(spread / n) <= target:
+                return n
+        return None
+
+    def repeats_to_decide(self, have: int) -> int | None:
+        """Repeats per side after which an interval of this width would exclude 1 (no gap)."""
+        if self.ratio == 1.0:
+            return None
+        return self.repeats_to_reach(math.expm1(abs(math.log(self.ratio))), have)
+
+
+REPEAT_METHOD = ("two-level t (Welch) over interleaved repeats: the spread between processes, "
+                 "never below the noise of the steps within them")
+
+
+def repeat_ratio(base: list[float], other: list[float],
+                 base_within: list[float] | None = None,
+                 other_within: list[float] | None = None) -> RepeatRatio:
+    """other / base from repeats in fresh processes: per side, each process gives the mean of
+    its steady steps; `*_within` (optional) is the variance of each such mean from its own steps
+    (var(steps) / n).
+
+    Two levels of noise add up in a process's mean: the process itself (threads, allocator,
+    placement: a process is steady within itself but differs from the next by several %) and
+    its steps. The spread of the processes' means holds both, but from 3 processes it is a
+    poor estimate, and three that happen to agree would claim more than their own steps can:
+    so each side's variance of log(mean) is the larger of the spread between its processes
+    and the mean noise within them. The sides may spread differently (a compiled run is
+    steadier), so the t-interval on log(ratio) uses Welch's degrees of freedom; a ratio's
+    interval on logs is symmetric (2x slower and 2x faster lie equally far from 1)."""
+    if not base or not other:
+        raise ValueError("no repeats")
+    la = [math.log(v) for v in base]
+    lb = [math.log(v) for v in other]
+    ratio = math.exp(statistics.fmean(lb) - statistics.fmean(la))
+    pairs = [b / a for a, b in zip(base, other)]
+    if other == base:  # the same measurements (a baseline against itself): no difference at all
+        return RepeatRatio(1.0, (1.0, 1.0), pairs, None, 0.0)
+    if len(la) < 2 or len(lb) < 2:
+        return RepeatRatio(ratio, None, pairs, None, None)
+    (va, da), (vb, db) = _side(la, base, base_within), _side(lb, other, other_within)
+    ea, eb = va / len(la), vb / len(lb)
+    se2 = ea + eb
+    if se2 == 0:
+        return RepeatRatio(ratio, (ratio, ratio), pairs, None, 0.0)
+    dof = se2 ** 2 / (ea ** 2 / da + eb ** 2 / db)
+    half = _t_quantile(int(dof)) * math.sqrt(se2)
+    log_ratio = math.log(ratio)
+    return RepeatRatio(ratio, (math.exp(log_ratio - half), math.exp(log_ratio + half)), pairs,
+                       dof, math.sqrt(se2))
+
+
+# Degrees of freedom of a side whose variance is its steps' noise: dozens of steps in each of
+# several processes; 30 errs on the wide side.
+_WITHIN_DOF = 30
+
+
+def _side(logs: list[float], means: list[float], within: list[float] | None) -> tuple[float, float]:
+    """A side's variance of log(process mean), and the degrees of freedom behind it: the
+    spread between its processes (n - 1), or, where that is smaller than the noise within
+    them, the within-process noise (known from many steps)."""
+    between, floor = statistics.variance(logs), _log_within(means, within)
+    return (between, len(logs) - 1) if between >= floor else (floor, _WITHIN_DOF)
+
+
+def _log_within(means: list[float], within: list[float] | None) -> float:
+    """Mean variance of log(mean) from the steps inside each process (delta method)."""
+    if not within:
+        return 0.0
+    return statistics.fmean(w / m ** 2 for w, m in zip(within, means))
+
+
+def welch_difference(base: list[float], other: list[float]) -> Interval | None:
+    """Interval of mean(other) - mean(base) over repeats in fresh processes (Welch's t): the
+    same two-sided view of the repeats as repeat_ratio, for figures in ms."""
+    if len(base) < 2 or len(other) < 2:
+        return None
+    ea = statistics.variance(base) / len(base)
+    eb = statistics.variance(other) / len(other)
+    delta = statistics.fmean(other) - statistics.fmean(base)
+    if ea + eb == 0:
+        return delta, delta
+    dof = (ea + eb) ** 2 / (ea ** 2 / (len(base) - 1) + eb ** 2 / (len(other) - 1))
+    half = _t_quantile(int(dof)) * math.sqrt(ea + eb)
+    return delta - half, delta + half
+
+
 def paired_ratio(base: list[float], other: list[float]) -> tuple[float, Interval | None]:
-    """other / base over paired repeats (repeat i of both ran side by side): the geometric mean
-    of the paired ratios and its t-interval, taken on their logs, where a ratio is symmetric
-    (2x slower and 2x faster lie equally far from 1). No interval for fewer than two pairs."""
-    logs = [math.log(b / a) for a, b in zip(base, other)]
-    if not logs:
-        raise ValueError("no pairs")
-    interval = t_interval(logs)
-    return (math.exp(sum(logs) / len(logs)),
-            None if interval is None else (math.exp(interval[0]), math.exp(interval[1])))
+    """other / base over repeats (means only) and its interval: repeat_ratio's model."""
+    result = repeat_ratio(base, other)
+    return result.ratio, result.ci95
+
 
 def contains_zero(interval: Interval | None) -> bool:
     return interval is not None and interval[0] <= 0.0 <= interval[1]
@@ -84,11 +189,14 @@ def percentile(sorted_values: list[float], pct: float) -> float:
     return sorted_values[low] + (sorted_values[high] - sorted_values[low]) * (pos - low)
 
 
-# Two-sided 97.5 % quantiles of Student's t by degrees of freedom (scipy is no dependency).
+# Two-sided 97.5 % quantiles of Student's t by degrees of freedom (scipy is no dependency);
+# between entries the next lower dof is taken, which errs on the wide side.
 _T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
-         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 60: 2.000}
+         9: 2.262, 10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 30: 2.042, 40: 2.021,
+         60: 2.000, 120: 1.980}
 
 
 def _t_quantile(dof: int) -> float:
+    dof = max(dof, 1)
     known = max(k for k in _T975 if k <= dof)
-    return _T975[known] if dof < 120 else 1.960
+    return _T975[known] if dof < 1000 else 1.960

@@ -10,6 +10,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from profilers.environment import omp_num_threads
+from profilers.machine_load import MachineLoad
 from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrupt, stop_with_parent
 from profilers.samplers import ResourceSampler
 from workloads.registry import get_workload
@@ -42,10 +43,14 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
             stop_with_parent()
             runner = _runner(settings.framework)
             sampler = ResourceSampler() if settings.sample_resources else None
+            load = MachineLoad()
             with process_group(), sampler or nullcontext(), StepReporter(settings.steps_per_execution):
                 started = time.perf_counter()
-                rows, facts = runner(spec, settings, run_dir)
+                with load:
+                    rows, facts = runner(spec, settings, run_dir)
                 wall_s = time.perf_counter() - started
+            # Whether others shared the machine: a step time from a busy machine is no fact.
+            facts["machine_load"] = load.summary
             if sampler is not None:
                 sampler.write_csv(run_dir)
                 facts["resources"] = sampler.summary()

@@ -33,7 +33,8 @@ def ratio_text(pair) -> str:
 
 
 def verdict_lines(comparison: Comparison) -> list[str]:
-    """One line per pair: how much slower or faster, with its interval, or that it is noise."""
+    """One line per pair: how much slower or faster, with its interval, or that it is noise;
+    with repeats, a second line with the pair ratios they came from."""
     lines = []
     for pair in comparison.pairs:
         if pair.ratio is None:
@@ -41,12 +42,15 @@ def verdict_lines(comparison: Comparison) -> list[str]:
         if pair.within_noise:
             lines.append(f"{pair.b_label} vs {pair.a_label}: within noise "
                          f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
-            continue
-        slower = pair.ratio > 1
-        factor = pair.ratio if slower else 1 / pair.ratio
-        lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
-                     f"{pair.a_label} (ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms"
-                     f" per step){_where(pair)}")
+        else:
+            slower = pair.ratio > 1
+            factor = pair.ratio if slower else 1 / pair.ratio
+            lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
+                         f"{pair.a_label} (ratio {ratio_text(pair)}; gap "
+                         f"{delta(pair.gap_ms, pair.gap_ci95)} ms per step){_where(pair)}")
+        pairs = evidence_text.pairs_line(pair)
+        if pairs:
+            lines.append(f"  {pairs}")
     for pair in comparison.pairs[:1]:
         lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines

@@ -28,5 +28,6 @@ def render(comparison: Comparison) -> str:
         page.line(f"warning: {warning}")
     for run in comparison.runs:
         for note in run.breakdown.notes + run.kernels.notes:
-            page.line(f"{run.breakdown.name}: {note}")
+            if note.removeprefix("warning: ") not in run.breakdown.reliability_warnings:
+                page.line(f"{run.breakdown.name}: {note}")  # those are among the warnings above
     return page.text()

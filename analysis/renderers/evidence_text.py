@@ -3,19 +3,35 @@ from __future__ import annotations
 
 from analysis.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.kernels import WorkSource
+from analysis.stats import REPEAT_METHOD
 from analysis.suggestions import Rule, Suggestion
 
 INTERVAL_METHODS = {
     None: "none: a run has too few steps for an interval",
     IntervalMethod.BOOTSTRAP: ("95 % bootstrap over the steps of each run; drift between processes "
                                "is not in it: measure with `gapscope compare --measure ... --repeats N`"),
-    IntervalMethod.REPEATS: ("95 % t-interval over {repeats} interleaved repeats (fresh processes); "
-                             "ratio = geometric mean of the paired ratios"),
+    IntervalMethod.REPEATS: ("95 % " + REPEAT_METHOD.replace("interleaved repeats",
+                                                             "{repeats} interleaved repeats")
+                             + "; ratio = geometric mean over the repeats"),
 }
 
 
 def interval_method(pair: PairComparison) -> str:
     return INTERVAL_METHODS[pair.interval_method].format(repeats=pair.repeats)
+
+
+def pairs_line(pair: PairComparison) -> str | None:
+    """'pairs: 1.42, 1.75, 1.22 (3/3 slower); 5 repeats would decide it': what the repeats
+    say one by one, so an interval is never read without the figures it came from."""
+    if not pair.pair_ratios:
+        return None
+    side = "slower" if (pair.ratio or 1) > 1 else "faster"
+    text = (f"pair ratios {', '.join(f'{r:.2f}' for r in pair.pair_ratios)} "
+            f"({pair.pairs_agreeing}/{len(pair.pair_ratios)} {side})")
+    needed = pair.repeats_to_decide
+    if needed is not None:
+        text += f"; about {needed} repeats a side would tell a gap this size from noise"
+    return text
 
 
 def suggestion(s: Suggestion) -> str:

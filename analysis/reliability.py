@@ -1,0 +1,103 @@
+"""Whether a run's step time can be trusted: the machine's load while it ran, and steps that split or shift."""
+from __future__ import annotations
+
+import math
+import statistics
+
+# Other processes using more than this share of all cores while the run ran: the run's
+# threads were preempted (2 intra-op threads on 2 shared cores wait for each other at every
+# parallel region), so its step time says as much about the neighbours as about the run.
+# A quiet machine here reads 0-3 % (the launcher reading the run's pipe included).
+BUSY_OTHERS_PCT = 10.0
+BUSY_STEAL_PCT = 5.0
+# Steady steps that fall into two groups this far apart (median over median), each holding at
+# least this share of the steps, are two states of the machine, not noise around one.
+LEVEL_RATIO = 1.3
+LEVEL_MIN_SHARE = 0.1
+LEVEL_MIN_STEPS = 3
+
+
+def reliability_warnings(manifest: dict, step_times_ms: list[float]) -> list[str]:
+    """One line per reason not to take the step time as a fact; empty when none is seen."""
+    warnings = _load_warnings(manifest.get("machine_load"))
+    split = two_levels(step_times_ms)
+    if split:
+        (n_low, low), (n_high, high) = split
+        warnings.append(f"steady steps fall into two levels ({n_low} near {low:.3f} ms, {n_high} "
+                        f"near {high:.3f} ms): the machine changed state during the run")
+    shift = level_shift(step_times_ms)
+    if shift:
+        at, before, after = shift
+        warnings.append(f"steady steps shifted from {before:.3f} to {after:.3f} ms at the "
+                        f"{_ordinal(at + 1)} steady step: the machine changed state during the run")
+    return warnings
+
+
+def _load_warnings(load) -> list[str]:
+    if not isinstance(load, dict):
+        return []
+    warnings = []
+    others, steal = _number(load.get("others_cpu_pct")), _number(load.get("steal_pct"))
+    cores = _number(load.get("cores"))
+    if others is not None and others > BUSY_OTHERS_PCT:
+        warnings.append(f"busy machine: other processes used {others:.0f} % of the "
+                        f"{f'{cores:.0f} ' if cores else ''}cores while this run ran, so its step "
+                        "time is not a fact about this configuration: measure on a quiet machine")
+    if steal is not None and steal > BUSY_STEAL_PCT:
+        warnings.append(f"busy host: the hypervisor gave {steal:.0f} % of the CPU time to other "
+                        "guests while this run ran (steal)")
+    return warnings
+
+
+def two_levels(times: list[float]) -> tuple[tuple[int, float], tuple[int, float]] | None:
+    """((count, median) of the fast group, (count, median) of the slow) where the sorted steps
+    break at one wide gap into two groups LEVEL_RATIO apart; None for one level."""
+    values = sorted(t for t in times if t > 0)
+    least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(values)))
+    if len(values) < 2 * least:
+        return None
+    gaps = [(math.log(values[i] / values[i - 1]), i) for i in range(least, len(values) - least + 1)]
+    _, cut = max(gaps)
+    low, high = values[:cut], values[cut:]
+    if statistics.median(high) / statistics.median(low) < LEVEL_RATIO:
+        return None
+    # A continuum of step times has no wide gap: half the ratio must lie between the groups.
+    if values[cut] / values[cut - 1] < math.sqrt(LEVEL_RATIO):
+        return None
+    return (len(low), statistics.median(low)), (len(high), statistics.median(high))
+
+
+def level_shift(times: list[float]) -> tuple[int, float, float] | None:
+    """(index, median before, median after) where the steps, in time order, change level for
+    good: the two stretches LEVEL_RATIO apart and hardly overlapping; None otherwise."""
+    least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(times)))
+    if len(times) < 2 * least or min(times) <= 0:
+        return None
+    logs = [math.log(t) for t in times]
+    # The cut that explains most of the spread (largest between-stretch sum of squares, the
+    # least-squares change point), on logs so a 2x step change counts alike at any speed.
+    cut = max(range(least, len(times) - least + 1),
+               key=lambda c: c * (len(logs) - c) * (statistics.fmean(logs[:c]) - statistics.fmean(logs[c:])) ** 2)
+    before, after = statistics.median(times[:cut]), statistics.median(times[cut:])
+    if abs(math.log(after / before)) < math.log(LEVEL_RATIO):
+        return None
+    slow, fast = (times[:cut], times[cut:]) if before > after else (times[cut:], times[:cut])
+    # Most of the slow stretch above most of the fast one: a step change, not a drift.
+    if _quantile(fast, 0.9) >= _quantile(slow, 0.1):
+        return None
+    return cut, before, after
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -1,0 +1,178 @@
+"""Per-process spread of the steady step: gapscope's run process against a plain loop, one knob at a time."""
+from __future__ import annotations
+
+# Usage: python -m benchmarks.process_spread [--workload cnn] [--rounds 8] [--steps 60]
+#            [--arms plain,run,run:no-trace,child,child:no-trace:no-sampler,plain:omp1,run:omp1]
+#
+# Every round starts one fresh process per arm, in a rotated order (so that no arm always runs
+# first after a quiet pause), and takes the mean of its steady steps (after the warm-up, and
+# for gapscope runs only the unprofiled ones). An arm's spread is the coefficient of variation
+# of those per-process means: how much "which process you got" moves the figure. The plain
+# loop (benchmarks/plain_loops.py, no gapscope code) is the control every other arm is held to.
+#
+# Arms: a kind, then knobs, separated by ':'.
+#   plain            the plain loop
+#   run              `gapscope run` as a user types it (launcher process + run process)
+#   child            the run process alone (workloads.execute), no launcher reading its pipe
+#   knobs: no-trace (no profiler window), no-sampler (no resource sampler thread),
+#          omp1 (OMP_NUM_THREADS=1), omp2 (OMP_NUM_THREADS=2)
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from benchmarks.gap_truth import OUT_DIR, ROOT, WARMUP_STEPS, child_env, last_json_object, log, tail
+from profilers.machine_load import load_snapshot
+
+KINDS = ("plain", "run", "child")
+KNOBS = ("no-trace", "no-sampler", "omp1", "omp2")
+DEFAULT_ARMS = "plain,run,child,child:no-trace:no-sampler"
+PROCESS_TIMEOUT_S = 15 * 60
+
+
+@dataclass(frozen=True)
+class Arm:
+    name: str
+    kind: str
+    knobs: frozenset
+
+    @classmethod
+    def parse(cls, text: str) -> "Arm":
+        kind, *knobs = text.split(":")
+        if kind not in KINDS or any(k not in KNOBS for k in knobs):
+            raise ValueError(f"arm {text!r}: a kind ({', '.join(KINDS)}) then knobs "
+                             f"({', '.join(KNOBS)}), separated by ':'")
+        return cls(text, kind, frozenset(knobs))
+
+    def env(self) -> dict:
+        env = child_env()
+        for knob, threads in (("omp1", "1"), ("omp2", "2")):
+            if knob in self.knobs:
+                env["OMP_NUM_THREADS"] = threads
+        return env
+
+
+def steady_times(arm: Arm, workload: str, steps: int, scratch: Path) -> list[float]:
+    """One fresh process of `arm`; the step times (ms) its steady state is made of."""
+    if arm.kind == "plain":
+        command = [sys.executable, "-m", "benchmarks.plain_loops", workload, "torch",
+                   "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
+        done = _run(command, arm)
+        return last_json_object(done.stdout)["times_ms"][WARMUP_STEPS:]
+    out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
+    if arm.kind == "run":
+        command = [sys.executable, "-m", "cli", "run", workload, "--framework", "torch",
+                   "--steps", str(steps), "--warmup", str(WARMUP_STEPS), "--quiet", "--out", str(out)]
+        if "no-trace" in arm.knobs:
+            command.append("--no-trace")
+        if "no-sampler" in arm.knobs:
+            raise ValueError("no-sampler goes with the child kind (the CLI has no such option)")
+        _run(command, arm)
+        run_dir = next(p for p in out.iterdir() if p.is_dir())
+    else:
+        from workloads.settings import RunSettings
+        settings = RunSettings(workload=workload, framework="torch", steps=steps,
+                               warmup_steps=WARMUP_STEPS, trace="no-trace" not in arm.knobs,
+                               sample_resources="no-sampler" not in arm.knobs)
+        run_dir = out / "run"
+        run_dir.mkdir()
+        _run([sys.executable, "-m", "workloads.execute", str(run_dir),
+              json.dumps(settings.to_dict())], arm)
+    return _unprofiled_steady(run_dir / "steps.csv")
+
+
+def _unprofiled_steady(steps_csv: Path) -> list[float]:
+    import csv
+    with open(steps_csv, newline="") as handle:
+        return [float(r["step_ms"]) for r in csv.DictReader(handle)
+                if r["warmup"] == "0" and r["traced"] == "0"]
+
+
+def _run(command: list[str], arm: Arm) -> subprocess.CompletedProcess:
+    done = subprocess.run(command, cwd=ROOT, env=arm.env(), capture_output=True, text=True,
+                          timeout=PROCESS_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise RuntimeError(f"{arm.name} failed ({done.returncode}): {tail(done.stdout + done.stderr)}")
+    return done
+
+
+def cv_pct(values: list[float]) -> float | None:
+    return 100 * statistics.stdev(values) / statistics.fmean(values) if len(values) > 1 else None
+
+
+def summarise(arm: Arm, processes: list[dict]) -> dict:
+    means = [p["mean_ms"] for p in processes]
+    return {"arm": arm.name, "processes": len(means), "mean_ms": statistics.fmean(means),
+            "min_ms": min(means), "max_ms": max(means), "cv_pct": cv_pct(means),
+            "within_cv_pct": statistics.median(p["within_cv_pct"] for p in processes)}
+
+
+def render(summaries: list[dict], control: dict | None) -> str:
+    header = ("arm", "processes", "mean ms", "min ms", "max ms", "CV between", "CV within",
+              "CV / plain")
+    rows = []
+    for s in summaries:
+        ratio = (f"{s['cv_pct'] / control['cv_pct']:.2f}" if control and s["cv_pct"] is not None
+                 and control.get("cv_pct") else "-")
+        rows.append((s["arm"], str(s["processes"]), f"{s['mean_ms']:.2f}", f"{s['min_ms']:.2f}",
+                     f"{s['max_ms']:.2f}",
+                     "-" if s["cv_pct"] is None else f"{s['cv_pct']:.1f} %",
+                     f"{s['within_cv_pct']:.1f} %", ratio))
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    lines.append("CV between: spread of the per-process steady means; CV within: median over "
+                 "processes of the spread of their own steps.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--workload", choices=("cnn", "mlp"), default="cnn")
+    parser.add_argument("--arms", default=DEFAULT_ARMS)
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--steps", type=int, default=60)
+    args = parser.parse_args(argv)
+    try:
+        arms = [Arm.parse(a) for a in args.arms.split(",")]
+    except ValueError as exc:
+        parser.error(str(exc))
+    if args.steps <= WARMUP_STEPS + 14:
+        parser.error(f"--steps must leave unprofiled steps after the trace window (> {WARMUP_STEPS + 14})")
+    results: dict[str, list[dict]] = {a.name: [] for a in arms}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="process-spread-") as scratch:
+        for round_index in range(args.rounds):
+            shift = round_index % len(arms)
+            for arm in arms[shift:] + arms[:shift]:
+                before = load_snapshot()
+                times = steady_times(arm, args.workload, args.steps, Path(scratch))
+                mean = statistics.fmean(times)
+                results[arm.name].append({"mean_ms": mean, "within_cv_pct": cv_pct(times),
+                                          "steps": len(times), "load_before": before,
+                                          "load_after": load_snapshot()})
+                log(f"round {round_index + 1}/{args.rounds} {arm.name}: {mean:.2f} ms "
+                    f"(load {before['loadavg_1m']:.2f})")
+    summaries = [summarise(a, results[a.name]) for a in arms]
+    control = next((s for s in summaries if s["arm"] == "plain"), None)
+    print(render(summaries, control))
+    loads = [p["load_before"]["loadavg_1m"] for ps in results.values() for p in ps]
+    print(f"load (1-min average) before each process: {min(loads):.2f} to {max(loads):.2f}; "
+          f"{args.rounds} rounds, {args.steps} steps, {time.perf_counter() - started:.0f} s")
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    raw = OUT_DIR / f"process_spread-{datetime.now(timezone.utc):%Y%m%d-%H%M%S}.json"
+    raw.write_text(json.dumps({"args": vars(args), "summaries": summaries, "processes": results},
+                              indent=2))
+    log(f"raw figures: {raw}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

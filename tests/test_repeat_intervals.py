@@ -1,0 +1,85 @@
+"""The two-level interval over repeats: known answers on synthetic processes-and-steps data."""
+import math
+
+import numpy as np
+import pytest
+
+from analysis.stats import repeat_ratio, welch_difference
+
+
+def _experiment(rng, ratio, repeats, steps, between_sd, within_sd):
+    """One A/B measurement: per side, `repeats` processes whose speed is off by a log-normal
+    factor (between_sd), each timing `steps` steps with log-normal noise (within_sd)."""
+    sides = []
+    for level in (100.0, 100.0 * ratio):
+        means, within = [], []
+        for _ in range(repeats):
+            process = level * math.exp(rng.normal(0, between_sd))
+            times = process * np.exp(rng.normal(0, within_sd, steps))
+            means.append(float(times.mean()))
+            within.append(float(times.var(ddof=1) / steps))
+        sides.append((means, within))
+    (a, wa), (b, wb) = sides
+    return repeat_ratio(a, b, wa, wb)
+
+
+@pytest.mark.parametrize("between_sd,within_sd", [(0.04, 0.10), (0.0, 0.10), (0.10, 0.02)])
+def test_the_interval_holds_the_true_ratio_95_times_in_100(between_sd, within_sd):
+    # 1,000 simulated measurements of a true ratio of 1.3, three processes a side: the
+    # interval must cover it about 95 % of the time, neither far less (too narrow: the old
+    # paired t from two pairs' agreement) nor nearly always (uselessly wide).
+    rng = np.random.default_rng(7)
+    hits = sum(lo <= 1.3 <= hi for lo, hi in
+               (_experiment(rng, 1.3, 3, 40, between_sd, within_sd).ci95 for _ in range(1000)))
+    assert 930 <= hits <= 990
+
+
+def test_three_repeats_that_agree_within_3_percent_give_a_tight_interval():
+    # A's processes within 3 % of each other, B's too, but paired differently: the ratio is
+    # known to a few %, not [0.97, 1.82].
+    result = repeat_ratio([100.0, 103.0, 101.0], [152.0, 148.0, 151.0])
+    low, high = result.ci95
+    assert result.ratio == pytest.approx(1.4836, abs=1e-4)  # geometric means 150.33 / 101.33
+    assert high / result.ratio - 1 < 0.05 and 1 - low / result.ratio < 0.05
+    assert result.pair_ratios == pytest.approx([1.52, 148 / 103, 151 / 101])
+
+
+def test_processes_that_agree_exactly_still_carry_the_noise_of_their_steps():
+    # Three identical process means a side, but each mean has a variance of 4 ms^2 (A) and
+    # 9 ms^2 (B) from its own steps: 4e-4 on the log scale both. By hand: standard error
+    # sqrt(2 * 4e-4 / 3) = 0.01633; both sides rest on their steps (30 dof each), Welch dof
+    # 60, t 2.000, half-width 0.03266 on logs.
+    result = repeat_ratio([100.0] * 3, [150.0] * 3, [4.0] * 3, [9.0] * 3)
+    assert result.ratio == pytest.approx(1.5)
+    assert result.dof == pytest.approx(60.0)
+    assert result.ci95 == pytest.approx((1.5 * math.exp(-0.03266), 1.5 * math.exp(0.03266)), rel=1e-4)
+    # Repeats for a 2 % half-width if the spread stays so: 8 (dof 210, t 1.980 * sqrt(8e-4 / 8)
+    # = 0.01980 <= log 1.02 = 0.019803), and 7 fall short (0.02117).
+    assert result.repeats_to_reach(0.02, have=3) == 8
+
+
+def test_welch_difference_by_hand():
+    # Means 12 and 21, variances of the means 4/3 and 1/3, Welch dof 2.94 -> t(2) 4.303.
+    low, high = welch_difference([10.0, 12.0, 14.0], [20.0, 21.0, 22.0])
+    half = 4.303 * math.sqrt(5 / 3)
+    assert (low, high) == pytest.approx((9 - half, 9 + half))
+
+
+def test_one_repeat_a_side_gives_no_interval():
+    result = repeat_ratio([100.0], [120.0])
+    assert result.ratio == pytest.approx(1.2) and result.ci95 is None
+    assert result.repeats_to_reach(0.03, have=1) is None
+
+
+def test_a_gap_within_noise_says_how_many_repeats_would_decide_it():
+    # Pair ratios 1.42, 1.75, 1.22 (the newcomer's): within noise at three repeats; the
+    # repeats that would tell a gap this size from noise, if the spread stays as measured.
+    result = repeat_ratio([100.0, 100.0, 100.0], [142.0, 175.0, 122.0])
+    low, high = result.ci95
+    assert low < 1.0 < high
+    needed = result.repeats_to_decide(have=3)
+    assert needed is not None and needed > 3
+    # At that many repeats the interval's half-width is below the gap.
+    # By hand: all the spread is B's (var of its logs 0.0328, Welch dof 2 = n - 1), so 4
+    # repeats: t(3) 3.182 * sqrt(0.0328 / 4) = 0.288 < log 1.452 = 0.373 (3: t(2) gives 0.450).
+    assert needed == 4
