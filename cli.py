@@ -17,6 +17,26 @@ from analysis.renderers import registry
 from workloads.devices import DEVICES
 from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
 
+
+class _Percent(click.ParamType):
+    """'3%' or '3' -> 0.03: a precision, more than 0 and at most 50 %."""
+
+    name = "percent"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        try:
+            number = float(str(value).strip().removesuffix("%"))
+        except ValueError:
+            self.fail(f"{value!r} is not a percentage such as 3%", param, ctx)
+        if not 0 < number <= 50:
+            self.fail(f"{value!r}: give a precision above 0 and at most 50%", param, ctx)
+        return number / 100
+
+
+PERCENT = _Percent()
+
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter (oneDNN, CPU features, absl) and the Python warnings of
 # TensorFlow and absl would bury gapscope's own output in every command; errors still show.
@@ -431,9 +451,15 @@ def breakdown(paths, source, fmt):
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--measure", is_flag=True,
               help="RUNS are configurations WORKLOAD:FRAMEWORK[:VARIANT] to run now, interleaved "
-                   "A B A B ..., each repeat a fresh process, into one A/B folder under --out.")
-@click.option("--repeats", type=click.IntRange(1, 50), default=3, show_default=True,
-              help="With --measure: runs of each configuration.")
+                   "A B, B A, ..., each repeat a fresh process, into one A/B folder under --out.")
+@click.option("--repeats", type=click.IntRange(1, 200), default=None,
+              help="With --measure: runs of each configuration [default: 3; with --precision "
+                   "the most, default 50].")
+@click.option("--precision", type=PERCENT, default=None, metavar="PCT",
+              help="With --measure: add interleaved repeats until every ratio's 95 % interval "
+                   "is within ±PCT (e.g. 3%), or --budget is spent; says why it stopped.")
+@click.option("--budget", type=click.FloatRange(0.5, 24 * 60), default=10.0, show_default=True,
+              metavar="MINUTES", help="With --precision: time the measurement may take.")
 @click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
               help="With --measure: steps per run (warm-up and traced steps included).")
 @click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
@@ -450,7 +476,8 @@ def breakdown(paths, source, fmt):
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @format_option(registry.COMPARE)
 @wide_option
-def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **settings):
+def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions, quiet, fmt,
+            **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -463,19 +490,27 @@ def compare(runs, measure, repeats, out_dir, check_suggestions, quiet, fmt, **se
     Example:
       gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* --format markdown
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
+      gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
     from analysis.breakdown import breakdown as breakdown_run
     from analysis.compare import compare as compare_runs
     from analysis.explain import explain, explain_all
     from analysis.job import is_job
     from analysis.run import Runs, is_measurement, load_measurement
+    if precision is not None and not measure:
+        raise GapscopeInputError("--precision goes with --measure")
+    repeats = repeats or (50 if precision is not None else 3)
+    stopped: list[str] = []
     if measure:
         _check_lengths(settings)
-        runs = [str(_measure(runs, repeats, out_dir, quiet, settings))]
+        runs = [str(_measure(runs, repeats, out_dir, quiet, settings, precision=precision,
+                             budget_s=budget * 60, stopped=stopped))]
     if len(runs) == 1 and is_measurement(runs[0]):
-        per_config = load_measurement(runs[0])
-        comparison = compare_runs([explain(config_runs[0]) for config_runs in per_config],
-                                  [[breakdown_run(r) for r in config_runs] for config_runs in per_config])
+        evidence, repeat_breakdowns, left_out = _measured(load_measurement(runs[0]))
+        comparison = compare_runs([explain(r) for r in evidence], repeat_breakdowns)
+        comparison.warnings += left_out
+        if precision is not None and stopped and not stopped[0].startswith("precision reached"):
+            comparison.warnings.append(f"precision ±{100 * precision:g} % not reached: {stopped[0]}")
     elif any(is_job(r) for r in runs):
         _compare_scaling(runs, fmt)
         return
@@ -542,22 +577,63 @@ def _check_suggestions(comparison, repeats: int, out_dir: str, quiet: bool, sett
             suggestion.check = measured(folder)
 
 
+def _measured(per_config):
+    """From an A/B folder's runs: the run of each configuration that gives the evidence, the
+    breakdowns of the repeats, and a warning per repeat left out. A repeat that cannot be
+    analysed (no steady steps, an unreadable trace) takes its pair with it, not the whole
+    measurement: pairs ran side by side, so both sides keep the same repeats."""
+    from analysis.breakdown import breakdown
+    left_out, kept = [], []
+    for i in range(len(per_config[0])):
+        try:
+            kept.append((i, [breakdown(config_runs[i]) for config_runs in per_config]))
+        except GapscopeInputError as exc:
+            left_out.append(f"repeat {i + 1} left out (every configuration's): {exc}")
+    if not kept:
+        raise GapscopeInputError(f"no repeat of the measurement could be analysed: {left_out[0]}")
+    first = kept[0][0]
+    sides = zip(*(breakdowns for _, breakdowns in kept))
+    return [config_runs[first] for config_runs in per_config], [list(s) for s in sides], left_out
+
+
 def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
-             failed_is_fatal: bool = True) -> Path | None:
+             failed_is_fatal: bool = True, precision: float | None = None,
+             budget_s: float = 600.0, stopped: list[str] | None = None) -> Path | None:
     """The A/B folder; a failed run ends the command, or with `failed_is_fatal` False is
-    said and gives None."""
+    said and gives None. With `precision`, rounds go on until analysis.precision says stop;
+    its reason is said and appended to `stopped`."""
+    import time
+
     from workloads.ab import Config, RunFailed, measure
     from workloads.settings import RunSettings
     configs = [Config.parse(spec) for spec in specs]
+    most = f"up to {repeats}" if precision is not None else str(repeats)
 
     def on_run(repeat, config, outcome):
         if outcome is None:
-            _say(quiet, f"repeat {repeat + 1}/{repeats}: running {config.label}...")
+            _say(quiet, f"repeat {repeat + 1}/{most}: running {config.label}...")
         else:
             _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
+    started = time.monotonic()
+
+    def after_round(runs, rounds):
+        from analysis.precision import progress_of, stop_reason
+        try:
+            progress = progress_of(runs, time.monotonic() - started)
+        except GapscopeInputError as exc:
+            reason = f"stopped: a run could not be analysed ({exc})"
+        else:
+            _say(quiet, progress.line(precision))
+            reason = stop_reason(progress, precision, budget_s, repeats)
+        if reason:
+            click.echo(f"gapscope: {reason}", err=True)
+            if stopped is not None:
+                stopped.append(reason)
+        return reason
     base = RunSettings(workload="", framework="", **settings)
     try:
-        folder = measure(configs, repeats, base, out_dir, on_run)
+        folder = measure(configs, repeats, base, out_dir, on_run,
+                         after_round if precision is not None else None)
     except RunFailed as exc:
         click.echo(f"gapscope: A/B measurement failed: {exc}", err=True)
         if failed_is_fatal:

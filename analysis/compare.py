@@ -10,8 +10,8 @@ from analysis.explain import RunExplanation
 from analysis.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results import Breakdown
 from analysis.run import unique_labels
-from analysis.stats import (Interval, RepeatRatio, contains_zero, percentile_interval, repeat_ratio,
-                            welch_difference)
+from analysis.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
+                            repeat_ratio, welch_difference)
 from analysis.suggestions import Suggestion, suggest
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
@@ -252,7 +252,8 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
     a_means = [_mean_figures([x]) for x in side_a]
     b_means = [_mean_figures([x]) for x in side_b]
     result = repeat_ratio([f["step"] for f in a_means], [f["step"] for f in b_means],
-                          [_within_variance(x) for x in side_a], [_within_variance(x) for x in side_b])
+                          [mean_variance(x.step_times_ms) for x in side_a],
+                          [mean_variance(x.step_times_ms) for x in side_b])
     pair.repeat_ratio = result
     pair.ratio, pair.ratio_ci95 = round(result.ratio, 4), result.ci95
     # The gap's interval is the ratio's, in ms of the baseline step: one verdict, not two.
@@ -261,12 +262,6 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
     for g in pair.phases:
         g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means])
     pair.interval_method = IntervalMethod.REPEATS
-
-
-def _within_variance(b: Breakdown) -> float:
-    """Variance of a run's mean step from its own steps (var / n)."""
-    times = b.step_times_ms
-    return statistics.variance(times) / len(times) if len(times) > 1 else 0.0
 
 
 def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:

@@ -149,6 +149,11 @@ def _log_within(means: list[float], within: list[float] | None) -> float:
     return statistics.fmean(w / m ** 2 for w, m in zip(within, means))
 
 
+def mean_variance(values: list[float]) -> float:
+    """Variance of the mean of `values` from their own spread (var / n); 0 for fewer than two."""
+    return statistics.variance(values) / len(values) if len(values) > 1 else 0.0
+
+
 def welch_difference(base: list[float], other: list[float]) -> Interval | None:
     """Interval of mean(other) - mean(base) over repeats in fresh processes (Welch's t): the
     same two-sided view of the repeats as repeat_ratio, for figures in ms."""

@@ -148,10 +148,10 @@ def test_measure_runs_configurations_interleaved_and_compare_rereads_the_folder(
     (folder,) = tmp_path.glob("ab-linreg-*")
     state = json.loads((folder / "ab.json").read_text())
     assert state["status"] == "complete" and state["configs"] == ["linreg:torch", "linreg:keras"]
-    # Interleaved: A B A B by start time, each repeat a process of its own.
+    # Interleaved, rounds alternating (A B, B A) by start time, each repeat its own process.
     started = sorted((json.loads((folder / name / "manifest.json").read_text())["started_at"], config)
                      for config, names in state["runs"].items() for name in names)
-    assert [c for _, c in started] == ["linreg:torch", "linreg:keras"] * 2
+    assert [c for _, c in started] == ["linreg:torch", "linreg:keras", "linreg:keras", "linreg:torch"]
     pids = {json.loads((folder / n / "manifest.json").read_text())["pid"]
             for names in state["runs"].values() for n in names}
     assert len(pids) == 4

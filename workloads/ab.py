@@ -45,11 +45,16 @@ class Config:
 
 
 def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str | Path,
-            on_run: Callable[[int, Config, RunOutcome | None], None] = lambda r, c, o: None) -> Path:
-    """Runs every configuration `repeats` times, interleaved; returns the A/B folder.
+            on_run: Callable[[int, Config, RunOutcome | None], None] = lambda r, c, o: None,
+            after_round: Callable[[dict[str, list[Path]], int], str | None] | None = None) -> Path:
+    """Runs every configuration up to `repeats` times, interleaved; returns the A/B folder.
 
     `base` carries the run-length settings; each configuration adds workload, framework and
-    variant. Every variant is resolved (or refused) before anything runs."""
+    variant. Every variant is resolved (or refused) before anything runs. Rounds alternate
+    their order (A B, B A, ...), so that whatever the first run of a round meets (a cooler
+    cache, a quieter neighbour) falls on every configuration alike. `after_round(runs, rounds)`
+    is asked after each round, with each configuration's run directories so far: a reason to
+    stop (kept in ab.json as `stopped`), or None to go on."""
     if len(configs) < 2:
         raise GapscopeInputError("an A/B measurement needs at least two configurations")
     if len({c.workload for c in configs}) > 1:
@@ -68,7 +73,8 @@ def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str
              "runs": {c.label: [] for c in configs}, "status": "running"}
     _save(folder, state)
     for repeat in range(repeats):
-        for config, run_settings in zip(configs, settings):
+        in_order = list(zip(configs, settings))
+        for config, run_settings in (in_order if repeat % 2 == 0 else in_order[::-1]):
             on_run(repeat, config, None)
             try:
                 outcome = launch(run_settings, folder)
@@ -85,6 +91,12 @@ def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str
             # Names only: the folder can move, and nothing outside it is ever followed.
             state["runs"][config.label].append(outcome.run_dir.name)
             _save(folder, state)
+        if after_round is not None:
+            reason = after_round({c.label: [folder / n for n in state["runs"][c.label]]
+                                  for c in configs}, repeat + 1)
+            if reason:
+                state.update(stopped=reason, repeats=repeat + 1)
+                break
     state["status"] = "complete"
     _save(folder, state)
     return folder
