@@ -644,6 +644,121 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
 
 
 @cli.command()
+@click.argument("target")
+@click.option("--baseline", "baseline_file", required=True, type=click.Path(dir_okay=False),
+              help="The stored baseline (JSON): read, or written with --save.")
+@click.option("--save", is_flag=True,
+              help="Measure TARGET and store it as the baseline (an existing file is kept).")
+@click.option("--threshold", type=PERCENT, default="5%", show_default=True,
+              help="A regression is slower than the baseline by more than this, beyond noise.")
+@click.option("--repeats", type=click.IntRange(2, 200), default=5, show_default=True,
+              help="Fresh processes measuring TARGET.")
+@click.option("--config", "config_label", default=None,
+              help="With an A/B folder as TARGET: which configuration of it (default: the "
+                   "baseline's, or the first when saving).")
+@click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
+              help="Steps per run (warm-up included); no profiler runs.")
+@click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
+              show_default=True, help="First steps excluded from the steady state.")
+@click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="Folder that receives the measurement's runs.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
+@click.option("--format", "fmt", type=click.Choice(["line", "json"]), default="line",
+              show_default=True)
+def check(target, baseline_file, save, threshold, repeats, config_label, out_dir, quiet, fmt,
+          **settings):
+    """Regression check for CI: TARGET's step time against a stored baseline. Exit 1 when it is
+    slower by more than --threshold and the 95 % interval of the ratio excludes no change
+    (the two-level interval of `compare --measure`); exit 0 otherwise, also when faster.
+
+    TARGET is a configuration WORKLOAD:FRAMEWORK[:VARIANT], measured now in --repeats fresh
+    processes without a profiler, or an A/B folder whose runs are reused.
+
+    \b
+    Example:
+      gapscope check cnn:torch --baseline ci/cnn-torch.json --save
+      gapscope check cnn:torch --baseline ci/cnn-torch.json --threshold 5%
+      gapscope check traces/ab-cnn-20261125-101500-1a2b --baseline ci/cnn-torch.json
+    """
+    from analysis.regression import Baseline, check as check_against, read_baseline
+    baseline_path = Path(baseline_file)
+    if save and os.path.lexists(baseline_path):
+        raise GapscopeInputError(f"{baseline_path}: exists; remove it or name another to --save")
+    baseline = None if save else read_baseline(baseline_path)
+    config, runs, run_settings = _check_runs(target, config_label or (baseline and baseline.config),
+                                              repeats, out_dir, quiet, settings)
+    means, within, unreliable = _process_means(runs)
+    machine = _machine()
+    if save:
+        from profilers.run_dir import write_atomic
+        stored = Baseline(config, means, within, run_settings, machine)
+        write_atomic(baseline_path, strict_json.dumps(stored.to_json_dict(), indent=2) + "\n")
+        click.echo(f"baseline written: {baseline_path} ({config}: {sum(means) / len(means):.3f} ms, "
+                   f"{len(means)} repeats)")
+        return
+    result = check_against(baseline, config, means, within, threshold, machine)
+    result.warnings += unreliable
+    if fmt == "json":
+        click.echo(strict_json.dumps(result.to_json_dict(), indent=2))
+    else:
+        click.echo(result.line())
+        for warning in result.warnings:
+            click.echo(f"gapscope: warning: {warning}", err=True)
+    sys.exit(result.exit_code)
+
+
+def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quiet: bool,
+                settings: dict):
+    """(configuration label, its runs, the settings they ran with) for a check:
+    from an A/B folder, or measured now (no profiler: only the step time is wanted)."""
+    from analysis.run import is_measurement, load_measurement
+    if is_measurement(target):
+        per_config = load_measurement(target)
+        labels = [runs[0].label for runs in per_config]
+        label = label or labels[0]
+        if label not in labels:
+            raise GapscopeInputError(f"{target}: measures {', '.join(labels)}, not {label}")
+        runs = per_config[labels.index(label)]
+        return label, runs, runs[0].settings
+    from workloads.ab import Config, RunFailed, measure
+    from workloads.settings import RunSettings
+    config = Config.parse(target)
+    base = RunSettings(workload="", framework="", trace=False, **settings)
+    base.check_lengths()
+
+    def on_run(repeat, _config, outcome):
+        if outcome is None:
+            _say(quiet, f"repeat {repeat + 1}/{repeats}: running {config.label}...")
+    try:
+        folder = measure([config], repeats, base, out_dir, on_run, least=1)
+    except RunFailed as exc:
+        click.echo(f"gapscope: check failed: {exc}", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    (runs,) = load_measurement(folder)
+    return config.label, runs, runs[0].settings
+
+
+def _process_means(runs) -> tuple[list[float], list[float], list[str]]:
+    """Each run's mean unprofiled steady step, the variance of that mean from its steps, and
+    the reasons not to trust a run's figure (a busy machine), named by repeat."""
+    from analysis.breakdown import Source, breakdown
+    from analysis.stats import mean_variance
+    results = [breakdown(r, Source.TIMERS) for r in runs]
+    warnings = [f"repeat {i}: {w}" for i, b in enumerate(results, start=1)
+                for w in b.reliability_warnings]
+    times = [b.step_times_ms for b in results]
+    return [sum(t) / len(t) for t in times], [mean_variance(t) for t in times], warnings
+
+
+def _machine() -> dict:
+    from profilers.environment import cpu_name, host, versions
+    found = versions()
+    return {"host": host(), "cpu": cpu_name(), "cores": os.cpu_count(),
+            "torch": found.get("torch"), "tensorflow": found.get("tensorflow")}
+
+
+@cli.command()
 @click.argument("workload")
 @click.option("--framework", "configs", default=None,
               help="Comma-separated FRAMEWORK[:VARIANT], two or more: torch,keras or "

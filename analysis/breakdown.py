@@ -277,3 +277,10 @@ def breakdown_of(path, source: str = Source.AUTO):
         from analysis.distributed_breakdown import job_breakdown
         return job_breakdown(load_job(path), source)
     return breakdown(load_run(path), source)
+
+
+def step_times_of(run) -> list[float]:
+    """A run's (or run directory's) unprofiled steady step times (ms), from its step timers
+    alone: the trace is not read, so a measurement can ask this between rounds."""
+    from analysis.run import load_run
+    return breakdown(run if isinstance(run, Run) else load_run(run), Source.TIMERS).step_times_ms

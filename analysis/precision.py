@@ -71,10 +71,8 @@ def _minutes(seconds: float) -> str:
 def progress_of(runs: dict[str, list[Path]], elapsed_s: float) -> Progress:
     """The ratios so far from the unprofiled steady steps of each finished run (timers only:
     the traces are not read between rounds)."""
-    from analysis.breakdown import Source, breakdown
-    from analysis.run import load_run
-    times = {label: [breakdown(load_run(path), Source.TIMERS).step_times_ms for path in paths]
-             for label, paths in runs.items()}
+    from analysis.breakdown import step_times_of
+    times = {label: [step_times_of(path) for path in paths] for label, paths in runs.items()}
     labels = list(times)
     base = times[labels[0]]
     ratios = {}

@@ -10,9 +10,11 @@ import statistics
 # A quiet machine here reads 0-3 % (the launcher reading the run's pipe included).
 BUSY_OTHERS_PCT = 10.0
 BUSY_STEAL_PCT = 5.0
-# Steady steps that fall into two groups this far apart (median over median), each holding at
-# least this share of the steps, are two states of the machine, not noise around one.
+# Steady steps that change level for good by this much (median over median) mid-run: the
+# machine changed state. Unordered, steps in two groups are that only when far apart: a
+# DataLoader with workers alternates 0.85 and 1.5 ms steps by itself (batch ready or not).
 LEVEL_RATIO = 1.3
+SPLIT_RATIO = 2.0
 LEVEL_MIN_SHARE = 0.1
 LEVEL_MIN_STEPS = 3
 
@@ -51,7 +53,7 @@ def _load_warnings(load) -> list[str]:
 
 def two_levels(times: list[float]) -> tuple[tuple[int, float], tuple[int, float]] | None:
     """((count, median) of the fast group, (count, median) of the slow) where the sorted steps
-    break at one wide gap into two groups LEVEL_RATIO apart; None for one level."""
+    break at one wide gap into two groups SPLIT_RATIO apart; None for one level."""
     values = sorted(t for t in times if t > 0)
     least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(values)))
     if len(values) < 2 * least:
@@ -59,10 +61,10 @@ def two_levels(times: list[float]) -> tuple[tuple[int, float], tuple[int, float]
     gaps = [(math.log(values[i] / values[i - 1]), i) for i in range(least, len(values) - least + 1)]
     _, cut = max(gaps)
     low, high = values[:cut], values[cut:]
-    if statistics.median(high) / statistics.median(low) < LEVEL_RATIO:
+    if statistics.median(high) / statistics.median(low) < SPLIT_RATIO:
         return None
     # A continuum of step times has no wide gap: half the ratio must lie between the groups.
-    if values[cut] / values[cut - 1] < math.sqrt(LEVEL_RATIO):
+    if values[cut] / values[cut - 1] < math.sqrt(SPLIT_RATIO):
         return None
     return (len(low), statistics.median(low)), (len(high), statistics.median(high))
 

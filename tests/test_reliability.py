@@ -95,3 +95,8 @@ def test_a_run_beside_busy_processes_is_marked_in_json_table_and_compare(busy_ma
     assert "warning: busy machine" in table
     compared = runner.invoke(cli, ["compare", str(first), str(second)]).stdout
     assert compared.count("busy machine") >= 2   # each run named, once
+
+
+def test_a_dataloader_alternating_ready_and_waiting_batches_is_no_machine_state():
+    steps = [0.85, 1.55, 0.9, 1.5, 0.84, 1.6, 1.52, 0.88] * 3   # 1.8x apart, interleaved
+    assert two_levels(steps) is None and level_shift(steps) is None

@@ -46,7 +46,8 @@ class Config:
 
 def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str | Path,
             on_run: Callable[[int, Config, RunOutcome | None], None] = lambda r, c, o: None,
-            after_round: Callable[[dict[str, list[Path]], int], str | None] | None = None) -> Path:
+            after_round: Callable[[dict[str, list[Path]], int], str | None] | None = None,
+            least: int = 2) -> Path:
     """Runs every configuration up to `repeats` times, interleaved; returns the A/B folder.
 
     `base` carries the run-length settings; each configuration adds workload, framework and
@@ -54,8 +55,9 @@ def measure(configs: list[Config], repeats: int, base: RunSettings, out_dir: str
     their order (A B, B A, ...), so that whatever the first run of a round meets (a cooler
     cache, a quieter neighbour) falls on every configuration alike. `after_round(runs, rounds)`
     is asked after each round, with each configuration's run directories so far: a reason to
-    stop (kept in ab.json as `stopped`), or None to go on."""
-    if len(configs) < 2:
+    stop (kept in ab.json as `stopped`), or None to go on. `least`: configurations needed (1
+    for the repeats of one configuration, as `gapscope check` takes them)."""
+    if len(configs) < least:
         raise GapscopeInputError("an A/B measurement needs at least two configurations")
     if len({c.workload for c in configs}) > 1:
         raise GapscopeInputError("an A/B measurement compares configurations of one workload")

@@ -1,0 +1,93 @@
+"""gapscope check: a configuration against a stored baseline, exit 1 on a regression beyond noise."""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.regression import Baseline, Verdict, check, read_baseline
+from cli import cli
+from profilers.errors import GapscopeInputError
+
+_RUN = ["--steps", "16", "--warmup", "3", "--repeats", "3", "--quiet"]
+
+
+def _baseline(step_ms, within=None):
+    return Baseline("cnn:torch", step_ms, within or [0.0] * len(step_ms), {"steps": 60},
+                    {"host": "vm", "cpu": "x"})
+
+
+@pytest.mark.parametrize("now,threshold,verdict", [
+    ([110.0, 111.0, 109.0], 0.05, Verdict.REGRESSION),   # +10 %, tight: beyond noise
+    ([103.0, 104.0, 102.0], 0.05, Verdict.UNCHANGED),    # +3 %: real, but under the threshold
+    ([90.0, 140.0, 100.0], 0.05, Verdict.UNCHANGED),     # +10 % on average, but noise
+    ([80.0, 81.0, 79.0], 0.05, Verdict.FASTER),
+])
+def test_verdicts_by_hand(now, threshold, verdict):
+    result = check(_baseline([100.0, 101.0, 99.0]), "cnn:torch", now, [0.0] * 3, threshold,
+                   {"host": "vm", "cpu": "x"})
+    assert result.verdict == verdict
+    assert result.exit_code == (1 if verdict == Verdict.REGRESSION else 0)
+    assert result.warnings == []
+
+
+def test_a_different_machine_or_configuration_is_said():
+    result = check(_baseline([100.0, 101.0, 99.0]), "cnn:torch:compile", [100.0] * 3, [0.0] * 3,
+                   0.05, {"host": "ci-7", "cpu": "x"})
+    assert result.warnings == ["the baseline measured cnn:torch, this check cnn:torch:compile",
+                               "host differs from the baseline's: ci-7 vs vm"]
+
+
+@pytest.mark.parametrize("content,says", [
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [NaN], "within": [0],'
+     ' "settings": {}, "machine": {}}', "NaN is no measurement"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [-3], "within": [0],'
+     ' "settings": {}, "machine": {}}', "corrupt baseline"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3, 4], "within": [0],'
+     ' "settings": {}, "machine": {}}', "corrupt baseline"),
+    ('{"format": "something else"}', "not a gapscope baseline"),
+    ("[" * 100_000, "not a gapscope baseline"),
+    ("not json", "not a gapscope baseline"),
+])
+def test_a_corrupt_baseline_is_refused_in_one_line(tmp_path, content, says):
+    path = tmp_path / "b.json"
+    path.write_text(content)
+    with pytest.raises(GapscopeInputError, match=says):
+        read_baseline(path)
+    result = CliRunner().invoke(cli, ["check", "linreg:torch", "--baseline", str(path), *_RUN,
+                                      "--out", str(tmp_path)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1
+    assert not list(tmp_path.glob("ab-*"))   # refused before anything ran
+
+
+def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
+    runner = CliRunner()
+    baseline = tmp_path / "ci" / "linreg.json"
+    baseline.parent.mkdir()
+    out = ["--out", str(tmp_path / "runs")]
+    saved = runner.invoke(cli, ["check", "linreg:torch", "--baseline", str(baseline), "--save", *_RUN, *out])
+    assert saved.exit_code == 0, saved.output
+    assert saved.stdout.startswith(f"baseline written: {baseline} (linreg:torch: ")
+    stored = read_baseline(baseline)
+    assert stored.config == "linreg:torch" and len(stored.step_ms) == 3
+    assert stored.settings["trace"] is False        # a check times without the profiler
+    # Saving over it is refused; the file stays as it was.
+    again = runner.invoke(cli, ["check", "linreg:torch", "--baseline", str(baseline), "--save", *_RUN, *out])
+    assert again.exit_code == 2 and "exists" in again.stderr
+    assert read_baseline(baseline) == stored
+    # The same A/B folder checked against the baseline it gave: no change at all.
+    (folder,) = (tmp_path / "runs").glob("ab-linreg-*")
+    same = runner.invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--format", "json"])
+    assert same.exit_code == 0, same.output
+    doc = json.loads(same.stdout)
+    assert doc["verdict"] == "unchanged" and doc["ratio"] == 1.0 and doc["ratio_ci95"] == [1.0, 1.0]
+    # Unchanged, measured again: no regression (a loose threshold: this may be a busy machine).
+    fresh = runner.invoke(cli, ["check", "linreg:torch", "--baseline", str(baseline),
+                                "--threshold", "50%", *_RUN, *out])
+    assert fresh.exit_code == 0, fresh.output
+    # Planted: two DataLoader worker processes for a 0.3 ms step (several times slower).
+    slowed = runner.invoke(cli, ["check", "linreg:torch:nw2", "--baseline", str(baseline),
+                                 "--format", "json", *_RUN, *out])
+    assert slowed.exit_code == 1, slowed.output
+    doc = json.loads(slowed.stdout)
+    assert doc["verdict"] == "regression" and doc["ratio_ci95"][0] > 1.05
+    assert "the baseline measured linreg:torch, this check linreg:torch:nw2" in doc["warnings"]
