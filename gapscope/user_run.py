@@ -13,6 +13,7 @@ from typing import Callable
 
 from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
+from profilers.machine_load import load_between, load_snapshot
 from profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
 from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
 from profilers.trace_window import TraceWindow
@@ -195,11 +196,13 @@ class UserRun(RunLifecycle):
             run = RunLifecycle.start(directory, {**fields, "device": None, "versions": None,
                                                  **place.fields(self.job_dir.name)})
         super().__init__(run.run_dir, run.manifest)
+        self._load_before = load_snapshot()  # whether others shared the machine meanwhile
 
     def complete(self, rows: list[dict], facts: dict) -> None:
         """TensorBoard's summaries and trace viewer are views of the run: failing to write them
         must not turn a finished training loop into an exception, so the problem is recorded and
         warned of."""
+        facts = {**facts, "machine_load": load_between(self._load_before, load_snapshot())}
         problem = super().complete(rows, {**facts, **self._late_backend()})
         if problem:
             warnings.warn(f"gapscope: TensorBoard views of {self.run_dir} incomplete: {problem}",
