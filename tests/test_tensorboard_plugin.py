@@ -160,3 +160,17 @@ def test_launcher_loads_gapscopes_plugin_once():
     loaded = plugins()
     assert loaded.count(GapscopePlugin) == 1
     assert [p for p in loaded if getattr(p, "plugin_name", None) == PLUGIN_NAME] == [GapscopePlugin]
+
+
+def test_a_run_from_a_busy_machine_is_marked_unreliable_in_the_tab(tmp_path, torch_run):
+    busy = tmp_path / "busy-run"
+    shutil.copytree(torch_run, busy)
+    manifest = json.loads((busy / "manifest.json").read_text())
+    manifest["machine_load"] = {"others_cpu_pct": 61.0, "steal_pct": 0.0, "cores": 2}
+    (busy / "manifest.json").write_text(json.dumps(manifest))
+    status, doc = get(GapscopePlugin(base_plugin.TBContext(logdir=str(tmp_path))), "/runs")
+    (run,) = doc["runs"]
+    assert status == 200 and run["breakdown"]["reliable"] is False
+    assert run["breakdown"]["notes"][0].startswith("warning: busy machine: other processes used 61 %")
+    # The page marks the step figure where it stands, from that field.
+    assert "b.reliable === false" in (STATIC / "index.js").read_text()

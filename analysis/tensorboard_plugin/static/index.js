@@ -83,7 +83,7 @@ function runsSection(doc) {
                                  .join(' ').trim()},
         html('td', {}, pick), html('td', {}, name), html('td', {class: 'path'}, run.name),
         html('td', {}, run.framework || ''),
-        html('td', {class: 'num'}, b ? withInterval(b.step_ms.mean, b.step_ms.ci95) : ''),
+        html('td', {class: 'num'}, b ? withInterval(b.step_ms.mean, b.step_ms.ci95) + unreliableMark(b) : ''),
         html('td', {class: 'num'}, b ? String(b.steps) : ''),
         html('td', {class: b ? 'note' : 'problem'},
              b ? b.step_source : `cannot be analysed: ${run.problem}`));
@@ -166,7 +166,7 @@ function breakdownSection(doc, run) {
   rows.push(html('tr', {class: 'total'},
       html('td', {}, 'step'), html('td', {class: 'num step-mean'}, ms(b.step_ms.mean)),
       html('td', {class: 'num'}, halfWidth(b.step_ms.mean, b.step_ms.ci95)),
-      html('td', {class: 'num'}, '100.0 %'), html('td', {}, b.step_source),
+      html('td', {class: 'num'}, '100.0 %'), html('td', {}, b.step_source + unreliableMark(b)),
       html('td', {}, '')));
   const facts = [`${b.steps} steps`, `median ${ms(b.step_ms.median)} ms`,
                  `p10–p90 ${ms(b.step_ms.p10)}–${ms(b.step_ms.p90)} ms`];
@@ -178,6 +178,11 @@ function breakdownSection(doc, run) {
       table(['phase', 'ms', '±95 %', '% of step', 'source', 'in the trace ms'], rows),
       html('p', {class: 'facts'}, facts.join(' · ')),
       notes(b.notes));
+}
+
+// A step time measured beside a busy machine (or in two states) is no fact: say so where it stands.
+function unreliableMark(b) {
+  return b.reliable === false ? ' (unreliable: see the warnings)' : '';
 }
 
 function stackedBar(chart, doc, b, x0, y, pxPerMs, height, labelled = false) {
