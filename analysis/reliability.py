@@ -9,6 +9,11 @@ import statistics
 # parallel region), so its step time says as much about the neighbours as about the run.
 # A quiet machine here reads 0-3 % (the launcher reading the run's pipe included).
 BUSY_OTHERS_PCT = 10.0
+# Measured here (2 cores, load 5.5-7 from other work): the plain torch CNN loop took 1,445 ms a
+# step with its 2 intra-op threads, 532 ms with one (quiet: ~75 ms with two). Threads that wait
+# for each other at every parallel region suffer most when a neighbour takes a core.
+THREADS_ADVICE = ("where you cannot, fewer intra-op threads suffer less: OMP_NUM_THREADS=1 made "
+                  "a torch CNN step 2.7x faster on 2 busy cores here")
 BUSY_STEAL_PCT = 5.0
 # Steady steps that change level for good by this much (median over median) mid-run: the
 # machine changed state. Unordered, steps in two groups are that only when far apart: a
@@ -44,7 +49,8 @@ def _load_warnings(load) -> list[str]:
     if others is not None and others > BUSY_OTHERS_PCT:
         warnings.append(f"busy machine: other processes used {others:.0f} % of the "
                         f"{f'{cores:.0f} ' if cores else ''}cores while this run ran, so its step "
-                        "time is not a fact about this configuration: measure on a quiet machine")
+                        "time is not a fact about this configuration: measure on a quiet machine "
+                        f"({THREADS_ADVICE})")
     if steal is not None and steal > BUSY_STEAL_PCT:
         warnings.append(f"busy host: the hypervisor gave {steal:.0f} % of the CPU time to other "
                         "guests while this run ran (steal)")

@@ -15,7 +15,9 @@ from __future__ import annotations
 #   run              `gapscope run` as a user types it (launcher process + run process)
 #   child            the run process alone (workloads.execute), no launcher reading its pipe
 #   knobs: no-trace (no profiler window), no-sampler (no resource sampler thread),
-#          omp1 (OMP_NUM_THREADS=1), omp2 (OMP_NUM_THREADS=2)
+#          omp1 (OMP_NUM_THREADS=1), omp2 (OMP_NUM_THREADS=2),
+#          mmap-fixed (glibc's mmap threshold fixed at 32 MiB: no adjusting to what was freed),
+#          arena1 (one malloc arena for every thread)
 
 import argparse
 import json
@@ -33,7 +35,11 @@ from benchmarks.gap_truth import OUT_DIR, ROOT, WARMUP_STEPS, child_env, last_js
 from profilers.machine_load import load_snapshot
 
 KINDS = ("plain", "run", "child")
-KNOBS = ("no-trace", "no-sampler", "omp1", "omp2")
+KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1")
+# Environment each knob sets in the process it starts.
+KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
+            "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
+            "arena1": {"MALLOC_ARENA_MAX": "1"}}
 DEFAULT_ARMS = "plain,run,child,child:no-trace:no-sampler"
 PROCESS_TIMEOUT_S = 15 * 60
 
@@ -54,9 +60,8 @@ class Arm:
 
     def env(self) -> dict:
         env = child_env()
-        for knob, threads in (("omp1", "1"), ("omp2", "2")):
-            if knob in self.knobs:
-                env["OMP_NUM_THREADS"] = threads
+        for knob in self.knobs:
+            env.update(KNOB_ENV.get(knob, {}))
         return env
 
 
