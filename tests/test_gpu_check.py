@@ -263,3 +263,28 @@ print(code, len(checks))
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[-2:] == ["0", "6"]  # the run completed; six checks made
 
+
+
+def test_xplane_schema_without_tensorflow_is_tensorflows(fixtures_dir, tmp_path):
+    """The device has no TensorFlow: gapscope's own copy of the XSpace schema must be the same
+    schema, and a file written with it must read back with TensorFlow's."""
+    from analysis import xplane_proto
+    from analysis.renderers import xspace
+    own = xplane_proto._own_schema()
+    theirs = xplane_proto.xplane_pb2()
+    assert own.XSpace.DESCRIPTOR.file.serialized_pb == theirs.XSpace.DESCRIPTOR.file.serialized_pb
+    code = f"""
+import sys
+sys.modules['tensorflow'] = None
+from analysis.renderers import xspace
+from analysis.run import load_run
+run = load_run({str(fixtures_dir / 'async_gpu_two_steps.pt.trace.json')!r})
+open({str(tmp_path / 'h.xplane.pb')!r}, 'wb').write(xspace.render(run.trace, run.timeline, 'h'))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    space = theirs.XSpace()
+    space.ParseFromString((tmp_path / "h.xplane.pb").read_bytes())
+    run = load_run(fixtures_dir / "async_gpu_two_steps.pt.trace.json")
+    assert space.SerializeToString() == xspace.render(run.trace, run.timeline, "h")

@@ -1,0 +1,81 @@
+"""gapscope against the oldest torch setup.cfg claims: every torch name its code uses must exist in
+that version, read from a snapshot of that version's wheel (benchmarks.torch_api)."""
+from __future__ import annotations
+
+import configparser
+import importlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from benchmarks.torch_api import missing, used_names
+
+ROOT = Path(__file__).resolve().parent.parent
+SNAPSHOTS = ROOT / "tests" / "fixtures" / "torch_api"
+
+
+def claimed_floor() -> str:
+    config = configparser.ConfigParser()
+    config.read(ROOT / "setup.cfg")
+    found = re.search(r"^torch>=([\d.]+)\s*$", config["options"]["install_requires"], re.M)
+    assert found, "setup.cfg names no torch>= floor"
+    return found.group(1)
+
+
+def test_the_claimed_floor_is_the_gpu_devices_torch():
+    assert claimed_floor() == "2.11"
+
+
+def test_every_torch_name_gapscope_uses_exists_in_the_claimed_floor():
+    path = SNAPSHOTS / f"{claimed_floor()}.json"
+    assert path.is_file(), (f"no snapshot of torch {claimed_floor()}: python -m benchmarks.torch_api "
+                            f"<a torch {claimed_floor()} wheel> --out {path.relative_to(ROOT)}")
+    snapshot = json.loads(path.read_text())
+    assert snapshot["version"].startswith(claimed_floor())
+    assert missing(used_names(), snapshot) == []
+
+
+def test_the_used_names_are_real_on_the_installed_torch():
+    """The reading of gapscope's code yields names the torch here really has: a name the
+    static reading got wrong would make the floor check pass vacuously."""
+    used = used_names()
+    assert {"torch.cuda.Event", "torch.distributed.init_process_group", "torch.profiler.record_function",
+            "torch.amp.GradScaler", "torch.compile", "torch._dynamo.config.cache_size_limit"} <= set(used)
+    for name in used:
+        parts = name.split(".")
+        for cut in range(len(parts), 0, -1):  # the longest importable prefix, then attributes
+            try:
+                obj = importlib.import_module(".".join(parts[:cut]))
+                break
+            except ImportError:
+                continue
+        for attribute in parts[cut:]:
+            obj = getattr(obj, attribute)
+
+
+@pytest.mark.parametrize("code, expected", [
+    ("import torch\nloss = torch.nn.LinearCrossEntropyLoss()\n", "has no torch.nn.LinearCrossEntropyLoss"),
+    ("from torch.distributed import all_gather_single\n", "has no torch.distributed.all_gather_single"),
+    ("import torch.optim as optim\noptim.swap_in_optimizer_params_and_state\n",
+     "has no torch.optim.swap_in_optimizer_params_and_state"),
+])
+def test_a_name_newer_than_the_floor_is_caught(tmp_path, code, expected):
+    """Names torch 2.13 has and 2.11 lacks, used as gapscope's code would."""
+    (tmp_path / "analysis").mkdir()
+    (tmp_path / "analysis" / "new.py").write_text(code)
+    snapshot = json.loads((SNAPSHOTS / "2.11.json").read_text())
+    problems = missing(used_names(tmp_path), snapshot)
+    assert len(problems) == 1 and expected in problems[0] and "analysis/new.py:" in problems[0]
+
+
+def test_names_the_floor_has_pass(tmp_path):
+    (tmp_path / "workloads").mkdir()
+    (tmp_path / "workloads" / "ok.py").write_text(
+        "import torch\nimport torch.distributed as dist\nfrom torch.profiler import record_function\n"
+        "def f():\n    torch.cuda.Event(enable_timing=True).record()\n    dist.init_process_group('nccl')\n")
+    snapshot = json.loads((SNAPSHOTS / "2.11.json").read_text())
+    used = used_names(tmp_path)
+    assert "torch.cuda.Event" in used and "torch.distributed.init_process_group" in used
+    assert missing(used, snapshot) == []
