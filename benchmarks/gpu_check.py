@@ -6,6 +6,7 @@ Without a CUDA device it says so and exits 0. See benchmarks/README.md (GPU day 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -81,8 +82,8 @@ def _other_paths() -> str:
 class Session:
     """The runs in flight and the deadline that stops them."""
 
-    def __init__(self, out: Path, budget_s: int, cuda: bool):
-        self.out, self.cuda = out, cuda
+    def __init__(self, out: Path, budget_s: int, cuda: bool, device: str = "cuda"):
+        self.out, self.cuda, self.device = out, cuda, device  # device: "cpu" only in tests
         self.deadline = time.monotonic() + budget_s
         self.done = threading.Event()
 
@@ -111,7 +112,7 @@ class Session:
         from workloads.launch import launch
         started = time.monotonic()
         try:
-            settings = P.settings_of(planned)
+            settings = dataclasses.replace(P.settings_of(planned), device=self.device)
             outcome = (launch_job if planned.nproc else launch)(settings, self.out / "runs")
         except Exception as exc:  # noqa: BLE001 - a refused run is a finding, not the end
             return {**entry, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
@@ -119,6 +120,8 @@ class Session:
         entry.update(run_dir=str(outcome.run_dir), status=outcome.status, error=outcome.error,
                      wall_s=round(time.monotonic() - started, 1))
         checks, kernels = [C.completed(outcome.status, outcome.error)], None
+        if outcome.status != "complete":  # the run folders stay on the device: keep the evidence
+            entry["log_tail"] = _tail(Path(outcome.run_dir) / "run.log")
         if outcome.status == "complete":
             try:
                 found, kernels = P.evaluate(outcome.run_dir, planned, self.cuda)
@@ -145,6 +148,13 @@ class Session:
         return {"id": f"ncu-{phase}", "checks": [check.to_json_dict()]}
 
 
+def _tail(path: Path, lines: int = 25) -> list[str]:
+    try:
+        return path.read_text(errors="replace").splitlines()[-lines:]
+    except OSError:
+        return []
+
+
 def _pythonpath() -> str:
     root = str(Path(__file__).resolve().parent.parent)
     return os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
@@ -161,9 +171,12 @@ def fusion_checks(entries: list[dict], planned: dict[str, P.Planned]) -> None:
         entry["checks"].append(C.triton_fusion(entry["kernels"], eager).to_json_dict())
 
 
-def check_all(out: Path, jobs: int, budget_s: int, cuda: bool = True) -> dict:
-    session = Session(out, budget_s, cuda)
-    planned = sorted(P.plan(), key=lambda r: -r.cost_s)  # longest first: the lanes end together
+def check_all(out: Path, jobs: int, budget_s: int, cuda: bool = True, runs=None,
+              device: str = "cuda") -> dict:
+    """Runs `runs` (default the whole plan) `jobs` at a time and checks each; the result is
+    the report's content."""
+    session = Session(out, budget_s, cuda, device)
+    planned = sorted(runs or P.plan(), key=lambda r: -r.cost_s)  # longest first: lanes end together
     started = time.time()
     threading.Thread(target=session.watchdog, name="gpu-check-deadline", daemon=True).start()
     with ThreadPoolExecutor(max_workers=jobs) as pool:

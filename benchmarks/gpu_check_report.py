@@ -40,6 +40,9 @@ def markdown(report: dict) -> str:
         lines += [f"- **{e['id']}** {c['name']}: {_cell(c['detail'])}" for e, c in failed]
         lines += [f"- **{e['id']}** not run: {e.get('error')}" for e in not_run]
         lines.append("")
+        for e in report["runs"]:
+            if e.get("log_tail"):  # the run folders stay on the device: its last words come here
+                lines += [f"`{e['id']}` run.log, last lines:", "", "```", *e["log_tail"], "```", ""]
     lines += ["## Every check", "", "| run | variant | check | result | detail |", "|---|---|---|---|---|"]
     for entry, check in _rows(report):
         lines.append(f"| {entry['id']} | {entry.get('variant', '')} | {check['name']} | {check['status']} "

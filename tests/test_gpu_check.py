@@ -231,12 +231,16 @@ def test_report_puts_failures_first(tmp_path):
                   C.Check("completed", C.PASS, "ok").to_json_dict(),
                   C.Check("NVML sampled", C.FAIL, "0 samples | none").to_json_dict()]},
                   {"id": "cnn-compile", "variant": "compile", "status": "skipped",
-                   "error": "time budget spent before it started", "checks": []}],
+                   "error": "time budget spent before it started", "checks": []},
+                  {"id": "cnn-eager", "variant": "eager", "status": "failed", "error": "boom",
+                   "log_tail": ["Traceback", "RuntimeError: CUDA error: boom"],
+                   "checks": [C.Check("completed", C.FAIL, "status failed: boom").to_json_dict()]}],
               "probes": [{"id": "ncu-forward", "checks": [C.Check("NVTX", C.SKIP, "skipped: ncu").to_json_dict()]}]}
     json_path, md_path = gpu_check_report.write_reports(report, tmp_path)
     assert json.loads(json_path.read_text())["runs"][0]["checks"][1]["status"] == "fail"
     text = md_path.read_text()
-    assert "1 checks passed, 1 failed, 1 skipped" in text
+    assert "1 checks passed, 2 failed, 1 skipped" in text
+    assert "`cnn-eager` run.log, last lines:\n\n```\nTraceback\nRuntimeError: CUDA error: boom\n```" in text
     failures = text.split("## What failed, and why")[1].split("## Every check")[0]
     assert "**mlp-eager** NVML sampled: 0 samples \\| none" in failures
     assert "**cnn-compile** not run: time budget spent before it started" in failures
@@ -288,3 +292,65 @@ open({str(tmp_path / 'h.xplane.pb')!r}, 'wb').write(xspace.render(run.trace, run
     space.ParseFromString((tmp_path / "h.xplane.pb").read_bytes())
     run = load_run(fixtures_dir / "async_gpu_two_steps.pt.trace.json")
     assert space.SerializeToString() == xspace.render(run.trace, run.timeline, "h")
+
+
+def test_a_run_the_machine_refuses_says_why(tmp_path):
+    """On this CPU the check's own settings (device cuda) cannot run: the entry says so."""
+    session = gpu_check.Session(tmp_path, 60, cuda=False)
+    entry = session.run(P.Planned("mlp-eager", "mlp", "eager", "test"))
+    assert entry["status"] == "failed"
+    assert "device cuda requested, but torch sees no CUDA GPU" in entry["error"]
+    assert entry["checks"][0]["name"] == "completed" and entry["checks"][0]["status"] == C.FAIL
+    assert any("no CUDA GPU" in line for line in entry["log_tail"])  # the run's own words
+
+
+def test_budget_skips_runs_not_started_and_stops_the_one_in_flight(tmp_path):
+    skipped = gpu_check.Session(tmp_path, 1, cuda=False, device="cpu")
+    skipped.deadline -= 5
+    entry = skipped.run(P.Planned("mlp-eager", "mlp", "eager", "test"))
+    assert entry["status"] == "skipped" and entry["error"] == "time budget spent before it started"
+    # A CNN run of 30 steps takes far longer than 3 s here: the watchdog stops it at the deadline.
+    session = gpu_check.Session(tmp_path / "stopped", 3, cuda=False, device="cpu")
+    import threading
+    threading.Thread(target=session.watchdog, daemon=True).start()
+    entry = session.run(P.Planned("cnn-eager", "cnn", "eager", "test"))
+    session.done.set()
+    assert entry["status"] == "failed" and entry["error"] == "interrupted", entry
+    assert entry["wall_s"] < 30
+
+
+def test_check_all_end_to_end_on_cpu(tmp_path):
+    """Two runs through the whole command's path: lanes, the checks, the kernel comparison
+    (an eager run posing as compiled has no fused kernel: it must fail), the NVTX probes
+    (no ncu here: skipped) and both report files."""
+    runs = [P.Planned("mlp-eager", "mlp", "eager", "eager"),
+            P.Planned("mlp-posing", "mlp", "eager", "posing as compiled", eager_of="mlp-eager")]
+    report = gpu_check.check_all(tmp_path, jobs=2, budget_s=300, cuda=False, runs=runs, device="cpu")
+    entries = {e["id"]: e for e in report["runs"]}
+    assert {e["status"] for e in entries.values()} == {"complete"}
+    fusion = {c["name"]: c for c in entries["mlp-posing"]["checks"]}["Triton fused kernels"]
+    # No Inductor kernel in an eager run: the check fails and says so, with both counts.
+    assert fusion["status"] == C.FAIL and fusion["detail"].startswith("fused share 0")
+    assert "kernels/step against eager" in fusion["detail"]
+    assert entries["mlp-eager"]["kernels_per_step"] > 10
+    assert [p["checks"][0]["status"] for p in report["probes"]] == [C.SKIP] * 4
+    json_path, md_path = gpu_check_report.write_reports(report, tmp_path)
+    saved = json.loads(json_path.read_text())
+    assert saved["runs"][0]["checks"][0] == {"name": "completed", "status": "pass",
+                                            "detail": "manifest status complete"}
+    text = md_path.read_text()
+    assert "**mlp-posing** Triton fused kernels" in text and "**mlp-eager** NVML sampled" in text
+
+
+def test_the_ncu_probe_command_runs_without_tensorflow(tmp_path):
+    """The probe's own command line, less ncu and on the CPU, with TensorFlow unimportable."""
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['tensorflow'] = None\nsys.modules['keras'] = None\n")
+    command = P.ncu_command("forward", tmp_path, sys.executable)
+    command = command[command.index(sys.executable):]
+    command[command.index("cuda")] = "cpu"
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": f"{tmp_path / 'block'}{os.pathsep}{ROOT}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "data_load" in done.stdout and (tmp_path / "ncu-forward").is_dir()
