@@ -84,13 +84,25 @@ def test_pageable_variant_is_refused_where_it_means_nothing():
     assert resolved.pageable is True
 
 
+def _without_tensorflow(folder: Path) -> str:
+    """A PYTHONPATH under which no process can import TensorFlow or Keras, as on the GPU device:
+    its sitecustomize blocks them in every Python started with it (the launchers pass it on)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['tensorflow'] = None\nsys.modules['keras'] = None\n")
+    return os.pathsep.join(filter(None, [str(folder), os.environ.get("PYTHONPATH")]))
+
+
 @pytest.fixture(scope="module")
 def cpu_run(tmp_path_factory):
-    """One real mlp run on this CPU, with gapscope's own launcher and the check's settings."""
+    """One real mlp run on this CPU, with gapscope's own launcher and the check's settings,
+    its process unable to import TensorFlow."""
     from workloads.launch import launch
     planned = P.Planned("mlp-eager", "mlp", "eager", "test")
     settings = dataclasses.replace(P.settings_of(planned), device="cpu")
-    outcome = launch(settings, tmp_path_factory.mktemp("runs"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", _without_tensorflow(tmp_path_factory.mktemp("block")))
+        outcome = launch(settings, tmp_path_factory.mktemp("runs"))
     assert outcome.status == "complete", outcome.error
     return outcome.run_dir, planned
 
@@ -208,12 +220,14 @@ def test_ncu_output_is_read_for_a_profiled_kernel():
     assert command[command.index("--nvtx-include") + 1] == "regex:gapscope@gapscope.backward/"
 
 
-def test_one_rank_job_is_checked_on_its_rank(tmp_path):
-    """--nproc 1 through torchrun: gloo here, NCCL on a GPU; the rank's run gets every check."""
+def test_one_rank_job_is_checked_on_its_rank(tmp_path, monkeypatch):
+    """--nproc 1 through torchrun (no TensorFlow in any of its processes): gloo here, NCCL on a
+    GPU; the rank's run gets every check."""
     from workloads.distributed_launch import launch_job
     planned = P.Planned("mlp-x1", "mlp", "eager", "test", nproc=1)
     settings = dataclasses.replace(P.settings_of(planned), device="cpu")
-    outcome = launch_job(settings, tmp_path)
+    monkeypatch.setenv("PYTHONPATH", _without_tensorflow(tmp_path / "block"))
+    outcome = launch_job(settings, tmp_path / "out")
     assert outcome.status == "complete", outcome.error
     found = _by_name(P.evaluate(outcome.run_dir, planned, cuda=False)[0])
     assert found["process group"].status == C.PASS
@@ -344,13 +358,21 @@ def test_check_all_end_to_end_on_cpu(tmp_path):
 
 def test_the_ncu_probe_command_runs_without_tensorflow(tmp_path):
     """The probe's own command line, less ncu and on the CPU, with TensorFlow unimportable."""
-    (tmp_path / "block").mkdir()
-    (tmp_path / "block" / "sitecustomize.py").write_text(
-        "import sys\nsys.modules['tensorflow'] = None\nsys.modules['keras'] = None\n")
     command = P.ncu_command("forward", tmp_path, sys.executable)
     command = command[command.index(sys.executable):]
     command[command.index("cuda")] = "cpu"
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": f"{tmp_path / 'block'}{os.pathsep}{ROOT}"})
+                          env={**os.environ, "PYTHONPATH": _without_tensorflow(tmp_path / "block")})
     assert done.returncode == 0, done.stderr[-2000:]
     assert "data_load" in done.stdout and (tmp_path / "ncu-forward").is_dir()
+
+
+def test_the_tensorflow_block_blocks(tmp_path):
+    """Else the tests above that run without TensorFlow would prove nothing."""
+    env = {**os.environ, "PYTHONPATH": _without_tensorflow(tmp_path / "block")}
+    for module in ("tensorflow", "keras"):
+        done = subprocess.run([sys.executable, "-c", f"import {module}"], capture_output=True,
+                              text=True, timeout=60, env=env)
+        assert done.returncode == 1 and f"import of {module} halted; None in sys.modules" in done.stderr
+    assert subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True,
+                          timeout=120).returncode == 0  # it is installed here
