@@ -91,16 +91,22 @@ class Session:
         return self.deadline - time.monotonic()
 
     def watchdog(self) -> None:
-        """At the deadline each run still going gets SIGTERM: it records `failed: interrupted`."""
+        """From the deadline on, each run still going gets SIGTERM (it records `failed:
+        interrupted`); again every 2 s, for a run whose manifest was not there yet."""
         if self.done.wait(max(self.left_s(), 0)):
             return
-        for manifest in self.out.rglob("manifest.json"):
-            try:
-                data = json.loads(manifest.read_text())
-                if data.get("status") == "running" and data.get("pid"):
-                    os.kill(int(data["pid"]), signal.SIGTERM)
-            except (OSError, ValueError):
-                pass
+        stopped = {os.getpid()}  # a job's own manifest names the launcher: this process
+        while not self.done.is_set():
+            for manifest in self.out.rglob("manifest.json"):
+                try:
+                    data = json.loads(manifest.read_text())
+                    pid = int(data.get("pid") or 0)
+                    if data.get("status") == "running" and pid and pid not in stopped:
+                        os.kill(pid, signal.SIGTERM)
+                        stopped.add(pid)
+                except (OSError, ValueError):
+                    pass  # gone meanwhile, or a manifest half written: the next round sees it
+            self.done.wait(2.0)
 
     def run(self, planned: P.Planned) -> dict:
         entry = {"id": planned.id, "workload": planned.workload, "variant": planned.variant,

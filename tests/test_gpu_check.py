@@ -376,3 +376,23 @@ def test_the_tensorflow_block_blocks(tmp_path):
         assert done.returncode == 1 and f"import of {module} halted; None in sys.modules" in done.stderr
     assert subprocess.run([sys.executable, "-c", "import tensorflow"], capture_output=True,
                           timeout=120).returncode == 0  # it is installed here
+
+
+def test_the_watchdog_stops_runs_and_spares_the_launcher(tmp_path):
+    """A job's manifest carries the launcher's pid (this process): only the run is stopped."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        for name, pid in (("job", os.getpid()), ("job/rank0", child.pid)):
+            (tmp_path / name).mkdir(parents=True)
+            (tmp_path / name / "manifest.json").write_text(json.dumps({"status": "running", "pid": pid}))
+        session = gpu_check.Session(tmp_path, 1, cuda=False)
+        session.deadline -= 5
+        import threading
+        watchdog = threading.Thread(target=session.watchdog, daemon=True)
+        watchdog.start()
+        assert child.wait(timeout=30) == -15  # SIGTERM
+        session.done.set()
+        watchdog.join(timeout=10)
+        assert not watchdog.is_alive()
+    finally:
+        child.kill()
