@@ -182,8 +182,14 @@ def missing(used: dict[str, list[str]], snapshot: dict) -> list[str]:
     return problems
 
 
+class _Args(argparse.ArgumentParser):
+    def error(self, message):  # one line and exit 2, as gapscope's commands do
+        print(f"torch_api: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.torch_api", description=__doc__.splitlines()[0])
+    parser = _Args(prog="python -m benchmarks.torch_api", description=__doc__.splitlines()[0])
     parser.add_argument("wheel", type=Path)
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args(argv)

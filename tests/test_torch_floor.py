@@ -79,3 +79,34 @@ def test_names_the_floor_has_pass(tmp_path):
     used = used_names(tmp_path)
     assert "torch.cuda.Event" in used and "torch.distributed.init_process_group" in used
     assert missing(used, snapshot) == []
+
+
+def test_a_wheel_is_read_without_importing_it(tmp_path):
+    """A hand-made wheel: star imports (absolute and relative, from a package and a module),
+    stubs, names bound inside if/try, and torch's names copied from torch._C at run time."""
+    import zipfile
+
+    from benchmarks.torch_api import main, wheel_names
+    wheel = tmp_path / "torch-9.9.0-py3-none-any.whl"
+    files = {
+        "torch/__init__.py": "from torch._C import *\nfrom .cuda import Event as _E\nif X:\n"
+                             "    def f(): pass\ntry:\n    import numpy as np\nexcept ImportError:\n    g = 1\n",
+        "torch/_C/__init__.pyi": "float16: dtype\ndef randn(): ...\n",
+        "torch/_C/_VariableFunctions.pyi": "def randperm(): ...\n",
+        "torch/cuda/__init__.py": "from .streams import *\n",
+        "torch/cuda/streams.py": "class Event: pass\nraise SystemExit('never run')\n",
+        "torch-9.9.0.dist-info/METADATA": "Name: torch\nVersion: 9.9.0\n",
+    }
+    with zipfile.ZipFile(wheel, "w") as archive:
+        for name, text in files.items():
+            archive.writestr(name, text)
+    snapshot = wheel_names(wheel, {"torch", "torch.cuda", "torch.nope"})
+    assert snapshot["version"] == "9.9.0"
+    assert snapshot["modules"] == ["torch", "torch._C", "torch._C._VariableFunctions", "torch.cuda",
+                                   "torch.cuda.streams"]
+    assert set(snapshot["names"]) == {"torch", "torch.cuda"}
+    assert {"float16", "randn", "randperm", "_E", "f", "np", "g"} <= set(snapshot["names"]["torch"])
+    assert snapshot["names"]["torch.cuda"] == ["Event"]
+    assert missing({"torch.cuda.Event": ["a.py:1"], "torch.cuda.Stream": ["b.py:2"]}, snapshot) == [
+        "torch.cuda.Stream (b.py:2): torch 9.9.0 has no torch.cuda.Stream"]
+    assert main([str(tmp_path / "missing.whl"), "--out", str(tmp_path / "x.json")]) == 2
