@@ -26,11 +26,9 @@ def used_names(root: Path = ROOT) -> dict[str, list[str]]:
     """Dotted torch names (`torch.cuda.Event`, `torch.distributed.init_process_group`) the code
     imports or reaches by attribute from an imported torch module, each with where."""
     found: dict[str, list[str]] = {}
-    files = [p for s in SOURCES for p in ((root / s).rglob("*.py") if (root / s).is_dir()
-                                          else [root / s] if (root / s).is_file() else [])]
-    for path in sorted(files):
+    for path in _files(root):
         tree = ast.parse(path.read_text(), str(path))
-        aliases = _aliases(tree)
+        aliases = {**_from_imports(tree), **_aliases(tree)}  # `from torch import nn`: nn.Linear
         for node in ast.walk(tree):
             name = None
             if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch":
@@ -48,6 +46,41 @@ def used_names(root: Path = ROOT) -> dict[str, list[str]]:
             for child in ast.iter_child_nodes(node):
                 child._parent = node
     return found
+
+
+def used_calls(root: Path = ROOT) -> dict[str, dict]:
+    """Torch functions and classes the code calls with keyword arguments: {dotted name:
+    {"keywords": [...], "where": [...]}} (a keyword newer than the floor fails there)."""
+    found: dict[str, dict] = {}
+    for path in _files(root):
+        tree = ast.parse(path.read_text(), str(path))
+        imported = _from_imports(tree)
+        aliases = {**imported, **_aliases(tree)}
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Call) and node.keywords):
+                continue
+            func = node.func
+            name = (_dotted(func, aliases) if isinstance(func, ast.Attribute)
+                    else imported.get(func.id) if isinstance(func, ast.Name) else None)
+            keywords = {k.arg for k in node.keywords if k.arg is not None}  # not **options
+            if name and keywords:
+                entry = found.setdefault(name, {"keywords": set(), "where": []})
+                entry["keywords"] |= keywords
+                entry["where"].append(f"{path.relative_to(root)}:{node.lineno}")
+    return {n: {"keywords": sorted(e["keywords"]), "where": e["where"]} for n, e in found.items()}
+
+
+def _files(root: Path) -> list[Path]:
+    return sorted(p for s in SOURCES for p in ((root / s).rglob("*.py") if (root / s).is_dir()
+                                               else [root / s] if (root / s).is_file() else []))
+
+
+def _from_imports(tree) -> dict[str, str]:
+    """Local names bound by `from torch.x import y [as z]`: z -> torch.x.y."""
+    return {alias.asname or alias.name: f"{node.module}.{alias.name}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch"
+            for alias in node.names if alias.name != "*"}
 
 
 def _aliases(tree) -> dict[str, str]:
@@ -75,7 +108,7 @@ def _add(found, name: str, path: Path, node, root: Path) -> None:
     found.setdefault(name, []).append(f"{path.relative_to(root)}:{node.lineno}")
 
 
-def wheel_names(wheel: Path, wanted_modules: set[str]) -> dict:
+def wheel_names(wheel: Path, wanted_modules: set[str], wanted_calls=()) -> dict:
     """{"version", "modules": every module of the wheel, "names": {module: its top-level names}}
     for the modules in `wanted_modules` and every module they star-import from."""
     with zipfile.ZipFile(wheel) as archive:
@@ -112,7 +145,66 @@ def wheel_names(wheel: Path, wanted_modules: set[str]) -> dict:
     for module in sorted(wanted_modules):
         if module in sources:
             names[module] = sorted(defined(module))
-    return {"version": version, "modules": sorted(sources), "names": names}
+    signatures = {name: _signature(name, sources, packages) for name in sorted(wanted_calls)}
+    return {"version": version, "modules": sorted(sources), "names": names, "signatures": signatures}
+
+
+def _signature(name: str, sources: dict, packages: set, depth: int = 0) -> list[str] | None:
+    """The parameter names a torch function or class takes, ["**"] where it takes any keyword,
+    None where the wheel's Python does not tell (a C function without a stub, an inherited
+    __init__). Followed through `from .x import name` re-exports."""
+    parts = name.split(".")
+    cut = max((i for i in range(1, len(parts)) if ".".join(parts[:i]) in sources), default=0)
+    if depth > 8 or cut != len(parts) - 1:
+        return None  # a method of a class, or no module: not read
+    module, leaf = ".".join(parts[:cut]), parts[-1]
+    params: set[str] = set()
+    found, stars = False, list(_DYNAMIC_EXPORTS.get(module, ()))
+    for text in sources[module]:
+        for node in _bindings(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == leaf:
+                found = True
+                params |= _params(node)
+            elif isinstance(node, ast.ClassDef) and node.name == leaf:
+                inits = [n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"]
+                if not inits:
+                    return None
+                found = True
+                for init in inits:
+                    params |= _params(init)
+            elif isinstance(node, ast.ImportFrom) and not found:
+                source = _absolute(node, module, module in packages)
+                for alias in node.names:
+                    if alias.name == "*":
+                        stars.append(source)
+                    elif (alias.asname or alias.name) == leaf:
+                        return _signature(f"{source}.{alias.name}", sources, packages, depth + 1)
+    if found:
+        return sorted(params)
+    for source in stars:  # `from .distributed_c10d import *`, torch's names from torch._C
+        if source in sources:
+            signature = _signature(f"{source}.{leaf}", sources, packages, depth + 1)
+            if signature is not None:
+                return signature
+    return None
+
+
+def _bindings(tree):
+    """Module-level statements, those inside if/try blocks too."""
+    for node in tree.body:
+        if isinstance(node, (ast.If, ast.Try)):
+            for block in (node.body, node.orelse, getattr(node, "finalbody", []),
+                          *[h.body for h in getattr(node, "handlers", [])]):
+                yield from _bindings(ast.Module(body=block, type_ignores=[]))
+        else:
+            yield node
+
+
+def _params(function) -> set[str]:
+    args = function.args
+    if args.kwarg is not None:
+        return {"**"}
+    return {a.arg for a in args.posonlyargs + args.args + args.kwonlyargs} - {"self", "cls"}
 
 
 def _top_level(node, module: str, package: bool, star) -> set[str]:
@@ -182,6 +274,26 @@ def missing(used: dict[str, list[str]], snapshot: dict) -> list[str]:
     return problems
 
 
+def bad_keywords(calls: dict[str, dict], snapshot: dict) -> list[str]:
+    """Keyword arguments the snapshot's torch does not take, each with where it is passed; a
+    call the snapshot has no signature entry for asks for a new snapshot."""
+    problems = []
+    signatures = snapshot.get("signatures", {})
+    for name, call in sorted(calls.items()):
+        if name not in signatures:
+            problems.append(f"{name} ({call['where'][0]}): not in the snapshot's signatures; "
+                            "regenerate it (python -m benchmarks.torch_api WHEEL)")
+            continue
+        params = signatures[name]
+        if params is None or "**" in params:
+            continue  # the wheel's Python does not say, or any keyword goes
+        unknown = [k for k in call["keywords"] if k not in params]
+        if unknown:
+            problems.append(f"{name}({', '.join(k + '=' for k in unknown)}) ({call['where'][0]}): "
+                            f"torch {snapshot['version']} takes no such keyword")
+    return problems
+
+
 class _Args(argparse.ArgumentParser):
     def error(self, message):  # one line and exit 2, as gapscope's commands do
         print(f"torch_api: error: {message}", file=sys.stderr)
@@ -196,13 +308,15 @@ def main(argv=None) -> int:
     if not zipfile.is_zipfile(args.wheel):
         print(f"torch_api: error: {args.wheel}: not a wheel", file=sys.stderr)
         return 2
-    used = used_names()
-    snapshot = wheel_names(args.wheel, modules_of(used))
+    used, calls = used_names(), used_calls()
+    snapshot = wheel_names(args.wheel, modules_of(used), calls)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(snapshot, indent=0, sort_keys=True) + "\n")
-    problems = missing(used, snapshot)
+    problems = missing(used, snapshot) + bad_keywords(calls, snapshot)
+    known = sum(v is not None for v in snapshot["signatures"].values())
     print(f"{args.out}: torch {snapshot['version']}, {len(snapshot['names'])} modules' names; "
-          f"{len(used)} names used, {len(problems)} missing")
+          f"{len(used)} names used; {known} of {len(calls)} called with keywords have a signature "
+          f"in the wheel's Python; {len(problems)} problems")
     for problem in problems:
         print(f"  {problem}")
     return 1 if problems else 0

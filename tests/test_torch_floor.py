@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.torch_api import missing, used_names
+from benchmarks.torch_api import bad_keywords, missing, used_calls, used_names
 
 ROOT = Path(__file__).resolve().parent.parent
 SNAPSHOTS = ROOT / "tests" / "fixtures" / "torch_api"
@@ -35,6 +35,21 @@ def test_every_torch_name_gapscope_uses_exists_in_the_claimed_floor():
     snapshot = json.loads(path.read_text())
     assert snapshot["version"].startswith(claimed_floor())
     assert missing(used_names(), snapshot) == []
+    assert bad_keywords(used_calls(), snapshot) == []
+
+
+def test_keywords_are_checked_where_the_wheel_tells():
+    """Most calls with keywords have a signature in 2.11's Python; those checked must include
+    the ones a version difference would hit first."""
+    snapshot = json.loads((SNAPSHOTS / f"{claimed_floor()}.json").read_text())
+    calls = used_calls()
+    known = {n for n in calls if snapshot["signatures"].get(n) not in (None, ["**"])}
+    assert {"torch.compile", "torch.profiler.profile", "torch.profiler.schedule",
+            "torch.profiler.tensorboard_trace_handler", "torch.utils.data.DataLoader",
+            "torch.distributed.init_process_group", "torch.autocast"} <= known
+    assert calls["torch.profiler.profile"]["keywords"] == [
+        "acc_events", "activities", "on_trace_ready", "profile_memory", "record_shapes", "schedule",
+        "with_stack"]
 
 
 def test_the_used_names_are_real_on_the_installed_torch():
@@ -70,6 +85,21 @@ def test_a_name_newer_than_the_floor_is_caught(tmp_path, code, expected):
     assert len(problems) == 1 and expected in problems[0] and "analysis/new.py:" in problems[0]
 
 
+@pytest.mark.parametrize("code, expected", [
+    ("import torch\ntorch.compile(model, recompile_limit=8)\n", "torch.compile(recompile_limit=)"),
+    ("from torch.profiler import tensorboard_trace_handler as h\nh('d', use_python_export=True)\n",
+     "torch.profiler.tensorboard_trace_handler(use_python_export=)"),
+])
+def test_a_keyword_newer_than_the_floor_is_caught(tmp_path, code, expected):
+    """Keywords torch 2.13 takes and 2.11 does not."""
+    (tmp_path / "profilers").mkdir()
+    (tmp_path / "profilers" / "new.py").write_text(code)
+    snapshot = json.loads((SNAPSHOTS / "2.11.json").read_text())
+    problems = bad_keywords(used_calls(tmp_path), snapshot)
+    assert len(problems) == 1 and problems[0].startswith(expected)
+    assert problems[0].endswith("torch 2.11.0 takes no such keyword") and "profilers/new.py:2" in problems[0]
+
+
 def test_names_the_floor_has_pass(tmp_path):
     (tmp_path / "workloads").mkdir()
     (tmp_path / "workloads" / "ok.py").write_text(
@@ -94,13 +124,17 @@ def test_a_wheel_is_read_without_importing_it(tmp_path):
         "torch/_C/__init__.pyi": "float16: dtype\ndef randn(): ...\n",
         "torch/_C/_VariableFunctions.pyi": "def randperm(): ...\n",
         "torch/cuda/__init__.py": "from .streams import *\n",
-        "torch/cuda/streams.py": "class Event: pass\nraise SystemExit('never run')\n",
+        "torch/cuda/streams.py": "class Event:\n    def __init__(self, enable_timing=False): ...\n"
+                                 "raise SystemExit('never run')\n",
         "torch-9.9.0.dist-info/METADATA": "Name: torch\nVersion: 9.9.0\n",
     }
     with zipfile.ZipFile(wheel, "w") as archive:
         for name, text in files.items():
             archive.writestr(name, text)
-    snapshot = wheel_names(wheel, {"torch", "torch.cuda", "torch.nope"})
+    snapshot = wheel_names(wheel, {"torch", "torch.cuda", "torch.nope"},
+                           ["torch.cuda.Event", "torch.randn", "torch.nope.f"])
+    assert snapshot["signatures"] == {"torch.cuda.Event": ["enable_timing"], "torch.randn": [],
+                                      "torch.nope.f": None}
     assert snapshot["version"] == "9.9.0"
     assert snapshot["modules"] == ["torch", "torch._C", "torch._C._VariableFunctions", "torch.cuda",
                                    "torch.cuda.streams"]
