@@ -131,13 +131,12 @@ def transfers_in_data_load(work, expect_memory: str | None) -> Check:
     unplaced = [c for c in d2h if c.phase not in MARKED_PHASES + ("other",)]
     if unplaced:
         problems.append(f"{len(unplaced)} D2H copies with no launching call ({unplaced[0].phase})")
-    steps = max(work.steps, 1)
-    detail = (f"H2D {len(h2d) / steps:g}/step ({', '.join(memory)}) all in data_load"
-              if not astray else "") + (f"; D2H {len(d2h) / steps:g}/step in "
-                                        f"{', '.join(d2h_phases)}" if d2h else "; no D2H")
     if problems:
         return Check(name, FAIL, "; ".join(problems))
-    return Check(name, PASS, detail.lstrip("; "))
+    steps = max(work.steps, 1)
+    d2h_text = f"D2H {len(d2h) / steps:g}/step in {', '.join(d2h_phases)}" if d2h else "no D2H"
+    return Check(name, PASS, f"H2D {len(h2d) / steps:g}/step ({', '.join(memory)}) all in "
+                 f"data_load; {d2h_text}")
 
 
 def triton_fusion(compiled, eager) -> Check:
