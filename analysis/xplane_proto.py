@@ -11,14 +11,33 @@ from profilers.errors import GapscopeInputError
 @functools.lru_cache(maxsize=1)
 def xplane_pb2():
     """Load TF's generated xplane_pb2 module by file path: importing the tensorflow package
-    would cost seconds and gigabytes just to read or write a file."""
+    would cost seconds and gigabytes just to read or write a file. Without TensorFlow (a GPU
+    machine with torch only) the same schema is built from gapscope's copy of it."""
     spec = importlib.util.find_spec("tensorflow")
     if spec is None or spec.origin is None:
-        raise GapscopeInputError(".xplane.pb files need tensorflow installed (its XSpace schema)")
+        return _own_schema()
     module_path = Path(spec.origin).parent / "tsl" / "profiler" / "protobuf" / "xplane_pb2.py"
     module_spec = importlib.util.spec_from_file_location("gapscope_xplane_pb2", module_path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
+    return module
+
+
+def _own_schema():
+    """The XSpace message classes from analysis.xplane_schema, in a descriptor pool of their own
+    (never clashing with TensorFlow's, should it be imported later)."""
+    import types
+
+    try:
+        from google.protobuf import descriptor_pool
+        from google.protobuf.internal import builder
+    except ImportError:
+        raise GapscopeInputError(".xplane.pb files need the protobuf package (or tensorflow)") from None
+    from analysis.xplane_schema import SERIALIZED
+    module = types.ModuleType("gapscope_xplane_pb2")
+    descriptor = descriptor_pool.DescriptorPool().AddSerializedFile(SERIALIZED)
+    builder.BuildMessageAndEnumDescriptors(descriptor, module.__dict__)
+    builder.BuildTopDescriptorsAndMessages(descriptor, "gapscope_xplane_pb2", module.__dict__)
     return module
 
 

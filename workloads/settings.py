@@ -51,6 +51,7 @@ class RunSettings:
     tf_mode: str = "function"           # raw TF loop: eager | function | xla
     pipeline: str | None = None         # input pipeline; None: the framework's usual one
     num_workers: int = 0
+    pageable: bool = False              # GPU: DataLoader batches not pinned (the pageable variant)
     inference: bool = False
     # Distributed (torch: torchrun): processes on this node, nodes, this node's rank, the
     # rendezvous host:port, and the job id every node names the shared job directory with.

@@ -47,17 +47,18 @@ class PreloadedBatches:
 
 
 def make_batches(pipeline: str, x: np.ndarray, y: np.ndarray, *, batch_size: int,
-                 num_workers: int, drop_last: bool, device, seed: int, channels_first: bool = True):
+                 num_workers: int, drop_last: bool, device, seed: int, channels_first: bool = True,
+                 pageable: bool = False):
     """An iterable of (inputs, targets) batches; one pass over it is one epoch."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
     generator = torch.Generator().manual_seed(seed)
-    cuda = device.type == "cuda"
+    pin = device.type == "cuda" and not pageable  # pinned pages copy by DMA, asynchronously
     if pipeline == "transforms":
         return DataLoader(TransformingDataset(x, y, channels_first), batch_size=batch_size, shuffle=True,
                           num_workers=num_workers, drop_last=drop_last, generator=generator,
-                          pin_memory=cuda, persistent_workers=num_workers > 0)
+                          pin_memory=pin, persistent_workers=num_workers > 0)
     # x arrives prepared (normalised once, ahead of the data set: the blog's prepared tensors).
     prepared_x = torch.from_numpy(to_torch_layout(x) if channels_first else x)
     prepared_y = torch.from_numpy(y)
@@ -66,5 +67,5 @@ def make_batches(pipeline: str, x: np.ndarray, y: np.ndarray, *, batch_size: int
                                 drop_last, seed)
     return DataLoader(TensorDataset(prepared_x, prepared_y), batch_size=batch_size, shuffle=True,
                       num_workers=num_workers, drop_last=drop_last, generator=generator,
-                      pin_memory=cuda, persistent_workers=num_workers > 0)
+                      pin_memory=pin, persistent_workers=num_workers > 0)
 

@@ -35,7 +35,7 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
         x, y = rank_shard(spec, settings, *group, raw=pipeline == "transforms")
     batches = make_batches(pipeline, x, y, batch_size=spec.batch_size,
                            num_workers=settings.num_workers, drop_last=settings.drop_last,
-                           device=device, seed=spec.seed)
+                           device=device, seed=spec.seed, pageable=settings.pageable)
     steps = settings.epochs * len(batches) if settings.epochs else settings.steps
     model = spec.builders().build_torch(spec).to(device)
     script = LazyTorchScript(model) if settings.torchscript else None

@@ -62,6 +62,10 @@ _FIXED = (
             {"pipeline": "tensor-dataset"}),
     Variant("preload", (TORCH,), "prepared tensors preloaded to the device, index shuffling",
             {"pipeline": "preload"}),
+    # On a GPU the DataLoader pins its batches; this one leaves them pageable, which the driver
+    # stages through a pinned buffer of its own before the copy.
+    Variant("pageable", (TORCH,), "DataLoader without pin_memory: batches in pageable host memory",
+            {"pageable": True}, needs_cuda=True),
     Variant("tfdata", (KERAS, TF), "tf.data from_tensor_slices, shuffle(20000), batch, "
             "num_parallel_calls and prefetch AUTOTUNE", {"pipeline": "tfdata"}),
     Variant("numpy", (KERAS, KERAS_TORCH), "NumPy arrays straight into fit, fit shuffles",
@@ -164,6 +168,8 @@ def _check_combination(framework: str, settings: dict) -> None:
     if settings.get("inference") and (settings.get("grad_scaler") or settings.get("compile_mode")
                                       in ("reduce-overhead", "max-autotune")):
         raise UnsupportedVariantError("inference runs no backward: drop scaler/training compile modes")
+    if settings.get("pageable") and settings.get("pipeline") == "preload":
+        raise UnsupportedVariantError("preloaded tensors are on the device already: nothing to copy from pageable memory")
     if settings.get("num_workers") and settings.get("pipeline") == "preload":
         raise UnsupportedVariantError("preloaded tensors need no DataLoader workers (nw0)")
     spe = settings.get("steps_per_execution")

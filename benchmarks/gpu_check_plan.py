@@ -1,0 +1,131 @@
+"""What benchmarks.gpu_check runs on a GPU, and the checks it makes of each finished run."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks import gpu_checks as C
+from profilers.phases import MARKED_PHASES
+
+# Short runs: enough steady steps after warm-up and the trace window to compare timers with.
+STEPS, WARMUP, TRACE_STEPS = 30, 5, 10
+SEED_MATRIX = "seed-4060ti"
+# Rough seconds per run on one H100 host, start-up and compile included: only for ordering the
+# runs (longest first) and for the dry run's estimate; never a measurement.
+COST_S = {"eager": 15, "amp": 15, "pageable": 15, "nccl": 35, "compile": 45,
+          "reduce-overhead": 60, "max-autotune": 150}
+
+
+@dataclass(frozen=True)
+class Planned:
+    id: str
+    workload: str
+    variant: str
+    covers: str
+    nproc: int = 0               # 0: an ordinary run; 1: a one-rank torchrun job (NCCL on a GPU)
+    eager_of: str | None = None  # the eager run its kernel count is held against (compile variants)
+    memory: str | None = "pinned"  # host memory of its H2D copies (DataLoader pin_memory on a GPU)
+
+    @property
+    def cost_s(self) -> int:
+        for key in ("max-autotune", "reduce-overhead", "compile", "pageable", "amp"):
+            if key in self.variant:
+                return COST_S[key]
+        return COST_S["nccl"] if self.nproc else COST_S["eager"]
+
+
+def plan() -> list[Planned]:
+    """The torch CUDA paths: both workloads eager and under each torch.compile mode and AMP,
+    pinned and pageable batches, the GPU-only torch rows of seed-4060ti, and a one-rank NCCL job."""
+    runs = []
+    for w in ("mlp", "cnn"):
+        runs.append(Planned(f"{w}-eager", w, "eager", "eager; pinned DataLoader batches, non_blocking copies"))
+        runs.append(Planned(f"{w}-compile", w, "compile", "torch.compile default (Inductor, Triton)",
+                            eager_of=f"{w}-eager"))
+        runs.append(Planned(f"{w}-reduce-overhead", w, "compile-reduce-overhead",
+                            "torch.compile reduce-overhead (CUDA graphs)", eager_of=f"{w}-eager"))
+    runs.append(Planned("mlp-max-autotune", "mlp", "compile-max-autotune", "torch.compile max-autotune",
+                        eager_of="mlp-eager"))
+    runs.append(Planned("mlp-amp-bf16", "mlp", "amp-bf16", "AMP bfloat16 autocast"))
+    runs.append(Planned("mlp-pageable", "mlp", "pageable", "pageable batches, non_blocking copies",
+                        memory="pageable"))
+    runs += seed_rows()
+    runs.append(Planned("mlp-nccl-x1", "mlp", "eager", "--nproc 1: one DDP rank under torchrun, NCCL",
+                        nproc=1))
+    return runs
+
+
+def seed_rows() -> list[Planned]:
+    """seed-4060ti's torch rows that need a GPU (cnn max-autotune and AMP among them)."""
+    from workloads.matrix import load_matrix
+    rows = []
+    for row in load_matrix(SEED_MATRIX).rows:
+        if row.framework != "torch" or row.needs != "cuda":
+            continue
+        compiled = "compile" in row.variant
+        rows.append(Planned(f"seed:{row.id}", row.workload, row.variant, f"{SEED_MATRIX}: {row.config}",
+                            eager_of=f"{row.workload}-eager" if compiled else None,
+                            memory=None if "preload" in row.variant else "pinned"))
+    return rows
+
+
+def settings_of(planned: Planned):
+    from workloads.settings import RunSettings
+    return RunSettings(workload=planned.workload, framework="torch", variant=planned.variant,
+                       steps=STEPS, warmup_steps=WARMUP, trace_steps=TRACE_STEPS, device="cuda",
+                       nproc=max(planned.nproc, 1))
+
+
+def analysed_dir(run_dir: Path, planned: Planned) -> Path:
+    """A job's checks read its one rank's run directory."""
+    if planned.nproc:
+        from profilers.job_dir import rank_dir
+        return rank_dir(run_dir, 0)
+    return run_dir
+
+
+def evaluate(run_dir: Path, planned: Planned, cuda: bool):
+    """(checks, KernelStats or None) of one complete run, each check from gapscope's analyzers."""
+    from analysis.breakdown import breakdown
+    from analysis.kernels import find_work, kernel_stats
+    from analysis.resources import resource_stats
+    from analysis.run import load_run
+    from analysis.xspace_export import write_torch_xspace
+    run = load_run(analysed_dir(run_dir, planned))
+    checks = []
+    if planned.nproc:
+        checks.append(_backend(run.manifest, "nccl" if cuda else "gloo"))
+    result = breakdown(run).to_json_dict()
+    checks.append(C.phases_add_up(run.rows or [], run.warmup_steps, result))
+    if run.trace is None:
+        return checks + [C.Check("trace", C.FAIL, "the run wrote no torch trace")], None
+    timeline = run.timeline
+    trace_steps = [(timeline.step_number(i), s.dur_us / 1000.0) for i, s in enumerate(timeline.steps)]
+    checks.append(C.timers_agree(run.rows or [], trace_steps, "CUDA-event" if cuda else "host-timer"))
+    names = {e.name for e in run.trace.events if e.name.startswith("gapscope/")}
+    inference = bool(run.settings.get("inference"))
+    checks.append(C.phase_ranges(names, MARKED_PHASES[:2] if inference else MARKED_PHASES))
+    checks.append(C.nvml_sampled(resource_stats(run.resources)))
+    work = find_work(run.trace, timeline, run.hlo)
+    work.steps = len(timeline.steps)
+    checks.append(C.transfers_in_data_load(work, planned.memory))
+    checks.append(C.xprof_opens(write_torch_xspace(run)))
+    return checks, kernel_stats(work)
+
+
+def _backend(manifest: dict, expected: str) -> C.Check:
+    backend = manifest.get("backend")
+    status = C.PASS if backend == expected and manifest.get("world_size") == 1 else C.FAIL
+    return C.Check("process group", status, f"backend {backend}, world size {manifest.get('world_size')} "
+                   f"(expected {expected}, 1)")
+
+
+def ncu_command(phase: str, out_dir: Path, python: str) -> list[str]:
+    """Nsight Compute profiles the first kernel launched inside the phase's NVTX range of a
+    short preload run (preload: data_load launches kernels too, its indexing on the device).
+    regex, since the range name itself holds the '/' that separates nested ranges in ncu's syntax."""
+    return ["ncu", "--target-processes", "all", "--nvtx", "--nvtx-include",
+            f"regex:gapscope@gapscope.{phase}/", "--launch-count", "1", "--section", "LaunchStats",
+            python, "-m", "cli", "run", "mlp", "--framework", "torch", "--variant", "preload",
+            "--steps", "12", "--warmup", "2", "--no-trace", "--device", "cuda", "-q",
+            "--out", str(out_dir / f"ncu-{phase}")]

@@ -1,0 +1,196 @@
+"""The checks of benchmarks.gpu_check, each over one finished run (or job) through gapscope's own analyzers."""
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from profilers.phases import MARKED_PHASES, torch_range_name
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+# Timers and trace read the same steps; beyond this they measure different things.
+AGREE_REL, AGREE_ABS_MS = 0.10, 0.05
+# Rounding of the written figures (1e-6 ms) and float sums leave less than this.
+SUM_TOL_MS = 1e-3
+_TRITON = re.compile(r"^triton_")
+
+
+@dataclass
+class Check:
+    name: str
+    status: str   # pass | fail | skip
+    detail: str   # the figures behind the verdict, or why it failed or was skipped
+
+    def to_json_dict(self) -> dict:
+        return asdict(self)
+
+
+def completed(status: str, error: str | None) -> Check:
+    if status == "complete":
+        return Check("completed", PASS, "manifest status complete")
+    return Check("completed", FAIL, f"status {status}: {error or 'no error recorded'}")
+
+
+def phases_add_up(rows: list[dict], warmup: int, breakdown_json: dict) -> Check:
+    """Every steady step's four timed phases fit inside its step (other >= 0), and the
+    breakdown's five phases add up to its step mean."""
+    steady = [r for r in rows if int(r["step"]) >= warmup]
+    over = [r for r in steady
+            if sum(r.get(f"{p}_ms") or 0.0 for p in MARKED_PHASES) > r["step_ms"] + SUM_TOL_MS]
+    mean = breakdown_json["step_ms"]["mean"]
+    phases = {p: v["ms"] for p, v in breakdown_json["phases"].items()}
+    total = sum(phases.values())
+    negative = {p: v for p, v in phases.items() if v < -SUM_TOL_MS}
+    problems = []
+    if over:
+        r = over[0]
+        problems.append(f"{len(over)} of {len(steady)} steps' timed phases exceed the step "
+                        f"(step {r['step']}: {sum(r.get(f'{p}_ms') or 0.0 for p in MARKED_PHASES):.3f} "
+                        f"> {r['step_ms']:.3f} ms)")
+    if abs(total - mean) > SUM_TOL_MS:
+        problems.append(f"five phases sum to {total:.6f} ms, step mean {mean:.6f} ms")
+    if negative:
+        problems.append("negative phases: " + ", ".join(f"{p} {v:.3f} ms" for p, v in negative.items()))
+    if not steady:
+        problems.append("no steady steps")
+    if problems:
+        return Check("phases add up", FAIL, "; ".join(problems))
+    return Check("phases add up", PASS, f"{len(steady)} steady steps within their step; five phases "
+                 f"sum to {total:.4f} ms = step mean {mean:.4f} ms")
+
+
+def timers_agree(rows: list[dict], trace_steps: list[tuple[int, float]], clock: str) -> Check:
+    """The step timers (CUDA events on a GPU) against the host clock of the trace's step events
+    over the same steps: means within max(10 %, 0.05 ms). Per step they may differ on a GPU,
+    where the host runs ahead of the device; over the window they cannot."""
+    name = f"{clock} step times agree with host"
+    by_step = {int(r["step"]): r["step_ms"] for r in rows}
+    pairs = [(by_step[n], ms) for n, ms in trace_steps if n in by_step]
+    if not pairs:
+        return Check(name, FAIL, "no traced step has a timer row (step numbers do not match)")
+    timers = sum(t for t, _ in pairs) / len(pairs)
+    host = sum(h for _, h in pairs) / len(pairs)
+    allowed = max(AGREE_REL * host, AGREE_ABS_MS)
+    detail = (f"{len(pairs)} traced steps: {clock} {timers:.3f} ms, host trace {host:.3f} ms "
+              f"(difference {timers - host:+.3f} ms, allowed ±{allowed:.3f})")
+    return Check(name, PASS if abs(timers - host) <= allowed else FAIL, detail)
+
+
+def phase_ranges(trace_names: set[str], phases=MARKED_PHASES) -> Check:
+    """The record_function range of each phase (opened by the same PhaseMarks call as its NVTX
+    range, under the same name) in the torch.profiler trace."""
+    missing = [p for p in phases if torch_range_name(p) not in trace_names]
+    if missing:
+        return Check("phase ranges in trace", FAIL, "torch.profiler recorded no range for "
+                     + ", ".join(torch_range_name(p) for p in missing))
+    return Check("phase ranges in trace", PASS, "torch.profiler user annotations "
+                 + ", ".join(torch_range_name(p) for p in phases))
+
+
+def nvml_sampled(stats) -> Check:
+    """`stats`: analysis.resources.ResourceStats of the run's resources.csv."""
+    figures = {"utilisation %": stats.gpu_util_percent_mean, "memory MiB": stats.gpu_mem_mib_max,
+               "power W": stats.gpu_power_w_mean}
+    missing = [k for k, v in figures.items() if v is None]
+    if stats.samples == 0 or missing:
+        return Check("NVML sampled", FAIL, f"{stats.samples} samples; no GPU "
+                     + (", ".join(missing) or "figures") + f" ({stats.note or 'no NVML'})")
+    if not (stats.gpu_mem_mib_max > 0 and stats.gpu_power_w_mean > 0):
+        return Check("NVML sampled", FAIL, f"memory {stats.gpu_mem_mib_max} MiB, power "
+                     f"{stats.gpu_power_w_mean} W: a GPU in use reads above 0")
+    return Check("NVML sampled", PASS, f"{stats.samples} samples: utilisation "
+                 f"{stats.gpu_util_percent_mean:.1f} % mean, memory {stats.gpu_mem_mib_max:.0f} MiB "
+                 f"max, power {stats.gpu_power_w_mean:.1f} W mean")
+
+
+def transfers_in_data_load(work, expect_memory: str | None) -> Check:
+    """Every host-to-device copy of the traced steps is attributed (through its launching call)
+    to data_load, in the host memory the pipeline promises; device-to-host copies are listed
+    with the phase that launched them (the loop's own are the GradScaler's inf check)."""
+    from analysis.kernels import DEVICE_KERNELS
+    from analysis.trace import MEMCPY
+    from analysis.transfers import direction, host_memory
+    name = "H2D/D2H attributed"
+    if work.source != DEVICE_KERNELS:
+        return Check(name, FAIL, "no device events in the trace: CPU-only run or no CUPTI")
+    copies = [w for w in work.transfers() if w.kind == MEMCPY]
+    h2d = [c for c in copies if direction(c.name) == "H2D"]
+    d2h = [c for c in copies if direction(c.name) == "D2H"]
+    if not h2d:
+        return Check(name, FAIL, "no host-to-device copy in the traced steps: the batch copy was not seen")
+    astray = sorted({c.phase for c in h2d if c.phase != "data_load"})
+    memory = sorted({host_memory(c.name) for c in h2d})
+    problems = []
+    if astray:
+        problems.append(f"{sum(c.phase != 'data_load' for c in h2d)} of {len(h2d)} H2D copies in "
+                        + ", ".join(astray))
+    if expect_memory and memory != [expect_memory]:
+        problems.append(f"H2D host memory {', '.join(memory)}, expected {expect_memory}")
+    d2h_phases = sorted({c.phase for c in d2h})
+    unplaced = [c for c in d2h if c.phase not in MARKED_PHASES + ("other",)]
+    if unplaced:
+        problems.append(f"{len(unplaced)} D2H copies with no launching call ({unplaced[0].phase})")
+    if problems:
+        return Check(name, FAIL, "; ".join(problems))
+    steps = max(work.steps, 1)
+    d2h_text = f"D2H {len(d2h) / steps:g}/step in {', '.join(d2h_phases)}" if d2h else "no D2H"
+    return Check(name, PASS, f"H2D {len(h2d) / steps:g}/step ({', '.join(memory)}) all in "
+                 f"data_load; {d2h_text}")
+
+
+def triton_fusion(compiled, eager) -> Check:
+    """`compiled`, `eager`: analysis.kernels.KernelStats of a torch.compile run and of the same
+    workload eager. Inductor's fused Triton kernels must show and replace some eager kernels."""
+    name = "Triton fused kernels"
+    if eager is None:
+        return Check(name, SKIP, "no eager run of the workload to compare with")
+    triton = [row for row in compiled.top if _TRITON.match(row["name"])]
+    problems = []
+    if not compiled.fused_share:
+        problems.append("fused share 0")
+    if compiled.per_step >= eager.per_step:
+        problems.append(f"{compiled.per_step:g} kernels/step, not fewer than eager's {eager.per_step:g}")
+    detail = (f"{compiled.per_step:g} kernels/step against eager {eager.per_step:g}; fused share "
+              f"{(compiled.fused_share or 0) * 100:.0f} %; top Triton kernel "
+              + (triton[0]["name"] if triton else "none among the top 10"))
+    return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
+
+
+def xprof_opens(xplane: Path | None) -> Check:
+    name = "xplane opens in XProf"
+    if xplane is None:
+        return Check(name, FAIL, "no .xplane.pb was written (the run has no torch trace)")
+    try:
+        from xprof.convert.raw_to_tool_data import xspace_to_tool_data
+    except ImportError as exc:
+        missing = getattr(exc, "name", None) or "xprof"
+        return Check(name, SKIP, "skipped: xprof not installed" if missing.startswith("xprof")
+                     else f"skipped: xprof's converter cannot be imported ({missing} missing)")
+    try:
+        data, _ = xspace_to_tool_data([str(xplane)], "trace_viewer", {})
+    except Exception as exc:  # noqa: BLE001 - the converter's failure is the finding
+        return Check(name, FAIL, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    text = data.decode() if isinstance(data, bytes) else str(data or "")
+    if "gapscope/" not in text:
+        return Check(name, FAIL, f"trace_viewer returned {len(text)} characters without the phase line")
+    return Check(name, PASS, f"trace_viewer: {len(text):,} characters with the gapscope phase line "
+                 f"({xplane.name})")
+
+
+def ncu_nvtx(phase: str, output: str | None, returncode: int | None) -> Check:
+    """Reads what `ncu --nvtx --nvtx-include <the phase's range>` printed: a profiled kernel
+    proves the NVTX range was pushed around device work."""
+    name = f"NVTX {torch_range_name(phase)} (ncu)"
+    if output is None:
+        return Check(name, SKIP, "skipped: ncu not on PATH")
+    kernels = re.findall(r'==PROF== Profiling "([^"]+)"', output)
+    if kernels:
+        return Check(name, PASS, f"ncu profiled {kernels[0]} inside the range")
+    errors = [line for line in output.splitlines() if "==ERROR==" in line or "==WARNING==" in line]
+    return Check(name, FAIL, (errors[0].strip() if errors else f"ncu exited {returncode}, no kernel "
+                              "profiled in the range"))
+
+
+def ncu_available() -> str | None:
+    return shutil.which("ncu")
