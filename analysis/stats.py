@@ -44,18 +44,6 @@ def mean_interval(values: list[float]) -> Interval | None:
     return percentile_interval(data[resample_indices(len(data), rng())].mean(axis=1))
 
 
-def t_interval(values: list[float]) -> Interval | None:
-    """Student-t interval of the mean of a few independent values (repeats): the right width
-    for 3 to 10 figures, where a bootstrap would be far too narrow. None for fewer than two."""
-    n = len(values)
-    if n < 2:
-        return None
-    mean = sum(values) / n
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = _t_quantile(n - 1) * sd / math.sqrt(n)
-    return mean - half, mean + half
-
-
 @dataclass(frozen=True)
 class RepeatRatio:
     """other / base over repeats in fresh processes, by the two-level model of repeat_ratio."""

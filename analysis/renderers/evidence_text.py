@@ -21,8 +21,9 @@ def interval_method(pair: PairComparison) -> str:
 
 
 def pairs_line(pair: PairComparison) -> str | None:
-    """'pairs: 1.42, 1.75, 1.22 (3/3 slower); 5 repeats would decide it': what the repeats
-    say one by one, so an interval is never read without the figures it came from."""
+    """'pair ratios 1.42, 1.75, 1.22 (3/3 slower); about 4 repeats a side would tell a gap this
+    size from noise': what the repeats say one by one, so an interval is never read without
+    the figures it came from."""
     if not pair.pair_ratios:
         return None
     side = "slower" if (pair.ratio or 1) > 1 else "faster"
