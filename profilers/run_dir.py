@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import secrets
 import socket
@@ -13,7 +12,7 @@ from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
-from profilers import strict_json
+from profilers import state_json, strict_json
 from profilers.errors import GapscopeInputError
 from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
@@ -103,7 +102,9 @@ class Manifest:
         """The manifest as the run left it, or a minimal one if the run died before writing it."""
         path = run_dir / MANIFEST
         try:
-            data = json.loads(path.read_text())
+            data = state_json.load(path)
+            if not isinstance(data, dict):
+                raise ValueError
         except (OSError, ValueError):
             data = {"schema": 1, "run_id": run_dir.name, "status": "running"}
         return cls(run_dir, data)
@@ -147,7 +148,7 @@ def effective_status(manifest: dict) -> tuple[str, str | None]:
 def status_of(run_dir: Path) -> tuple[str | None, str | None]:
     """effective_status of the run in `run_dir`; (None, why) when it has no readable manifest."""
     try:
-        manifest = json.loads((Path(run_dir) / MANIFEST).read_text())
+        manifest = state_json.load(Path(run_dir) / MANIFEST)
     except (OSError, ValueError) as exc:
         return None, f"no readable manifest ({exc})"
     if not isinstance(manifest, dict):
