@@ -41,7 +41,7 @@ def load(path: str | Path, max_bytes: int = MAX_BYTES):
     with os.fdopen(fd, "rb") as handle:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
-            raise StateFileError(f"{path}: not a regular file")
+            raise StateFileError(f"{path}: cannot read ({_kind(info.st_mode)}, not a regular file)")
         if info.st_size > max_bytes:
             raise StateFileError(f"{path}: {info.st_size:,} bytes, over the {max_bytes:,} "
                                  "a gapscope state file may hold")
@@ -82,6 +82,12 @@ def number(value, name: str, source: str | Path, low: float, high: float) -> int
         raise StateFileError(f"{source}: {name} should be a number from {low:g} to {high:g}, "
                              f"not {repr(value)[:40]}")
     return value
+
+
+def _kind(mode: int) -> str:
+    kinds = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
+             (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
+    return next((name for test, name in kinds if test(mode)), "not a regular file")
 
 
 def _no_constant(name: str):
