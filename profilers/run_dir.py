@@ -39,6 +39,10 @@ def ensure_out_dir(out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # mkdir names neither the file nor the problem
+        blocking = next((p for p in [out_dir, *out_dir.parents] if p.exists() and not p.is_dir()),
+                        out_dir)
+        raise GapscopeInputError(f"output folder {out_dir}: {blocking} is a file, not a folder") from None
     except OSError as exc:
         raise GapscopeInputError(f"output folder {out_dir}: cannot create it: "
                                  f"{exc.strerror or exc}") from None
@@ -77,6 +81,26 @@ def write_atomic(path: Path, data: str | bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def write_new(path: Path, data: bytes) -> None:
+    """Write `data` to `path` only if nothing is there: written beside it, then linked into place
+    (fails when the name exists, a symlink included), so no earlier file is ever overwritten."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: exclusive create, written in place
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+    except FileExistsError:
+        raise GapscopeInputError(f"{path}: exists; use --force to replace it") from None
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def utc_now() -> str:
