@@ -7,6 +7,7 @@ import io
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Container
 from datetime import datetime, timezone
@@ -23,6 +24,10 @@ STEPS_CSV = "steps.csv"
 MATRIX_STATE = "matrix.json"
 AB_STATE = "ab.json"
 SWEEP_STATE = "sweep.json"
+# Where a run whose manifest could not be written (a full disk) leaves why it failed: an empty
+# file needs no data block, so it is made even when the reason cannot be written into it.
+FAILED_MARKER = "run.failed"
+UNRECORDED_FAILURE = "failed, and the reason could not be written (disk full?)"
 
 STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
                 "backward_ms", "optimizer_ms", "loss")
@@ -169,6 +174,46 @@ def effective_status(manifest: dict) -> tuple[str, str | None]:
     return "running", None
 
 
+def mark_failed(run_dir: Path, error: str) -> bool:
+    """Leaves FAILED_MARKER with `error` in `run_dir`; True if at least the marker exists."""
+    path = Path(run_dir) / FAILED_MARKER
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        return False
+    try:
+        os.write(fd, error.encode(errors="replace")[:4096])
+    except OSError:
+        pass  # the empty marker still says the run failed
+    finally:
+        os.close(fd)
+    return True
+
+
+def marked_failure(run_dir: Path) -> str | None:
+    """The failure a run left in FAILED_MARKER, or None when there is none."""
+    path = Path(run_dir) / FAILED_MARKER
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = " ".join(handle.read(4096).decode(errors="replace").split())
+    return text or UNRECORDED_FAILURE
+
+
+def with_marked_failure(run_dir: Path, manifest: dict) -> dict:
+    """`manifest` as the run would have written it: still `running` beside a FAILED_MARKER, it
+    failed with the marker's reason."""
+    if manifest.get("status") == "running":
+        reason = marked_failure(run_dir)
+        if reason is not None:
+            return {**manifest, "status": "failed", "error": reason}
+    return manifest
+
+
 def status_of(run_dir: Path) -> tuple[str | None, str | None]:
     """effective_status of the run in `run_dir`; (None, why) when it has no readable manifest."""
     try:
@@ -177,6 +222,7 @@ def status_of(run_dir: Path) -> tuple[str | None, str | None]:
         return None, f"no readable manifest ({exc})"
     if not isinstance(manifest, dict):
         return None, "no readable manifest"
+    manifest = with_marked_failure(Path(run_dir), manifest)
     status, error = effective_status(manifest)
     if manifest.get("status") == "running" and status == "failed" and died_stopping_tf_profiler(run_dir):
         return status, TF_PROFILER_ABORT  # its process died inside TensorFlow's profiler stop

@@ -12,7 +12,7 @@ from pathlib import Path
 from analysis.readers import safe_files, step_rows
 from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.run_dir import MANIFEST, STEPS_CSV
+from profilers.run_dir import MANIFEST, STEPS_CSV, with_marked_failure
 
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 XPLANE_GLOB = "*.xplane.pb"
@@ -49,6 +49,8 @@ def locate(path: str | Path) -> Located:
             return Located(path, xplanes=[path])
         return Located(path, torch_traces=[path])
     manifest = read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None
+    if manifest is not None:
+        manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV
     found = Located(path, manifest, steps if _present(steps) else None)
     torch_traces = [p for g in TORCH_TRACE_GLOBS for p in path.rglob(g)]
