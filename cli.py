@@ -95,6 +95,15 @@ def wide_option(command):
                         help="Keep tables side by side however wide (default: fit 80 columns).")(command)
 
 
+def _warn_oversubscribed(nproc: int) -> None:
+    """More ranks than cores is allowed (a test of the launcher), but every step time then
+    measures the ranks' contention for cores: said once, before anything runs."""
+    cores = os.cpu_count() or 1
+    if nproc > cores:
+        click.echo(f"gapscope: warning: --nproc {nproc} on {cores} core(s): the ranks share cores, "
+                   "so their step times measure that contention as much as the model", err=True)
+
+
 def _say(quiet: bool, message: str) -> None:
     """Progress goes to stderr so that stdout stays clean for --format json pipes."""
     if not quiet:
@@ -272,6 +281,7 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     for run_settings in all_settings:  # every variant refused before anything is written
         run_settings.with_variant(cuda_available=gpu_count() > 0)
     ensure_out_dir(settings["out_dir"])  # and an --out that cannot be written
+    _warn_oversubscribed(settings.get("nproc") or 1)
     outcomes = []
     for framework, run_settings in zip(frameworks, all_settings):
         total = None if run_settings.epochs else run_settings.steps

@@ -1,5 +1,6 @@
 """`gapscope trace --out` never loses a file: an existing one is refused unless --force, a symlink
-is replaced and never written through, and a parent that is a file is named as such."""
+is replaced and never written through, a parent that is a file is named as such; `run --nproc` past
+the cores warns."""
 from __future__ import annotations
 
 import json
@@ -55,3 +56,18 @@ def test_a_parent_that_is_a_file_is_named(run, tmp_path):
     (tmp_path / "afile").write_text("x")
     _one_line(_trace(run, "--out", tmp_path / "afile" / "sub" / "t.json"),
               f"{tmp_path / 'afile'} is a file, not a folder")
+
+
+def test_more_ranks_than_cores_is_warned_about_before_anything_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr("os.cpu_count", lambda: 2)
+
+    def launched(*args, **kwargs):
+        raise RuntimeError("stop here: the warning must come first")
+    monkeypatch.setattr("workloads.launch.launch", launched)
+    result = CliRunner().invoke(cli, ["run", "mlp", "--framework", "torch", "--nproc", "3",
+                                      "--out", str(tmp_path / "runs")])
+    assert isinstance(result.exception, RuntimeError)
+    assert "gapscope: warning: --nproc 3 on 2 core(s): the ranks share cores" in result.stderr
+    result = CliRunner().invoke(cli, ["run", "mlp", "--framework", "torch", "--nproc", "2",
+                                      "--out", str(tmp_path / "runs")])
+    assert "warning" not in result.stderr
