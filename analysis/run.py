@@ -273,7 +273,10 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
             entries.append(RunEntry(str(row_id), None, reason))
         for i, run in enumerate(runs):
             label = str(row_id) if len(runs) == 1 else f"{row_id} #{i + 1}"
-            entries.append(RunEntry(label, inside(folder, run)))
+            try:
+                entries.append(RunEntry(label, inside(folder, run)))
+            except GapscopeInputError as exc:  # this row's problem, listed with it
+                entries.append(RunEntry(label, None, str(exc)))
     return entries
 
 

@@ -236,7 +236,13 @@ def inside(folder: Path, stored) -> Path:
     name = Path(str(stored)).name if stored else ""
     if name in ("", ".", ".."):
         raise GapscopeInputError(f"{folder}: state file names no run directory ({stored!r})")
-    return Path(folder) / name
+    path = Path(folder) / name
+    # A symlink there (a run swapped for a link to another) must not lead outside the folder.
+    if path.is_symlink():
+        target, root = os.path.realpath(path), os.path.realpath(folder)
+        if os.path.commonpath([target, root]) != root:
+            raise GapscopeInputError(f"{path}: a symlink to {target}, outside {folder}: not followed")
+    return path
 
 def _process_alive(pid: int, started_at) -> bool:
     """Whether process `pid` is the run's own: alive, not a zombie, and not a later process
