@@ -232,6 +232,9 @@ def test_one_bad_run_never_blanks_the_plugin(tmp_path):
     digits = _rows()
     digits[5]["step"] = "9" * 5000
     make_run(tmp_path / "digits", digits)
+    edited = _rows()
+    edited[7]["step_ms"] = "1e300"
+    make_run(tmp_path / "edited", edited)
     plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(tmp_path)))
 
     def get(route, **query):
@@ -244,6 +247,9 @@ def test_one_bad_run_never_blanks_the_plugin(tmp_path):
     assert runs["good"]["problem"] is None and runs["good"]["breakdown"]["step_ms"]["mean"] == 10.0
     assert "nested deeper than" in runs["deep"]["problem"]
     assert "refusing steps.csv" in runs["huge"]["problem"]
+    # The tab serves the reader's numbers: the edited row is dropped there too, and said.
+    assert runs["edited"]["breakdown"]["step_ms"]["mean"] == 10.0
+    assert "steps.csv: 1 invalid row(s) dropped (1 time over a day)" in runs["edited"]["breakdown"]["notes"]
     code, steps = get("/steps", run="digits")
     assert code == 200 and [s["step"] for s in steps["steps"]] == [i for i in range(STEPS) if i != 5]
     assert [s["kind"] for s in steps["steps"][:3]] == ["warm-up", "warm-up", "unprofiled"]
