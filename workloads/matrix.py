@@ -3,7 +3,6 @@ row, each in its own process, resumable: a row already complete with the same se
 run again."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib
