@@ -87,6 +87,7 @@ def test_a_dev_zero_link_and_a_fifo_added_after_start_up_never_reach_the_plugins
     shutil.copy(FIXTURE, logdir / "good" / "w.1.pt.trace.json")
     with TensorBoardServer(logdir, ready_timeout=90) as server:
         wait_for_runs(server.url, {"pytorch_profiler": ["good"]}, timeout=60)
+        before = _group_rss(server.pid)  # ~830 MiB here: TensorFlow, the plugins, their worker
         limits = Path(f"/proc/{server.pid}/limits").read_text()
         assert f"{memory_limit_bytes()}" in next(l for l in limits.splitlines()
                                                  if l.startswith("Max address space"))
@@ -115,6 +116,7 @@ def test_a_dev_zero_link_and_a_fifo_added_after_start_up_never_reach_the_plugins
             stop.set()
             watcher.join()
         assert peak[0] < RSS_LIMIT, f"TensorBoard's processes reached {peak[0] >> 20} MiB"
+        assert peak[0] - before < 256 << 20, (before >> 20, peak[0] >> 20)  # no read ran away
         assert {"good", "late"} <= set(listed["pytorch_profiler"])
         assert not {"zero_run", "fifo_run"} & set(listed["pytorch_profiler"])
         # gapscope's own tab reads the logdir itself and says why those runs cannot be read.
