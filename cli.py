@@ -115,6 +115,15 @@ def wide_option(command):
                         help="Keep tables side by side however wide (default: fit 80 columns).")(command)
 
 
+def _warn_oversubscribed(nproc: int) -> None:
+    """More ranks than cores is allowed (a test of the launcher), but every step time then
+    measures the ranks' contention for cores: said once, before anything runs."""
+    cores = os.cpu_count() or 1
+    if nproc > cores:
+        click.echo(f"gapscope: warning: --nproc {nproc} on {cores} core(s): the ranks share cores, "
+                   "so their step times measure that contention as much as the model", err=True)
+
+
 def _say(quiet: bool, message: str) -> None:
     """Progress goes to stderr so that stdout stays clean for --format json pipes."""
     if not quiet:
@@ -292,6 +301,7 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     for run_settings in all_settings:  # every variant refused before anything is written
         run_settings.with_variant(cuda_available=gpu_count() > 0)
     ensure_out_dir(settings["out_dir"])  # and an --out that cannot be written
+    _warn_oversubscribed(settings.get("nproc") or 1)
     outcomes = []
     for framework, run_settings in zip(frameworks, all_settings):
         total = None if run_settings.epochs else run_settings.steps
@@ -861,7 +871,9 @@ def tensorboard(logdir, host, port):
 @click.option("--out", "out_file", type=click.Path(dir_okay=False), default=None,
               help="The JSON file (.json.gz: compressed; <host>.xplane.pb: an XSpace for XProf) "
                    "[default: <run>.phases.trace.json here].")
-def trace(run, out_file):
+@click.option("--force", is_flag=True,
+              help="Replace an --out file that exists (a symlink there is replaced, never written through).")
+def trace(run, out_file, force):
     """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
     gapscope's steps and one track per phase (the five add up to each step) above the
     trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
@@ -878,21 +890,33 @@ def trace(run, out_file):
 
     from analysis.renderers import trace_events, xspace
     from analysis.run import load_run
-    from profilers.run_dir import ensure_out_dir
+    from profilers.run_dir import ensure_out_dir, write_atomic, write_new
+    if out_file:
+        _refuse_existing(Path(out_file), force)  # before the work, not after it
     loaded = load_run(run)
     if loaded.trace is None:
         raise GapscopeInputError(f"{run}: holds no trace file (run with --trace)")
     if not loaded.timeline.steps:
         raise GapscopeInputError(f"{loaded.trace_file}: no training steps found")
     out = Path(out_file or f"{loaded.run_id.split('.')[0]}.phases.trace.json")
+    _refuse_existing(out, force)
     ensure_out_dir(out.parent)  # one line before the work, as run, matrix and report do
     if out.name.endswith(".xplane.pb"):  # the profile plugin reads the host from the name
         data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")])
     else:
         text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
         data = gzip.compress(text.encode()) if out.name.endswith(".gz") else text.encode()
-    out.write_bytes(data)
+    # Atomic either way: --force replaces the name (a symlink's target is never written); without
+    # it a file that appeared meanwhile is not overwritten.
+    (write_atomic if force else write_new)(out, data)
     click.echo(str(out))
+
+
+def _refuse_existing(out: Path, force: bool) -> None:
+    if out.is_dir():
+        raise GapscopeInputError(f"--out {out}: is a folder; name a file")
+    if not force and (out.exists() or out.is_symlink()):
+        raise GapscopeInputError(f"--out {out}: exists; use --force to replace it")
 
 
 @cli.command()

@@ -7,6 +7,7 @@ import statistics
 
 import numpy as np
 
+from analysis.readers import step_rows
 from analysis.phase_estimate import PhaseSamples, estimate
 from analysis.phase_rules import PhaseOrigin
 from analysis.results import Breakdown, PhaseSource, StepBreakdown
@@ -201,10 +202,11 @@ def _from_samples(samples: PhaseSamples, steps: list[StepBreakdown], origins: di
 
 
 def _steady(rows: list[dict], warmup_steps: int) -> list[dict]:
-    if len(rows) <= warmup_steps:
+    steady = step_rows.steady(rows, warmup_steps)
+    if not steady:
         raise GapscopeInputError(
             f"only {len(rows)} timed steps, all of them warm-up ({warmup_steps}): run more steps")
-    return rows[warmup_steps:]
+    return steady
 
 
 def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list[dict]:
@@ -222,16 +224,17 @@ def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list
 
 def _timed_phases(rows: list[dict], warmup_steps: int) -> list[str]:
     """Phases the step timers measured on the unprofiled steady steps."""
-    steady = [r for r in rows[warmup_steps:] if not r.get("traced")]
+    steady = [r for r in step_rows.steady(rows, warmup_steps) if not r.get("traced")]
     return [p for p in MARKED_PHASES if steady and all(r.get(f"{p}_ms") is not None for r in steady)]
 
 
 def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
     """One-time cost of the warm-up steps: what they took beyond a steady-state step."""
-    if warmup_steps == 0 or len(rows) <= warmup_steps:
+    steady = step_rows.steady(rows, warmup_steps)
+    if warmup_steps == 0 or not steady:
         return None
-    median = statistics.median(r["step_ms"] for r in rows[warmup_steps:])
-    return sum(max(0.0, r["step_ms"] - median) for r in rows[:warmup_steps])
+    median = statistics.median(r["step_ms"] for r in steady)
+    return sum(max(0.0, r["step_ms"] - median) for r in step_rows.warm_up(rows, warmup_steps))
 
 
 def per_update(steps: list[StepBreakdown], steps_per_execution: int, steps_run: int,
@@ -250,7 +253,7 @@ def per_update(steps: list[StepBreakdown], steps_per_execution: int, steps_run: 
 
 def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
     """Profiling distorts small steps: median traced step against median untraced step."""
-    steady = rows[warmup_steps:]
+    steady = step_rows.steady(rows, warmup_steps)
     traced = [r["step_ms"] for r in steady if r.get("traced")]
     untraced = [r["step_ms"] for r in steady if not r.get("traced")]
     if not traced or not untraced:

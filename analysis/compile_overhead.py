@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from analysis import intervals
+from analysis.readers import step_rows
 from analysis.breakdown import compile_ms as warmup_excess_ms
 from analysis.timeline import PhaseTimeline
 from analysis.trace import Trace
@@ -79,6 +80,6 @@ def compile_stats(trace: Trace, timeline: PhaseTimeline, rows: list[dict] | None
 def _first_and_median(rows: list[dict] | None, warmup_steps: int):
     if not rows:
         return None, None
-    steady = [r["step_ms"] for r in rows[warmup_steps:] if not r.get("traced")] or \
-             [r["step_ms"] for r in rows[warmup_steps:]]
+    steady = [r["step_ms"] for r in step_rows.steady(rows, warmup_steps) if not r.get("traced")] or \
+             [r["step_ms"] for r in step_rows.steady(rows, warmup_steps)]
     return rows[0]["step_ms"], statistics.median(steady) if steady else None

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from analysis.readers import step_rows
 from analysis.job import Job, RankSummary, summarize_ranks
 from analysis.results import Breakdown
 from analysis.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
@@ -162,7 +163,7 @@ def _job_steps(summaries: list[RankSummary], warmup: int) -> tuple[list[tuple[in
     # Timer steps where the breakdowns took their step times from them (not --source trace).
     if all(s.rows and s.breakdown.unprofiled for s in summaries):
         for s in summaries:
-            steady = s.rows[warmup:]
+            steady = step_rows.steady(s.rows, warmup)
             per_rank.append({int(r["step"]): (float(r["step_ms"]), bool(r.get("traced")))
                              for r in steady})
         common = set.intersection(*(set(p) for p in per_rank))

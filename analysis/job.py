@@ -135,6 +135,9 @@ def _load_job_dir(path: Path) -> Job:
         run = _load_rank(job_id, rank, rank_dir)
         theirs = run.manifest
         for key, expected in (("rank", rank), ("job_id", job_id), ("world_size", world)):
+            if key in ("rank", "job_id") and key not in theirs:  # an ordinary run, no rank of it
+                raise GapscopeInputError(f"{path}: {rank_dir.name} is no rank of this job "
+                                         f"(its manifest names no {key})")
             if key in theirs and theirs[key] != expected:
                 raise GapscopeInputError(
                     f"{path}: mixes ranks of different jobs: {rank_dir.name} has {key} "

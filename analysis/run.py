@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
-from analysis.readers.run_dir import Located, locate, read_steps_csv
-from analysis.readers.safe_files import MAX_SIDE_FILE_BYTES, read_bytes
+from analysis.readers import step_rows
+from analysis.readers.run_dir import Located, locate, read_steps
 from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
+from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import first_update_of_call, updates_in_call
 from profilers.phases import MARKED_PHASES
@@ -25,8 +25,10 @@ XLA_DUMP_DIR = "xla_dump"
 class Run:
     located: Located
     label: str
-    rows: list[dict] | None = None        # steps.csv, every step of the run
+    rows: list[dict] | None = None        # steps.csv, every valid step of the run
     notes: list[str] = field(default_factory=list)
+    # The warm-up steps.csv's own `warmup` column records: what a run without manifest uses.
+    rows_warmup: int | None = None
 
     @property
     def path(self) -> Path:
@@ -49,7 +51,7 @@ class Run:
     def warmup_steps(self) -> int:
         """Updates before the steady state: the warm-up, rounded up to a whole call where one
         compiled call runs several updates (a call that compiled is not steady anywhere)."""
-        warmup = _int_field(self.manifest, "warmup_steps", 0)
+        warmup = _int_field(self.manifest, "warmup_steps", self.rows_warmup or 0)
         spe = self.settings.get("steps_per_execution", 1)
         per_epoch = _int_field(self.manifest, "steps_per_epoch", 0)
         if not isinstance(spe, int) or spe <= 1 or per_epoch <= 0 or warmup == 0:
@@ -140,8 +142,17 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     problem = unfinished(found.manifest)
     if problem:
         raise GapscopeInputError(problem)
-    rows = read_steps_csv(found.steps_csv) if found.steps_csv else None
-    return Run(found, label or run_label(found.manifest, found.path), rows)
+    rows, dropped = read_steps(found.steps_csv) if found.steps_csv else (None, None)
+    run = Run(found, label or run_label(found.manifest, found.path), rows)
+    if dropped:
+        run.notes.append(f"steps.csv: {sum(dropped.values()):,} invalid row(s) dropped "
+                         f"({step_rows.describe(dropped)})")
+    if rows and found.manifest is None:
+        run.rows_warmup = step_rows.warmup_from_rows(rows)
+        if run.rows_warmup is None:
+            run.notes.append("no manifest.json and no warmup column in steps.csv: the warm-up is "
+                             "unknown, so every step counts as steady (compile time included)")
+    return run
 
 
 class Runs:
@@ -230,7 +241,7 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
     configuration ran side by side in time)."""
     folder = Path(folder)
     try:
-        state = json.loads(read_bytes(folder / AB_STATE, MAX_SIDE_FILE_BYTES))
+        state = state_json.load(folder / AB_STATE)
         configs, runs = state["configs"], state["runs"]
         names = [[str(n) for n in runs[c]] for c in configs]
     except (OSError, ValueError, KeyError, TypeError):
@@ -246,7 +257,7 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
 
 def _matrix_rows(folder: Path) -> list[RunEntry]:
     try:
-        state = json.loads(read_bytes(folder / MATRIX_STATE, MAX_SIDE_FILE_BYTES))
+        state = state_json.load(folder / MATRIX_STATE)
         rows = state["rows"]
         if not isinstance(rows, dict):
             raise TypeError
@@ -262,7 +273,10 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
             entries.append(RunEntry(str(row_id), None, reason))
         for i, run in enumerate(runs):
             label = str(row_id) if len(runs) == 1 else f"{row_id} #{i + 1}"
-            entries.append(RunEntry(label, inside(folder, run)))
+            try:
+                entries.append(RunEntry(label, inside(folder, run)))
+            except GapscopeInputError as exc:  # this row's problem, listed with it
+                entries.append(RunEntry(label, None, str(exc)))
     return entries
 
 

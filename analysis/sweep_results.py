@@ -2,16 +2,15 @@
 with its interval, and where that ratio crosses 1 (who wins changes)."""
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from analysis.breakdown import breakdown
-from analysis.readers.safe_files import MAX_SIDE_FILE_BYTES, read_bytes
 from analysis.run import load_measurement
 from analysis.stats import contains_one, paired_ratio
+from profilers import state_json
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
 from profilers.run_dir import SWEEP_STATE, inside
@@ -71,15 +70,19 @@ class SweepResult:
 def sweep_result(folder: str | Path) -> SweepResult:
     folder = Path(folder)
     try:
-        state = json.loads(read_bytes(folder / SWEEP_STATE, MAX_SIDE_FILE_BYTES))
+        state = state_json.load(folder / SWEEP_STATE)
         workload, labels, axis = state["workload"], list(state["configs"]), state["axis"]
-        points = [(p["value"], str(p["ab"])) for p in state["points"]]
+        points = [(state_json.number(p["value"], "a point's value", folder / SWEEP_STATE, 1e-9, 1e9),
+                   str(p["ab"])) for p in state["points"]]
+    except state_json.StateFileError:
+        raise
     except (OSError, ValueError, KeyError, TypeError):
         raise GapscopeInputError(f"{folder / SWEEP_STATE}: corrupt sweep state") from None
     if not points:
         raise GapscopeInputError(f"{folder}: the sweep has no finished point "
                                  f"({state.get('error') or state.get('status')})")
-    result = SweepResult(workload, axis, labels, int(state.get("repeats", 1)),
+    repeats = state_json.whole_number(state.get("repeats", 1), "repeats", folder / SWEEP_STATE, 1)
+    result = SweepResult(workload, axis, labels, repeats,
                          [_point(value, inside(folder, ab), labels) for value, ab in points],
                          folder=str(folder))
     result.crossovers = crossovers(result)

@@ -21,6 +21,7 @@ from typing import Callable, Iterable, Mapping
 
 import analysis
 from analysis.readers.safe_files import unreadable_under
+from analysis.tensorboard_shadow import SOURCE_LOGDIR_ENV, ShadowLogdir
 from profilers.errors import GapscopeInputError
 
 # Run-listing endpoint of each plugin gapscope writes traces for.
@@ -36,6 +37,11 @@ ONLINE_ONLY = {
 _URL_LINE = re.compile(r"TensorBoard \S+ at (http\S+) \(Press CTRL\+C")
 # Requests only ever go to the server we started: never through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# Address space of TensorBoard and each process it starts, in GiB: a plugin that reads runaway
+# input fails with MemoryError instead of taking the machine. TensorBoard with TensorFlow and
+# torch-tb-profiler maps about 1.7 GiB of it before reading anything (its worker 0.4).
+MEMORY_ENV = "GAPSCOPE_TENSORBOARD_MAX_GIB"
+DEFAULT_MEMORY_GIB = 6
 
 
 # Files the plugins open: torch-tb-profiler's traces, the profile plugin's XSpaces, event files.
@@ -85,11 +91,13 @@ class TensorBoardServer:
         if not self.logdir.is_dir():
             raise GapscopeInputError(f"not a directory: {logdir}")
         refuse_unreadable_traces(self.logdir)
+        self.memory_limit = memory_limit_bytes()
         self.host, self.port, self.ready_timeout = host, port, ready_timeout
         self.url: str | None = None
         self.plugins: list[str] = []
         self._process: subprocess.Popen | None = None
         self._log: Path | None = None
+        self._shadow: ShadowLogdir | None = None
 
     def start(self) -> str:
         """Starts the server and returns its URL once it answers with its plugins loaded."""
@@ -107,12 +115,19 @@ class TensorBoardServer:
         # out of the caller. Port 0 lets the OS pick a free port with no race; the legacy
         # loader avoids a second (data server) process. The launcher adds gapscope's plugin
         # to TensorBoard's own and the installed ones.
-        command = [sys.executable, "-m", "analysis.tensorboard_main", "--logdir", str(self.logdir),
+        # The plugins read a shadow of the logdir that holds only files vetted now and on every
+        # refresh (the check above runs once); gapscope's plugin reads the logdir itself.
+        self._shadow = ShadowLogdir(self.logdir).start()
+        env[SOURCE_LOGDIR_ENV] = str(self.logdir)
+        command = [sys.executable, "-m", "analysis.tensorboard_main",
+                   "--logdir", str(self._shadow.path),
                    "--host", self.host, "--port", str(self.port or 0), "--load_fast", "false"]
+        limit = self.memory_limit
         with os.fdopen(fd, "w") as out:
             self._process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL, env=env,
-                                             start_new_session=True)
+                                             start_new_session=True,
+                                             preexec_fn=lambda: _limit_memory(limit))
         try:
             self.url = self._wait_for_url()
             self.plugins = wait_until_ready(self.url, self._process, self.ready_timeout)
@@ -138,6 +153,9 @@ class TensorBoardServer:
                     process.wait()
             # Plugin worker processes may outlive the leader; they share its group.
             _signal_group(process.pid, signal.SIGKILL)
+        shadow, self._shadow = self._shadow, None
+        if shadow is not None:
+            shadow.stop()
         if self._log is not None:
             self._log.unlink(missing_ok=True)
             self._log = None
@@ -299,6 +317,24 @@ def _get_json(url: str, route: str, timeout: float = 10.0):
 def _raise_if_exited(process: subprocess.Popen) -> None:
     if process.poll() is not None:
         raise TensorBoardError(f"TensorBoard exited with code {process.returncode}")
+
+
+def memory_limit_bytes() -> int:
+    """The address-space limit of each TensorBoard process, from MEMORY_ENV (GiB) or the default."""
+    raw = os.environ.get(MEMORY_ENV, "")
+    try:
+        gib = float(raw) if raw else DEFAULT_MEMORY_GIB
+    except ValueError:
+        raise GapscopeInputError(f"{MEMORY_ENV}={raw!r}: not a number of GiB") from None
+    if not 1 <= gib <= 1 << 20:
+        raise GapscopeInputError(f"{MEMORY_ENV}={raw!r}: give 1 to {1 << 20} GiB")
+    return int(gib * (1 << 30))
+
+
+def _limit_memory(limit: int) -> None:
+    """In the child before exec: inherited by every worker process the plugins start."""
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
 def _signal_group(pid: int, sig: int) -> None:

@@ -2,14 +2,13 @@
 manifest that says how every rank ended, whichever launcher (torchrun, a user's script) ran them."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
 import time
 from pathlib import Path
 
-from profilers import environment
+from profilers import environment, state_json
 from profilers.errors import GapscopeInputError
 from profilers.run_lifecycle import INTERRUPTED
 from profilers.run_dir import MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
@@ -89,9 +88,10 @@ def rank_entries(job_dir: Path, world_size: int) -> list[dict]:
             entries.append(entry)
             continue
         try:
-            manifest = json.loads((directory / MANIFEST).read_text())
+            manifest = state_json.load(directory / MANIFEST)
         except (OSError, ValueError):
             manifest = {}
+        manifest = manifest if isinstance(manifest, dict) else {}
         status, error = status_of(directory)
         entry.update(host=manifest.get("host"), node_rank=manifest.get("node_rank"),
                      ended_at=manifest.get("ended_at"), backend=manifest.get("backend"))

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import os
 import secrets
 import socket
+import stat
 import time
 from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
-from profilers import strict_json
+from profilers import state_json, strict_json
 from profilers.errors import GapscopeInputError
 from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
@@ -24,6 +24,10 @@ STEPS_CSV = "steps.csv"
 MATRIX_STATE = "matrix.json"
 AB_STATE = "ab.json"
 SWEEP_STATE = "sweep.json"
+# Where a run whose manifest could not be written (a full disk) leaves why it failed: an empty
+# file needs no data block, so it is made even when the reason cannot be written into it.
+FAILED_MARKER = "run.failed"
+UNRECORDED_FAILURE = "failed, and the reason could not be written (disk full?)"
 
 STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
                 "backward_ms", "optimizer_ms", "loss")
@@ -40,6 +44,10 @@ def ensure_out_dir(out_dir: str | Path) -> Path:
     out_dir = Path(out_dir)
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # mkdir names neither the file nor the problem
+        blocking = next((p for p in [out_dir, *out_dir.parents] if p.exists() and not p.is_dir()),
+                        out_dir)
+        raise GapscopeInputError(f"output folder {out_dir}: {blocking} is a file, not a folder") from None
     except OSError as exc:
         raise GapscopeInputError(f"output folder {out_dir}: cannot create it: "
                                  f"{exc.strerror or exc}") from None
@@ -80,6 +88,26 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
+def write_new(path: Path, data: bytes) -> None:
+    """Write `data` to `path` only if nothing is there: written beside it, then linked into place
+    (fails when the name exists, a symlink included), so no earlier file is ever overwritten."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError:  # a file system without hard links: exclusive create, written in place
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+    except FileExistsError:
+        raise GapscopeInputError(f"{path}: exists; use --force to replace it") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
@@ -103,7 +131,9 @@ class Manifest:
         """The manifest as the run left it, or a minimal one if the run died before writing it."""
         path = run_dir / MANIFEST
         try:
-            data = json.loads(path.read_text())
+            data = state_json.load(path)
+            if not isinstance(data, dict):
+                raise ValueError
         except (OSError, ValueError):
             data = {"schema": 1, "run_id": run_dir.name, "status": "running"}
         return cls(run_dir, data)
@@ -144,14 +174,55 @@ def effective_status(manifest: dict) -> tuple[str, str | None]:
     return "running", None
 
 
+def mark_failed(run_dir: Path, error: str) -> bool:
+    """Leaves FAILED_MARKER with `error` in `run_dir`; True if at least the marker exists."""
+    path = Path(run_dir) / FAILED_MARKER
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError:
+        return False
+    try:
+        os.write(fd, error.encode(errors="replace")[:4096])
+    except OSError:
+        pass  # the empty marker still says the run failed
+    finally:
+        os.close(fd)
+    return True
+
+
+def marked_failure(run_dir: Path) -> str | None:
+    """The failure a run left in FAILED_MARKER, or None when there is none."""
+    path = Path(run_dir) / FAILED_MARKER
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        text = " ".join(handle.read(4096).decode(errors="replace").split())
+    return text or UNRECORDED_FAILURE
+
+
+def with_marked_failure(run_dir: Path, manifest: dict) -> dict:
+    """`manifest` as the run would have written it: still `running` beside a FAILED_MARKER, it
+    failed with the marker's reason."""
+    if manifest.get("status") == "running":
+        reason = marked_failure(run_dir)
+        if reason is not None:
+            return {**manifest, "status": "failed", "error": reason}
+    return manifest
+
+
 def status_of(run_dir: Path) -> tuple[str | None, str | None]:
     """effective_status of the run in `run_dir`; (None, why) when it has no readable manifest."""
     try:
-        manifest = json.loads((Path(run_dir) / MANIFEST).read_text())
+        manifest = state_json.load(Path(run_dir) / MANIFEST)
     except (OSError, ValueError) as exc:
         return None, f"no readable manifest ({exc})"
     if not isinstance(manifest, dict):
         return None, "no readable manifest"
+    manifest = with_marked_failure(Path(run_dir), manifest)
     status, error = effective_status(manifest)
     if manifest.get("status") == "running" and status == "failed" and died_stopping_tf_profiler(run_dir):
         return status, TF_PROFILER_ABORT  # its process died inside TensorFlow's profiler stop
@@ -165,7 +236,13 @@ def inside(folder: Path, stored) -> Path:
     name = Path(str(stored)).name if stored else ""
     if name in ("", ".", ".."):
         raise GapscopeInputError(f"{folder}: state file names no run directory ({stored!r})")
-    return Path(folder) / name
+    path = Path(folder) / name
+    # A symlink there (a run swapped for a link to another) must not lead outside the folder.
+    if path.is_symlink():
+        target, root = os.path.realpath(path), os.path.realpath(folder)
+        if os.path.commonpath([target, root]) != root:
+            raise GapscopeInputError(f"{path}: a symlink to {target}, outside {folder}: not followed")
+    return path
 
 def _process_alive(pid: int, started_at) -> bool:
     """Whether process `pid` is the run's own: alive, not a zombie, and not a later process

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from profilers import environment
 from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
-from profilers.run_dir import Manifest, create_run_dir, write_steps_csv
+from profilers.run_dir import Manifest, create_run_dir, mark_failed, write_steps_csv
 from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
 INTERRUPTED = "interrupted"
@@ -199,7 +199,10 @@ class RunLifecycle:
             return True
         try:
             self.manifest.finish(error=error)
-        except OSError:
+        except OSError as exc:
+            # A full disk: the manifest stays `running`; the marker keeps the cause for readers.
+            mark_failed(self.run_dir, f"{error} (the manifest could not be updated: "
+                                      f"{exc.strerror or exc})")
             return False
         self.finished = True
         return True

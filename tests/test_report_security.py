@@ -66,6 +66,15 @@ def test_report_html_escapes_everything_that_came_from_a_run(hostile_runs, tmp_p
     assert markup.tags.count("img") == page.count("data:image/png;base64,") >= 2  # the plots, embedded
 
 
+def test_report_markdown_holds_no_markup_from_a_run(hostile_runs, tmp_path):
+    out = tmp_path / "report" / "r.md"
+    CliRunner().invoke(cli, ["report", *map(str, hostile_runs), "--out", str(out)])
+    text = out.read_text()
+    assert "<" not in text and ">" not in text  # GitHub and editors render raw HTML in Markdown
+    assert text.count("&lt;script&gt;alert(1)&lt;/script&gt;") >= 2
+    assert "&lt;img src=x onerror=alert(2)&gt;" in text and "&lt;svg onload=alert(4)&gt;" in text
+
+
 def test_report_follows_matrix_entries_only_inside_the_matrix_folder(tmp_path, fixtures_dir, monkeypatch):
     matrix = tmp_path / "matrix"
     _run_dir(matrix, "good-run", fixtures_dir)

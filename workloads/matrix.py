@@ -3,7 +3,6 @@ row, each in its own process, resumable: a row already complete with the same se
 run again."""
 from __future__ import annotations
 
-import json
 import os
 import re
 import tomllib
@@ -11,7 +10,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from profilers import environment, strict_json
+from profilers import environment, state_json, strict_json
 from profilers.errors import GapscopeInputError, UnsupportedVariantError
 from profilers.nvml import gpu_count
 from profilers.run_dir import (MATRIX_STATE, effective_status, ensure_out_dir, inside, status_of,
@@ -245,7 +244,7 @@ def _load_state(matrix_dir: Path, matrix: Matrix, base: RunSettings) -> dict:
     path = matrix_dir / MATRIX_STATE
     if path.exists():
         try:
-            state = json.loads(path.read_text())
+            state = state_json.load(path)
         except ValueError:
             raise GapscopeInputError(f"{path}: corrupt matrix state; move it away to start over") from None
         if not isinstance(state, dict) or not isinstance(state.get("rows"), dict):
@@ -282,6 +281,6 @@ def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:
     """Outcomes recorded for a matrix in `out_dir`, in row order (rows never run: missing)."""
     matrix_dir = Path(out_dir) / matrix.name
     path = matrix_dir / MATRIX_STATE
-    rows = json.loads(path.read_text())["rows"] if path.exists() else {}
+    rows = state_json.load(path)["rows"] if path.exists() else {}
     return [_resolved(matrix_dir, rows[r.id]) if isinstance(rows.get(r.id), dict)
             else RowOutcome(r.id, "missing") for r in matrix.rows]

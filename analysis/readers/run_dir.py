@@ -5,12 +5,14 @@ from __future__ import annotations
 import csv
 import io
 import json
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.readers import safe_files
+from analysis.readers import safe_files, step_rows
+from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.run_dir import MANIFEST, STEPS_CSV
+from profilers.run_dir import MANIFEST, STEPS_CSV, with_marked_failure
 
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 XPLANE_GLOB = "*.xplane.pb"
@@ -47,6 +49,8 @@ def locate(path: str | Path) -> Located:
             return Located(path, xplanes=[path])
         return Located(path, torch_traces=[path])
     manifest = read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None
+    if manifest is not None:
+        manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV
     found = Located(path, manifest, steps if _present(steps) else None)
     torch_traces = [p for g in TORCH_TRACE_GLOBS for p in path.rglob(g)]
@@ -78,9 +82,11 @@ def _newest_first(paths) -> list[Path]:
 
 def read_manifest(path: Path) -> dict:
     try:
-        manifest = json.loads(safe_files.read_bytes(path, safe_files.MAX_SIDE_FILE_BYTES))
-    except (OSError, ValueError) as exc:
-        raise TraceFormatError(f"{path}: unreadable manifest ({exc})") from None
+        manifest = state_json.load(path)
+    except state_json.StateFileError as exc:
+        raise TraceFormatError(f"unreadable manifest: {exc}") from None
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: unreadable manifest ({exc.strerror or exc})") from None
     if not isinstance(manifest, dict) or "run_id" not in manifest:
         raise TraceFormatError(f"{path}: not a gapscope manifest (no run_id)")
     for key, kinds in _FIELD_TYPES.items():
@@ -91,7 +97,36 @@ def read_manifest(path: Path) -> dict:
                                    f"not {_shown(value)}")
     if manifest.get("status") not in (None, "running", "complete", "failed"):
         raise TraceFormatError(f"{path}: unknown status {_shown(manifest['status'])}")
+    _check_values(path, manifest)
     return manifest
+
+
+# The framework paths gapscope writes runs of (workloads.registry.FRAMEWORKS; the reader does
+# not import the runners' side).
+FRAMEWORKS = ("torch", "keras", "keras-torch", "tf")
+# No run has more steps than --steps allows (10,000,000).
+MAX_STEPS = 10**9
+
+
+def _check_values(path: Path, manifest: dict) -> None:
+    """Values of the right type that no run writes (-5 warm-up steps, framework "jax", a trace
+    window that ends before it starts): refused, since every figure would rest on them."""
+    for key in ("warmup_steps", "steps_run", "steps_per_epoch"):
+        value = manifest.get(key)
+        if value is not None and not 0 <= value <= MAX_STEPS:
+            raise TraceFormatError(f"{path}: field {key!r} should be 0 to {MAX_STEPS:,}, "
+                                   f"not {_shown(value)}")
+    framework = manifest.get("framework")
+    if framework is not None and framework not in FRAMEWORKS:
+        raise TraceFormatError(f"{path}: unknown framework {_shown(framework)} "
+                               f"(gapscope writes {', '.join(FRAMEWORKS)})")
+    window = manifest.get("trace_window")
+    if window is not None and not (
+            isinstance(window, list) and len(window) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) and 0 <= n <= MAX_STEPS
+                    for n in window) and window[0] <= window[1]):
+        raise TraceFormatError(f"{path}: field 'trace_window' should be [first, last] steps, "
+                               f"not {_shown(window)}")
 
 
 # What the analyzers read from a manifest, checked once here: a hand-edited or foreign manifest
@@ -113,25 +148,21 @@ def _shown(value) -> str:
 
 
 def read_steps_csv(path: Path) -> list[dict]:
-    """Rows of steps.csv with numbers parsed; an empty cell (a phase not timed) is None."""
+    """Rows of steps.csv that are valid measurements, numbers parsed (see read_steps)."""
+    return read_steps(path)[0]
+
+
+def read_steps(path: Path) -> tuple[list[dict], Counter]:
+    """Rows of steps.csv with numbers parsed (an empty phase cell, a phase not timed, is None),
+    checked as the trace readers check events (step_rows), and the rows dropped, by why."""
     try:
         text = safe_files.read_bytes(path, safe_files.MAX_SIDE_FILE_BYTES).decode()
         with io.StringIO(text, newline="") as handle:
             reader = csv.DictReader(handle)
-            if reader.fieldnames is None or "step_ms" not in reader.fieldnames:
-                raise TraceFormatError(f"{path}: not a gapscope steps.csv (no step_ms column)")
-            rows = []
-            for row in reader:
-                rows.append({key: _number(value) for key, value in row.items()})
+            if reader.fieldnames is None or not {"step", "step_ms"} <= set(reader.fieldnames):
+                raise TraceFormatError(f"{path}: not a gapscope steps.csv (no step and step_ms columns)")
+            return step_rows.checked_rows(path, reader)
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:  # UnicodeDecodeError too
+    except (ValueError, csv.Error) as exc:  # UnicodeDecodeError; a cell over csv's field limit
         raise TraceFormatError(f"{path}: corrupt steps.csv ({str(exc)[:160]})") from None
-    return rows
-
-
-def _number(value: str | None) -> float | int | None:
-    if value is None or value == "":
-        return None
-    number = float(value)
-    return int(number) if number.is_integer() and "." not in value else number

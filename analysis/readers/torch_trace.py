@@ -1,13 +1,14 @@
 """Reads torch.profiler Chrome-trace JSON (.pt.trace.json[.gz]) into the neutral Trace."""
 from __future__ import annotations
 
+import os
 import re
 from collections import Counter
 from pathlib import Path
 
 import msgspec
 
-from profilers.errors import TraceFormatError
+from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.columns import NONE, ColumnsBuilder
 from analysis.gc_pause import collector_paused
 from analysis.readers import safe_files, validate
@@ -99,11 +100,18 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _RETRIES = 8
 _TAIL = 64 << 10  # where the last cuts are looked for first: some hundred events' worth
+# Events read cost memory (~150 bytes each, kept as columns) that a small gzip of tiny events
+# can multiply: 8.7 MB inflated to 20 M events took 3 GB. Real traces hold one event per
+# 40-400 bytes of file even gzipped; a file may hold one per BYTES_PER_EVENT, and at least
+# MIN_EVENTS, unless MAX_EVENTS_ENV says how many.
+BYTES_PER_EVENT = 4
+MIN_EVENTS = 2_000_000
+MAX_EVENTS_ENV = "GAPSCOPE_MAX_TRACE_EVENTS"
 
 
 def read_torch_trace(path: str | Path) -> Trace:
     path = Path(path)
-    reader = _Reader(path)
+    reader = _Reader(path, event_budget(path))
     try:
         with collector_paused(), safe_files.open_stream(path) as stream, \
                 safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
@@ -135,12 +143,27 @@ def read_torch_trace(path: str | Path) -> Trace:
     return Trace("torch", str(path), None, metadata, columns=columns)
 
 
+def event_budget(path: Path) -> int:
+    """How many events `path` may hold: MAX_EVENTS_ENV if set, else by its size on disk."""
+    raw = os.environ.get(MAX_EVENTS_ENV, "").strip()
+    if raw:
+        if not (raw.isascii() and raw.isdigit() and 0 < len(raw) <= 12 and int(raw) > 0):
+            raise GapscopeInputError(f"{MAX_EVENTS_ENV}={raw[:40]!r}: give a whole number of events")
+        return int(raw)
+    try:
+        size = path.stat().st_size
+    except (OSError, ValueError):  # open_stream says why the file cannot be read
+        size = 0
+    return max(MIN_EVENTS, size // BYTES_PER_EVENT)
+
+
 class _Reader:
     """Splits the traceEvents array into chunks of whole events, decodes each chunk and keeps
     the complete events as columns (names and tracks as ids, no object per event)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, max_events: int):
         self.path = path
+        self.max_events, self._decoded = max_events, 0
         self.columns = ColumnsBuilder()
         self.dropped: Counter = Counter()
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
@@ -248,6 +271,12 @@ class _Reader:
 
     def _keep(self, raws: list[_RawEvent]) -> None:
         """Complete events that pass the time checks become rows; the others are counted."""
+        self._decoded += len(raws)
+        if self._decoded > self.max_events:
+            raise TraceFormatError(
+                f"{self.path}: over {self.max_events:,} events, more than a file of its size "
+                f"holds (a gzip of tiny events fills memory): refusing; set "
+                f"{MAX_EVENTS_ENV}=N to read up to N events")
         columns, tracks, dropped = self.columns, self._tracks, self.dropped
         names = columns.names
         # Bound appends: this loop runs once per event of the trace (millions).

@@ -22,6 +22,7 @@ DUPLICATE_STEP = "duplicate step event"
 ZERO_STEP = "zero-length step"
 OVERLAPPING_STEPS = "overlapping steps"
 UNREADABLE_STEP_NUMBER = "unreadable step number"
+REPEATED_STEP_NUMBER = "step number repeated"
 
 
 def time_problem(ts, dur) -> str | None:
@@ -60,9 +61,13 @@ def check_steps(path, events: list[Event], dropped: Counter) -> tuple[list[Event
     steps = [e for e in events if e.kind == STEP]
     if not steps:
         return events, {}
-    seen, bad_ids = set(), set()
-    for e in steps:
+    seen, numbered, bad_ids, repeated = set(), set(), set(), 0
+    # In start order, so that of two events with one step number the first is kept.
+    for e in sorted(steps, key=lambda e: e.start_us):
         key = (e.name, e.start_us, e.dur_us)
+        # One step number once per kind of step and track (a host's and a device's Steps
+        # lines may both number step N): a second one is a copy, shifted or not.
+        number = (e.name.rpartition("#")[0], e.track, e.step_num)
         if e.dur_us <= 0:
             dropped[ZERO_STEP] += 1
             bad_ids.add(id(e))
@@ -72,8 +77,16 @@ def check_steps(path, events: list[Event], dropped: Counter) -> tuple[list[Event
         elif key in seen:
             dropped[DUPLICATE_STEP] += 1
             bad_ids.add(id(e))
+        elif number in numbered:
+            dropped[REPEATED_STEP_NUMBER] += 1
+            bad_ids.add(id(e))
+            repeated += 1
         else:
             seen.add(key)
+            numbered.add(number)
+    if repeated and repeated > MAX_DROPPED_SHARE * len(steps):
+        raise TraceFormatError(f"{path}: {repeated:,} of {len(steps):,} step events repeat a step "
+                               "number (every step numbered alike?): refusing the trace")
     if bad_ids:
         events = [e for e in events if id(e) not in bad_ids]
         steps = [e for e in steps if id(e) not in bad_ids]

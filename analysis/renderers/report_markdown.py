@@ -76,7 +76,15 @@ def render(content: ReportContent) -> str:
     notes = content.notes + [f"`{r.label}`: {note}" for r in complete for note in r.breakdown.notes]
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    return "\n".join(lines)
+    return text_only("\n".join(lines))
+
+
+def text_only(markdown: str) -> str:
+    """The report's Markdown with <, > and & as entities. Its text comes from runs (variant,
+    device, error, file names) and Markdown viewers (GitHub, editors) pass raw HTML through:
+    `<img onerror=...>` in a manifest must stay text. gapscope writes no HTML of its own, and
+    renderers show the entities as the characters."""
+    return markdown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _figure(content: ReportContent, role: str, alt: str) -> list[str]:

@@ -2,6 +2,7 @@
 under /data/plugin/gapscope/ that the page draws from."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from tensorboard.backend import http_util
@@ -9,6 +10,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from analysis.tensorboard_plugin.views import UnknownRun, Views
+from analysis.tensorboard_shadow import SOURCE_LOGDIR_ENV
 from profilers.strict_json import finite
 
 PLUGIN_NAME = "gapscope"
@@ -22,7 +24,9 @@ class GapscopePlugin(base_plugin.TBPlugin):
     plugin_name = PLUGIN_NAME
 
     def __init__(self, context: base_plugin.TBContext):
-        self._views = Views(context.logdir)
+        # `gapscope tensorboard` gives TensorBoard a vetted shadow of the logdir (links, for the
+        # third-party plugins) and this plugin the logdir itself, which it reads safely.
+        self._views = Views(os.environ.get(SOURCE_LOGDIR_ENV) or context.logdir)
 
     def get_plugin_apps(self):
         apps = {f"/static/{path.name}": self._static(path) for path in STATIC.iterdir()

@@ -24,8 +24,8 @@ def find_runs(logdir: str | Path) -> dict[str, RunEntry]:
     for folder in run_folders(logdir):
         try:
             entries = expand_runs([folder])
-        except GapscopeInputError as exc:
-            found[_name(logdir, folder)] = RunEntry(None, None, str(exc))
+        except Exception as exc:  # noqa: BLE001 - one folder's problem, never the whole list's
+            found[_name(logdir, folder)] = RunEntry(None, None, _reason(exc))
             continue
         for entry in entries:
             if entry.path is None:  # a matrix row that never made a run directory
@@ -44,7 +44,7 @@ def find_jobs(logdir: str | Path) -> dict[str, Path]:
     for folder in run_folders(logdir):
         try:
             entries = expand_runs([folder])
-        except GapscopeInputError:
+        except Exception:  # noqa: BLE001 - find_runs lists it with its problem
             continue
         jobs.update({_name(logdir, e.path): e.path for e in entries
                      if e.path is not None and is_job(e.path)})
@@ -57,10 +57,18 @@ def _ranks(logdir: Path, path: Path) -> dict[str, RunEntry]:
     name = _name(logdir, path)
     try:
         job = load_job(path)
-    except GapscopeInputError as exc:
-        return {name: RunEntry(None, None, str(exc))}
+    except Exception as exc:  # noqa: BLE001 - as in find_runs
+        return {name: RunEntry(None, None, _reason(exc))}
     return {f"{name}/rank{r}": RunEntry(f"{job.label} rank{r}", run.located.path)
             for r, run in enumerate(job.ranks)}
+
+
+def _reason(exc: Exception) -> str:
+    """The one line a view shows: the input's own fault as said, anything else named as ours."""
+    text = " ".join(str(exc).split())[:300]
+    if isinstance(exc, GapscopeInputError):
+        return text
+    return f"gapscope could not read this folder ({type(exc).__name__}: {text})"
 
 
 def run_folders(logdir: Path):

@@ -74,8 +74,11 @@ class Views:
                         "traced": a.run is not None and a.run.trace_file is not None,
                         "breakdown": None}
             if a.breakdown is not None:
-                document["breakdown"] = a.breakdown.to_json_dict()
-                del document["breakdown"]["per_step"]  # the steps view has its own document
+                try:
+                    document["breakdown"] = a.breakdown.to_json_dict()
+                    del document["breakdown"]["per_step"]  # the steps view has its own document
+                except Exception as exc:  # noqa: BLE001 - one run's problem, never a 500 for all
+                    document.update(breakdown=None, problem=_problem(a.name, exc))
             documents.append(document)
         with self._lock:
             jobs = [self._job(name, path) for name, path in find_jobs(self.logdir).items()]
@@ -112,8 +115,8 @@ class Views:
             warmup = a.run.warmup_steps
             document.update(source="steps.csv", warmup_steps=warmup, steps=[
                 {"step": int(r["step"]), "step_ms": r["step_ms"],
-                 "kind": WARMUP if i < warmup else TRACED if r.get("traced") else UNPROFILED}
-                for i, r in enumerate(a.run.rows)])
+                 "kind": WARMUP if r["step"] < warmup else TRACED if r.get("traced") else UNPROFILED}
+                for r in a.run.rows])
         else:
             document.update(source="trace", steps=[
                 {"step": s.step, "step_ms": s.step_ms, "kind": TRACED} for s in a.breakdown.steps])
