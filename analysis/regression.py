@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import enum
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.stats import RepeatRatio, repeat_ratio
+from profilers import state_json
 from profilers.errors import GapscopeInputError
+from profilers.state_json import StateFileError
 
 BASELINE_FORMAT = "gapscope-baseline/1"
 # A baseline is a few hundred bytes; anything far larger is not one.
@@ -94,13 +95,14 @@ def check(baseline: Baseline, config: str, step_ms: list[float], within: list[fl
 def read_baseline(path: str | Path) -> Baseline:
     """The stored baseline, validated as a trace reader validates events: one line on any fault."""
     path = Path(path)
-    from analysis.readers.safe_files import read_bytes
     try:
-        doc = json.loads(read_bytes(path, MAX_BASELINE_BYTES), parse_constant=_refuse_constant)
+        doc = state_json.load(path, MAX_BASELINE_BYTES)
     except FileNotFoundError:
         raise GapscopeInputError(f"{path}: no baseline there; record one with --save") from None
-    except (OSError, ValueError, RecursionError) as exc:
-        raise GapscopeInputError(f"{path}: not a gapscope baseline ({_reason(exc)})") from None
+    except OSError as exc:
+        raise GapscopeInputError(f"{path}: not a gapscope baseline ({exc.strerror or exc})") from None
+    except StateFileError as exc:
+        raise GapscopeInputError(f"not a gapscope baseline: {exc}") from None
     if not isinstance(doc, dict) or doc.get("format") != BASELINE_FORMAT:
         raise GapscopeInputError(f"{path}: not a gapscope baseline (format is not {BASELINE_FORMAT})")
     step_ms, within = doc.get("step_ms"), doc.get("within")
@@ -123,16 +125,6 @@ def _positive_list(values) -> bool:
 
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _refuse_constant(name: str):
-    raise ValueError(f"{name} is no measurement")
-
-
-def _reason(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    return getattr(exc, "strerror", None) or str(exc).splitlines()[0][:120]
 
 
 def _mean(values: list[float]) -> float:

@@ -39,7 +39,7 @@ def test_a_different_machine_or_configuration_is_said():
 
 @pytest.mark.parametrize("content,says", [
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [NaN], "within": [0],'
-     ' "settings": {}, "machine": {}}', "NaN is no measurement"),
+     ' "settings": {}, "machine": {}}', "NaN is not a number"),
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [-3], "within": [0],'
      ' "settings": {}, "machine": {}}', "corrupt baseline"),
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3, 4], "within": [0],'
