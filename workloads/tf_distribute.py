@@ -207,8 +207,8 @@ def traces_rank(rank: int) -> bool:
     SIGSEGV), however the collection is started; counted on this 2-core VM, two-worker mlp runs:
     profiler stopped after fit 3 of 10, inside fit 1 of 10, and through TensorFlow's profiler
     server with a client capture (TensorBoard's way, which collects inside the worker all the
-    same) 4 of 9, each time rank 1. The chief tracing alone crashed in none of 15 (and none of
-    the 25 runs of benchmarks/tf_workers.md)."""
+    same) 6 of 13, each time rank 1; the chief tracing alone, 0 of 25, and 0 of 25 gapscope jobs
+    (benchmarks/README.md, `python -m benchmarks.tf_profiler_crash`)."""
     return rank == TRACED_RANK
 
 
