@@ -215,3 +215,15 @@ def test_distributed_raw_tf_under_xla_is_refused(tmp_path):
     settings = RunSettings("mlp", "tf", tf_mode="xla", nproc=2)
     with pytest.raises(GapscopeInputError, match="tf mode xla is not supported"):
         run_tf(get_workload("mlp"), settings, tmp_path)
+
+
+@pytest.mark.parametrize("manifest, reason", [
+    ({"rank": 1, "traced_ranks": [0]}, "rank 1 was not traced: a TensorFlow multi-worker run traces rank 0 only"),
+    ({"rank": 0, "traced_ranks": [0]}, None),       # the chief, which traced
+    ({"rank": 1, "traced_ranks": []}, None),        # --no-trace: nobody traced, nothing to explain
+    ({"rank": 1}, None),                            # a torch rank, or one from before traced_ranks
+])
+def test_an_untraced_rank_says_why(manifest, reason):
+    from analysis.breakdown import untraced_rank_reason
+    found = untraced_rank_reason(manifest)
+    assert found == reason if reason is None else found.startswith(reason)
