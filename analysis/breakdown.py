@@ -38,7 +38,8 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
             raise GapscopeInputError(f"{run.path}: holds no torch trace or .xplane.pb file")
         if run.rows is None:
             raise GapscopeInputError(f"{run.path}: holds no trace file and no steps.csv")
-        result = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases)
+        result = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases,
+                                       untraced_rank_reason(run.manifest))
     else:
         traced, notes = trace_steps(run)
         notes = reader_notes(run.trace) + notes
@@ -82,9 +83,20 @@ def reader_notes(trace: Trace) -> list[str]:
     return notes
 
 
+def untraced_rank_reason(manifest: dict) -> str | None:
+    """Why a rank of a traced multi-worker run holds no trace: TF jobs trace their chief only
+    (workloads.tf_distribute.traces_rank); None for any other run."""
+    ranks, rank = manifest.get("traced_ranks"), manifest.get("rank")
+    if not isinstance(ranks, list) or not ranks or rank in ranks:
+        return None
+    return (f"rank {rank} was not traced: a TensorFlow multi-worker run traces rank "
+            f"{', '.join(map(str, ranks))} only (TF 2.21's profiler crashes the other workers)")
+
+
 def breakdown_from_timers(rows: list[dict], warmup_steps: int,
-                          runs_phases=MARKED_PHASES) -> Breakdown:
-    """Steps from the per-step timers (steps.csv rows); warm-up steps become compile_ms."""
+                          runs_phases=MARKED_PHASES, why_untraced: str | None = None) -> Breakdown:
+    """Steps from the per-step timers (steps.csv rows); warm-up steps become compile_ms.
+    `why_untraced`: why the run holds no trace where it was asked for one."""
     steady = _steady(rows, warmup_steps)
     untraced = [r for r in steady if not r.get("traced")] or steady
     timed = _timed_phases(rows, warmup_steps)
@@ -97,7 +109,7 @@ def breakdown_from_timers(rows: list[dict], warmup_steps: int,
     notes = []
     if any(p not in timed for p in runs_phases):
         notes.append("phases inside a compiled step are not visible to host timers; "
-                     "run with --trace for them")
+                     + (why_untraced or "run with --trace for them"))
     result = _from_samples(samples, per_step, origins, notes, runs_phases=runs_phases)
     result.compile_ms = compile_ms(rows, warmup_steps)
     result.unprofiled = any(not r.get("traced") for r in steady)

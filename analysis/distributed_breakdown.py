@@ -132,13 +132,18 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
     replicates = _mean_replicates(values)
     job_step = statistics.fmean(values)
     comms = [s.communication for s in summaries]
-    wait_ms, wait_source, comm_phase = _waits(ranks, comms, [s.traced_step_ms for s in summaries])
-    busy = [b.step_stats()["mean"] - sum(w.values()) for b, w in zip(ranks, wait_ms)]
-    means = [b.step_stats()["mean"] for b in ranks]
+    untraced = [s.rank for s in summaries if not s.traced]
+    # Ranks are compared like with like: where some have no trace (a TF multi-worker job
+    # traces its chief only), every rank on its step timers alone.
+    compared = ([s.timers or s.breakdown for s in summaries]
+                if untraced and len(untraced) < len(summaries) else ranks)
+    wait_ms, wait_source, comm_phase = _waits(compared, comms, [s.traced_step_ms for s in summaries])
+    busy = [b.step_stats()["mean"] - sum(w.values()) for b, w in zip(compared, wait_ms)]
+    means = [b.step_stats()["mean"] for b in compared]
     straggler = max(range(len(busy)), key=busy.__getitem__) if len(busy) > 1 else None
     fastest = min(range(len(busy)), key=busy.__getitem__)
-    skew_ci = _busy_difference(ranks, wait_ms, straggler, fastest) if straggler is not None else None
-    phase, extra, extra_ci = _straggler_phase(ranks, wait_ms, straggler)
+    skew_ci = _busy_difference(compared, wait_ms, straggler, fastest) if straggler is not None else None
+    phase, extra, extra_ci = _straggler_phase(compared, wait_ms, straggler)
     result = JobBreakdown(
         job.run_id, job.label, str(job.path), job.world_size, job.backend, dict(job.hosts),
         job.foreign, ranks, [c.to_json_dict() if c is not None else None for c in comms],
@@ -150,7 +155,11 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
     result.threads = threads_of(job.ranks[0].manifest)
     if job.batch_size:
         result.samples_per_step = job.batch_size * job.world_size
-    if wait_source == WaitSource.TIMERS:
+    if compared is not ranks:
+        notes.append(f"{', '.join(f'rank{r}' for r in untraced)} not traced: waiting, skew and "
+                     f"straggler taken on every rank's step timers (waiting as each rank's "
+                     f"{comm_phase} beyond the fastest rank's)")
+    elif wait_source == WaitSource.TIMERS:
         notes.append(f"no communication in the traces: waiting estimated from the step timers as "
                      f"each rank's {comm_phase} beyond the fastest rank's")
     return result

@@ -329,21 +329,28 @@ class RankSummary:
     collectives: list = field(default_factory=list)  # analysis.collectives.Collective, for clocks
     traced_step_ms: float | None = None     # mean traced step: the clock communication was timed on
     notes: list[str] = field(default_factory=list)
+    traced: bool = False                    # the rank's trace was read
+    # A traced rank's figures from its step timers alone: compared with untraced ranks (a TF
+    # multi-worker job traces only its chief) like with like.
+    timers: Breakdown | None = None
 
 
 def summarize_rank(rank: int, path: str, label: str, source: str, host: str | None) -> RankSummary:
     """One rank, loaded and analysed inside a worker; the Run and its trace die with the call."""
-    from analysis.breakdown import breakdown
+    from analysis.breakdown import breakdown, breakdown_from_timers
     run = load_run(path, label=label)
     result = breakdown(run, source)
-    communication, collectives, traced = None, [], None
-    if run.trace is not None and source != "timers":  # --source timers: the trace unread
+    communication, collectives, traced, timers = None, [], None, None
+    read = run.trace is not None and source != "timers"  # --source timers: the trace unread
+    if read:
         communication, collectives = _communication(run)
         _ddp_bytes(communication, run.manifest.get("ddp"))
         durations = [s.dur_us / 1000.0 for s in run.timeline.steps]
         traced = sum(durations) / len(durations) if durations else None
+        if run.rows:
+            timers = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases)
     return RankSummary(rank, host or run.manifest.get("host"), result, run.rows,
-                       communication, collectives, traced)
+                       communication, collectives, traced, traced=read, timers=timers)
 
 
 def _ddp_bytes(communication, ddp) -> None:

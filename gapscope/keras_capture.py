@@ -23,8 +23,9 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
 
     `steps_per_execution` and `jit_compile` stay as compiled. Compiled under a
     tf.distribute.MultiWorkerMirroredStrategy of several workers (TF_CONFIG), each worker's fit
-    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`; use it
-    with `with` there, so that the profile is saved after fit has returned.
+    is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`, and
+    only the chief (rank 0) traces; the other ranks time their steps (TensorFlow 2.21's
+    profiler crashes them, see workloads.tf_distribute.traces_rank).
     trace_steps are optimizer updates as in `range(first, stop)`, counted over all epochs;
     None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
@@ -61,7 +62,6 @@ def _callback_class():
             self._warmup = default_warmup(window, warmup_steps)
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
-            self._entered = False
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
@@ -80,6 +80,14 @@ def _callback_class():
                 "warmup_steps": self._warmup, "steps_per_execution": model.steps_per_execution,
                 "jit_compile": bool(model.jit_compile)}, self._warmup)
             self.run_dir = self._run.run_dir
+            place = getattr(self._run, "place", None)
+            self._traced_ranks = None
+            if place is not None:
+                from workloads.tf_distribute import traces_rank
+                self._traced_ranks = [r for r in range(place.world_size)
+                                      if self._window is not None and traces_rank(r)]
+                if not traces_rank(place.rank):
+                    self._window = None  # timers only: TF's profiler crashes non-chief workers
             self._profiler = None
             if self._on_torch and self._window is not None:
                 from profilers.torch_session import torch_profiler
@@ -89,8 +97,7 @@ def _callback_class():
                 self._timer, self._window,
                 tf_logdir=self.run_dir if self._window and not self._on_torch else None,
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
-                steps_per_call=int(model.steps_per_execution or 1),
-                stop_barrier=_stop_barrier(self._run))
+                steps_per_call=int(model.steps_per_execution or 1))
             self._updates, self._call_begin = 0, 0
 
         def on_train_batch_begin(self, batch, logs=None):
@@ -102,14 +109,10 @@ def _callback_class():
             self._updates += batch - self._call_begin + 1
 
         def on_train_end(self, logs=None):
-            # A multi-worker run used as a context manager ends in __exit__, after fit: its TF
-            # profiler stopped inside fit sometimes aborts the worker (tf_distribute.StopBarrier).
-            if not (self._entered and getattr(self._run, "place", None) is not None):
-                self._finish(None)
+            self._finish(None)
 
         # -- failures, for `with` ------------------------------------------------------
         def __enter__(self):
-            self._entered = True
             return self
 
         def __exit__(self, exc_type, exc, tb):
@@ -124,7 +127,7 @@ def _callback_class():
             if exc is not None and self._window is not None and not self._on_torch:
                 _stop_tf_profiler_if_running()
             elif exc is None and not self._on_torch:
-                self._steps.finish_trace()  # a multi-worker run's profiler stops at the end
+                self._steps.finish_trace()  # a fit shorter than the window left it running
             rows, facts = self._rows_and_facts()
             if exc is None:
                 self._run.complete(rows, facts)
@@ -155,6 +158,8 @@ def _callback_class():
                      "steps_per_epoch": per_epoch, "jit_compile_resolved": bool(model.jit_compile),
                      "trace_window": None if self._window is None or self._updates <= self._window.first
                      else [self._window.first, min(self._window.last, self._updates - 1)]}
+            if self._traced_ranks is not None:
+                facts["traced_ranks"] = self._traced_ranks
             return rows, facts
 
     return GapscopeCapture
@@ -175,14 +180,6 @@ def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int
                            RankPlace(rank, world, local_rank=rank, node_rank=0, backend=BACKEND),
                            share=tf_share(model.distribute_strategy))
     return UserRun(name, framework, out, settings, warmup)
-
-
-def _stop_barrier(run):
-    place = getattr(run, "place", None)
-    if place is None:
-        return None
-    from workloads.tf_distribute import StopBarrier
-    return StopBarrier(run.run_dir, place.rank, place.world_size)
 
 
 def _stop_tf_profiler_if_running() -> None:

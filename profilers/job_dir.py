@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 
@@ -14,9 +13,6 @@ from profilers.run_lifecycle import INTERRUPTED
 from profilers.run_dir import MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
 
 RANK_PREFIX = "rank"
-# The TF workers' profiler-stop barrier (workloads.tf_distribute.StopBarrier): removed once the
-# job has ended, so that no rank directory holds anything of it.
-STOP_BARRIER_DIR = ".profiler-stop"
 # How long the job's finaliser waits for ranks it did not start (other nodes, other processes
 # of a user's script) to record their end, once its own are done.
 RANKS_WAIT_S = 60.0
@@ -142,5 +138,4 @@ def finish_job(job_dir: Path, world_size: int, interrupted: bool = False,
         distributed["backend"] = next((e["backend"] for e in entries if e.get("backend")), None)
     manifest.update(distributed=distributed)
     manifest.finish(error=error)
-    shutil.rmtree(Path(job_dir) / STOP_BARRIER_DIR, ignore_errors=True)
     return manifest.status, error

@@ -110,8 +110,7 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
-                  stop_barrier=None):
+                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
     step view expects), or a started torch.profiler that it steps once per call.
@@ -120,11 +119,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     call whose updates overlap it (`steps_per_call` each), even a first call that also holds
     the warm-up: a run of one long call is still traced rather than not at all.
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
-    torch), so the time since the previous call ended is this step's data_load.
-    `stop_barrier` (workloads.tf_distribute.StopBarrier): a multi-worker run's TF profiler is
-    not stopped in the step callback (TF 2.21 then sometimes aborts in `profiler.stop()`, see
-    tf_distribute.StopBarrier) but by `finish_trace()` once fit has returned, between the
-    ranks' barriers; the `train` step events still bracket the window's steps only."""
+    torch), so the time since the previous call ended is this step's data_load."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -177,8 +172,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                 torch_profiler.step()
             if window is not None and self._updates - 1 >= window.last:
                 self._window_done = True
-                if self._tracing and stop_barrier is None:
-                    self.finish_trace()
+                self.finish_trace()
             self._previous_end = timer.now()
 
         def finish_trace(self):
@@ -187,10 +181,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                 return
             import tensorflow as tf
             self._tracing = False
-
-            def stop():
-                stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
-            stop_barrier.around(stop) if stop_barrier is not None else stop()
+            stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
 
         # model.predict (inference runs) calls the same hooks under other names.
         on_predict_batch_begin = on_train_batch_begin

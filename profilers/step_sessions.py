@@ -56,12 +56,17 @@ class TorchStepSession:
 
 class TfStepSession:
     """The TF profiler over the window, written to `plugins/profile/<session>/<host>.xplane.pb`,
-    with one `train` step event per step as XProf's step view and gapscope's reader expect."""
+    with one `train` step event per step as XProf's step view and gapscope's reader expect.
 
-    def __init__(self, run_dir: Path, window: TraceWindow | None, cuda: bool = False):
+    `settle_steps`: steps run under the profiler after the window, without step events. A
+    multi-worker step returns before the collective's own event ends on its thread; stopped
+    right after the window's last step, the trace lost that step's gradient all-reduce."""
+
+    def __init__(self, run_dir: Path, window: TraceWindow | None, cuda: bool = False,
+                 settle_steps: int = 0):
         import tensorflow as tf
         self._profiler = tf.profiler.experimental
-        self._run_dir, self._window = run_dir, window
+        self._run_dir, self._window, self._settle = run_dir, window, settle_steps
         self._running = False
         self._step_trace = None
 
@@ -89,7 +94,13 @@ class TfStepSession:
 
     def end_step(self, step: int) -> None:
         self._close_step()
-        if self._running and step >= self._window.last:
+        if self._running and step >= self._window.last + self._settle:
+            self.finish()
+
+    def finish(self) -> None:
+        """Stops and writes the profile if it still runs (a loop that ended before the settle
+        steps came)."""
+        if self._running:
             self._running = False
             stop_tf_profiler(self._profiler, self._run_dir)
 
@@ -106,7 +117,7 @@ class TfStepSession:
     def traced_steps(self, steps_done: int) -> range | None:
         if self._window is None:
             return None
-        return range(self._window.first, min(self._window.last + 1, steps_done))
+        return range(self._window.first, min(self._window.last + 1 + self._settle, steps_done))
 
     def recorded_window(self, steps_done: int) -> list[int] | None:
         return _recorded(self._window, steps_done)

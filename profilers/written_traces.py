@@ -47,8 +47,8 @@ def whole_xspace(path: Path) -> bool:
 # Present in a run directory while its TF profiler stops: a process that dies meanwhile leaves it.
 TF_PROFILER_STOPPING = ".tf-profiler-stopping"
 TF_PROFILER_ABORT = ("TensorFlow crashed the process while its profiler stopped (a memory fault "
-                     "in its host tracer's TraceMeRecorder::Consume, TF 2.21 under "
-                     "MultiWorkerMirroredStrategy, about 1 run in 9 here); run again, or "
+                     "in its host tracer, as TF 2.21 does to non-chief MultiWorkerMirroredStrategy "
+                     "workers, which gapscope therefore does not trace); run again, or "
                      "--no-trace for step timers only")
 
 

@@ -17,8 +17,8 @@ from workloads.models.params import keras_parameters
 from workloads.execution_rows import expand_executions
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.tf_distribute import (StopBarrier, build_from_local_batch, check_cluster, distributed_facts,
-                                     last_steps_window, make_strategy, peer_failures, rank_data, sharded_dataset, world_size)
+from workloads.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts, make_strategy,
+                                     peer_failures, rank_data, sharded_dataset, traces_rank, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -47,8 +47,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
         inputs, updates_per_epoch = _rank_inputs(spec, settings, rank, world)
     steps = (settings.epochs or 1) * updates_per_epoch
     window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
-    if strategy is not None:
-        window = last_steps_window(window, steps)
+    # Of a multi-worker run only the chief traces: TF's profiler crashes the others (traces_rank).
+    traced = settings.trace and (strategy is None or traces_rank(rank))
     cuda = device == "cuda"
     timer = StepTimer(CudaEventClock() if on_torch and cuda else HostClock())
     profiler = None
@@ -67,11 +67,10 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             mark_keras_phases(model, marks)
         model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
                       jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
-    callback = step_callback(timer, window if settings.trace else None,
-                             tf_logdir=run_dir if settings.trace and not on_torch else None,
+    callback = step_callback(timer, window if traced else None,
+                             tf_logdir=run_dir if traced and not on_torch else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
-                             steps_per_call=settings.steps_per_execution,
-                             stop_barrier=StopBarrier(run_dir, rank, world) if strategy is not None else None)
+                             steps_per_call=settings.steps_per_execution)
     if profiler is not None:
         profiler.start()
     try:
@@ -82,7 +81,6 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             with peer_failures():
                 model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
                           shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
-            callback.finish_trace()
     finally:
         if profiler is not None:
             profiler.stop()
@@ -100,9 +98,9 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                         else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
              "steps_per_epoch": updates_per_epoch, "steps_run": steps,
              "jit_compile_resolved": getattr(model, "jit_compile", None),
-             "trace_window": [window.first, window.last] if settings.trace else None}
+             "trace_window": [window.first, window.last] if traced else None}
     if strategy is not None:
-        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank))
+        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank, settings.trace))
     return rows, facts
 
 

@@ -1,14 +1,12 @@
 """tf.distribute MultiWorkerMirroredStrategy for the keras and tf runners: the strategy over the
 TF_CONFIG cluster (workloads.tf_cluster), CPU-safe collectives with a timeout, each rank's
-disjoint shard of the data, and the barrier around each worker's profiler stop."""
+disjoint shard of the data, and which rank traces (the chief only, see traces_rank)."""
 from __future__ import annotations
 
 import os
 from contextlib import contextmanager
 
 from profilers.errors import GapscopeInputError
-from profilers.job_dir import STOP_BARRIER_DIR, rank_dir
-from profilers.run_dir import status_of
 from workloads.shards import shard
 from workloads.tf_cluster import cluster_place, port_in_use_message
 
@@ -182,9 +180,10 @@ def build_from_local_batch(model) -> None:
     model._maybe_symbolic_build = types.MethodType(local_build, model)
 
 
-def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
+def distributed_facts(weights, batch_size: int, world: int, rank: int, trace: bool) -> dict:
     """What the rank's manifest records of the distributed run, with a digest of its final
-    weights: mirrored training leaves every rank with the same bytes."""
+    weights (mirrored training leaves every rank with the same bytes) and the ranks that
+    traced (`traced_ranks`: the chief's only, see traces_rank; none with --no-trace)."""
     import hashlib
     digest = hashlib.sha256()
     for weight in weights:
@@ -192,65 +191,25 @@ def distributed_facts(weights, batch_size: int, world: int, rank: int) -> dict:
     return {"global_batch_size": batch_size * world, "shard": f"{rank}::{world}",
             "collective": "RING", "collective_timeout_s": collective_timeout(),
             "intra_op_threads": intra_op_threads(world),
+            "traced_ranks": [r for r in range(world) if trace and traces_rank(r)],
             "weights_sha256": digest.hexdigest()}
 
 
-def last_steps_window(window, steps: int):
-    """The trace window of a multi-worker run: as many steps, the run's last ones (still after
-    the warm-up, which check_lengths leaves room for), so that the profiler can be stopped
-    after the training loop (see StopBarrier)."""
-    from profilers.trace_window import TraceWindow
-    return TraceWindow(steps - window.steps, window.steps) if window.steps else window
+# The one rank of a multi-worker run that records a TF profile: the chief.
+TRACED_RANK = 0
 
 
-class StopBarrier:
-    """Brackets each worker's TF profiler stop with two file barriers in the job directory
-    (`<job>/.profiler-stop/rank<r>-<name>`, removed once the job ends), after the training loop.
-    With TensorFlow 2.21 under MultiWorkerMirroredStrategy the stop sometimes kills a worker:
-    the host tracer's TraceMeRecorder::Consume frees a pointer that is not one while it merges
-    split events (SIGABRT "free(): invalid pointer", or SIGSEGV; gdb backtrace on this 2-core
-    VM). Called from a callback inside `fit` that was about 1 run in 4; after the training loop,
-    between these barriers, about 1 in 9 (5 of 43 two-worker runs), and nothing tried here
-    lowered it further (a 1 s settle after dropping the input pipeline, the coordination
-    heartbeat set to an hour). The barriers keep every rank's stop away from its peers'
-    collective traffic; a peer whose run has ended (died in its stop) is not waited for."""
-
-    def __init__(self, run_dir, rank: int, world: int, timeout: float | None = None):
-        from pathlib import Path
-        job_dir = Path(run_dir).parent
-        self._dirs = [rank_dir(job_dir, r) for r in range(world)]
-        self._rank = rank
-        self._markers = job_dir / STOP_BARRIER_DIR
-        self._timeout = collective_timeout() if timeout is None else timeout
-
-    def wait(self, name: str) -> None:
-        import time
-        self._markers.mkdir(exist_ok=True)
-        (self._markers / f"{self._dirs[self._rank].name}-{name}").touch()
-        deadline = time.monotonic() + self._timeout
-        next_check = time.monotonic() + 0.25
-        while True:
-            missing = [folder for folder in self._dirs
-                       if not (self._markers / f"{folder.name}-{name}").exists()]
-            if not missing:
-                return
-            now = time.monotonic()
-            if now > next_check:  # a peer that died there never comes: stop only this rank's
-                if all(status_of(folder)[0] == "failed" for folder in missing):
-                    return
-                next_check = now + 0.25
-            if now > deadline:
-                raise RuntimeError(f"{', '.join(f.name for f in missing)} did not reach the end "
-                                   f"of the trace window within {self._timeout:g} s")
-            time.sleep(0.005)
-
-    def around(self, stop):
-        """Calls `stop` between the two barriers."""
-        self.wait("a")
-        try:
-            stop()
-        finally:
-            self.wait("b")
+def traces_rank(rank: int) -> bool:
+    """Whether this rank of a multi-worker run records a TF profile: the chief (rank 0) only;
+    the others time their steps. TensorFlow 2.21 under MultiWorkerMirroredStrategy crashes a
+    non-chief worker while its profiler collects the host trace (TraceMeRecorder::Consume frees
+    a pointer that is not one while merging split events: SIGABRT "free(): invalid pointer" or
+    SIGSEGV), however the collection is started; counted on this 2-core VM, two-worker mlp runs:
+    profiler stopped after fit 3 of 10, inside fit 1 of 10, and through TensorFlow's profiler
+    server with a client capture (TensorBoard's way, which collects inside the worker all the
+    same) 6 of 13, each time rank 1; the chief tracing alone, 0 of 25, and 0 of 25 gapscope jobs
+    (benchmarks/README.md, `python -m benchmarks.tf_profiler_crash`)."""
+    return rank == TRACED_RANK
 
 
 def tf_share(strategy, size: int = 512):

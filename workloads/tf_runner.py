@@ -17,9 +17,8 @@ from workloads.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
-from workloads.tf_distribute import (StopBarrier, check_cluster, distributed_facts, last_steps_window,
-                                     make_strategy, peer_failures, rank_data,
-                                     sharded_dataset, world_size)
+from workloads.tf_distribute import (check_cluster, distributed_facts, make_strategy, peer_failures,
+                                     rank_data, sharded_dataset, traces_rank, world_size)
 
 
 def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
@@ -54,9 +53,10 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     timer = StepTimer()
     phases = TfPhases(PhaseMarks(timer, uses_torch=False))
     window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
-    if strategy is not None:
-        window = last_steps_window(window, steps)
-    session = TfStepSession(run_dir, window if settings.trace else None)
+    # Of a multi-worker run only the chief traces: TF's profiler crashes the others (traces_rank).
+    traced = settings.trace and (strategy is None or traces_rank(rank))
+    session = TfStepSession(run_dir, window if traced else None,
+                            settle_steps=1 if strategy is not None else 0)
 
     with tf.device(device) if strategy is None else strategy.scope():
         model = spec.builders().build_keras(spec)
@@ -98,14 +98,9 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                 with peer_failures() if strategy is not None else nullcontext():
                     loss = train_step(*batch)
                 timer.end_step(loss)
-                if strategy is not None and session.tracing and step == window.last:
-                    # The last step: the profiler stops once the distributed input is gone
-                    # (see tf_distribute.StopBarrier).
-                    iterator = batches = None
-                    StopBarrier(run_dir, rank, world).around(lambda: session.end_step(step))
-                else:
-                    session.end_step(step)
+                session.end_step(step)
                 epochs_of_steps.append(epoch if strategy is None else step // updates_per_epoch)
+            session.finish()
         finally:
             session.stop()
 
@@ -119,5 +114,5 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
              "parameters": keras_parameters(model), "steps_per_epoch": updates_per_epoch,
              "steps_run": steps, "trace_window": session.recorded_window(steps)}
     if strategy is not None:
-        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank))
+        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank, settings.trace))
     return rows, facts
