@@ -14,7 +14,7 @@ from analysis.readers.safe_files import MAX_SIDE_FILE_BYTES, read_bytes
 from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
 from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.executions import first_update_of_call, updates_in_call
+from profilers.executions import warmup_updates
 from profilers.phases import MARKED_PHASES
 from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, effective_status, inside
 
@@ -54,11 +54,7 @@ class Run:
         per_epoch = _int_field(self.manifest, "steps_per_epoch", 0)
         if not isinstance(spe, int) or spe <= 1 or per_epoch <= 0 or warmup == 0:
             return warmup
-        first_of_call = first_update_of_call(warmup, spe, per_epoch)
-        if first_of_call == warmup:
-            return warmup
-        total = _int_field(self.manifest, "steps_run", warmup)
-        return first_of_call + updates_in_call(first_of_call, spe, per_epoch, total)
+        return warmup_updates(warmup, spe, per_epoch, _int_field(self.manifest, "steps_run", warmup))
 
     @property
     def runs_phases(self) -> tuple[str, ...]:
@@ -253,6 +249,8 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
     except (OSError, ValueError, KeyError, TypeError):
         raise GapscopeInputError(f"{folder / MATRIX_STATE}: corrupt matrix state") from None
     entries = []
+    repeats = state.get("repeats")
+    repeats = repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1
     for row_id, row in rows.items():
         stored = row.get("run_dir") if isinstance(row, dict) else None
         runs = stored if isinstance(stored, list) else [stored] if stored else []
@@ -261,9 +259,24 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
                 if isinstance(row, dict) else "corrupt row"
             entries.append(RunEntry(str(row_id), None, reason))
         for i, run in enumerate(runs):
-            label = str(row_id) if len(runs) == 1 else f"{row_id} #{i + 1}"
+            label = str(row_id) if len(runs) == 1 and repeats == 1 else f"{row_id} #{i + 1}"
             entries.append(RunEntry(label, inside(folder, run)))
+        if runs and row.get("status") in ("running", "complete") and len(runs) < repeats:
+            entries.append(_missing_repeats(folder, state, str(row_id), len(runs), repeats))
     return entries
+
+
+def _missing_repeats(folder: Path, state: dict, row_id: str, recorded: int, repeats: int) -> RunEntry:
+    """A row that has some of its repeats: the matrix stopped (or is still going) between
+    them. Its runs are real, but the row's mean and interval would be over fewer repeats than
+    the others': said as a problem of its own, not left for the reader to count."""
+    alive, _ = effective_status({"status": "running", "pid": state.get("pid"),
+                                 "host": state.get("host"), "started_at": state.get("started_at")})
+    why = ("the matrix is still running" if alive == "running" else
+           "the matrix was interrupted; run the same gapscope matrix command again to resume it")
+    missing = ", ".join(f"#{i + 1}" for i in range(recorded, repeats))
+    return RunEntry(f"{row_id} {missing}", None,
+                    f"repeat {missing} of {repeats} missing ({recorded} of {repeats} recorded): {why}")
 
 
 def _child_runs(folder: Path) -> list[Path]:
