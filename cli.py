@@ -615,6 +615,10 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, 
     result = sweep_result(folder)
     click.echo(registry.SWEEP[fmt].render(result), nl=False)
     _say(quiet, f"plot: {plot(result, folder / 'sweep.png')}")
+    if result.gaps:  # an incomplete sweep is not a result to build on: said, and not rc 0
+        click.echo(f"gapscope: sweep incomplete: {result.axis_name} "
+                   f"{', '.join(f'{g.value:g}' for g in result.gaps)} without figures", err=True)
+        sys.exit(EXIT_RUN_FAILED)
 
 
 def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings) -> Path:

@@ -16,7 +16,7 @@ from analysis.trace import Trace
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import warmup_updates
 from profilers.phases import MARKED_PHASES
-from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, effective_status, inside
+from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, effective_status, inside
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -206,6 +206,12 @@ def expand_runs(paths) -> list[RunEntry]:
             raise GapscopeInputError(f"{path}: no such file or directory")
         if path.is_dir() and (path / MATRIX_STATE).is_file():
             entries += _matrix_rows(path)
+        elif path.is_dir() and (path / SWEEP_STATE).is_file():
+            # Its runs hold other batch sizes or widths: one table over them all would mix
+            # points, and its first trace alone is not the sweep.
+            points = sorted(p.name for p in path.iterdir() if (p / AB_STATE).is_file())
+            one = f"; one point's runs: gapscope compare {path / points[0]}" if points else ""
+            raise GapscopeInputError(f"{path} is a sweep: gapscope sweep {path} reports it{one}")
         elif is_job(path):  # one entry: its rank directories are not runs of their own
             entries.append(RunEntry(None, path))
         elif path.is_dir() and not (path / MANIFEST).exists() and _child_runs(path):
