@@ -83,3 +83,28 @@ def test_gpu_flavour_takes_torch_from_the_index_as_pinned():
     command = bootstrap.install_command(PIP, "gpu", _isolated())
     assert command[-1] == f"{bootstrap.ROOT}[gpu,test]" and "--extra-index-url" not in command
     assert command[command.index("-c") + 1].endswith("requirements/gpu.txt")
+
+
+@pytest.mark.parametrize("carries_torch", [False, True])
+def test_a_configured_mirror_is_asked_for_the_build(tmp_path, carries_torch):
+    """An index other than PyPI is asked (it may carry PyTorch's builds): one that has the pin
+    needs nothing more, one without it gets PyTorch's CPU index. A local HTTP index stands in."""
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+    (tmp_path / "simple" / "torch").mkdir(parents=True)
+    if carries_torch:
+        wheel = next(_wheel_folder(tmp_path / "files", TORCH_PIN.split("==")[1]).iterdir())
+        href = f"../../files/{wheel.name.replace('+', '%2B')}"
+        (tmp_path / "simple" / "torch" / "index.html").write_text(
+            f'<html><body><a href="{href}">{wheel.name}</a></body></html>')
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        mirror = f"http://127.0.0.1:{server.server_address[1]}/simple"
+        assert bootstrap._pip_sources(PIP, _isolated(PIP_INDEX_URL=mirror))["index"] == [mirror]
+        command = bootstrap.install_command(PIP, "cpu", _isolated(PIP_INDEX_URL=mirror))
+    finally:
+        server.shutdown()
+    assert _tail(command) == ([] if carries_torch else ADDED)
