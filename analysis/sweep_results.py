@@ -89,6 +89,9 @@ def sweep_result(folder: str | Path) -> SweepResult:
         values = list(state.get("values") or [v for v, _ in points])
         status, error = str(state.get("status", "complete")), state.get("error")
         repeats = int(state.get("repeats", 1))
+        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                   for v in values + [v for v, _ in points]):
+            raise ValueError("swept values are numbers")
     except (OSError, ValueError, KeyError, TypeError):
         raise GapscopeInputError(f"{folder / SWEEP_STATE}: corrupt sweep state") from None
     if not points:
@@ -101,7 +104,9 @@ def sweep_result(folder: str | Path) -> SweepResult:
         except (GapscopeInputError, OSError) as exc:  # this point's failure, not the sweep's
             gaps.append(Gap(value, f"not analysable: {exc}"))
     finished = {v for v, _ in points}
-    stopped = f"the sweep stopped ({error or status})" if status != "complete" else "not run"
+    # sweep.json keeps no process id: "running" may be a sweep still going or one killed outright.
+    stopped = (f"the sweep stopped ({error or status})" if status == "failed" else
+               f"the sweep has not finished (status {status})" if status != "complete" else "not run")
     gaps += [Gap(v, f"not measured: {stopped}") for v in values if v not in finished]
     if not measured:
         raise GapscopeInputError(f"{folder}: no point of the sweep can be analysed: "

@@ -94,3 +94,25 @@ def test_a_configuration_with_no_steady_step_is_refused_before_the_sweep_runs(tm
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert "steps_per_execution 64" in lines[0] and "needs --steps 65" in lines[0]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_still_marked_running_is_not_said_to_have_stopped(interrupted, tmp_path):
+    copy = tmp_path / interrupted.name
+    shutil.copytree(interrupted, copy)
+    state = json.loads((copy / "sweep.json").read_text())
+    state.update(status="running", error=None)
+    (copy / "sweep.json").write_text(json.dumps(state))
+    doc = json.loads(CliRunner().invoke(cli, ["sweep", str(copy), "--format", "json"]).stdout)
+    assert doc["gaps"] == [{"value": 64, "reason": "not measured: the sweep has not finished "
+                                                   "(status running)"}]
+
+
+@pytest.mark.parametrize("values", [["16", 32, 64], [16, 32, True], [16, 32, None]])
+def test_swept_values_that_are_no_numbers_are_a_corrupt_state(interrupted, tmp_path, values):
+    copy = tmp_path / interrupted.name
+    shutil.copytree(interrupted, copy)
+    state = json.loads((copy / "sweep.json").read_text())
+    state["values"] = values
+    (copy / "sweep.json").write_text(json.dumps(state))
+    result = CliRunner().invoke(cli, ["sweep", str(copy)])
+    assert result.exit_code == 2 and "corrupt sweep state" in result.stderr, result.output
