@@ -384,9 +384,9 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
             loaded = load_matrix(matrix_name)
             click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
         return
-    from analysis.matrix_results import matrix_result
+    from analysis.matrix_results import UNANALYSABLE, matrix_result
     from profilers.run_dir import ensure_out_dir
-    from workloads.matrix import run_matrix
+    from workloads.matrix import record_row_failures, run_matrix
     from workloads.progress import matrix_progress
     from workloads.settings import RunSettings
     _check_lengths(settings)
@@ -397,8 +397,14 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
     ensure_out_dir(Path(out_dir) / loaded.name)  # before the progress bar starts
     with matrix_progress(loaded, quiet, repeats) as on_row:
         outcomes = run_matrix(loaded, Path(out_dir), base, on_row, repeats)
-    click.echo(registry.MATRIX[fmt].render(matrix_result(loaded, outcomes, baseline)), nl=False)
-    if any(o.status == "failed" for o in outcomes):
+    result = matrix_result(loaded, outcomes, baseline)
+    unanalysable = {row.id: row.reason for row in result.rows
+                    if row.status == "failed" and (row.reason or "").startswith(UNANALYSABLE)}
+    record_row_failures(loaded, Path(out_dir), unanalysable)
+    for row_id, reason in unanalysable.items():
+        _say(quiet, f"  {row_id}: failed ({reason})")
+    click.echo(registry.MATRIX[fmt].render(result), nl=False)
+    if any(row.status == "failed" for row in result.rows):
         sys.exit(EXIT_RUN_FAILED)
 
 
@@ -810,6 +816,10 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, 
     result = sweep_result(folder)
     click.echo(registry.SWEEP[fmt].render(result), nl=False)
     _say(quiet, f"plot: {plot(result, folder / 'sweep.png')}")
+    if result.gaps:  # an incomplete sweep is not a result to build on: said, and not rc 0
+        click.echo(f"gapscope: sweep incomplete: {result.axis_name} "
+                   f"{', '.join(f'{g.value:g}' for g in result.gaps)} without figures", err=True)
+        sys.exit(EXIT_RUN_FAILED)
 
 
 def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings) -> Path:

@@ -13,6 +13,8 @@ from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
 
 RATIO_DIRECTION = "row / baseline"
+# The reason's prefix for a row whose runs completed but could not be analysed.
+UNANALYSABLE = "runs complete, not analysable"
 # Figures averaged over a row's repeats (each run's own figure first, then the mean).
 _MEANS = ("time_s", "steps_per_s", "final_loss", "cpu_load_percent", "gpu_util_percent",
           "gpu_power_w", "gpu_energy_j", "compile_ms", "step_ms")
@@ -21,7 +23,7 @@ _MEANS = ("time_s", "steps_per_s", "final_loss", "cpu_load_percent", "gpu_util_p
 @dataclass
 class MatrixRowResult:
     id: str
-    status: str                       # complete | failed | skipped | missing
+    status: str                       # complete | failed | skipped | refused | running | missing
     config: str
     input: str
     framework: str
@@ -95,7 +97,13 @@ def _row_result(row, outcome) -> MatrixRowResult:
                              list(outcome.run_dirs))
     if outcome.status != "complete":
         return result
-    runs = [_run_result(result, Path(run_dir)) for run_dir in outcome.run_dirs]
+    try:
+        runs = [_run_result(result, Path(run_dir)) for run_dir in outcome.run_dirs]
+    except (GapscopeInputError, OSError) as exc:
+        # This row's runs cannot be analysed (all warm-up, a corrupt or vanished file): the
+        # row's failure, not the matrix's. The other rows keep their figures and ratios.
+        result.status, result.reason = "failed", f"{UNANALYSABLE}: {exc}"
+        return result
     first = runs[0]
     for name in _MEANS:
         values = [getattr(r, name) for r in runs if getattr(r, name) is not None]

@@ -14,9 +14,9 @@ from analysis.timeline import PhaseTimeline, phase_timeline
 from analysis.trace import Trace
 from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.executions import first_update_of_call, updates_in_call
+from profilers.executions import warmup_updates
 from profilers.phases import MARKED_PHASES
-from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, effective_status, inside
+from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, effective_status, inside
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -56,11 +56,7 @@ class Run:
         per_epoch = _int_field(self.manifest, "steps_per_epoch", 0)
         if not isinstance(spe, int) or spe <= 1 or per_epoch <= 0 or warmup == 0:
             return warmup
-        first_of_call = first_update_of_call(warmup, spe, per_epoch)
-        if first_of_call == warmup:
-            return warmup
-        total = _int_field(self.manifest, "steps_run", warmup)
-        return first_of_call + updates_in_call(first_of_call, spe, per_epoch, total)
+        return warmup_updates(warmup, spe, per_epoch, _int_field(self.manifest, "steps_run", warmup))
 
     @property
     def runs_phases(self) -> tuple[str, ...]:
@@ -221,6 +217,12 @@ def expand_runs(paths) -> list[RunEntry]:
             raise GapscopeInputError(f"{path}: no such file or directory")
         if path.is_dir() and (path / MATRIX_STATE).is_file():
             entries += _matrix_rows(path)
+        elif path.is_dir() and (path / SWEEP_STATE).is_file():
+            # Its runs hold other batch sizes or widths: one table over them all would mix
+            # points, and its first trace alone is not the sweep.
+            points = sorted(p.name for p in path.iterdir() if (p / AB_STATE).is_file())
+            one = f"; one point's runs: gapscope compare {path / points[0]}" if points else ""
+            raise GapscopeInputError(f"{path} is a sweep: gapscope sweep {path} reports it{one}")
         elif is_job(path):  # one entry: its rank directories are not runs of their own
             entries.append(RunEntry(None, path))
         elif path.is_dir() and not (path / MANIFEST).exists() and _child_runs(path):
@@ -264,6 +266,8 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
     except (OSError, ValueError, KeyError, TypeError):
         raise GapscopeInputError(f"{folder / MATRIX_STATE}: corrupt matrix state") from None
     entries = []
+    repeats = state.get("repeats")
+    repeats = repeats if isinstance(repeats, int) and not isinstance(repeats, bool) and repeats > 0 else 1
     for row_id, row in rows.items():
         stored = row.get("run_dir") if isinstance(row, dict) else None
         runs = stored if isinstance(stored, list) else [stored] if stored else []
@@ -272,12 +276,27 @@ def _matrix_rows(folder: Path) -> list[RunEntry]:
                 if isinstance(row, dict) else "corrupt row"
             entries.append(RunEntry(str(row_id), None, reason))
         for i, run in enumerate(runs):
-            label = str(row_id) if len(runs) == 1 else f"{row_id} #{i + 1}"
+            label = str(row_id) if len(runs) == 1 and repeats == 1 else f"{row_id} #{i + 1}"
             try:
                 entries.append(RunEntry(label, inside(folder, run)))
             except GapscopeInputError as exc:  # this row's problem, listed with it
                 entries.append(RunEntry(label, None, str(exc)))
+        if runs and row.get("status") in ("running", "complete") and len(runs) < repeats:
+            entries.append(_missing_repeats(folder, state, str(row_id), len(runs), repeats))
     return entries
+
+
+def _missing_repeats(folder: Path, state: dict, row_id: str, recorded: int, repeats: int) -> RunEntry:
+    """A row that has some of its repeats: the matrix stopped (or is still going) between
+    them. Its runs are real, but the row's mean and interval would be over fewer repeats than
+    the others': said as a problem of its own, not left for the reader to count."""
+    alive, _ = effective_status({"status": "running", "pid": state.get("pid"),
+                                 "host": state.get("host"), "started_at": state.get("started_at")})
+    why = ("the matrix is still running" if alive == "running" else
+           "the matrix was interrupted; run the same gapscope matrix command again to resume it")
+    missing = ", ".join(f"#{i + 1}" for i in range(recorded, repeats))
+    return RunEntry(f"{row_id} {missing}", None,
+                    f"repeat {missing} of {repeats} missing ({recorded} of {repeats} recorded): {why}")
 
 
 def _child_runs(folder: Path) -> list[Path]:

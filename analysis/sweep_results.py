@@ -50,6 +50,15 @@ class Crossover:
 
 
 @dataclass
+class Gap:
+    """A swept value with no figures: never measured (the sweep stopped first) or measured
+    but not analysable. No conclusion is drawn across it."""
+
+    value: float
+    reason: str
+
+
+@dataclass
 class SweepResult:
     workload: str
     axis: str
@@ -58,6 +67,9 @@ class SweepResult:
     points: list[SweepPoint]
     crossovers: list[Crossover] = field(default_factory=list)
     folder: str = ""
+    status: str = "complete"               # the sweep's own: complete | failed | running
+    error: str | None = None
+    gaps: list[Gap] = field(default_factory=list)
 
     @property
     def axis_name(self) -> str:
@@ -72,19 +84,36 @@ def sweep_result(folder: str | Path) -> SweepResult:
     try:
         state = state_json.load(folder / SWEEP_STATE)
         workload, labels, axis = state["workload"], list(state["configs"]), state["axis"]
-        points = [(state_json.number(p["value"], "a point's value", folder / SWEEP_STATE, 1e-9, 1e9),
-                   str(p["ab"])) for p in state["points"]]
+        source = folder / SWEEP_STATE
+        points = [(state_json.number(p["value"], "a point's value", source, 1e-9, 1e9), str(p["ab"]))
+                  for p in state["points"]]
+        values = [state_json.number(v, "a swept value", source, 1e-9, 1e9)
+                  for v in (state.get("values") or [v for v, _ in points])]
+        status, error = str(state.get("status", "complete")), state.get("error")
+        repeats = state_json.whole_number(state.get("repeats", 1), "repeats", source, 1)
     except state_json.StateFileError:
         raise
     except (OSError, ValueError, KeyError, TypeError):
         raise GapscopeInputError(f"{folder / SWEEP_STATE}: corrupt sweep state") from None
     if not points:
         raise GapscopeInputError(f"{folder}: the sweep has no finished point "
-                                 f"({state.get('error') or state.get('status')})")
-    repeats = state_json.whole_number(state.get("repeats", 1), "repeats", folder / SWEEP_STATE, 1)
-    result = SweepResult(workload, axis, labels, repeats,
-                         [_point(value, inside(folder, ab), labels) for value, ab in points],
-                         folder=str(folder))
+                                 f"({error or status})")
+    measured, gaps = [], []
+    for value, ab in points:
+        try:
+            measured.append(_point(value, inside(folder, ab), labels))
+        except (GapscopeInputError, OSError) as exc:  # this point's failure, not the sweep's
+            gaps.append(Gap(value, f"not analysable: {exc}"))
+    finished = {v for v, _ in points}
+    # sweep.json keeps no process id: "running" may be a sweep still going or one killed outright.
+    stopped = (f"the sweep stopped ({error or status})" if status == "failed" else
+               f"the sweep has not finished (status {status})" if status != "complete" else "not run")
+    gaps += [Gap(v, f"not measured: {stopped}") for v in values if v not in finished]
+    if not measured:
+        raise GapscopeInputError(f"{folder}: no point of the sweep can be analysed: "
+                                 + "; ".join(f"{g.value:g}: {g.reason}" for g in gaps))
+    result = SweepResult(workload, axis, labels, repeats, measured, folder=str(folder),
+                         status=status, error=error, gaps=sorted(gaps, key=lambda g: g.value))
     result.crossovers = crossovers(result)
     return result
 
@@ -114,9 +143,12 @@ def crossovers(result: SweepResult) -> list[Crossover]:
     """For each configuration after the first: every pair of neighbouring points between which
     its ratio to the first passes 1 (the winner changes there)."""
     found = []
+    gaps = [g.value for g in result.gaps]
     for index, label in enumerate(result.labels[1:], start=1):
         series = [(p.value, p.configs[index]) for p in result.points]
         for (v0, c0), (v1, c1) in zip(series, series[1:]):
+            if any(v0 < g < v1 for g in gaps):
+                continue  # an unmeasured point between: the ratio may cross and cross back there
             r0, r1 = c0.ratio, c1.ratio
             if not (r0 and r1) or (r0 - 1.0) * (r1 - 1.0) >= 0:
                 continue

@@ -14,3 +14,16 @@ def first_update_of_call(update: int, steps_per_execution: int, updates_per_epoc
     """The first update of the call that ran `update` (calls start at each epoch's start)."""
     epoch_start = update - update % updates_per_epoch
     return epoch_start + (update - epoch_start) // steps_per_execution * steps_per_execution
+
+
+def warmup_updates(warmup_steps: int, steps_per_execution: int, updates_per_epoch: int,
+                   total_updates: int) -> int:
+    """Updates before the steady state: the warm-up, rounded up to a whole call where one
+    compiled call runs several updates (a call that compiled is not steady anywhere)."""
+    if steps_per_execution <= 1 or updates_per_epoch <= 0 or warmup_steps == 0:
+        return warmup_steps
+    first_of_call = first_update_of_call(warmup_steps, steps_per_execution, updates_per_epoch)
+    if first_of_call == warmup_steps:
+        return warmup_steps
+    return first_of_call + updates_in_call(first_of_call, steps_per_execution, updates_per_epoch,
+                                           total_updates)

@@ -106,7 +106,7 @@ def _parse(text: str, source: str) -> Matrix:
 @dataclass
 class RowOutcome:
     row_id: str
-    status: str            # complete | failed | skipped | running | missing
+    status: str            # complete | failed | skipped | refused | running | missing
     run_dirs: list[str] = field(default_factory=list)  # its runs, in repeat order; a failed one last
     reason: str | None = None
 
@@ -148,7 +148,7 @@ def run_matrix(matrix: Matrix, out_dir: Path, base: RunSettings,
             if row.id not in stopped and len(list(_complete_runs(rows[row.id]))) <= repeat:
                 on_row(row, None)
                 rows[row.id] = _run_turn(row, rows[row.id], base, matrix_dir, cuda, state, repeats)
-                if rows[row.id].status in ("failed", "skipped"):
+                if rows[row.id].status in ("failed", "skipped", "refused"):
                     stopped.add(row.id)
             on_row(row, rows[row.id])
     return [rows[row.id] for row in matrix.rows]
@@ -186,10 +186,14 @@ def _run_row(row: MatrixRow, base: RunSettings, matrix_dir: Path, cuda: bool, ke
     settings = RunSettings(**{**base.to_dict(), "workload": row.workload,
                               "framework": row.framework, "variant": row.variant})
     try:
-        result = launch(settings, matrix_dir)
+        settings.with_variant(cuda)  # what launch checks first: here a row's, not the matrix's
     except UnsupportedVariantError as exc:
         return RowOutcome(row.id, "skipped", reason=str(exc))
-    return _with_run(row, kept, result, repeats)
+    except GapscopeInputError as exc:
+        # Settings that leave this row nothing to measure (spe512 at --steps 50: every step is
+        # warm-up) refuse the row before its process starts; the other rows go on.
+        return RowOutcome(row.id, "refused", reason=str(exc))
+    return _with_run(row, kept, launch(settings, matrix_dir), repeats)
 
 
 def _with_run(row: MatrixRow, kept: list[str], result, repeats: int) -> RowOutcome:
@@ -284,3 +288,18 @@ def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:
     rows = state_json.load(path)["rows"] if path.exists() else {}
     return [_resolved(matrix_dir, rows[r.id]) if isinstance(rows.get(r.id), dict)
             else RowOutcome(r.id, "missing") for r in matrix.rows]
+
+
+def record_row_failures(matrix: Matrix, out_dir: Path, reasons: dict[str, str]) -> None:
+    """Rows whose runs completed but that could not be analysed (analysis.matrix_results says
+    why) are failed rows in matrix.json too, with the reason and their runs kept: a resume does
+    not run them again, since the same settings would make the same runs."""
+    matrix_dir = Path(out_dir) / matrix.name
+    path = matrix_dir / MATRIX_STATE
+    if not reasons or not path.is_file():
+        return
+    state = json.loads(path.read_text())
+    for row_id, reason in reasons.items():
+        if isinstance(state["rows"].get(row_id), dict):
+            state["rows"][row_id].update(status="failed", reason=reason)
+    _save_state(matrix_dir, state)

@@ -105,11 +105,28 @@ class RunSettings:
         if self.warmup_steps >= self.steps:
             raise GapscopeInputError(f"--warmup {self.warmup_steps} leaves none of the "
                                      f"{self.steps} steps to measure: use fewer warm-up steps")
+        self._check_steady_call()
         first = max(1, self.warmup_steps)
         if self.trace and first + self.trace_steps > self.steps:
             raise GapscopeInputError(
                 f"--trace-steps {self.trace_steps} after {first} warm-up step(s) needs "
                 f"--steps {first + self.trace_steps} or more, got {self.steps}")
+
+    def _check_steady_call(self) -> None:
+        """With steps_per_execution N one Keras call runs N updates, and the call that holds the
+        warm-up compiles: all of it is warm-up (analysis.run rounds it up so). A step run is one
+        epoch of exactly --steps updates, so a steady update needs a call after that one."""
+        spe = self.steps_per_execution
+        if not isinstance(spe, int) or spe <= 1 or self.warmup_steps == 0:
+            return
+        from profilers.executions import warmup_updates
+        if self.steps > warmup_updates(self.warmup_steps, spe, self.steps, self.steps):
+            return
+        needed = warmup_updates(self.warmup_steps, spe, MAX_STEPS + spe, MAX_STEPS + spe) + 1
+        raise GapscopeInputError(
+            f"--steps {self.steps} with steps_per_execution {spe}: a Keras call runs {spe} "
+            f"updates and the call holding the warm-up compiles, so every step is warm-up; "
+            f"needs --steps {needed} or more")
 
     def check_distributed(self) -> None:
         """--nproc, --nnodes, --node-rank, --rdzv-endpoint and --job-id agree with each other."""

@@ -8,6 +8,7 @@ from typing import Callable
 
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
+from profilers.nvml import gpu_count
 from profilers.run_dir import SWEEP_STATE, create_run_dir, write_atomic
 from profilers.run_lifecycle import INTERRUPTED
 from workloads.ab import Config, RunFailed, measure
@@ -37,8 +38,11 @@ def sweep(workload: str, configs: list[str], axis: str, values: list, repeats: i
     """Every point of the axis as an A/B measurement of `configs` (FRAMEWORK[:VARIANT]), points
     in order; returns the sweep folder. Every point's settings are checked before anything runs."""
     parsed = [Config.parse(f"{workload}:{c}") for c in configs]
-    for value in values:  # a bad value refused now, not after half the sweep ran
-        replace(base, workload=workload, framework=parsed[0].framework, **{axis: value}).check_lengths()
+    cuda = gpu_count() > 0
+    for value in values:  # a bad value or variant refused now, not after half the sweep ran
+        for config in parsed:  # each with its variant: spe512 at --steps 60 has no steady step
+            replace(base, workload=workload, framework=config.framework, variant=config.variant,
+                    **{axis: value}).with_variant(cuda)
     folder = create_run_dir(out_dir, "sweep", workload)
     state = {"workload": workload, "configs": [c.label for c in parsed], "axis": axis,
              "values": values, "repeats": repeats, "points": [], "status": "running"}
@@ -48,7 +52,7 @@ def sweep(workload: str, configs: list[str], axis: str, values: list, repeats: i
             ab = measure(parsed, repeats, replace(base, **{axis: value}), folder,
                          lambda repeat, config, outcome: on_run(value, repeat, config, outcome))
         except (RunInterrupted, RunFailed) as exc:
-            state.update(status="failed", error=f"{axis} {value}: "
+            state.update(status="failed", error=f"{axis.replace('_', ' ')} {value:g}: "
                          f"{INTERRUPTED if isinstance(exc, RunInterrupted) else exc}")
             _save(folder, state)
             raise

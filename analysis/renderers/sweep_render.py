@@ -33,8 +33,14 @@ def _share_rows(result: SweepResult) -> list[list[str]]:
             for p in result.points for c in p.configs]
 
 
+def gap_lines(result: SweepResult) -> list[str]:
+    """The swept values without figures, each with why: first, so that no one reads the rest
+    as the whole sweep."""
+    return [f"missing: {result.axis_name} {_value(g.value)}: {g.reason}" for g in result.gaps]
+
+
 def crossover_lines(result: SweepResult) -> list[str]:
-    lines = []
+    lines = gap_lines(result)
     for c in result.crossovers:
         sure = "" if c.certain else " (a neighbour's interval holds 1: not told apart from noise)"
         lines.append(f"crossover: {c.label} against {result.labels[0]} passes 1x between "
@@ -44,8 +50,14 @@ def crossover_lines(result: SweepResult) -> list[str]:
         if not any(c.label == label for c in result.crossovers):
             ratios = [p.configs[result.labels.index(label)].ratio for p in result.points]
             side = "slower" if all(r > 1 for r in ratios) else "faster"
-            lines.append(f"no crossover in the range: {label} is {side} than {result.labels[0]} "
-                         f"at every {result.axis_name} swept")
+            if result.gaps:  # nothing is concluded over points that have no figures
+                measured = ", ".join(_value(p.value) for p in result.points)
+                lines.append(f"no crossover among the points measured ({result.axis_name} "
+                             f"{measured}): {label} is {side} than {result.labels[0]} there; "
+                             "none is told over the missing points")
+            else:
+                lines.append(f"no crossover in the range: {label} is {side} than "
+                             f"{result.labels[0]} at every {result.axis_name} swept")
     return lines
 
 
