@@ -101,10 +101,10 @@ def repeat_ratio(base: list[float], other: list[float],
     lb = [math.log(v) for v in other]
     ratio = math.exp(statistics.fmean(lb) - statistics.fmean(la))
     pairs = [b / a for a, b in zip(base, other)]
-    if other == base:  # the same measurements (a baseline against itself): no difference at all
-        return RepeatRatio(1.0, (1.0, 1.0), pairs, None, 0.0)
     if len(la) < 2 or len(lb) < 2:
         return RepeatRatio(ratio, None, pairs, None, None)
+    if other == base:  # the same measurements (a baseline against itself): no difference at all
+        return RepeatRatio(1.0, (1.0, 1.0), pairs, None, 0.0)
     (va, da), (vb, db) = _side(la, base, base_within), _side(lb, other, other_within)
     ea, eb = va / len(la), vb / len(lb)
     se2 = ea + eb

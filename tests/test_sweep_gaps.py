@@ -115,4 +115,7 @@ def test_swept_values_that_are_no_numbers_are_a_corrupt_state(interrupted, tmp_p
     state["values"] = values
     (copy / "sweep.json").write_text(json.dumps(state))
     result = CliRunner().invoke(cli, ["sweep", str(copy)])
-    assert result.exit_code == 2 and "corrupt sweep state" in result.stderr, result.output
+    # One line naming the file: the state loader says which value, or that the state is corrupt.
+    assert result.exit_code == 2, result.output
+    (line,) = result.stderr.strip().splitlines()
+    assert "sweep.json" in line and ("corrupt sweep state" in line or "should be a number" in line)

@@ -298,7 +298,7 @@ def record_row_failures(matrix: Matrix, out_dir: Path, reasons: dict[str, str]) 
     path = matrix_dir / MATRIX_STATE
     if not reasons or not path.is_file():
         return
-    state = json.loads(path.read_text())
+    state = state_json.load(path)
     for row_id, reason in reasons.items():
         if isinstance(state["rows"].get(row_id), dict):
             state["rows"][row_id].update(status="failed", reason=reason)
