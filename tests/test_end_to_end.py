@@ -27,6 +27,9 @@ def test_run_directory_layout_and_manifest(framework, request):
     assert manifest["parameters"] == 14_218
     if framework == "torch":
         assert list(run_dir.glob("*.pt.trace.json.gz"))
+        # The profiler records the last steps: every unprofiled step came before it started.
+        assert manifest["trace_window"] == [SMALL_RUN["steps"] - SMALL_RUN["trace_steps"],
+                                            SMALL_RUN["steps"] - 1]
     else:
         assert list(run_dir.glob("plugins/profile/*/*.xplane.pb"))
 

@@ -49,7 +49,7 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     scaler = torch.amp.GradScaler(device.type) if settings.grad_scaler else None
     cuda = device.type == "cuda"
     marks = PhaseMarks(StepTimer(CudaEventClock() if cuda else HostClock()))
-    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    window = TraceWindow.at_end(settings.warmup_steps, settings.trace_steps, steps)
     profiler = torch_profiler(run_dir, window, cuda) if settings.trace else None
     step_epochs = []
 
