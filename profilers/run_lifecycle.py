@@ -162,7 +162,7 @@ class RunLifecycle:
         """Records the steps and the end; then the TensorBoard views (summaries, XSpace of a torch
         trace), whose failure is a problem of that view, returned (and kept in the manifest), not
         a failed run."""
-        from analysis.after_run import write_after_run
+        from workloads.runners.after_run import write_after_run
         self._record(rows, facts)
         self.manifest.finish()
         self.finished = True

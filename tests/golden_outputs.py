@@ -75,7 +75,7 @@ def _plugin_routes(root: Path, runs: list[str]) -> dict[str, str]:
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    from analysis.tensorboard_plugin.plugin import GapscopePlugin
+    from analysis.tensorboard.plugin.plugin import GapscopePlugin
     apps = GapscopePlugin(base_plugin.TBContext(logdir=str(root))).get_plugin_apps()
 
     def get(route: str, **query) -> str:

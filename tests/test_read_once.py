@@ -5,15 +5,15 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-import analysis.run
+import analysis.model.run
 from cli import cli
 
 
 @pytest.fixture
 def reads(monkeypatch):
     counted = []
-    real = analysis.run.read_trace
-    monkeypatch.setattr(analysis.run, "read_trace", lambda path: counted.append(path) or real(path))
+    real = analysis.model.run.read_trace
+    monkeypatch.setattr(analysis.model.run, "read_trace", lambda path: counted.append(path) or real(path))
     return counted
 
 

@@ -9,15 +9,15 @@ from collections import Counter
 
 import pytest
 
-from analysis import xplane_proto
-from analysis.after_run import write_after_run
-from analysis.breakdown import breakdown
+from analysis.readers import xplane_proto
+from workloads.runners.after_run import write_after_run
+from analysis.results.breakdown import breakdown
 from analysis.readers.run_dir import EXPORTED_XSPACE_DIR, locate
 from analysis.readers.xplane import read_xplane
-from analysis.renderers import xspace
-from analysis.run import load_run
-from analysis.trace import KERNEL, MEMCPY
-from analysis.xspace_export import write_torch_xspace
+from analysis.renderers.traces import xspace
+from analysis.model.run import load_run
+from analysis.events.trace import KERNEL, MEMCPY
+from analysis.tensorboard.xspace_export import write_torch_xspace
 from profilers.phases import PHASES
 from xspace_builder import PlaneBuilder, new_space
 

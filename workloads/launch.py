@@ -18,7 +18,7 @@ from profilers.run_dir import create_run_dir
 from profilers.run_lifecycle import INTERRUPTED, LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted, RunLifecycle
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings
-from workloads.step_report import parse
+from workloads.runners.step_report import parse
 
 _PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # After a forwarded signal the run process records its end (and torch.profiler may be writing
@@ -61,7 +61,7 @@ def launch(settings: RunSettings, out_dir: str | Path,
     run_dir = create_run_dir(out_dir, settings.workload, settings.framework,
                              settings.variant.replace(",", "+"))
     env = child_env()
-    command = [sys.executable, "-m", "workloads.execute", str(run_dir),
+    command = [sys.executable, "-m", "workloads.runners.execute", str(run_dir),
                strict_json.dumps(settings.to_dict())]
     with _Forwarder() as forwarder:
         # Its own process group: a terminal's Ctrl-C reaches the child once, through the
