@@ -21,7 +21,7 @@ from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_
                                start_job, wait_for_ranks)
 from profilers.nvml import gpu_count
 from profilers.run_lifecycle import INTERRUPTED, RunLifecycle
-from workloads.launch import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
+from workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings, split_endpoint
 from workloads.runners.step_report import parse
