@@ -11,8 +11,9 @@ from pathlib import Path
 
 from profilers.environment import omp_num_threads
 from profilers.machine_load import MachineLoad
-from profilers.run_lifecycle import RunLifecycle, exit_code_of, signals_interrupt, stop_with_parent
+from profilers.run_lifecycle import exit_code_of, signals_interrupt, stop_with_parent
 from profilers.samplers import ResourceSampler
+from workloads.runners.after_run import RunWithViews
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
 from workloads.runners.step_report import StepReporter
@@ -27,7 +28,7 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
         try:
             settings.check_lengths()  # again where the workers fork: settings may come from anywhere
             spec = get_workload(settings.workload).sized(settings.batch_size, settings.width)
-            run = RunLifecycle.start(run_dir, {
+            run = RunWithViews.start(run_dir, {
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
