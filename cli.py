@@ -321,15 +321,17 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
-    from analysis.results.breakdown import breakdown_of
+    from analysis.results.distributed_breakdown import breakdown_of
     from analysis.model.job import is_job
+    from analysis.model.locate import locate
     complete = [o for o in outcomes if o.status == "complete"]
-    runs = [o for o in complete if not is_job(o.run_dir)]
-    jobs = [o for o in complete if is_job(o.run_dir)]  # --nproc N: the job across its ranks
+    places = [locate(o.run_dir) for o in complete]
+    runs = [p for p in places if not is_job(p)]
+    jobs = [p for p in places if is_job(p)]  # --nproc N: the job across its ranks
     if runs or not jobs:
-        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in runs]), nl=False)
+        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(p) for p in runs]), nl=False)
     if jobs:
-        click.echo(registry.JOB_BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in jobs]), nl=False)
+        click.echo(registry.JOB_BREAKDOWN[fmt].render([breakdown_of(p) for p in jobs]), nl=False)
     if len(complete) < len(outcomes):
         sys.exit(EXIT_RUN_FAILED)
 
@@ -429,7 +431,7 @@ def breakdown(paths, source, fmt):
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
     from analysis.results.breakdown import breakdown as breakdown_run
-    from analysis.results.breakdown import breakdown_of
+    from analysis.results.distributed_breakdown import breakdown_of
     from analysis.model.job import is_job
     from analysis.model.run import Runs, expand_runs
     entries = expand_runs(paths)
@@ -439,10 +441,10 @@ def breakdown(paths, source, fmt):
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            if is_job(entry.path):
-                jobs.append(breakdown_of(entry.path, source))
+            if is_job(entry.place):
+                jobs.append(breakdown_of(entry.place, source))
             else:
-                results.append(breakdown_run(runs.load(entry.path, entry.label), source))
+                results.append(breakdown_run(runs.load(entry.place, entry.label), source))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
@@ -512,6 +514,7 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     from analysis.results.compare import compare as compare_runs
     from analysis.results.explain import explain, explain_all
     from analysis.model.job import is_job
+    from analysis.model.locate import locate
     from analysis.model.run import Runs, is_measurement, load_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
@@ -521,20 +524,22 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         _check_lengths(settings)
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings, precision=precision,
                              budget_s=budget * 60, stopped=stopped))]
-    if len(runs) == 1 and is_measurement(runs[0]):
+    measured = len(runs) == 1 and is_measurement(runs[0])
+    places = [] if measured else [locate(r) for r in runs]  # each run's manifest read here, once
+    if measured:
         evidence, repeat_breakdowns, left_out = _measured(load_measurement(runs[0]))
         comparison = compare_runs([explain(r) for r in evidence], repeat_breakdowns)
         comparison.warnings += left_out
         if precision is not None and stopped and not stopped[0].startswith("precision reached"):
             comparison.warnings.append(f"precision ±{100 * precision:g} % not reached: {stopped[0]}")
-    elif any(is_job(r) for r in runs):
-        _compare_scaling(runs, fmt)
+    elif any(is_job(p) for p in places):
+        _compare_scaling(places, fmt)
         return
     else:
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
         loaded = Runs()
-        comparison = compare_runs(explain_all([loaded.load(r) for r in runs]))
+        comparison = compare_runs(explain_all([loaded.load(p) for p in places]))
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     click.echo(registry.COMPARE[fmt].render(comparison), nl=False)

@@ -10,7 +10,8 @@ from typing import Callable
 from analysis.results.breakdown import breakdown
 from analysis.results.distributed_breakdown import job_breakdown
 from analysis.model.job import is_job, load_job
-from analysis.readers.run_dir import locate
+from analysis.model.locate import RunPlace
+from analysis.readers.run_dir import find_files
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
 from analysis.model.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
@@ -48,9 +49,9 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     jobs, job_problems = [], []
     for entry in entries:
         progress(f"reading {entry.path or entry.label}")
-        if entry.path is not None and is_job(entry.path):
+        if entry.path is not None and is_job(entry.place):
             try:
-                jobs.append(job_breakdown(load_job(entry.path), source))
+                jobs.append(job_breakdown(load_job(entry.place), source))
             except GapscopeInputError as exc:
                 if len(entries) == 1:
                     raise
@@ -129,7 +130,7 @@ def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
     if entry.path is None:  # a matrix row that never produced a run directory
         return ReportRun(entry.label, "-", None, None, entry.problem), None, None
     try:
-        found = locate(entry.path)
+        found = entry.place.readable() if isinstance(entry.place, RunPlace) else find_files(entry.path)
     except GapscopeInputError as exc:
         if alone:  # a report of nothing but this mistake is no report: one line, as breakdown
             raise
@@ -139,7 +140,7 @@ def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
     problem = unfinished(found.manifest)
     if problem:
         return ReportRun(label, str(entry.path), found.manifest, None, problem), None, None
-    run = runs.load(entry.path, label)
+    run = runs.load(entry.place, label)
     report_run = ReportRun(label, str(entry.path), found.manifest, breakdown(run, source))
     if run.rows is None:
         return report_run, None, run

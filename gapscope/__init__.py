@@ -11,7 +11,7 @@ __all__ = ["LoopCapture", "breakdown", "capture", "capture_keras", "report", "wr
 
 def breakdown(path: str | Path, source: str = "auto"):
     """The per-phase Breakdown of a run directory or trace, as `gapscope breakdown` prints it."""
-    from analysis.results.breakdown import breakdown_of
+    from analysis.results.distributed_breakdown import breakdown_of
     return breakdown_of(path, source)
 
 

@@ -21,7 +21,7 @@ INPUTS = {
     "job/rank0.pt.trace.json": "distributed/gloo_rank0_two_steps.pt.trace.json",
     "job/rank1.pt.trace.json": "distributed/gloo_rank1_two_steps.pt.trace.json",
 }
-FORMATS = ("table", "json", "markdown", "csv")
+FORMATS = ("table", "json")
 
 
 def lay_out(root: Path, extra_runs=()) -> list[str]:

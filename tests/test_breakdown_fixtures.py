@@ -3,7 +3,9 @@ import json
 
 import pytest
 
-from analysis.results.breakdown import breakdown_from_timers, breakdown_from_trace, breakdown_of
+from analysis.results.breakdown import breakdown_from_timers, breakdown_from_trace
+
+from analysis.results.distributed_breakdown import breakdown_of
 from analysis.events.timeline import PRIORITY
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.events.trace import HOST_OP, STEP, Event, Trace

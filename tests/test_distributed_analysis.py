@@ -18,7 +18,9 @@ from click.testing import CliRunner
 sys.path.insert(0, str(Path(__file__).parent))
 
 from analysis.results.distributed_breakdown import WaitSource, job_breakdown  # noqa: E402
-from analysis.model.job import is_job, load_job, rank_from_name, summarize_ranks  # noqa: E402
+from analysis.model.job import is_job, load_job  # noqa: E402
+from analysis.model.locate import rank_from_name  # noqa: E402
+from analysis.results.rank_summary import summarize_ranks  # noqa: E402
 from analysis.model.run import expand_runs  # noqa: E402
 from profilers.errors import GapscopeInputError  # noqa: E402
 from profilers.phases import PHASES  # noqa: E402

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.breakdown import breakdown_of
+from analysis.results.distributed_breakdown import breakdown_of
 from analysis.results.matrix_results import MatrixResult, MatrixRowResult, matrix_result
 from analysis.renderers import fit, registry
 from analysis.model.run import unique_labels

@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from analysis.results.breakdown import breakdown_of
+from analysis.results.distributed_breakdown import breakdown_of
 from analysis.readers.run_dir import read_steps_csv
 from analysis.measures.variant_notes import variant_notes
 from profilers.errors import UnsupportedVariantError

@@ -1,32 +1,16 @@
-"""A distributed run (a job) as the analyzers see it: its ranks located and checked to belong to one
-job, each rank an ordinary Run, and their traces summarised in parallel, one rank per worker."""
+"""A distributed run (a job) as the analyzers see it: its ranks, as located, checked to belong to
+one job, each rank an ordinary Run."""
 from __future__ import annotations
 
-import gzip
-import json
-import multiprocessing
-import os
-import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.readers.run_dir import TORCH_TRACE_GLOBS, read_manifest
-from analysis.readers import safe_files
-from analysis.results.records import Breakdown
-from analysis.model.run import Run, load_run, unfinished
+from analysis.model.locate import (ForeignRanks, JobDir, JobPlace, RankDirs, RunPlace, distributed_info,
+                                   foreign_ranks, locate, unfinished)
+from analysis.model.run import Run, load_run
 from profilers.errors import GapscopeInputError
 from profilers.job_dir import rank_entries, root_cause
 from profilers.run_dir import MANIFEST, effective_status
-
-# A foreign trace's rank where its distributedInfo is missing: from its file name, or the name
-# of the folder holding it. Only an explicit "rank" (rank1, rank_1, rank-1, RANK1) counts: the
-# profiler's default file name is <host>_<pid>.<time>.pt.trace.json, so a bare "_1." would
-# take a pid for a rank.
-_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?!\d)", re.IGNORECASE)
-# Kineto writes distributedInfo near the top of the file, before traceEvents.
-_HEAD_BYTES = 256 * 1024
-_INFO = re.compile(rb'"distributedInfo"\s*:\s*')
 
 
 @dataclass
@@ -76,37 +60,33 @@ def batch_size(run: Run) -> int | None:
     return None
 
 
-# -- recognising a job ---------------------------------------------------------------------
+# -- loading a job -------------------------------------------------------------------------
 
-def is_job(path: str | Path) -> bool:
+def is_job(path) -> bool:
     """A job directory (manifest with "distributed"), a folder of rank run directories, or a
-    folder of per-rank traces of at least two ranks. Cheap: manifests and trace heads only."""
-    path = Path(path)
-    if not path.is_dir():
-        return False
-    manifest = path / MANIFEST
-    if manifest.is_file():
-        try:
-            return isinstance(read_manifest(manifest).get("distributed"), dict)
-        except GapscopeInputError:
-            return False
-    if _rank_dirs(path):
-        return True
-    ranks = {rank for rank, _ in _foreign_ranks(path)}
-    return len(ranks) >= 2
+    folder of per-rank traces of at least two ranks (analysis.model.locate tells)."""
+    return isinstance(locate(path), JobPlace)
 
 
-def load_job(path: str | Path) -> Job:
-    path = Path(path)
-    if (path / MANIFEST).is_file():
-        return _load_job_dir(path)
-    if _rank_dirs(path):
-        return _load_rank_dirs(path)
-    return _load_foreign(path)
+def load_job(path) -> Job:
+    place = locate(path)
+    if isinstance(place, JobDir):
+        return _load_job_dir(place)
+    if isinstance(place, RankDirs):
+        return _load_rank_dirs(place)
+    if isinstance(place, ForeignRanks):
+        return _load_foreign(place)
+    if isinstance(place, RunPlace) and place.problem is not None:  # a manifest it cannot read
+        raise place.problem
+    traces = foreign_ranks(place.path) if place.path.is_dir() else []
+    if traces:  # a rank alone: _load_foreign says which are missing
+        return _load_foreign(ForeignRanks(place.path, tuple(traces)))
+    raise GapscopeInputError(f"{place.path}: not a distributed job (no manifest, no rank run "
+                             "directories, no per-rank traces)")
 
 
-def _load_job_dir(path: Path) -> Job:
-    manifest = read_manifest(path / MANIFEST)
+def _load_job_dir(place: JobDir) -> Job:
+    path, manifest = place.path, place.manifest
     info = manifest["distributed"]
     job_id = manifest["run_id"]
     status, error = effective_status(manifest)
@@ -132,7 +112,9 @@ def _load_job_dir(path: Path) -> Job:
         if entry.get("status") not in (None, "complete"):
             raise GapscopeInputError(f"job {job_id} failed: rank {rank}: "
                                      f"{entry.get('error') or entry.get('status')}")
-        run = _load_rank(job_id, rank, rank_dir)
+        if not (rank_dir / MANIFEST).is_file():
+            raise GapscopeInputError(f"job {job_id}: rank {rank} has no run directory at {rank_dir}")
+        run = _load_rank(job_id, rank, locate(rank_dir))
         theirs = run.manifest
         for key, expected in (("rank", rank), ("job_id", job_id), ("world_size", world)):
             if key in ("rank", "job_id") and key not in theirs:  # an ordinary run, no rank of it
@@ -147,10 +129,10 @@ def _load_job_dir(path: Path) -> Job:
     return Job(path, manifest, runs, hosts)
 
 
-def _load_rank_dirs(path: Path) -> Job:
+def _load_rank_dirs(place: RankDirs) -> Job:
     """A folder of rank run directories without a job manifest (copied together by hand)."""
-    dirs = _rank_dirs(path)
-    manifests = {d: read_manifest(d / MANIFEST) for d in dirs}
+    path = place.path
+    manifests = {rank.path: rank.manifest for rank in place.ranks}
     jobs = sorted({str(m.get("job_id")) for m in manifests.values()})
     if len(jobs) > 1:
         held = "; ".join(f"job {j}: ranks " + ", ".join(
@@ -161,14 +143,14 @@ def _load_rank_dirs(path: Path) -> Job:
         raise GapscopeInputError(f"{path}: mixes ranks of different jobs (world sizes "
                                  f"{', '.join(map(str, sorted(worlds, key=str)))})")
     _check_ranks(path, [m["rank"] for m in manifests.values()], worlds.pop())
-    by_rank = sorted(dirs, key=lambda d: manifests[d]["rank"])
+    by_rank = sorted(place.ranks, key=lambda r: r.manifest["rank"])
     # The rank that failed first is the root cause; the others died on the broken collective.
-    failed = sorted((d for d in by_rank if unfinished(manifests[d])),
-                    key=lambda d: str(manifests[d].get("ended_at") or ""))
+    failed = sorted((r for r in by_rank if unfinished(r.manifest)),
+                    key=lambda r: str(r.manifest.get("ended_at") or ""))
     if failed:
-        rank = manifests[failed[0]]["rank"]
-        raise GapscopeInputError(f"job {jobs[0]} failed: rank {rank}: {unfinished(manifests[failed[0]])}")
-    runs = [_load_rank(jobs[0], manifests[d]["rank"], d) for d in by_rank]
+        rank = failed[0].manifest["rank"]
+        raise GapscopeInputError(f"job {jobs[0]} failed: rank {rank}: {unfinished(failed[0].manifest)}")
+    runs = [_load_rank(jobs[0], r.manifest["rank"], r) for r in by_rank]
     first = runs[0].manifest
     manifest = {**{k: first.get(k) for k in ("workload", "framework", "variant", "settings",
                                              "warmup_steps", "device")},
@@ -178,12 +160,9 @@ def _load_rank_dirs(path: Path) -> Job:
     return Job(path, manifest, runs, {r: run.manifest.get("host") for r, run in enumerate(runs)})
 
 
-def _load_foreign(path: Path) -> Job:
+def _load_foreign(place: ForeignRanks) -> Job:
     """Per-rank Kineto traces in one folder: ranks from distributedInfo, else the file name."""
-    found = _foreign_ranks(path)
-    if not found:
-        raise GapscopeInputError(f"{path}: not a distributed job (no manifest, no rank run "
-                                 "directories, no per-rank traces)")
+    path, found = place.path, list(place.traces)
     numbers = [rank for rank, _ in found]
     worlds = {world for _, (_, world) in found if world is not None}
     if len(worlds) > 1:
@@ -224,81 +203,13 @@ def _check_ranks(path: Path, numbers: list, world) -> None:
                                  f"{'' if len(numbers) <= world else ', extra ranks'}")
 
 
-def _load_rank(job_id: str, rank: int, rank_dir: Path) -> Run:
-    if not (rank_dir / MANIFEST).is_file():
-        raise GapscopeInputError(f"job {job_id}: rank {rank} has no run directory at {rank_dir}")
-    manifest = read_manifest(rank_dir / MANIFEST)
-    problem = unfinished(manifest)
-    if problem:
-        raise GapscopeInputError(f"job {job_id} failed: rank {rank}: {problem}")
-    return load_run(rank_dir, label=f"rank{rank}")
-
-
-def _rank_dirs(folder: Path) -> list[Path]:
-    """Child run directories that are ranks of a job (their manifest names a rank)."""
-    dirs = []
-    for child in sorted(p for p in folder.iterdir() if p.is_dir()):
-        if (child / MANIFEST).is_file():
-            try:
-                manifest = read_manifest(child / MANIFEST)
-            except GapscopeInputError:
-                continue
-            if isinstance(manifest.get("rank"), int):
-                dirs.append(child)
-    return dirs
-
-
-def _foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:
-    """(rank, (trace, world size or None)) for each torch trace under `folder` that says its
-    rank; a folder where some trace has none is no foreign job."""
-    traces = sorted({p for g in TORCH_TRACE_GLOBS for p in folder.rglob(g)
-                     if safe_files.is_readable_regular_file(p) and not _in_run_dir(p, folder)})
-    found = []
-    for trace in traces:
-        info = distributed_info(trace)
-        rank = info.get("rank") if info else None
-        world = info.get("world_size") if info else None
-        if not isinstance(rank, int):
-            rank = rank_from_name(trace, folder)
-            world = None
-        if rank is None:
-            return []
-        found.append((rank, (trace, world if isinstance(world, int) else None)))
-    return found
-
-
-def _in_run_dir(trace: Path, root: Path) -> bool:
-    """A trace inside a gapscope run directory under `root` belongs to that run (a folder of
-    runs, or of jobs, is no foreign job)."""
-    return any((root / parent / MANIFEST).is_file()
-               for parent in trace.relative_to(root).parents if parent.name)
-
-
-def rank_from_name(trace: Path, root: Path) -> int | None:
-    """`rank1` in the file name, else in a folder name between `root` and the file."""
-    for name in [trace.name, *[p.name for p in trace.relative_to(root).parents if p.name]]:
-        match = _RANK_IN_NAME.search(name)
-        if match:
-            return int(match.group(1))
-    return None
-
-
-def distributed_info(trace: Path) -> dict | None:
-    """The trace's `distributedInfo` object (backend, rank, world_size), read from its head."""
-    try:
-        with safe_files.open_regular(trace) as raw:
-            stream = gzip.GzipFile(fileobj=raw) if trace.name.endswith(".gz") else raw
-            head = stream.read(_HEAD_BYTES)
-    except (OSError, EOFError, ValueError):
-        return None
-    match = _INFO.search(head)
-    if not match:
-        return None
-    try:
-        info, _ = json.JSONDecoder().raw_decode(head[match.end():].decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    return info if isinstance(info, dict) else None
+def _load_rank(job_id: str, rank: int, place) -> Run:
+    if isinstance(place, RunPlace):
+        found = place.readable()
+        problem = unfinished(found.manifest)
+        if problem:
+            raise GapscopeInputError(f"job {job_id} failed: rank {rank}: {problem}")
+    return load_run(place, label=f"rank{rank}")
 
 
 def _backend(trace: Path) -> str | None:
@@ -313,98 +224,3 @@ def safe_child(folder: Path, name) -> Path:
         return inside(folder, name)
     except Exception as exc:  # noqa: BLE001 - any refusal is the manifest's fault
         raise GapscopeInputError(f"{folder / MANIFEST}: rank directory {name!r}: {exc}") from None
-
-
-# -- per-rank summaries, in parallel -------------------------------------------------------
-
-@dataclass
-class RankSummary:
-    """What the job analysis needs of one rank: small and picklable, never the trace's events."""
-
-    rank: int
-    host: str | None
-    breakdown: Breakdown
-    rows: list[dict] | None                 # steps.csv
-    communication: object | None = None     # analysis.measures.collectives.Communication
-    collectives: list = field(default_factory=list)  # analysis.measures.collectives.Collective, for clocks
-    traced_step_ms: float | None = None     # mean traced step: the clock communication was timed on
-    notes: list[str] = field(default_factory=list)
-    traced: bool = False                    # the rank's trace was read
-    # A traced rank's figures from its step timers alone: compared with untraced ranks (a TF
-    # multi-worker job traces only its chief) like with like.
-    timers: Breakdown | None = None
-
-
-def summarize_rank(rank: int, path: str, label: str, source: str, host: str | None) -> RankSummary:
-    """One rank, loaded and analysed inside a worker; the Run and its trace die with the call."""
-    from analysis.results.breakdown import breakdown, breakdown_from_timers
-    run = load_run(path, label=label)
-    result = breakdown(run, source)
-    communication, collectives, traced, timers = None, [], None, None
-    read = run.trace is not None and source != "timers"  # --source timers: the trace unread
-    if read:
-        communication, collectives = _communication(run)
-        _ddp_bytes(communication, run.manifest.get("ddp"))
-        durations = [s.dur_us / 1000.0 for s in run.timeline.steps]
-        traced = sum(durations) / len(durations) if durations else None
-        if run.rows:
-            timers = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases)
-    return RankSummary(rank, host or run.manifest.get("host"), result, run.rows,
-                       communication, collectives, traced, traced=read, timers=timers)
-
-
-def _ddp_bytes(communication, ddp) -> None:
-    """All-reduced bytes per step from DDP's own buckets (the rank manifest's `ddp`), where the
-    trace has none (gapscope traces without shapes, which gloo ranges need for sizes): taken only
-    when the trace shows exactly one all-reduce per bucket a step, so each is a bucket's."""
-    if communication is None or not isinstance(ddp, dict):
-        return
-    reduce = communication.per_kind.get("all_reduce")
-    buckets = ddp.get("rebuilt_bucket_sizes") or ddp.get("bucket_sizes")
-    total = ddp.get("total_parameter_size_bytes")
-    if (reduce is None or reduce.get("bytes") is not None or not isinstance(buckets, list)
-            or not isinstance(total, int) or abs(reduce["count"] - len(buckets)) > 1e-9):
-        return
-    reduce["bytes"] = total
-    reduce["bytes_from"] = "DDP buckets"
-
-
-def _communication(run: Run):
-    try:
-        from analysis.measures.collectives import communication, find_collectives
-    except ImportError:  # the communication analyzer is not in this build
-        return None, []
-    return (communication(run.trace, run.timeline),
-            list(find_collectives(run.trace, run.timeline)))
-
-
-# Workers of the pool, where the caller names none: GAPSCOPE_JOB_WORKERS (1 reads the ranks one
-# after another in this process), else one per core.
-WORKERS_ENV = "GAPSCOPE_JOB_WORKERS"
-
-
-def worker_count(ranks: int, workers: int | None = None) -> int:
-    """At most one worker per core and per rank: memory stays that of a few traces at once."""
-    if not workers:
-        try:
-            workers = int(os.environ.get(WORKERS_ENV) or 0)
-        except ValueError:
-            raise GapscopeInputError(f"{WORKERS_ENV} should be a whole number, not "
-                                     f"{os.environ[WORKERS_ENV]!r}") from None
-    limit = workers if workers and workers > 0 else (os.cpu_count() or 1)
-    return max(1, min(ranks, limit))
-
-
-def summarize_ranks(job: Job, source: str = "auto", workers: int | None = None) -> list[RankSummary]:
-    """Every rank's summary in rank order; with more than one worker, a process pool whose
-    workers each load one rank at a time and return only its summary."""
-    tasks = [(r, str(run.located.path), run.label, source, job.hosts.get(r))
-             for r, run in enumerate(job.ranks)]
-    count = worker_count(len(tasks), workers)
-    if count == 1:
-        return [summarize_rank(*task) for task in tasks]
-    # forkserver (spawn where there is none): no copy of this process's memory or threads.
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
-        return list(pool.map(summarize_rank, *zip(*tasks)))

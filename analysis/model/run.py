@@ -9,14 +9,16 @@ from pathlib import Path
 
 from analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
 from analysis.readers import step_rows
-from analysis.readers.run_dir import Located, locate, read_steps
+from analysis.model.locate import JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate, unfinished
+from analysis.readers import run_dir as run_files
+from analysis.readers.run_dir import Located, read_steps
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
 from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import warmup_updates
 from profilers.phases import MARKED_PHASES
-from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, effective_status, inside
+from profilers.run_dir import AB_STATE, MATRIX_STATE, effective_status, inside
 
 XLA_DUMP_DIR = "xla_dump"
 
@@ -29,6 +31,7 @@ class Run:
     notes: list[str] = field(default_factory=list)
     # The warm-up steps.csv's own `warmup` column records: what a run without manifest uses.
     rows_warmup: int | None = None
+    place: RunPlace | None = field(default=None, repr=False)  # as located, for a worker to load again
 
     @property
     def path(self) -> Path:
@@ -127,19 +130,18 @@ def read_trace(path: Path) -> Trace:
     return read_torch_trace(path)
 
 
-def load_run(path: str | Path, label: str | None = None) -> Run:
-    """The run at `path` (a run directory, a folder holding a trace, or a trace file);
-    a run that failed or did not finish is refused with the reason."""
-    from analysis.model.job import is_job
-    if is_job(path):  # its ranks' traces would be taken for one run's
-        raise GapscopeInputError(f"{path}: a distributed job of several ranks: name one rank's "
-                                 "directory, or use breakdown, compare or report on the job")
-    found = locate(path)
-    problem = unfinished(found.manifest)
-    if problem:
-        raise GapscopeInputError(problem)
+def load_run(path: str | Path | Place, label: str | None = None) -> Run:
+    """The run at `path` (a run directory, a folder holding a trace, or a trace file, or its
+    Place as located); a run that failed or did not finish is refused with the reason."""
+    place = locate(path)
+    if isinstance(place, JobPlace):  # its ranks' traces would be taken for one run's
+        raise GapscopeInputError(f"{place.path}: a distributed job of several ranks: name one "
+                                 "rank's directory, or use breakdown, compare or report on the job")
+    # A folder of runs named as one run is read as a folder holding traces.
+    found = place.analysable() if isinstance(place, RunPlace) else _folder_files(place.path)
     rows, dropped = read_steps(found.steps_csv) if found.steps_csv else (None, None)
-    run = Run(found, label or run_label(found.manifest, found.path), rows)
+    run = Run(found, label or run_label(found.manifest, found.path), rows,
+              place=place if isinstance(place, RunPlace) else None)
     if dropped:
         run.notes.append(f"steps.csv: {sum(dropped.values()):,} invalid row(s) dropped "
                          f"({step_rows.describe(dropped)})")
@@ -151,6 +153,14 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
     return run
 
 
+def _folder_files(path: Path) -> Located:
+    found = run_files.find_files(path)
+    problem = unfinished(found.manifest)
+    if problem:
+        raise GapscopeInputError(problem)
+    return found
+
+
 class Runs:
     """The runs one command reads: a path named twice (a run compared with itself) gives one
     Run, so its trace is read and segmented once per command."""
@@ -158,23 +168,12 @@ class Runs:
     def __init__(self):
         self._loaded: dict[tuple[str, str | None], Run] = {}
 
-    def load(self, path: str | Path, label: str | None = None) -> Run:
-        key = (os.path.realpath(path), label)  # realpath: a symlink loop stays a key, not an error
+    def load(self, path: str | Path | Place, label: str | None = None) -> Run:
+        where = path.path if isinstance(path, Place) else path
+        key = (os.path.realpath(where), label)  # realpath: a symlink loop stays a key, not an error
         if key not in self._loaded:
             self._loaded[key] = load_run(path, label)
         return self._loaded[key]
-
-
-def unfinished(manifest: dict | None) -> str | None:
-    """Why a run cannot be analysed (failed, interrupted, still running), or None."""
-    if manifest is None:
-        return None
-    status, error = effective_status(manifest)
-    if status == "complete":
-        return None
-    if status == "failed":
-        return f"run {manifest['run_id']} failed: {error}"
-    return f"run {manifest['run_id']} did not finish (status {status!r}): still running or killed"
 
 
 def run_label(manifest: dict | None, path: Path) -> str:
@@ -199,36 +198,39 @@ def unique_labels(labels: list[str], ids: list[str]) -> list[str]:
 
 @dataclass
 class RunEntry:
-    """One run named on a command line: its path, or why there is none (a matrix row that
-    was skipped or failed before it made a run directory)."""
+    """One run named on a command line: its path and what it is (located once), or why there is
+    none (a matrix row that was skipped or failed before it made a run directory)."""
 
     label: str | None
     path: Path | None
     problem: str | None = None
+    place: Place | None = None
+
+    def __post_init__(self):
+        if self.path is not None and self.place is None:
+            self.place = locate(self.path)
 
 
 def expand_runs(paths) -> list[RunEntry]:
     """Each path as given, except a folder that is not itself a run: a matrix or A/B folder
     gives its runs in order, any other folder the run directories it holds, in name order."""
-    from analysis.model.job import is_job
     entries = []
     for path in map(Path, paths):
         if not path.exists() and not path.is_symlink():  # a bad symlink: load_run says why
             raise GapscopeInputError(f"{path}: no such file or directory")
-        if path.is_dir() and (path / MATRIX_STATE).is_file():
+        place = locate(path)
+        if isinstance(place, MatrixFolder):
             entries += _matrix_rows(path)
-        elif path.is_dir() and (path / SWEEP_STATE).is_file():
+        elif isinstance(place, SweepFolder):
             # Its runs hold other batch sizes or widths: one table over them all would mix
             # points, and its first trace alone is not the sweep.
             points = sorted(p.name for p in path.iterdir() if (p / AB_STATE).is_file())
             one = f"; one point's runs: gapscope compare {path / points[0]}" if points else ""
             raise GapscopeInputError(f"{path} is a sweep: gapscope sweep {path} reports it{one}")
-        elif is_job(path):  # one entry: its rank directories are not runs of their own
-            entries.append(RunEntry(None, path))
-        elif path.is_dir() and not (path / MANIFEST).exists() and _child_runs(path):
-            entries += [RunEntry(None, child) for child in _child_runs(path)]
-        else:
-            entries.append(RunEntry(None, path))
+        elif isinstance(place, RunsFolder):  # an A/B folder too
+            entries += [RunEntry(None, child.path, place=child) for child in place.runs]
+        else:  # a run, a foreign trace or a job: one entry (a job's rank directories are no runs)
+            entries.append(RunEntry(None, path, place=place))
     if not entries:
         raise GapscopeInputError("no runs given")
     return entries
@@ -297,10 +299,6 @@ def _missing_repeats(folder: Path, state: dict, row_id: str, recorded: int, repe
     missing = ", ".join(f"#{i + 1}" for i in range(recorded, repeats))
     return RunEntry(f"{row_id} {missing}", None,
                     f"repeat {missing} of {repeats} missing ({recorded} of {repeats} recorded): {why}")
-
-
-def _child_runs(folder: Path) -> list[Path]:
-    return sorted(p for p in folder.iterdir() if p.is_dir() and (p / MANIFEST).is_file())
 
 
 def _int_field(manifest: dict, key: str, default: int) -> int:

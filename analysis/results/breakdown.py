@@ -283,17 +283,6 @@ def _label(result: Breakdown, run: Run) -> None:
     result.label = run.label
 
 
-def breakdown_of(path, source: str = Source.AUTO):
-    """The breakdown of whatever `path` holds (run directory, folder with a trace, trace file);
-    for a distributed job (job directory, folder of per-rank traces) its JobBreakdown."""
-    from analysis.model.job import is_job, load_job
-    from analysis.model.run import load_run
-    if is_job(path):
-        from analysis.results.distributed_breakdown import job_breakdown
-        return job_breakdown(load_job(path), source)
-    return breakdown(load_run(path), source)
-
-
 def step_times_of(run) -> list[float]:
     """A run's (or run directory's) unprofiled steady step times (ms), from its step timers
     alone: the trace is not read, so a measurement can ask this between rounds."""

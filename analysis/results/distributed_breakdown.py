@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.readers import step_rows
-from analysis.model.job import Job, RankSummary, summarize_ranks
+from analysis.model.job import Job, load_job
+from analysis.model.locate import JobPlace, locate
+from analysis.model.run import load_run
+from analysis.results.breakdown import Source, breakdown
+from analysis.results.rank_summary import RankSummary, summarize_ranks
 from analysis.results.records import Breakdown
 from analysis.measures.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
 from profilers.environment import threads_of
@@ -117,6 +121,15 @@ class JobBreakdown:
             "last_arrival": {str(r): _r(v, 4) for r, v in self.last_arrival.items()},
             "notes": self.notes,
         }
+
+
+def breakdown_of(path, source: str = Source.AUTO):
+    """The breakdown of whatever `path` holds (run directory, folder with a trace, trace file);
+    for a distributed job (job directory, folder of per-rank traces) its JobBreakdown."""
+    place = locate(path)
+    if isinstance(place, JobPlace):
+        return job_breakdown(load_job(place), source)
+    return breakdown(load_run(place), source)
 
 
 def job_breakdown(job: Job, source: str = "auto", workers: int | None = None) -> JobBreakdown:

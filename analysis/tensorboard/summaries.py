@@ -8,7 +8,8 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from analysis.readers.run_dir import locate, read_steps_csv
+from analysis.model.locate import RunPlace, locate
+from analysis.readers.run_dir import read_steps_csv
 from analysis.tensorboard.summary_events import (BREAKDOWN_TAG, RUN_TAG, breakdown_text,
                                                       run_text, scalar_points, summary_events)
 from profilers.errors import GapscopeInputError
@@ -22,14 +23,16 @@ def write_run_summaries(run_dir: str | Path, run=None) -> Path:
     run there, loaded already, so that its trace is read once for every view written after it.
 
     Idempotent: an earlier gapscope event file of the run is replaced, never doubled."""
-    from analysis.results.breakdown import breakdown, breakdown_of
+    from analysis.results.breakdown import breakdown
+    from analysis.results.distributed_breakdown import breakdown_of
 
-    found = locate(run_dir) if run is None else run.located
-    if found.manifest is None or found.steps_csv is None:
+    place = locate(run_dir) if run is None else None
+    found = run.located if run is not None else place.readable() if isinstance(place, RunPlace) else None
+    if found is None or found.manifest is None or found.steps_csv is None:
         raise GapscopeInputError(f"{run_dir}: not a gapscope run directory (no manifest or steps.csv)")
     rows = read_steps_csv(found.steps_csv) if run is None else run.rows
     try:
-        result, problem = (breakdown_of(found.path) if run is None else breakdown(run)), None
+        result, problem = (breakdown_of(place) if run is None else breakdown(run)), None
     except GapscopeInputError as exc:  # too few steps, say: the scalars are still worth having
         result, problem = None, str(exc)
     points = scalar_points(rows, result)

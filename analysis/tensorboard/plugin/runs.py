@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from analysis.model.job import is_job, load_job
+from analysis.model.locate import Place
 from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB
 from analysis.model.run import RunEntry, expand_runs
 from profilers.errors import GapscopeInputError
@@ -16,9 +17,10 @@ from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
 PROFILE_DIR = Path("plugins", "profile")
 
 
-def find_runs(logdir: str | Path) -> dict[str, RunEntry]:
+def find_runs(logdir: str | Path, jobs: dict | None = None) -> dict[str, RunEntry]:
     """Every run under `logdir` by name, in path order. A folder gapscope cannot expand (a
-    corrupt matrix state) is an entry with its problem, so the views can say why."""
+    corrupt matrix state) is an entry with its problem, so the views can say why. `jobs`, where
+    given, receives each distributed job by name: (its path, the Job as loaded or why not)."""
     logdir = Path(logdir)
     found: dict[str, RunEntry] = {}
     for folder in run_folders(logdir):
@@ -30,36 +32,24 @@ def find_runs(logdir: str | Path) -> dict[str, RunEntry]:
         for entry in entries:
             if entry.path is None:  # a matrix row that never made a run directory
                 found[f"{_name(logdir, folder)}/{entry.label}"] = entry
-            elif is_job(entry.path):
-                found.update(_ranks(logdir, entry.path))
+            elif is_job(entry.place):
+                found.update(_ranks(logdir, entry.place, {} if jobs is None else jobs))
             else:
                 found[_name(logdir, entry.path)] = entry
     return found
 
 
-def find_jobs(logdir: str | Path) -> dict[str, Path]:
-    """Every distributed job under `logdir` by name (its path under the logdir)."""
-    logdir = Path(logdir)
-    jobs = {}
-    for folder in run_folders(logdir):
-        try:
-            entries = expand_runs([folder])
-        except Exception:  # noqa: BLE001 - find_runs lists it with its problem
-            continue
-        jobs.update({_name(logdir, e.path): e.path for e in entries
-                     if e.path is not None and is_job(e.path)})
-    return jobs
-
-
-def _ranks(logdir: Path, path: Path) -> dict[str, RunEntry]:
+def _ranks(logdir: Path, place: Place, jobs: dict) -> dict[str, RunEntry]:
     """A distributed job as its ranks, `<job>/rank<r>` each, labelled with the job: the views
     show them side by side like any runs. A job that failed is one entry saying which rank."""
-    name = _name(logdir, path)
+    name = _name(logdir, place.path)
     try:
-        job = load_job(path)
+        job = load_job(place)
     except Exception as exc:  # noqa: BLE001 - as in find_runs
+        jobs[name] = (place.path, exc)
         return {name: RunEntry(None, None, _reason(exc))}
-    return {f"{name}/rank{r}": RunEntry(f"{job.label} rank{r}", run.located.path)
+    jobs[name] = (place.path, job)
+    return {f"{name}/rank{r}": RunEntry(f"{job.label} rank{r}", run.located.path, place=run.place)
             for r, run in enumerate(job.ranks)}
 
 

@@ -18,9 +18,8 @@ from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results.records import Breakdown
 from analysis.model.run import Run, RunEntry, load_run, unique_labels
 from analysis.results.distributed_breakdown import job_breakdown
-from analysis.model.job import load_job
 from analysis.renderers.job_render import summary_lines
-from analysis.tensorboard.plugin.runs import find_jobs, find_runs
+from analysis.tensorboard.plugin.runs import find_runs
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
 
@@ -65,7 +64,9 @@ class Views:
     def runs(self) -> dict:
         """Every run with its breakdown (per-step detail left out), or its one-line problem."""
         with self._lock:
-            analysed = [self._analysed(name, entry) for name, entry in find_runs(self.logdir).items()]
+            found_jobs: dict = {}
+            analysed = [self._analysed(name, entry)
+                        for name, entry in find_runs(self.logdir, found_jobs).items()]
         labels = unique_labels([a.label for a in analysed], [a.name for a in analysed])
         documents = []
         for a, label in zip(analysed, labels):
@@ -81,20 +82,23 @@ class Views:
                     document.update(breakdown=None, problem=_problem(a.name, exc))
             documents.append(document)
         with self._lock:
-            jobs = [self._job(name, path) for name, path in find_jobs(self.logdir).items()]
+            jobs = [self._job(name, path, job) for name, (path, job) in found_jobs.items()]
         return {"logdir": str(self.logdir), "phases": list(PHASES), "colours": PHASE_COLOURS,
                 "runs": documents, "jobs": jobs}
 
-    def _job(self, name: str, path: Path) -> dict:
+    def _job(self, name: str, path: Path, job) -> dict:
         """A distributed job's own figures (job step, skew, straggler, communication per rank)
-        and the CLI's lines on them; its ranks are runs of the list above."""
+        and the CLI's lines on them; its ranks are runs of the list above. `job`: as find_runs
+        loaded it, or why it could not."""
         signature = _signature(path)
         cached = self._jobs.get(name)
         if cached is not None and cached[0] == signature:
             return cached[1]
         document = {"name": name, "label": name, "problem": None, "job": None, "lines": []}
         try:
-            jb = job_breakdown(load_job(path))
+            if isinstance(job, Exception):
+                raise job
+            jb = job_breakdown(job)
             document.update(label=jb.label, job=jb.to_json_dict(), lines=summary_lines(jb))
         except Exception as exc:  # noqa: BLE001 - listed with its problem, never a 500
             document["problem"] = _problem(name, exc)
@@ -178,7 +182,7 @@ class Views:
             a.problem = entry.problem or "no run directory"
         else:
             try:
-                a.run = load_run(entry.path, entry.label)
+                a.run = load_run(entry.place, entry.label)
                 a.label = a.run.label
                 a.breakdown = breakdown(a.run)
             except Exception as exc:  # noqa: BLE001 - a run that cannot be read is listed, never a 500
