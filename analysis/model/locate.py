@@ -1,7 +1,5 @@
-"""What a path is, found out once: a run, a foreign trace, a distributed job (its directory, a
-folder of its rank directories, or per-rank traces), a folder of runs, or an A/B, matrix or sweep
-folder. Each is a typed Place that the commands and the TensorBoard plugin hand on to the loaders,
-so no analyser looks at the disk again to learn what it was given, and each manifest is read once."""
+"""What a path is, found out once and kept as a typed Place (a run, a foreign trace, a job, foreign
+ranks, a folder of runs, an A/B, matrix or sweep folder) that every loader takes."""
 from __future__ import annotations
 
 import gzip
