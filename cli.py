@@ -321,15 +321,17 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 
 def _print_breakdowns(outcomes, fmt: str) -> None:
-    from analysis.breakdown import breakdown_of
-    from analysis.job import is_job
+    from analysis.results.distributed_breakdown import breakdown_of
+    from analysis.model.job import is_job
+    from analysis.model.locate import locate
     complete = [o for o in outcomes if o.status == "complete"]
-    runs = [o for o in complete if not is_job(o.run_dir)]
-    jobs = [o for o in complete if is_job(o.run_dir)]  # --nproc N: the job across its ranks
+    places = [locate(o.run_dir) for o in complete]
+    runs = [p for p in places if not is_job(p)]
+    jobs = [p for p in places if is_job(p)]  # --nproc N: the job across its ranks
     if runs or not jobs:
-        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in runs]), nl=False)
+        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(p) for p in runs]), nl=False)
     if jobs:
-        click.echo(registry.JOB_BREAKDOWN[fmt].render([breakdown_of(o.run_dir) for o in jobs]), nl=False)
+        click.echo(registry.JOB_BREAKDOWN[fmt].render([breakdown_of(p) for p in jobs]), nl=False)
     if len(complete) < len(outcomes):
         sys.exit(EXIT_RUN_FAILED)
 
@@ -384,7 +386,7 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
             loaded = load_matrix(matrix_name)
             click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
         return
-    from analysis.matrix_results import UNANALYSABLE, matrix_result
+    from analysis.results.matrix_results import UNANALYSABLE, matrix_result
     from profilers.run_dir import ensure_out_dir
     from workloads.matrix import record_row_failures, run_matrix
     from workloads.progress import matrix_progress
@@ -428,10 +430,10 @@ def breakdown(paths, source, fmt):
     Example:
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
-    from analysis.breakdown import breakdown as breakdown_run
-    from analysis.breakdown import breakdown_of
-    from analysis.job import is_job
-    from analysis.run import Runs, expand_runs
+    from analysis.results.breakdown import breakdown as breakdown_run
+    from analysis.results.distributed_breakdown import breakdown_of
+    from analysis.model.job import is_job
+    from analysis.model.run import Runs, expand_runs
     entries = expand_runs(paths)
     runs = Runs()
     results, jobs, problems = [], [], []
@@ -439,10 +441,10 @@ def breakdown(paths, source, fmt):
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            if is_job(entry.path):
-                jobs.append(breakdown_of(entry.path, source))
+            if is_job(entry.place):
+                jobs.append(breakdown_of(entry.place, source))
             else:
-                results.append(breakdown_run(runs.load(entry.path, entry.label), source))
+                results.append(breakdown_run(runs.load(entry.place, entry.label), source))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
@@ -508,11 +510,12 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
       gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
-    from analysis.breakdown import breakdown as breakdown_run
-    from analysis.compare import compare as compare_runs
-    from analysis.explain import explain, explain_all
-    from analysis.job import is_job
-    from analysis.run import Runs, is_measurement, load_measurement
+    from analysis.results.breakdown import breakdown as breakdown_run
+    from analysis.results.compare import compare as compare_runs
+    from analysis.results.explain import explain, explain_all
+    from analysis.model.job import is_job
+    from analysis.model.locate import locate
+    from analysis.model.run import Runs, is_measurement, load_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
     repeats = repeats or (50 if precision is not None else 3)
@@ -521,20 +524,22 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         _check_lengths(settings)
         runs = [str(_measure(runs, repeats, out_dir, quiet, settings, precision=precision,
                              budget_s=budget * 60, stopped=stopped))]
-    if len(runs) == 1 and is_measurement(runs[0]):
+    measured = len(runs) == 1 and is_measurement(runs[0])
+    places = [] if measured else [locate(r) for r in runs]  # each run's manifest read here, once
+    if measured:
         evidence, repeat_breakdowns, left_out = _measured(load_measurement(runs[0]))
         comparison = compare_runs([explain(r) for r in evidence], repeat_breakdowns)
         comparison.warnings += left_out
         if precision is not None and stopped and not stopped[0].startswith("precision reached"):
             comparison.warnings.append(f"precision ±{100 * precision:g} % not reached: {stopped[0]}")
-    elif any(is_job(r) for r in runs):
-        _compare_scaling(runs, fmt)
+    elif any(is_job(p) for p in places):
+        _compare_scaling(places, fmt)
         return
     else:
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
         loaded = Runs()
-        comparison = compare_runs(explain_all([loaded.load(r) for r in runs]))
+        comparison = compare_runs(explain_all([loaded.load(p) for p in places]))
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
@@ -545,11 +550,11 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
 
 def _compare_scaling(paths, fmt: str) -> None:
     """A run (or job) against a job: scaling efficiency and where the step gap went."""
-    from analysis.breakdown import breakdown as breakdown_run
-    from analysis.distributed_breakdown import job_breakdown
-    from analysis.job import batch_size, is_job, load_job
-    from analysis.run import load_run
-    from analysis.scaling import job_side, run_side, scaling
+    from analysis.results.breakdown import breakdown as breakdown_run
+    from analysis.results.distributed_breakdown import job_breakdown
+    from analysis.model.job import batch_size, is_job, load_job
+    from analysis.model.run import load_run
+    from analysis.results.scaling import job_side, run_side, scaling
     if len(paths) != 2:
         raise GapscopeInputError("compare of a distributed job takes two: the baseline "
                                  "(e.g. the 1-process run) and the job")
@@ -575,7 +580,7 @@ def _compare_scaling(paths, fmt: str) -> None:
 def _check_suggestions(comparison, repeats: int, out_dir: str, quiet: bool, settings: dict) -> None:
     """Each suggestion is a hypothesis: measured as an A/B of its current configuration against
     the suggested one. One that cannot run here (a GPU variant on a CPU) is said, not fatal."""
-    from analysis.suggestions import measured
+    from analysis.results.suggestions import measured
     _check_lengths(settings)
     for pair in comparison.pairs:
         for suggestion in pair.suggestions:
@@ -598,7 +603,7 @@ def _measured(per_config):
     breakdowns of the repeats, and a warning per repeat left out. A repeat that cannot be
     analysed (no steady steps, an unreadable trace) takes its pair with it, not the whole
     measurement: pairs ran side by side, so both sides keep the same repeats."""
-    from analysis.breakdown import breakdown
+    from analysis.results.breakdown import breakdown
     left_out, kept = [], []
     for i in range(len(per_config[0])):
         try:
@@ -616,7 +621,7 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
              failed_is_fatal: bool = True, precision: float | None = None,
              budget_s: float = 600.0, stopped: list[str] | None = None) -> Path | None:
     """The A/B folder; a failed run ends the command, or with `failed_is_fatal` False is
-    said and gives None. With `precision`, rounds go on until analysis.precision says stop;
+    said and gives None. With `precision`, rounds go on until analysis.results.precision says stop;
     its reason is said and appended to `stopped`."""
     import time
 
@@ -633,7 +638,7 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
     started = time.monotonic()
 
     def after_round(runs, rounds):
-        from analysis.precision import progress_of, stop_reason
+        from analysis.results.precision import progress_of, stop_reason
         try:
             progress = progress_of(runs, time.monotonic() - started)
         except GapscopeInputError as exc:
@@ -697,7 +702,7 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
       gapscope check cnn:torch --baseline ci/cnn-torch.json --threshold 5%
       gapscope check traces/ab-cnn-20261125-101500-1a2b --baseline ci/cnn-torch.json
     """
-    from analysis.regression import Baseline, check as check_against, read_baseline
+    from analysis.results.regression import Baseline, check as check_against, read_baseline
     baseline_path = Path(baseline_file)
     if save and os.path.lexists(baseline_path):
         raise GapscopeInputError(f"{baseline_path}: exists; remove it or name another to --save")
@@ -728,7 +733,7 @@ def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quie
                 settings: dict):
     """(configuration label, its runs, the settings they ran with) for a check:
     from an A/B folder, or measured now (no profiler: only the step time is wanted)."""
-    from analysis.run import is_measurement, load_measurement
+    from analysis.model.run import is_measurement, load_measurement
     if is_measurement(target):
         per_config = load_measurement(target)
         labels = [runs[0].label for runs in per_config]
@@ -758,8 +763,8 @@ def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quie
 def _process_means(runs) -> tuple[list[float], list[float], list[str]]:
     """Each run's mean unprofiled steady step, the variance of that mean from its steps, and
     the reasons not to trust a run's figure (a busy machine), named by repeat."""
-    from analysis.breakdown import Source, breakdown
-    from analysis.stats import mean_variance
+    from analysis.results.breakdown import Source, breakdown
+    from analysis.measures.stats import mean_variance
     results = [breakdown(r, Source.TIMERS) for r in runs]
     warnings = [f"repeat {i}: {w}" for i, b in enumerate(results, start=1)
                 for w in b.reliability_warnings]
@@ -807,7 +812,7 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, 
       gapscope sweep cnn --framework torch,keras --width 0.5,1,2 --repeats 5
     """
     from analysis.renderers.sweep_render import plot
-    from analysis.sweep_results import sweep_result
+    from analysis.results.sweep_results import sweep_result
     from profilers.run_dir import SWEEP_STATE
     if (Path(workload) / SWEEP_STATE).is_file():
         folder = Path(workload)
@@ -868,7 +873,7 @@ def tensorboard(logdir, host, port):
     Example:
       gapscope tensorboard traces --port 6007
     """
-    from analysis.tensorboard_server import check_address, serve_forever
+    from analysis.tensorboard.server import check_address, serve_forever
     if not Path(logdir).is_dir():
         raise GapscopeInputError(f"{logdir}: no such directory")
     check_address(host, port)
@@ -898,8 +903,8 @@ def trace(run, out_file, force):
     """
     import gzip
 
-    from analysis.renderers import trace_events, xspace
-    from analysis.run import load_run
+    from analysis.renderers.traces import trace_events, xspace
+    from analysis.model.run import load_run
     from profilers.run_dir import ensure_out_dir, write_atomic, write_new
     if out_file:
         _refuse_existing(Path(out_file), force)  # before the work, not after it

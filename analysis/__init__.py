@@ -1,1 +1,1 @@
-"""Readers turn trace files into one neutral event model; analyzers turn that into results."""
+"""Layers, each importing only those below it: events < readers < model < measures < results < renderers < tensorboard < report."""

@@ -7,13 +7,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from analysis.breakdown import breakdown
-from analysis.distributed_breakdown import job_breakdown
-from analysis.job import is_job, load_job
-from analysis.readers.run_dir import locate
+from analysis.results.breakdown import breakdown
+from analysis.results.distributed_breakdown import job_breakdown
+from analysis.model.job import is_job, load_job
+from analysis.model.locate import RunPlace
+from analysis.readers.run_dir import find_files
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
-from analysis.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
+from analysis.model.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
 from profilers.environment import threads_of
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import ensure_out_dir, write_atomic
@@ -48,9 +49,9 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     jobs, job_problems = [], []
     for entry in entries:
         progress(f"reading {entry.path or entry.label}")
-        if entry.path is not None and is_job(entry.path):
+        if entry.path is not None and is_job(entry.place):
             try:
-                jobs.append(job_breakdown(load_job(entry.path), source))
+                jobs.append(job_breakdown(load_job(entry.place), source))
             except GapscopeInputError as exc:
                 if len(entries) == 1:
                     raise
@@ -106,9 +107,9 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
 def _jobs_markdown(jobs: list, complete: list[ReportRun], loaded: list) -> list[str]:
     """Each job's per-rank tables, and its scaling against the first complete one-process run
     of the same workload."""
-    from analysis.job import batch_size
+    from analysis.model.job import batch_size
     from analysis.renderers import job_render, scaling_render
-    from analysis.scaling import job_side, run_side, scaling
+    from analysis.results.scaling import job_side, run_side, scaling
     texts = []
     for jb in jobs:
         text = job_render.render_markdown([jb])
@@ -129,7 +130,7 @@ def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
     if entry.path is None:  # a matrix row that never produced a run directory
         return ReportRun(entry.label, "-", None, None, entry.problem), None, None
     try:
-        found = locate(entry.path)
+        found = entry.place.readable() if isinstance(entry.place, RunPlace) else find_files(entry.path)
     except GapscopeInputError as exc:
         if alone:  # a report of nothing but this mistake is no report: one line, as breakdown
             raise
@@ -139,7 +140,7 @@ def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
     problem = unfinished(found.manifest)
     if problem:
         return ReportRun(label, str(entry.path), found.manifest, None, problem), None, None
-    run = runs.load(entry.path, label)
+    run = runs.load(entry.place, label)
     report_run = ReportRun(label, str(entry.path), found.manifest, breakdown(run, source))
     if run.rows is None:
         return report_run, None, run
@@ -155,8 +156,8 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
                                    f"{MAX_COMPARED_RUNS}; run `gapscope compare` on the runs of interest")
         return
     try:
-        from analysis.compare import compare
-        from analysis.explain import explain_all
+        from analysis.results.compare import compare
+        from analysis.results.explain import explain_all
         from analysis.renderers import compare_markdown
     except ImportError as exc:
         content.comparison_note = f"no comparison: the compare analyzer is not available ({exc})"

@@ -11,8 +11,8 @@ import argparse
 import sys
 import tempfile
 
-from analysis.breakdown import breakdown
-from analysis.run import load_run
+from analysis.results.breakdown import breakdown
+from analysis.model.run import load_run
 from profilers.phases import PHASES
 from workloads.launch import launch
 from workloads.settings import RunSettings

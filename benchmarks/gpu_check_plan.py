@@ -86,11 +86,11 @@ def analysed_dir(run_dir: Path, planned: Planned) -> Path:
 
 def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     """(checks, KernelStats or None) of one complete run, each check from gapscope's analyzers."""
-    from analysis.breakdown import breakdown
-    from analysis.kernels import find_work, kernel_stats
-    from analysis.resources import resource_stats
-    from analysis.run import load_run
-    from analysis.xspace_export import write_torch_xspace
+    from analysis.results.breakdown import breakdown
+    from analysis.measures.kernels import find_work, kernel_stats
+    from analysis.measures.resources import resource_stats
+    from analysis.model.run import load_run
+    from analysis.tensorboard.xspace_export import write_torch_xspace
     run = load_run(analysed_dir(run_dir, planned))
     checks = []
     if planned.nproc:

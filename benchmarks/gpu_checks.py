@@ -89,7 +89,7 @@ def phase_ranges(trace_names: set[str], phases=MARKED_PHASES) -> Check:
 
 
 def nvml_sampled(stats) -> Check:
-    """`stats`: analysis.resources.ResourceStats of the run's resources.csv."""
+    """`stats`: analysis.measures.resources.ResourceStats of the run's resources.csv."""
     figures = {"utilisation %": stats.gpu_util_percent_mean, "memory MiB": stats.gpu_mem_mib_max,
                "power W": stats.gpu_power_w_mean}
     missing = [k for k, v in figures.items() if v is None]
@@ -108,9 +108,9 @@ def transfers_in_data_load(work, expect_memory: str | None) -> Check:
     """Every host-to-device copy of the traced steps is attributed (through its launching call)
     to data_load, in the host memory the pipeline promises; device-to-host copies are listed
     with the phase that launched them (the loop's own are the GradScaler's inf check)."""
-    from analysis.kernels import DEVICE_KERNELS
-    from analysis.trace import MEMCPY
-    from analysis.transfers import direction, host_memory
+    from analysis.measures.kernels import DEVICE_KERNELS
+    from analysis.events.trace import MEMCPY
+    from analysis.measures.transfers import direction, host_memory
     name = "H2D/D2H attributed"
     if work.source != DEVICE_KERNELS:
         return Check(name, FAIL, "no device events in the trace: CPU-only run or no CUPTI")
@@ -140,7 +140,7 @@ def transfers_in_data_load(work, expect_memory: str | None) -> Check:
 
 
 def triton_fusion(compiled, eager) -> Check:
-    """`compiled`, `eager`: analysis.kernels.KernelStats of a torch.compile run and of the same
+    """`compiled`, `eager`: analysis.measures.kernels.KernelStats of a torch.compile run and of the same
     workload eager. Inductor's fused Triton kernels must show and replace some eager kernels."""
     name = "Triton fused kernels"
     if eager is None:

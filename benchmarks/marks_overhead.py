@@ -20,7 +20,7 @@ STEP_PHASES = ("data_load", "optimizer", "forward", "backward", "optimizer")  # 
 
 @dataclass
 class TrainingLoop:
-    """The loop of workloads/torch_runner.py on the CPU, with the same model, data and optimizer.
+    """The loop of workloads/runners/torch_runner.py on the CPU, with the same model, data and optimizer.
     One round is one epoch; its step times are in nanoseconds, taken around the whole step."""
 
     loader: object

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.breakdown import breakdown_from_trace
+from analysis.results.breakdown import breakdown_from_trace
 from analysis.readers.torch_trace import read_torch_trace
 from benchmarks.synthetic_trace import TraceShape, write_synthetic_trace
 

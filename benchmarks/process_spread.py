@@ -13,7 +13,7 @@ from __future__ import annotations
 # Arms: a kind, then knobs, separated by ':'.
 #   plain            the plain loop
 #   run              `gapscope run` as a user types it (launcher process + run process)
-#   child            the run process alone (workloads.execute), no launcher reading its pipe
+#   child            the run process alone (workloads.runners.execute), no launcher reading its pipe
 #   knobs: no-trace (no profiler window), no-sampler (no resource sampler thread),
 #          omp1 (OMP_NUM_THREADS=1), omp2 (OMP_NUM_THREADS=2),
 #          mmap-fixed (glibc's mmap threshold fixed at 32 MiB: no adjusting to what was freed),
@@ -89,7 +89,7 @@ def steady_times(arm: Arm, workload: str, steps: int, scratch: Path) -> list[flo
                                sample_resources="no-sampler" not in arm.knobs)
         run_dir = out / "run"
         run_dir.mkdir()
-        _run([sys.executable, "-m", "workloads.execute", str(run_dir),
+        _run([sys.executable, "-m", "workloads.runners.execute", str(run_dir),
               json.dumps(settings.to_dict())], arm)
     return _unprofiled_steady(run_dir / "steps.csv")
 

@@ -1,5 +1,5 @@
 """How often TensorFlow's profiler crashes a MultiWorkerMirroredStrategy worker, by the way the trace is
-collected: the evidence behind workloads.tf_distribute.traces_rank, to run again on a new TensorFlow.
+collected: the evidence behind workloads.runners.tf_distribute.traces_rank, to run again on a new TensorFlow.
 
 Usage: python -m benchmarks.tf_profiler_crash [--runs 10] [--mode chief|after-fit|inside-fit|server]
 
@@ -36,7 +36,7 @@ def worker(mode: str, logdir: str, profiler_ports: list[int], steps: int = 60) -
     from tensorflow.python.profiler.internal import _pywrap_traceme
 
     from profilers.keras_marks import mark_keras_phases
-    from workloads.tf_distribute import build_from_local_batch
+    from workloads.runners.tf_distribute import build_from_local_batch
 
     rank = int(os.environ["RANK"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -84,7 +84,7 @@ def worker(mode: str, logdir: str, profiler_ports: list[int], steps: int = 60) -
 
 
 def run_once(mode: str) -> list[int]:
-    from workloads.tf_cluster import free_ports, tf_config_env
+    from workloads.runners.tf_cluster import free_ports, tf_config_env
     ports = free_ports(4)
     with tempfile.TemporaryDirectory(prefix="gapscope-tf-crash-") as logdir:
         procs = [subprocess.Popen(

@@ -88,17 +88,17 @@ def child(command: str, paths: list[str]) -> None:
     import contextlib
     import io
 
-    import analysis.run
+    import analysis.model.run
     from cli import cli
     reads = 0
-    read_trace = analysis.run.read_trace
+    read_trace = analysis.model.run.read_trace
 
     def counted(path):
         nonlocal reads
         reads += 1
         return read_trace(path)
-    analysis.run.read_trace = counted
-    import analysis.breakdown, analysis.compare, analysis.explain  # noqa: E401,F401 - imports are not the read
+    analysis.model.run.read_trace = counted
+    import analysis.results.breakdown, analysis.results.compare, analysis.results.explain  # noqa: E401,F401 - imports are not the read
     started, cpu_started = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(io.StringIO()):
         try:

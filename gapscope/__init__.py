@@ -11,7 +11,7 @@ __all__ = ["LoopCapture", "breakdown", "capture", "capture_keras", "report", "wr
 
 def breakdown(path: str | Path, source: str = "auto"):
     """The per-phase Breakdown of a run directory or trace, as `gapscope breakdown` prints it."""
-    from analysis.breakdown import breakdown_of
+    from analysis.results.distributed_breakdown import breakdown_of
     return breakdown_of(path, source)
 
 
@@ -24,5 +24,5 @@ def report(runs: list[str | Path], out: str | Path = "gapscope-report/report.md"
 
 def write_summaries(run_dir: str | Path) -> Path:
     """(Re)writes a run directory's TensorBoard summaries; captures do this by themselves."""
-    from analysis.summaries import write_run_summaries
+    from analysis.tensorboard.summaries import write_run_summaries
     return write_run_summaries(run_dir)

@@ -25,7 +25,7 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     tf.distribute.MultiWorkerMirroredStrategy of several workers (TF_CONFIG), each worker's fit
     is one rank, `rank<r>/`, of one job directory `out/<name>-keras-user-x<W>-<time>/`, and
     only the chief (rank 0) traces; the other ranks time their steps (TensorFlow 2.21's
-    profiler crashes them, see workloads.tf_distribute.traces_rank).
+    profiler crashes them, see workloads.runners.tf_distribute.traces_rank).
     trace_steps are optimizer updates as in `range(first, stop)`, counted over all epochs;
     None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
@@ -42,7 +42,7 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     model.train_function = None
     if not on_torch:
         from profilers.tf_marks import multi_worker
-        from workloads.tf_distribute import build_from_local_batch
+        from workloads.runners.tf_distribute import build_from_local_batch
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
     return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
@@ -83,7 +83,7 @@ def _callback_class():
             place = getattr(self._run, "place", None)
             self._traced_ranks = None
             if place is not None:
-                from workloads.tf_distribute import traces_rank
+                from workloads.runners.tf_distribute import traces_rank
                 self._traced_ranks = [r for r in range(place.world_size)
                                       if self._window is not None and traces_rank(r)]
                 if not traces_rank(place.rank):
@@ -141,7 +141,7 @@ def _callback_class():
             per_epoch = int(self.params.get("steps") or 0) or max(1, self._updates)
             spe = int(model.steps_per_execution or 1)
             if spe > 1:
-                from workloads.execution_rows import expand_executions
+                from workloads.runners.execution_rows import expand_executions
                 rows = expand_executions(rows, spe, per_epoch, self._updates)
             traced = None
             if self._window is not None:
@@ -170,8 +170,8 @@ def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int
     agree on the job directory's name over the strategy itself (rank 0's, by a TF collective)."""
     if framework == "keras":
         from profilers.tf_marks import multi_worker
-        from workloads.tf_cluster import cluster_place
-        from workloads.tf_distribute import BACKEND, tf_share
+        from workloads.runners.tf_cluster import cluster_place
+        from workloads.runners.tf_distribute import BACKEND, tf_share
         place = cluster_place() if multi_worker(model.distribute_strategy) else None
         if place is not None:
             from gapscope.user_run import RankPlace

@@ -17,6 +17,7 @@ from profilers.machine_load import load_between, load_snapshot
 from profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
 from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
 from profilers.trace_window import TraceWindow
+from workloads.runners.after_run import RunWithViews
 
 USER_VARIANT = "user"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
@@ -163,7 +164,7 @@ def default_warmup(window: TraceWindow | None, warmup_steps: int | None) -> int:
     return min(5, window.first) if window else 5
 
 
-class UserRun(RunLifecycle):
+class UserRun(RunWithViews):
     """The run directory of a capture, named after the user's run; its life (pid and host,
     complete or failed, interrupted) is run_lifecycle's, as for gapscope's own runs.
 

@@ -159,14 +159,12 @@ class RunLifecycle:
         return self.manifest.data.get("error")
 
     def complete(self, rows: list[dict], facts: dict) -> str | None:
-        """Records the steps and the end; then the TensorBoard views (summaries, XSpace of a torch
-        trace), whose failure is a problem of that view, returned (and kept in the manifest), not
-        a failed run."""
-        from analysis.after_run import write_after_run
+        """Records the steps and the end. The views of the run (TensorBoard summaries, XSpace) are
+        the runner's to write (workloads.runners.after_run.RunWithViews): None here."""
         self._record(rows, facts)
         self.manifest.finish()
         self.finished = True
-        return write_after_run(self.run_dir)
+        return None
 
     def fail(self, rows: list[dict] | None, facts: dict, exc: BaseException) -> bool:
         """Records the failure with what the run got done before it (the steps show how far

@@ -7,14 +7,14 @@ import statistics
 
 import pytest
 
-from analysis.breakdown import breakdown_from_trace
-from analysis.explain import explain_run
-from analysis.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.results.breakdown import breakdown_from_trace
+from analysis.results.explain import explain_run
+from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.readers.hlo_proto import read_hlo_protos
 from analysis.readers.hlo_text import read_hlo_dump_dir
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.readers.xplane import read_xplane
-from analysis.trace import Trace
+from analysis.events.trace import Trace
 from conftest import SMALL_RUN, _launch
 
 DATALOADER = "enumerate(DataLoader)#"

@@ -3,10 +3,12 @@ import json
 
 import pytest
 
-from analysis.breakdown import breakdown_from_timers, breakdown_from_trace, breakdown_of
-from analysis.timeline import PRIORITY
+from analysis.results.breakdown import breakdown_from_timers, breakdown_from_trace
+
+from analysis.results.distributed_breakdown import breakdown_of
+from analysis.events.timeline import PRIORITY
 from analysis.readers.torch_trace import read_torch_trace
-from analysis.trace import HOST_OP, STEP, Event, Trace
+from analysis.events.trace import HOST_OP, STEP, Event, Trace
 from profilers.phases import PHASES
 
 
@@ -90,7 +92,7 @@ def test_json_contract_keys_and_sum(fixtures_dir):
 
 
 def test_the_step_after_the_trace_window_is_not_an_unprofiled_step():
-    from analysis.breakdown import recorded_rows
+    from analysis.results.breakdown import recorded_rows
     from profilers.run_dir import mark_rows
     rows = mark_rows([{"step": i} for i in range(8)], 1, range(2, 5))
     assert [r["step"] for r in rows if r["traced"]] == [2, 3, 4, 5]

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
-from analysis.breakdown import breakdown_of
+from analysis.results.distributed_breakdown import breakdown_of
 from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
 from cli import cli
 

@@ -4,7 +4,7 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from analysis.regression import Baseline, Verdict, check, read_baseline
+from analysis.results.regression import Baseline, Verdict, check, read_baseline
 from cli import cli
 from profilers.errors import GapscopeInputError
 

@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.clock_align import clock_alignment, clock_offsets
-from analysis.collectives import Collective, find_collectives
+from analysis.measures.clock_align import clock_alignment, clock_offsets
+from analysis.measures.collectives import Collective, find_collectives
 from analysis.readers.torch_trace import read_torch_trace
-from analysis.timeline import phase_timeline
+from analysis.events.timeline import phase_timeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "distributed"
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.collectives import Collective, communication, find_collectives
+from analysis.measures.collectives import Collective, communication, find_collectives
 from analysis.readers.torch_trace import read_torch_trace
-from analysis.timeline import phase_timeline
+from analysis.events.timeline import phase_timeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "distributed"
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,5 +253,5 @@ def test_comm_args_survive_any_chunking_of_the_trace(monkeypatch, chunk):
     ("CollectiveOpV2Kernel::Run", None), ("aten::mm", None),
 ])
 def test_collective_names_normalise_to_one_kind(name, expected):
-    from analysis.collectives import _classify
+    from analysis.measures.collectives import _classify
     assert _classify(name) == expected

@@ -8,8 +8,8 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from analysis.compare import compare
-from analysis.explain import explain_run
+from analysis.results.compare import compare
+from analysis.results.explain import explain_run
 from analysis.renderers import compare_markdown, compare_table, evidence_text
 from cli import cli
 from profilers.errors import GapscopeInputError

@@ -17,9 +17,11 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from analysis.distributed_breakdown import WaitSource, job_breakdown  # noqa: E402
-from analysis.job import is_job, load_job, rank_from_name, summarize_ranks  # noqa: E402
-from analysis.run import expand_runs  # noqa: E402
+from analysis.results.distributed_breakdown import WaitSource, job_breakdown  # noqa: E402
+from analysis.model.job import is_job, load_job  # noqa: E402
+from analysis.model.locate import rank_from_name  # noqa: E402
+from analysis.results.rank_summary import summarize_ranks  # noqa: E402
+from analysis.model.run import expand_runs  # noqa: E402
 from profilers.errors import GapscopeInputError  # noqa: E402
 from profilers.phases import PHASES  # noqa: E402
 
@@ -196,10 +198,10 @@ def single(tmp_path_factory):
 
 
 def test_compare_one_process_against_the_job(jobs, single):
-    from analysis.breakdown import breakdown
-    from analysis.job import batch_size
-    from analysis.run import load_run
-    from analysis.scaling import PARTS, job_side, run_side, scaling
+    from analysis.results.breakdown import breakdown
+    from analysis.model.job import batch_size
+    from analysis.model.run import load_run
+    from analysis.results.scaling import PARTS, job_side, run_side, scaling
     from cli import cli
     run = load_run(single)
     base = breakdown(run)
@@ -299,7 +301,7 @@ def test_report_lists_the_job_with_its_ranks_and_scaling(jobs, single, tmp_path)
 
 
 def test_tensorboard_plugin_lists_the_job_ranks(jobs, tmp_path):
-    from analysis.tensorboard_plugin.views import Views
+    from analysis.tensorboard.plugin.views import Views
     logdir = tmp_path / "logdir"
     logdir.mkdir()
     for kind in ("slow", "failed"):
@@ -340,7 +342,7 @@ def test_clock_offsets_across_hosts(jobs, tmp_path):
 
 def test_tensorboard_page_shows_the_job(jobs, tmp_path):
     """The gapscope tab draws the job: a row per rank, the straggler marked, the CLI's lines."""
-    from analysis.tensorboard_server import TensorBoardServer
+    from analysis.tensorboard.server import TensorBoardServer
     from browser import HeadlessChromium, ensure_chromium
     from test_tensorboard_browser import assert_offline_and_clean, open_fresh, wait_in_gapscope
     chromium = ensure_chromium()

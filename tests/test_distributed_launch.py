@@ -299,7 +299,7 @@ def test_local_agent_gives_each_worker_its_place_and_stops_the_rest_when_one_fai
               "len(set(config['cluster']['worker'])), flush=True); "
               "time.sleep(0.5 if rank == 0 else 120); sys.exit(3)")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "workloads.local_agent", "2", "--",
+    done = subprocess.run([sys.executable, "-m", "workloads.runners.local_agent", "2", "--",
                            sys.executable, "-c", worker], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert time.monotonic() - started < 30  # rank 1 did not sleep its 120 s

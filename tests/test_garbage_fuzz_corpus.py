@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.breakdown import breakdown_from_trace
+from analysis.results.breakdown import breakdown_from_trace
 from analysis.readers.torch_trace import read_torch_trace
 from cli import cli
 from profilers.errors import TraceFormatError

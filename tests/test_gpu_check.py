@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.kernels import find_work, kernel_stats
-from analysis.resources import resource_stats
-from analysis.run import load_run
+from analysis.measures.kernels import find_work, kernel_stats
+from analysis.measures.resources import resource_stats
+from analysis.model.run import load_run
 from benchmarks import gpu_check, gpu_check_plan as P, gpu_check_report, gpu_checks as C
 from profilers.errors import UnsupportedVariantError
 from workloads.settings import RunSettings
@@ -269,7 +269,7 @@ import sys
 sys.modules['tensorflow'] = None; sys.modules['keras'] = None  # any import of them now fails
 from pathlib import Path
 from benchmarks import gpu_check, gpu_check_plan as P
-from workloads.execute import execute
+from workloads.runners.execute import execute
 from workloads.settings import RunSettings
 checks, _ = P.evaluate(Path({str(run_dir)!r}), P.Planned('mlp-eager', 'mlp', 'eager', 'x'), cuda=False)
 fresh = Path({str(run_dir.parent / 'no-tf')!r}); fresh.mkdir()
@@ -286,16 +286,16 @@ print(code, len(checks))
 def test_xplane_schema_without_tensorflow_is_tensorflows(fixtures_dir, tmp_path):
     """The device has no TensorFlow: gapscope's own copy of the XSpace schema must be the same
     schema, and a file written with it must read back with TensorFlow's."""
-    from analysis import xplane_proto
-    from analysis.renderers import xspace
+    from analysis.readers import xplane_proto
+    from analysis.renderers.traces import xspace
     own = xplane_proto._own_schema()
     theirs = xplane_proto.xplane_pb2()
     assert own.XSpace.DESCRIPTOR.file.serialized_pb == theirs.XSpace.DESCRIPTOR.file.serialized_pb
     code = f"""
 import sys
 sys.modules['tensorflow'] = None
-from analysis.renderers import xspace
-from analysis.run import load_run
+from analysis.renderers.traces import xspace
+from analysis.model.run import load_run
 run = load_run({str(fixtures_dir / 'async_gpu_two_steps.pt.trace.json')!r})
 open({str(tmp_path / 'h.xplane.pb')!r}, 'wb').write(xspace.render(run.trace, run.timeline, 'h'))
 """

@@ -6,15 +6,15 @@ into backward's ReluGrad: mixed), copy.1 (no metadata: unattributed), subtract_f
 (optimizer). Two `train` steps of 100 µs run the four thunks at 10-40, 40-50, 50-55, 60-70."""
 import pytest
 
-from analysis.breakdown import breakdown_from_trace
-from analysis.explain import explain_run
-from analysis.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.kernels import XLA_THUNKS, find_work, kernel_stats
+from analysis.results.breakdown import breakdown_from_trace
+from analysis.results.explain import explain_run
+from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.measures.kernels import XLA_THUNKS, find_work, kernel_stats
 from analysis.readers.hlo_proto import read_hlo_protos
 from analysis.readers.hlo_text import read_hlo_dump_dir
 from analysis.readers.xplane import read_xplane
-from analysis.run import load_run
-from analysis.timeline import phase_timeline
+from analysis.model.run import load_run
+from analysis.events.timeline import phase_timeline
 from xspace_builder import PlaneBuilder, new_space
 
 MODULE = "tiny_step.1"

@@ -3,12 +3,12 @@ its own; views and wrappers do not; an Inductor graph without kernel profiling i
 fused kernel; host/device attribution on the CPU; compile and guard figures."""
 import pytest
 
-from analysis.attribution import attribute
-from analysis.breakdown import breakdown_from_trace
-from analysis.compile_overhead import compile_stats
-from analysis.kernels import HOST_OPS, find_work, kernel_stats
-from analysis.timeline import phase_timeline
-from analysis.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
+from analysis.results.attribution import attribute
+from analysis.results.breakdown import breakdown_from_trace
+from analysis.results.compile_overhead import compile_stats
+from analysis.measures.kernels import HOST_OPS, find_work, kernel_stats
+from analysis.events.timeline import phase_timeline
+from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
 
 GRAPH = "## Call CompiledFxGraph abcdefgh12345 ##"
 

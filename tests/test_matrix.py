@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from analysis.matrix_results import matrix_result
+from analysis.results.matrix_results import matrix_result
 from workloads import matrix as matrix_module
 from workloads.matrix import Matrix, MatrixRow, load_matrix, matrix_outcomes, run_matrix
 from workloads.settings import RunSettings

@@ -10,7 +10,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from analysis.matrix_results import matrix_result
+from analysis.results.matrix_results import matrix_result
 from analysis.renderers.matrix_render import RATIO_HEADER, render_markdown, render_table
 from cli import cli
 from workloads.matrix import Matrix, MatrixRow, load_matrix, load_matrix_file, run_matrix

@@ -5,8 +5,8 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from analysis.precision import Progress, half_width, stop_reason
-from analysis.stats import RepeatRatio
+from analysis.results.precision import Progress, half_width, stop_reason
+from analysis.measures.stats import RepeatRatio
 from cli import cli
 
 

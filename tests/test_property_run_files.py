@@ -11,9 +11,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.breakdown import breakdown
-from analysis.run import expand_runs, load_measurement, load_run
-from analysis.sweep_results import sweep_result
+from analysis.results.breakdown import breakdown
+from analysis.model.run import expand_runs, load_measurement, load_run
+from analysis.results.sweep_results import sweep_result
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import STEP_COLUMNS
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import analysis.tensorboard_server as tensorboard_server
-from analysis.breakdown import breakdown
+import analysis.tensorboard.server as tensorboard_server
+from analysis.results.breakdown import breakdown
 from analysis.readers import safe_files
 from analysis.readers.hlo_text import read_hlo_text
 from analysis.readers.resources_csv import read_resources_csv
 from analysis.readers.torch_trace import read_torch_trace
-from analysis.run import load_run
+from analysis.model.run import load_run
 from cli import cli
 from profilers.errors import TraceFormatError
 

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from analysis.reliability import level_shift, reliability_warnings, two_levels
+from analysis.measures.reliability import level_shift, reliability_warnings, two_levels
 from profilers.machine_load import load_between
 
 

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.stats import repeat_ratio, welch_difference
+from analysis.measures.stats import repeat_ratio, welch_difference
 
 
 def _experiment(rng, ratio, repeats, steps, between_sd, within_sd):

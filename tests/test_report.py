@@ -87,8 +87,8 @@ def test_gapscope_run_directories_and_a_folder_of_runs(torch_run, keras_run, tmp
     text = out.read_text()
     assert "mlp keras (baseline)" in text and "| mlp torch |" in text
     # other's parts for each traced run, as its breakdown has them
-    from analysis.breakdown import breakdown
-    from analysis.run import load_run
+    from analysis.results.breakdown import breakdown
+    from analysis.model.run import load_run
     parts = breakdown(load_run(keras_run)).to_json_dict()["phases"]["other"]["parts"]
     assert parts and all(f"{part} {ms:.3f} ms" in text for part, ms in parts.items())
 

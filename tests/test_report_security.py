@@ -3,11 +3,13 @@ report.html, and a matrix state file cannot lead the report outside the matrix f
 import json
 import shutil
 from html.parser import HTMLParser
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-import analysis.report
+import analysis.model.run
+from analysis.model.locate import Place
 from cli import cli
 
 SCRIPT = "<script>alert(1)</script>"
@@ -85,12 +87,13 @@ def test_report_follows_matrix_entries_only_inside_the_matrix_folder(tmp_path, f
             "abs": {"status": "complete", "run_dir": str(tmp_path / "outside")}}
     (matrix / "matrix.json").write_text(json.dumps({"rows": rows}))
     located = []
-    real_locate = analysis.report.locate
-    monkeypatch.setattr(analysis.report, "locate", lambda p: located.append(p) or real_locate(p))
+    real_locate = analysis.model.run.locate  # where every named path is located, once
+    monkeypatch.setattr(analysis.model.run, "locate", lambda p: located.append(p) or real_locate(p))
     out = tmp_path / "report" / "r.md"
     result = CliRunner().invoke(cli, ["report", str(matrix), "--out", str(out)])
     assert result.exit_code == 1, result.output
-    assert located and all(p.parent == matrix for p in located), located
+    paths = [Path(p) for p in located if not isinstance(p, Place)]  # a Place: located already
+    assert paths and all(p.parent == matrix for p in paths if p != matrix), paths
     text = out.read_text()
     assert "ESCAPED" not in text and "good" in text
     for row in ("etc", "outside"):  # each named as the folder inside the matrix it would be

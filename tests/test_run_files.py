@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
-from analysis.tensorboard_plugin.plugin import GapscopePlugin
+from analysis.tensorboard.plugin.plugin import GapscopePlugin
 from cli import cli
 from profilers.phases import MARKED_PHASES
 from profilers.run_dir import STEP_COLUMNS

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from analysis.breakdown import breakdown_of
+from analysis.results.distributed_breakdown import breakdown_of
 from workloads.launch import launch
 from workloads.settings import RunSettings
 

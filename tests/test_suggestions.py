@@ -11,12 +11,12 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from analysis.breakdown import breakdown
-from analysis.explain import explain
+from analysis.results.breakdown import breakdown
+from analysis.results.explain import explain
 from analysis.renderers import evidence_text
 from analysis.renderers.compare_columns import verdict_lines
-from analysis.run import load_measurement, load_run
-from analysis.suggestions import Rule, Suggestion, suggest
+from analysis.model.run import load_measurement, load_run
+from analysis.results.suggestions import Rule, Suggestion, suggest
 from cli import cli
 
 STEP = 10.0
@@ -108,7 +108,7 @@ def test_many_small_kernels_suggest_a_compiler(torch_explained):
 
 
 def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
-    from analysis.compare import compare
+    from analysis.results.compare import compare
     comparison = compare([explain(load_run(keras_run)), explain(load_run(torch_run))])
     pair = comparison.pairs[0]
     line = verdict_lines(comparison)[0]
@@ -122,7 +122,7 @@ def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
 
 
 def test_suggestions_of_a_real_pair_come_from_its_phases_beyond_noise(torch_run, keras_run):
-    from analysis.compare import compare
+    from analysis.results.compare import compare
     pair = compare([explain(load_run(keras_run)), explain(load_run(torch_run))]).pairs[0]
     b_slower = pair.gap_ms > 0
     triggers = {Rule.DATA_LOAD: {"data_load"}, Rule.DISPATCH: {"other"},
@@ -141,7 +141,7 @@ def test_check_suggestions_measures_the_suggested_variant(torch_run, tmp_path, m
     def preload_for_b(pair, a, b):
         return [Suggestion(Rule.DATA_LOAD, pair.b_label, "mlp:torch", "mlp:torch:preload",
                            {"data_load_ms": 1.0, "data_load_share": 0.5})]
-    monkeypatch.setattr("analysis.compare._suggestions", preload_for_b)
+    monkeypatch.setattr("analysis.results.compare._suggestions", preload_for_b)
     out = tmp_path / "runs"
     result = CliRunner().invoke(cli, [
         "compare", str(torch_run), str(torch_run), "--check-suggestions", "--repeats", "2",
@@ -169,7 +169,7 @@ def test_a_suggestion_that_cannot_run_here_is_said_not_fatal(torch_run, tmp_path
     def gpu_only(pair, a, b):
         return [Suggestion(Rule.FP32_GPU, pair.b_label, "mlp:torch", "mlp:torch:cudagraphs",
                            {"compute_share": 0.9})]
-    monkeypatch.setattr("analysis.compare._suggestions", gpu_only)
+    monkeypatch.setattr("analysis.results.compare._suggestions", gpu_only)
     monkeypatch.setattr("workloads.ab.gpu_count", lambda: 0)
     result = CliRunner().invoke(cli, ["compare", str(torch_run), str(torch_run), "--check-suggestions",
                                       "--out", str(tmp_path / "runs"), "-q"])

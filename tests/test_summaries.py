@@ -8,8 +8,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 import user_loops
-from analysis.after_run import write_after_run
-from analysis.summaries import SUFFIX, write_run_summaries
+from workloads.runners.after_run import write_after_run
+from analysis.tensorboard.summaries import SUFFIX, write_run_summaries
 from profilers.phases import PHASES
 
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.renderers.sweep_render import crossover_lines
-from analysis.sweep_results import ConfigPoint, SweepPoint, SweepResult, crossovers
+from analysis.results.sweep_results import ConfigPoint, SweepPoint, SweepResult, crossovers
 from cli import cli
 from workloads.registry import get_workload
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.tensorboard_server import (TensorBoardError, TensorBoardServer, is_loopback,
+from analysis.tensorboard.server import (TensorBoardError, TensorBoardServer, is_loopback,
                                          listed_runs, offline_note, serve_forever, wait_for_runs)
 from profilers.errors import GapscopeInputError
 

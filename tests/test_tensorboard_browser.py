@@ -14,12 +14,12 @@ from urllib.parse import quote, unquote, urlsplit
 import pytest
 
 import user_loops
-from analysis.breakdown import breakdown
-from analysis.compare import compare
-from analysis.explain import explain
+from analysis.results.breakdown import breakdown
+from analysis.results.compare import compare
+from analysis.results.explain import explain
 from analysis.renderers import evidence_text
-from analysis.run import load_run
-from analysis.tensorboard_server import TensorBoardServer
+from analysis.model.run import load_run
+from analysis.tensorboard.server import TensorBoardServer
 from browser import HeadlessChromium, ensure_chromium
 from profilers.phases import PHASES
 

@@ -14,12 +14,12 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 import user_loops
-from analysis.breakdown import breakdown
-from analysis.compare import compare
-from analysis.explain import explain
-from analysis.run import load_run
-from analysis.tensorboard_plugin.plugin import PLUGIN_NAME, STATIC, GapscopePlugin
-from analysis.tensorboard_plugin.runs import find_runs
+from analysis.results.breakdown import breakdown
+from analysis.results.compare import compare
+from analysis.results.explain import explain
+from analysis.model.run import load_run
+from analysis.tensorboard.plugin.plugin import PLUGIN_NAME, STATIC, GapscopePlugin
+from analysis.tensorboard.plugin.runs import find_runs
 from profilers.phases import PHASES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,14 +149,14 @@ def test_is_registered_as_a_tensorboard_plugin_entry_point():
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
     lines = config["options.entry_points"]["tensorboard_plugins"].strip().splitlines()
-    assert lines == [f"{PLUGIN_NAME} = analysis.tensorboard_plugin.plugin:GapscopePlugin"]
+    assert lines == [f"{PLUGIN_NAME} = analysis.tensorboard.plugin.plugin:GapscopePlugin"]
     module, _, name = lines[0].split(" = ")[1].partition(":")
     assert getattr(importlib.import_module(module), name) is GapscopePlugin
-    assert "static/*.js" in config["options.package_data"]["analysis.tensorboard_plugin"]
+    assert "static/*.js" in config["options.package_data"]["analysis.tensorboard.plugin"]
 
 
 def test_launcher_loads_gapscopes_plugin_once():
-    from analysis.tensorboard_main import plugins
+    from analysis.tensorboard.main import plugins
     loaded = plugins()
     assert loaded.count(GapscopePlugin) == 1
     assert [p for p in loaded if getattr(p, "plugin_name", None) == PLUGIN_NAME] == [GapscopePlugin]

@@ -13,9 +13,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.tensorboard_server import (MEMORY_ENV, TensorBoardServer, listed_runs,
+from analysis.tensorboard.server import (MEMORY_ENV, TensorBoardServer, listed_runs,
                                          memory_limit_bytes, wait_for_runs)
-from analysis.tensorboard_shadow import ShadowLogdir
+from analysis.tensorboard.shadow import ShadowLogdir
 from profilers.errors import GapscopeInputError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "marked_two_steps.pt.trace.json"

@@ -10,10 +10,10 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from analysis.breakdown import breakdown_of
-from analysis.matrix_results import MatrixResult, MatrixRowResult, matrix_result
+from analysis.results.distributed_breakdown import breakdown_of
+from analysis.results.matrix_results import MatrixResult, MatrixRowResult, matrix_result
 from analysis.renderers import fit, registry
-from analysis.run import unique_labels
+from analysis.model.run import unique_labels
 from cli import cli
 
 WIDTH = 80

@@ -6,14 +6,14 @@ import pytest
 import torch
 from torch import nn
 
-from analysis.breakdown import breakdown_of
+from analysis.results.distributed_breakdown import breakdown_of
 from analysis.readers.run_dir import read_steps_csv
-from analysis.variant_notes import variant_notes
+from analysis.measures.variant_notes import variant_notes
 from profilers.errors import UnsupportedVariantError
 from workloads.launch import launch
 from workloads.matrix import load_matrix
 from workloads.settings import RunSettings
-from workloads.torchscript import LazyTorchScript, torchscript
+from workloads.runners.torchscript import LazyTorchScript, torchscript
 from workloads.variants import resolve
 
 SHORT = dict(steps=12, warmup_steps=3, trace_steps=4)

@@ -9,9 +9,9 @@ from collections import defaultdict
 import pytest
 from click.testing import CliRunner
 
-from analysis.breakdown import breakdown
-from analysis.renderers.trace_events import GAPSCOPE_PID, PHASE_CATEGORY, STEP_CATEGORY
-from analysis.run import load_run
+from analysis.results.breakdown import breakdown
+from analysis.renderers.traces.trace_events import GAPSCOPE_PID, PHASE_CATEGORY, STEP_CATEGORY
+from analysis.model.run import load_run
 from cli import cli
 from profilers.phases import PHASES
 

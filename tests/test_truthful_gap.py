@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis.breakdown import breakdown
-from analysis.compare import compare
-from analysis.explain import explain, explain_run
-from analysis.phase_estimate import PhaseSamples, estimate
-from analysis.results import PhaseSource
-from analysis.run import load_run
+from analysis.results.breakdown import breakdown
+from analysis.results.compare import compare
+from analysis.results.explain import explain, explain_run
+from analysis.results.phase_estimate import PhaseSamples, estimate
+from analysis.results.records import PhaseSource
+from analysis.model.run import load_run
 from cli import cli
 from profilers.phases import MARKED_PHASES, PHASES
 

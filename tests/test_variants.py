@@ -2,7 +2,7 @@
 import pytest
 
 from profilers.errors import UnsupportedVariantError
-from workloads.execution_rows import expand_executions
+from workloads.runners.execution_rows import expand_executions
 from workloads.matrix import load_matrix, matrix_names
 from workloads.settings import RunSettings
 from workloads.variants import names_for, resolve

@@ -1,9 +1,9 @@
 """XPlane reading: a hand-built XSpace with round timestamps, and a real Keras profile."""
 import pytest
 
-from analysis.breakdown import breakdown_from_trace
+from analysis.results.breakdown import breakdown_from_trace
 from analysis.readers.xplane import read_xplane
-from analysis.trace import HOST_OP, STEP
+from analysis.events.trace import HOST_OP, STEP
 from profilers.errors import TraceFormatError
 from xspace_builder import PlaneBuilder, new_space
 

@@ -9,15 +9,15 @@ from collections import Counter
 
 import pytest
 
-from analysis import xplane_proto
-from analysis.after_run import write_after_run
-from analysis.breakdown import breakdown
-from analysis.readers.run_dir import EXPORTED_XSPACE_DIR, locate
+from analysis.readers import xplane_proto
+from workloads.runners.after_run import write_after_run
+from analysis.results.breakdown import breakdown
+from analysis.readers.run_dir import EXPORTED_XSPACE_DIR, find_files
 from analysis.readers.xplane import read_xplane
-from analysis.renderers import xspace
-from analysis.run import load_run
-from analysis.trace import KERNEL, MEMCPY
-from analysis.xspace_export import write_torch_xspace
+from analysis.renderers.traces import xspace
+from analysis.model.run import load_run
+from analysis.events.trace import KERNEL, MEMCPY
+from analysis.tensorboard.xspace_export import write_torch_xspace
 from profilers.phases import PHASES
 from xspace_builder import PlaneBuilder, new_space
 
@@ -134,7 +134,7 @@ def test_the_torch_run_s_breakdown_still_reads_its_kineto_trace(torch_run, expor
     shutil.copytree(torch_run, with_export)
     shutil.copytree(torch_run, without, ignore=shutil.ignore_patterns("*.xplane.pb"))
     assert list(with_export.rglob("*.xplane.pb"))
-    located = locate(with_export)
+    located = find_files(with_export)
     assert located.xplanes == [] and located.trace_files == located.torch_traces
     documents = [breakdown(load_run(path)).to_json_dict() for path in (with_export, without)]
     assert json.dumps(documents[0], sort_keys=True) == json.dumps(documents[1], sort_keys=True)

@@ -1,5 +1,5 @@
-"""Starts a distributed run, one rank per process (workloads.execute_rank) into a job directory:
-torch through torchrun, Keras/TF through workloads.local_agent (a TF_CONFIG per worker); records
+"""Starts a distributed run, one rank per process (workloads.runners.execute_rank) into a job directory:
+torch through torchrun, Keras/TF through workloads.runners.local_agent (a TF_CONFIG per worker); records
 in the job manifest how the job and each rank ended."""
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_
                                start_job, wait_for_ranks)
 from profilers.nvml import gpu_count
 from profilers.run_lifecycle import INTERRUPTED, RunLifecycle
-from workloads.launch import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
+from workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
 from workloads.registry import check_framework, get_workload
 from workloads.settings import RunSettings, split_endpoint
-from workloads.step_report import parse
+from workloads.runners.step_report import parse
 
 # torchrun --tee prefixes each line of a worker with its role and local rank: "[default1]:...".
 _TEE_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
@@ -68,10 +68,10 @@ def launch_job(settings: RunSettings, out_dir: str | Path,
         rank_args = [str(job_dir), strict_json.dumps(settings.to_dict()), backend]
         if use_torchrun:
             command = _torchrun(settings, endpoint, settings.job_id or job_dir.name, logs) + [
-                "-m", "workloads.execute_rank", *rank_args]
+                "-m", "workloads.runners.execute_rank", *rank_args]
         else:  # TensorFlow's workers: local_agent gives each its TF_CONFIG
-            command = [sys.executable, "-m", "workloads.local_agent", str(settings.nproc), "--",
-                       sys.executable, "-m", "workloads.execute_rank", *rank_args]
+            command = [sys.executable, "-m", "workloads.runners.local_agent", str(settings.nproc), "--",
+                       sys.executable, "-m", "workloads.runners.execute_rank", *rank_args]
         with _Forwarder() as forwarder:
             process = subprocess.Popen(command, env=child_env(), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,

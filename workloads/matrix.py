@@ -116,7 +116,7 @@ class RowOutcome:
 
     def stored(self) -> dict:
         """The row as matrix.json keeps it: its runs by name, inside the matrix folder, so
-        that the folder can be moved and read from anywhere (analysis.run reads it so)."""
+        that the folder can be moved and read from anywhere (analysis.model.run reads it so)."""
         return {"row_id": self.row_id, "status": self.status,
                 "run_dir": [Path(d).name for d in self.run_dirs], "reason": self.reason}
 
@@ -291,7 +291,7 @@ def matrix_outcomes(matrix: Matrix, out_dir: Path) -> list[RowOutcome]:
 
 
 def record_row_failures(matrix: Matrix, out_dir: Path, reasons: dict[str, str]) -> None:
-    """Rows whose runs completed but that could not be analysed (analysis.matrix_results says
+    """Rows whose runs completed but that could not be analysed (analysis.results.matrix_results says
     why) are failed rows in matrix.json too, with the reason and their runs kept: a resume does
     not run them again, since the same settings would make the same runs."""
     matrix_dir = Path(out_dir) / matrix.name

@@ -40,7 +40,7 @@ class RunSettings:
     compile_mode: str | None = None     # torch.compile mode
     compile_backend: str | None = None  # torch.compile backend other than inductor
     dynamo_cache_limit: int | None = None
-    torchscript: bool = False           # torch.jit.script, else torch.jit.trace (workloads.torchscript)
+    torchscript: bool = False           # torch.jit.script, else torch.jit.trace (workloads.runners.torchscript)
     matmul_precision: str | None = None
     amp_dtype: str | None = None        # float16 | bfloat16
     grad_scaler: bool = False
@@ -114,7 +114,7 @@ class RunSettings:
 
     def _check_steady_call(self) -> None:
         """With steps_per_execution N one Keras call runs N updates, and the call that holds the
-        warm-up compiles: all of it is warm-up (analysis.run rounds it up so). A step run is one
+        warm-up compiles: all of it is warm-up (analysis.model.run rounds it up so). A step run is one
         epoch of exactly --steps updates, so a steady update needs a call after that one."""
         spe = self.steps_per_execution
         if not isinstance(spe, int) or spe <= 1 or self.warmup_steps == 0:

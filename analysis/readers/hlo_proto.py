@@ -5,7 +5,7 @@ the five fields needed here are decoded directly from the wire format instead.""
 from __future__ import annotations
 
 from profilers.errors import TraceFormatError
-from analysis.hlo_metadata import HloModules, entry_ops
+from analysis.events.hlo_metadata import HloModules, entry_ops
 
 # Field numbers from xla/service/hlo.proto and xla/xla_data.proto.
 _PROTO_MODULE = 1                                     # HloProto.hlo_module

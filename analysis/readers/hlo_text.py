@@ -6,7 +6,7 @@ from pathlib import Path
 
 from profilers.errors import TraceFormatError
 from analysis.readers import safe_files
-from analysis.hlo_metadata import HloModules, entry_ops
+from analysis.events.hlo_metadata import HloModules, entry_ops
 
 DUMP_GLOB = "*after_optimizations.txt"
 _MODULE = re.compile(r"^HloModule (\S+?),?\s")

@@ -1,5 +1,6 @@
-"""Finds what a PATH holds (a gapscope run directory, any folder, or one trace file) and reads
-the run directory's own files: manifest.json and steps.csv."""
+"""Finds the files of one run (a gapscope run directory, any folder, or one trace file) and reads
+the run directory's own files: manifest.json and steps.csv. What a path is (a run, a job, a
+folder of runs) is analysis.model.locate's to say."""
 from __future__ import annotations
 
 import csv
@@ -37,7 +38,8 @@ class Located:
         return self.torch_traces + self.xplanes
 
 
-def locate(path: str | Path) -> Located:
+def find_files(path: str | Path) -> Located:
+    """The files of one run: a run directory, a folder holding traces, or one trace file."""
     path = Path(path)
     if not path.is_dir():
         if not path.exists() and not path.is_symlink():
@@ -48,7 +50,11 @@ def locate(path: str | Path) -> Located:
         if path.name.endswith(".xplane.pb"):
             return Located(path, xplanes=[path])
         return Located(path, torch_traces=[path])
-    manifest = read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None
+    return run_files(path, read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None)
+
+
+def run_files(path: Path, manifest: dict | None) -> Located:
+    """The files of the run folder `path`, whose manifest has been read already (or is None)."""
     if manifest is not None:
         manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV

@@ -9,10 +9,10 @@ from pathlib import Path
 import msgspec
 
 from profilers.errors import GapscopeInputError, TraceFormatError
-from analysis.columns import NONE, ColumnsBuilder
-from analysis.gc_pause import collector_paused
+from analysis.events.columns import NONE, ColumnsBuilder
+from analysis.events.gc_pause import collector_paused
 from analysis.readers import safe_files, validate
-from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
+from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
 

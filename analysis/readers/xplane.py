@@ -7,9 +7,9 @@ from pathlib import Path
 
 from profilers.errors import TraceFormatError
 from analysis.readers import safe_files, validate
-from analysis.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
+from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
-from analysis.xplane_proto import xplane_pb2 as _xplane_pb2
+from analysis.readers.xplane_proto import xplane_pb2 as _xplane_pb2
 
 # A TF op event reads "<scope path>:<OpType>", e.g. "StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul".
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")

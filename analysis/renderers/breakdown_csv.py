@@ -5,7 +5,7 @@ import csv
 import io
 
 from analysis.renderers.columns import phase_rows
-from analysis.results import Breakdown
+from analysis.results.records import Breakdown
 
 COLUMNS = ("run_id", "workload", "framework", "variant", "device", "source", "steps", "phase",
            "time(ms)", "ci95_low(ms)", "ci95_high(ms)", "share", "measured_by", "phase_source",

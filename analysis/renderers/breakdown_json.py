@@ -1,7 +1,7 @@
 """Breakdowns as JSON: the stable contract of `gapscope breakdown --format json`."""
 from __future__ import annotations
 
-from analysis.results import Breakdown
+from analysis.results.records import Breakdown
 from profilers import strict_json
 
 

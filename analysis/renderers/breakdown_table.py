@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
 from analysis.renderers.fit import Grid, Page
-from analysis.results import Breakdown
+from analysis.results.records import Breakdown
 
 
 def render(breakdowns: list[Breakdown]) -> str:

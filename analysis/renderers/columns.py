@@ -1,10 +1,10 @@
 """What a breakdown table shows, shared by the table, Markdown and CSV renderers."""
 from __future__ import annotations
 
-from analysis.other_split import OtherPart
-from analysis.phase_rules import PhaseOrigin
-from analysis.results import Breakdown, PhaseSource
-from analysis.run import unique_labels
+from analysis.measures.other_split import OtherPart
+from analysis.events.phase_rules import PhaseOrigin
+from analysis.results.records import Breakdown, PhaseSource
+from analysis.model.run import unique_labels
 from profilers.phases import PHASES
 
 ORIGIN_MARKS = {PhaseOrigin.INFERRED: "~", PhaseOrigin.MISSING: "?", PhaseOrigin.NOT_APPLICABLE: "-"}

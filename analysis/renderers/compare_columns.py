@@ -1,7 +1,7 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
-from analysis.compare import Comparison
+from analysis.results.compare import Comparison
 from analysis.renderers import evidence_text
 from analysis.renderers.columns import ratio_interval
 from profilers.phases import PHASES

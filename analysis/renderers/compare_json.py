@@ -1,7 +1,7 @@
 """A comparison as JSON: both breakdowns, the gap per phase and the evidence as structured fields."""
 from __future__ import annotations
 
-from analysis.compare import Comparison
+from analysis.results.compare import Comparison
 from analysis.renderers import evidence_text
 from profilers import strict_json
 

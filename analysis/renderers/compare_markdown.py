@@ -1,7 +1,7 @@
 """A comparison as Markdown tables and an evidence list, for reports and issues."""
 from __future__ import annotations
 
-from analysis.compare import Comparison
+from analysis.results.compare import Comparison
 from analysis.renderers import compare_columns as cols
 
 

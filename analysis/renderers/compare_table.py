@@ -2,7 +2,7 @@
 each table side by side where it fits the width, else in blocks of runs."""
 from __future__ import annotations
 
-from analysis.compare import Comparison
+from analysis.results.compare import Comparison
 from analysis.renderers import compare_columns as cols
 from analysis.renderers.fit import Grid, Page
 

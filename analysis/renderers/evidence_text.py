@@ -1,10 +1,10 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
-from analysis.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
-from analysis.kernels import WorkSource
-from analysis.stats import REPEAT_METHOD
-from analysis.suggestions import Rule, Suggestion
+from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
+from analysis.measures.kernels import WorkSource
+from analysis.measures.stats import REPEAT_METHOD
+from analysis.results.suggestions import Rule, Suggestion
 
 INTERVAL_METHODS = {
     None: "none: a run has too few steps for an interval",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.distributed_breakdown import JobBreakdown, WaitSource
+from analysis.results.distributed_breakdown import JobBreakdown, WaitSource
 from analysis.renderers import breakdown_csv, breakdown_markdown, breakdown_table
 from analysis.renderers.columns import format_ms, plus_minus
 from analysis.renderers.fit import Grid, Page

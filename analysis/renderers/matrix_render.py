@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.matrix_results import MatrixResult, MatrixRowResult
+from analysis.results.matrix_results import MatrixResult, MatrixRowResult
 from analysis.renderers.columns import ratio_interval
 from analysis.renderers.fit import Grid, Page
 from profilers import strict_json

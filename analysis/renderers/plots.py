@@ -6,7 +6,7 @@ import io
 from dataclasses import dataclass
 
 from analysis.renderers.columns import workload_references
-from analysis.results import Breakdown
+from analysis.results.records import Breakdown
 from profilers.phases import PHASES
 
 # One colour per phase in every plot, colour-blind safe (Okabe-Ito); `other` stays grey.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.renderers.columns import plus_minus, unit_footer, workload_references
-from analysis.results import Breakdown
+from analysis.results.records import Breakdown
 from profilers.phases import PHASES
 from profilers.run_dir import effective_status
 

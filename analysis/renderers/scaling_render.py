@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from analysis.renderers.columns import plus_minus, ratio_interval
 from analysis.renderers.fit import Grid, Page
-from analysis.scaling import Scaling, Side
+from analysis.results.scaling import Scaling, Side
 from profilers import strict_json
 
 PART_NAMES = {"communication": "exposed communication", "skew": "skew (slowest rank)"}

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from analysis.renderers.columns import ratio_interval
 from analysis.renderers.fit import Grid, Page
-from analysis.sweep_results import SweepResult
+from analysis.results.sweep_results import SweepResult
 from profilers import strict_json
 from profilers.phases import PHASES
 

@@ -1,0 +1,100 @@
+"""What each executed HLO op was compiled from: framework op names, and so the phase, per XLA instruction."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from analysis.events.phase_rules import framework_phase, gapscope_phase
+
+# A fused instruction's ops come from one phase, from several (a finding), or from none we know.
+MIXED = "mixed"
+UNATTRIBUTED = "unattributed"
+
+
+@dataclass(frozen=True)
+class HloOp:
+    """One instruction of a module's entry computation: what XLA executes as a thunk."""
+
+    name: str
+    opcode: str
+    # Framework op names (metadata op_name) of the instruction and, for a fusion, of every
+    # instruction fused into it; parameters and constants without metadata add none.
+    op_names: tuple[str, ...]
+    # The instruction's own metadata: the framework op XLA says it stands for (for a fusion,
+    # its root op), as XProf names it.
+    op_name: str = ""
+    op_type: str = ""
+
+    @property
+    def framework_op(self) -> str | None:
+        """`<op_name>:<op_type>`, the form TF op events have, or None without metadata."""
+        if not self.op_name:
+            return None
+        return f"{self.op_name}:{self.op_type}" if self.op_type else self.op_name
+
+    @property
+    def is_fusion(self) -> bool:
+        return self.opcode == "fusion"
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """Phases of the op names, sorted; an op name outside every phase scope adds nothing."""
+        return tuple(sorted({p for p in map(op_name_phase, self.op_names) if p}))
+
+    @property
+    def phase(self) -> str:
+        phases = self.phases
+        if not phases:
+            return UNATTRIBUTED
+        return phases[0] if len(phases) == 1 else MIXED
+
+
+def op_name_phase(op_name: str) -> str | None:
+    """Phase of an HLO metadata op_name such as `gradient_tape/gapscope_forward/dense/MatMul`."""
+    return gapscope_phase(op_name) or framework_phase(op_name + ":")
+
+
+@dataclass
+class HloModules:
+    """Per module name, its entry instructions by name: the lookup a thunk's hlo_op needs."""
+
+    modules: dict[str, dict[str, HloOp]]
+    source: str  # "profile" (HloProto inside the .xplane.pb) or "dump" (XLA text dump)
+
+    def find(self, module: str | None, op: str) -> HloOp | None:
+        if module is not None and module in self.modules:
+            return self.modules[module].get(op)
+        # Thunks without a module name: unique op names across modules still identify them.
+        hits = [ops[op] for ops in self.modules.values() if op in ops]
+        return hits[0] if len(hits) == 1 else None
+
+    def __bool__(self) -> bool:
+        return bool(self.modules)
+
+
+def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[str, HloOp]:
+    """HloOps of the entry computation from raw (name, opcode, op_name, op_type, called) tuples
+    per computation; called computations (fusion bodies, reducers) lend their op names, recursively."""
+    names_cache: dict[str, tuple[str, ...]] = {}
+
+    def computation_op_names(computation: str, seen: frozenset) -> tuple[str, ...]:
+        if computation in names_cache:
+            return names_cache[computation]
+        found: list[str] = []
+        for _, _, op_name, _, called in instructions_by_computation.get(computation, []):
+            if op_name:
+                found.append(op_name)
+            for callee in called:
+                if callee not in seen:
+                    found.extend(computation_op_names(callee, seen | {callee}))
+        names_cache[computation] = tuple(dict.fromkeys(found))
+        return names_cache[computation]
+
+    ops = {}
+    for name, opcode, op_name, op_type, called in instructions_by_computation.get(entry, []):
+        if opcode in ("parameter", "constant", "tuple", "get-tuple-element"):
+            continue  # no thunk of their own
+        names = [op_name] if op_name else []
+        for callee in called:
+            names.extend(computation_op_names(callee, frozenset({callee})))
+        ops[name] = HloOp(name, opcode, tuple(dict.fromkeys(names)), op_name, op_type)
+    return ops

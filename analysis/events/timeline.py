@@ -1,0 +1,195 @@
+"""The one segmentation of a trace into steps and exclusive phase segments, which the breakdown,
+attribution, kernels and compile analyzers all read, so they can never disagree on a phase."""
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass
+
+import numpy as np
+
+from analysis.events import intervals
+from analysis.events.columns import code
+from analysis.events.gc_pause import collector_paused
+from analysis.events.phase_rules import PhaseOrigin, framework_phase, gapscope_phase
+from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from profilers.phases import MARKED_PHASES
+
+OTHER = "other"
+# Where host work of two phases overlaps (TF runs ops on several threads), the instant goes
+# to the first phase in this order: compute before input, since input work that overlaps
+# compute (prefetch) does not cost step time. Each instant counts once, so phases add up.
+PRIORITY = ("forward", "backward", "optimizer", "data_load")
+
+
+@dataclass
+class PhaseTimeline:
+    steps: list[Event]
+    # Per step: exclusive (start, end, phase) segments, sorted; what no segment covers is `other`.
+    segments: list[list[tuple[float, float, str]]]
+    origins: dict[str, PhaseOrigin]
+
+    def __post_init__(self):
+        self._starts = [s.start_us for s in self.steps]
+        self._segment_starts = [[s for s, _, _ in seg] for seg in self.segments]
+
+    def step_at(self, t: float) -> int | None:
+        """Index of the step whose host window holds instant t, else None."""
+        i = bisect.bisect_right(self._starts, t) - 1
+        if i >= 0 and t < self.steps[i].end_us:
+            return i
+        return None
+
+    def phase_at(self, step: int, t: float) -> str:
+        j = bisect.bisect_right(self._segment_starts[step], t) - 1
+        if j >= 0:
+            start, end, phase = self.segments[step][j]
+            if t < end:
+                return phase
+        return OTHER
+
+    def locate(self, t: float) -> tuple[int | None, str | None]:
+        step = self.step_at(t)
+        return (step, None) if step is None else (step, self.phase_at(step, t))
+
+    def step_number(self, step: int) -> int:
+        """The step's own number, or its index where the trace gave none."""
+        number = self.steps[step].step_num
+        return step if number is None else number
+
+    def covering(self, step: int) -> list[tuple[float, float, str]]:
+        """The step's marked segments, and `other` for every stretch they leave: the five phases
+        cover the step exactly once, as the views that draw them need."""
+        window = self.steps[step]
+        found, cursor = [], window.start_us
+        for start, end, phase in self.segments[step]:
+            if start > cursor:
+                found.append((cursor, start, OTHER))
+            found.append((start, end, phase))
+            cursor = max(cursor, end)
+        if cursor < window.end_us:
+            found.append((cursor, window.end_us, OTHER))
+        return found
+
+    def phase_ms(self, step: int) -> dict[str, float]:
+        """The four marked phases' exclusive time in one step, in ms (other is the rest)."""
+        found = dict.fromkeys(MARKED_PHASES, 0.0)
+        for start, end, phase in self.segments[step]:
+            found[phase] += (end - start) / 1000.0
+        return found
+
+
+def phase_timeline(trace: Trace) -> PhaseTimeline:
+    with collector_paused():
+        return _phase_timeline(trace)
+
+
+def _phase_timeline(trace: Trace) -> PhaseTimeline:
+    steps = step_events(trace)
+    by_phase, origins = phase_intervals(trace, steps) if steps else ({}, {})
+    segments = []
+    for step in steps:
+        taken: list[intervals.Interval] = []
+        found = []
+        for phase in PRIORITY:
+            own = intervals.clip_merged(by_phase.get(phase, []), step.start_us, step.end_us)
+            found += [(s, e, phase) for s, e in intervals.subtract(own, taken)]
+            taken = intervals.merge(taken + own)
+        segments.append(sorted(found))
+    return PhaseTimeline(steps, segments, origins)
+
+
+def step_events(trace: Trace) -> list[Event]:
+    columns = trace.columns
+    rows = np.flatnonzero(columns.kind_codes() == code(STEP))
+    return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us)
+
+
+def phase_intervals(trace: Trace, steps: list[Event]):
+    """Merged intervals per phase, from the best marker origin the trace has for each.
+    Works on the trace's columns: each distinct name is classified once, then every event
+    at once by its name id (a 1 GB trace holds millions of events and a few thousand names)."""
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    considered = columns.on_host() & ((kinds == code(ANNOTATION)) | (kinds == code(HOST_OP)))
+    claims = [_claim(name) for name in columns.names]
+    keys = sorted({claim for claim in claims if claim is not None})
+    index = {claim: i for i, claim in enumerate(keys)}
+    name_claim = np.array([-1 if claim is None else index[claim] for claim in claims], np.int32)
+    row_claim = np.where(considered, name_claim[columns.name], _NOT_CONSIDERED)
+    starts = columns.start_us
+    ends = starts + columns.dur_us
+    found = {}
+    for i, claim in enumerate(keys):
+        rows = row_claim == i
+        if rows.any():
+            found[claim] = (starts[rows], ends[rows])
+
+    by_phase, origins = {}, {}
+    for phase in MARKED_PHASES:
+        for origin in (PhaseOrigin.MARKED, PhaseOrigin.FRAMEWORK):
+            if (phase, origin) in found:
+                by_phase[phase] = intervals.merge_arrays(*found[(phase, origin)])
+                origins[phase] = origin
+                break
+        else:
+            origins[phase] = PhaseOrigin.MISSING
+    if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
+        ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
+        forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
+        if forward:
+            by_phase["forward"] = forward
+            origins["forward"] = PhaseOrigin.INFERRED
+    return by_phase, origins
+
+
+_UNCLAIMED, _NOT_CONSIDERED = -1, -2  # row claims that are no phase: an unmarked host op, other events
+
+
+def _claim(name: str) -> tuple[str, PhaseOrigin] | None:
+    """The phase an event name marks and how: gapscope's own marks before the framework's."""
+    phase = gapscope_phase(name)
+    if phase:
+        return phase, PhaseOrigin.MARKED
+    phase = framework_phase(name)
+    return (phase, PhaseOrigin.FRAMEWORK) if phase else None
+
+
+def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict) -> list:
+    """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
+    its data load ends and before its first backward op begins (the loss computation
+    included). Linear in the ops: each step's bounds are found once, by bisection, and the ops
+    are tested against them as arrays (a 1 GB trace holds millions of ops)."""
+    if not len(starts) or not steps:
+        return []
+    data_end, first_backward = _forward_bounds(steps, by_phase)
+    step_starts = np.array([s.start_us for s in steps])
+    step_ends = np.array([s.end_us for s in steps])
+    step = np.searchsorted(step_starts, starts, side="right") - 1
+    inside = step >= 0
+    step[~inside] = 0
+    inside &= starts < step_ends[step]
+    lo, hi = data_end[step], first_backward[step]
+    keep = inside & (lo <= starts) & (starts < hi)  # NaN (no backward in the step) keeps none
+    found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi[keep]))
+    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
+    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
+    return intervals.subtract(found, marked)
+
+
+def _forward_bounds(steps: list[Event], by_phase: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Per step: where its data load ends (its start if it has none) and where its first
+    backward op begins (NaN if it has none)."""
+    data = by_phase.get("data_load", [])
+    data_starts = [s for s, _ in data]
+    backward_starts = [s for s, _ in by_phase["backward"]]
+    data_end, first_backward = np.empty(len(steps)), np.full(len(steps), np.nan)
+    for i, step in enumerate(steps):
+        lo, hi = step.start_us, step.end_us
+        j = bisect.bisect_left(backward_starts, lo)
+        if j < len(backward_starts) and backward_starts[j] < hi:
+            first_backward[i] = backward_starts[j]
+        # Merged data intervals are disjoint and sorted: the last one starting before the
+        # step's end is the one that ends last inside it.
+        k = bisect.bisect_left(data_starts, hi) - 1
+        data_end[i] = min(data[k][1], hi) if k >= 0 and data[k][1] > lo else lo
+    return data_end, first_backward

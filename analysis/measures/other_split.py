@@ -1,0 +1,97 @@
+"""Splits a trace's `other` time (in the step, in no phase) by what the host was doing meanwhile."""
+from __future__ import annotations
+
+import enum
+import re
+
+import numpy as np
+
+from analysis.events import intervals
+from analysis.events.columns import code
+from analysis.events.timeline import PhaseTimeline
+from analysis.events.trace import HOST_OP, OTHER, RUNTIME, Trace
+
+# Runtime calls in which the host waits for the device instead of working.
+_WAITS = re.compile(r"Synchronize|cudaMemcpy(?!Async)|cudaStreamWaitEvent")
+
+
+class OtherPart(enum.StrEnum):
+    """What covered an instant of `other`, most specific first: an instant covered by several
+    goes to the first of them, so the parts add up to `other` exactly."""
+
+    OPS = "ops in no phase"            # framework ops outside the phases: metrics, variable updates, loss reads
+    DEVICE_WAIT = "device wait"        # host blocked in a synchronising runtime call
+    DISPATCH = "framework dispatch"    # the framework's runtime around the ops: tf.function call,
+                                       # executor scheduling, Dynamo guards, kernel launches
+    LOOP = "loop and callbacks"        # no framework event at all: the training loop's own Python
+                                       # (Keras fit loop, callbacks, a user's code between phases)
+
+
+# The parts an event can cover, by the category `_categories` gives it; LOOP is what is left.
+_COVERED = (OtherPart.OPS, OtherPart.DEVICE_WAIT, OtherPart.DISPATCH)
+
+
+def other_shares(trace: Trace, timeline: PhaseTimeline) -> dict[str, float]:
+    """Each part's share of the trace's `other` time over its steps (empty where there is none)."""
+    steps = timeline.steps
+    if not steps:
+        return {}
+    columns = trace.columns
+    category = _categories(columns)
+    starts = columns.start_us
+    ends = starts + columns.dur_us
+    step_starts = np.array([s.start_us for s in steps])
+    step_ends = np.array([s.end_us for s in steps])
+    owner = np.searchsorted(step_starts, starts, side="right") - 1
+    # Each event once, grouped by the step it starts in (a 1 GB trace has millions of events
+    # and hundreds of steps: no pass over all of them per step); and apart, the few that run
+    # past the end of their own step (or start before the first) into a later one.
+    relevant = np.flatnonzero(category >= 0)
+    grouped = relevant[np.argsort(owner[relevant], kind="stable")]
+    grouped_owner = owner[grouped]
+    own_end = np.where(owner[relevant] >= 0, step_ends[np.clip(owner[relevant], 0, None)], step_starts[0])
+    reaching = relevant[ends[relevant] > own_end]
+    totals = dict.fromkeys(OtherPart, 0.0)
+    for index, step in enumerate(steps):
+        taken = intervals.merge([(s, e) for s, e, _ in timeline.segments[index]])
+        left = intervals.subtract([(step.start_us, step.end_us)], taken)
+        if not left:
+            continue
+        lo, hi = np.searchsorted(grouped_owner, [index, index + 1])
+        rows = np.concatenate([grouped[lo:hi], reaching[(owner[reaching] < index)
+                                                        & (ends[reaching] > step.start_us)]])
+        for which, part in enumerate(_COVERED):
+            chosen = rows[category[rows] == which]
+            covered = intervals.clip_merged(intervals.merge_arrays(starts[chosen], ends[chosen]),
+                                            step.start_us, step.end_us) if len(chosen) else []
+            inside = intervals.subtract(left, intervals.subtract(left, covered))
+            totals[part] += intervals.total(inside)
+            left = intervals.subtract(left, inside)
+        totals[OtherPart.LOOP] += intervals.total(left)
+    whole = sum(totals.values())
+    return {str(part): value / whole for part, value in totals.items() if value > 0} if whole else {}
+
+
+def _categories(columns) -> np.ndarray:
+    """Per event, the index in _COVERED of the part it covers, or -1 (device events, the
+    phases' own marks, a user's annotation: what they leave is the loop's)."""
+    kinds = columns.kind_codes()
+    host = columns.on_host()
+    waits = np.array([bool(_WAITS.search(n)) for n in columns.names], bool)[columns.name]
+    runtime = kinds == code(RUNTIME)
+    category = np.full(len(kinds), -1, np.int8)
+    category[host & (kinds == code(HOST_OP))] = 0
+    category[host & runtime & waits] = 1
+    category[host & ((runtime & ~waits) | (kinds == code(OTHER)))] = 2
+    return category
+
+
+def split_other(other_ms: float, shares: dict[str, float], digits: int = 6) -> dict[str, float]:
+    """`other_ms` in the trace's proportions, rounded so that the parts add up to it exactly
+    (the largest part takes the rounding)."""
+    if not shares:
+        return {}
+    parts = {p: round(other_ms * s, digits) for p, s in shares.items()}
+    largest = max(parts, key=parts.get)
+    parts[largest] = round(other_ms - sum(v for k, v in parts.items() if k != largest), digits)
+    return parts

@@ -1,0 +1,215 @@
+"""What a path is, found out once and kept as a typed Place (a run, a foreign trace, a job, foreign
+ranks, a folder of runs, an A/B, matrix or sweep folder) that every loader takes."""
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.readers import run_dir as run_files
+from analysis.readers import safe_files
+from analysis.readers.run_dir import TORCH_TRACE_GLOBS, Located
+from profilers.errors import GapscopeInputError
+from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, effective_status
+
+# A foreign trace's rank where its distributedInfo is missing: from its file name, or the name
+# of the folder holding it. Only an explicit "rank" (rank1, rank_1, rank-1, RANK1) counts: the
+# profiler's default file name is <host>_<pid>.<time>.pt.trace.json, so a bare "_1." would
+# take a pid for a rank.
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?!\d)", re.IGNORECASE)
+# Kineto writes distributedInfo near the top of the file, before traceEvents.
+_HEAD_BYTES = 256 * 1024
+_INFO = re.compile(rb'"distributedInfo"\s*:\s*')
+
+
+@dataclass(frozen=True)
+class Place:
+    path: Path
+
+
+@dataclass(frozen=True)
+class RunPlace(Place):
+    """A gapscope run directory: its files found and its manifest read, or why they cannot be."""
+
+    files: Located | None = None
+    problem: GapscopeInputError | None = None
+
+    @property
+    def manifest(self) -> dict | None:
+        return self.files.manifest if self.files is not None else None
+
+    def readable(self) -> Located:
+        """Its files; a path that cannot be read (no such file, a FIFO, a corrupt manifest)
+        refused with why."""
+        if self.problem is not None:
+            raise self.problem
+        return self.files
+
+    def analysable(self) -> Located:
+        """Its files, refused also when the run failed or did not finish."""
+        found = self.readable()
+        problem = unfinished(found.manifest)
+        if problem:
+            raise GapscopeInputError(problem)
+        return found
+
+
+@dataclass(frozen=True)
+class ForeignTrace(RunPlace):
+    """Profiler output gapscope did not capture: a trace file, or a folder holding traces."""
+
+
+@dataclass(frozen=True)
+class JobPlace(Place):
+    """A distributed job, in one of the three shapes below."""
+
+
+@dataclass(frozen=True)
+class JobDir(JobPlace):
+    """A job directory gapscope wrote: its manifest names the job's ranks."""
+
+    manifest: dict
+
+
+@dataclass(frozen=True)
+class RankDirs(JobPlace):
+    """Rank run directories copied together by hand, without a job manifest."""
+
+    ranks: tuple[RunPlace, ...]
+
+
+@dataclass(frozen=True)
+class ForeignRanks(JobPlace):
+    """Per-rank torch traces in one folder: (rank, (trace, world size or None)) each."""
+
+    traces: tuple[tuple[int, tuple[Path, int | None]], ...]
+
+
+@dataclass(frozen=True)
+class RunsFolder(Place):
+    """A folder of run directories (or jobs), each located."""
+
+    runs: tuple[Place, ...]
+
+
+@dataclass(frozen=True)
+class ABFolder(RunsFolder):
+    """The runs of an A/B measurement (ab.json): configurations in interleaved repeats."""
+
+
+@dataclass(frozen=True)
+class MatrixFolder(Place):
+    """A matrix's folder (matrix.json): its rows name their runs."""
+
+
+@dataclass(frozen=True)
+class SweepFolder(Place):
+    """A sweep's folder (sweep.json): one A/B folder per point."""
+
+
+def locate(path: str | Path) -> Place:
+    """What `path` is. Reads each manifest it needs once and keeps it; never raises for what
+    a file holds (the Place keeps the problem, for the loader to say when the path is used)."""
+    if isinstance(path, Place):
+        return path
+    path = Path(path)
+    if not path.is_dir():
+        return _run(path, ForeignTrace)
+    if (path / MATRIX_STATE).is_file():
+        return MatrixFolder(path)
+    if (path / SWEEP_STATE).is_file():
+        return SweepFolder(path)
+    if (path / MANIFEST).is_file():
+        return _run(path, RunPlace)
+    children = tuple(locate(child) for child in sorted(p for p in path.iterdir() if p.is_dir())
+                     if (child / MANIFEST).is_file())
+    ranks = tuple(c for c in children if isinstance(c, RunPlace) and c.problem is None
+                  and isinstance(c.manifest.get("rank"), int))
+    if ranks:
+        return RankDirs(path, ranks)
+    traces = foreign_ranks(path)
+    if len({rank for rank, _ in traces}) >= 2:
+        return ForeignRanks(path, tuple(traces))
+    if children:
+        return (ABFolder if (path / AB_STATE).is_file() else RunsFolder)(path, children)
+    return _run(path, ForeignTrace)
+
+
+def _run(path: Path, kind: type[RunPlace]) -> Place:
+    """A run directory or a foreign trace; a job directory where the manifest says so."""
+    try:
+        if kind is RunPlace:
+            manifest = run_files.read_manifest(path / MANIFEST)
+            if isinstance(manifest.get("distributed"), dict):
+                return JobDir(path, manifest)
+            return RunPlace(path, run_files.run_files(path, manifest))
+        return kind(path, run_files.find_files(path))
+    except GapscopeInputError as exc:
+        return kind(path, problem=exc)
+
+
+def unfinished(manifest: dict | None) -> str | None:
+    """Why a run cannot be analysed (failed, interrupted, still running), or None."""
+    if manifest is None:
+        return None
+    status, error = effective_status(manifest)
+    if status == "complete":
+        return None
+    if status == "failed":
+        return f"run {manifest['run_id']} failed: {error}"
+    return f"run {manifest['run_id']} did not finish (status {status!r}): still running or killed"
+
+
+def foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:
+    """(rank, (trace, world size or None)) for each torch trace under `folder` that says its
+    rank; a folder where some trace has none is no foreign job."""
+    traces = sorted({p for g in TORCH_TRACE_GLOBS for p in folder.rglob(g)
+                     if safe_files.is_readable_regular_file(p) and not _in_run_dir(p, folder)})
+    found = []
+    for trace in traces:
+        info = distributed_info(trace)
+        rank = info.get("rank") if info else None
+        world = info.get("world_size") if info else None
+        if not isinstance(rank, int):
+            rank = rank_from_name(trace, folder)
+            world = None
+        if rank is None:
+            return []
+        found.append((rank, (trace, world if isinstance(world, int) else None)))
+    return found
+
+
+def _in_run_dir(trace: Path, root: Path) -> bool:
+    """A trace inside a gapscope run directory under `root` belongs to that run (a folder of
+    runs, or of jobs, is no foreign job)."""
+    return any((root / parent / MANIFEST).is_file()
+               for parent in trace.relative_to(root).parents if parent.name)
+
+
+def rank_from_name(trace: Path, root: Path) -> int | None:
+    """`rank1` in the file name, else in a folder name between `root` and the file."""
+    for name in [trace.name, *[p.name for p in trace.relative_to(root).parents if p.name]]:
+        match = _RANK_IN_NAME.search(name)
+        if match:
+            return int(match.group(1))
+    return None
+
+
+def distributed_info(trace: Path) -> dict | None:
+    """The trace's `distributedInfo` object (backend, rank, world_size), read from its head."""
+    try:
+        with safe_files.open_regular(trace) as raw:
+            stream = gzip.GzipFile(fileobj=raw) if trace.name.endswith(".gz") else raw
+            head = stream.read(_HEAD_BYTES)
+    except (OSError, EOFError, ValueError):
+        return None
+    match = _INFO.search(head)
+    if not match:
+        return None
+    try:
+        info, _ = json.JSONDecoder().raw_decode(head[match.end():].decode("utf-8", "replace"))
+    except ValueError:
+        return None
+    return info if isinstance(info, dict) else None

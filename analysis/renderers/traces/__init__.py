@@ -1,0 +1,1 @@
+"""A trace re-drawn with gapscope's phases: Chrome trace-event JSON and XSpace for XProf."""

@@ -1,0 +1,114 @@
+"""A trace as an XSpace (.xplane.pb) for XProf's Trace Viewer: gapscope's steps and phases as the
+first lines of the host plane, above one line per thread of the trace; device streams on a plane
+per GPU."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from analysis.events.timeline import PhaseTimeline
+from analysis.events.trace import Trace
+from analysis.readers.xplane_proto import PlaneBuilder, xplane_pb2
+
+# XProf's trace viewer shows the host threads of the plane named so, and GPUs from planes named
+# with this prefix (the plane id is the device's number; XProf numbers their lines itself).
+HOST_PLANE = "/host:CPU"
+GPU_PLANE = "/device:GPU:{}"
+# XProf orders the host plane's lines by id: gapscope's come first, so they sit above the ops.
+# "Steps" is the name XProf gives the step line it derives on device planes.
+STEPS_LINE, PHASES_LINE = "Steps", "gapscope phases"
+STEPS_ID, PHASES_ID = 1, 2
+STEP_STAT = "step"
+# Times are whole nanoseconds, as the profilers record them: picoseconds would only keep the
+# noise of µs since the epoch in a float, whose last bit there is about a nanosecond.
+NS_PER_US, PS_PER_NS = 1_000, 1_000
+
+
+def render(trace: Trace, timeline: PhaseTimeline, hostname: str) -> bytes:
+    """Times count from the trace's first whole microsecond: XProf adds an event's picoseconds to
+    its line's nanoseconds in 64 bits, which absolute epoch times would overflow."""
+    space = xplane_pb2().XSpace()
+    space.hostnames.append(hostname)
+    columns = trace.columns
+    origin_us = math.floor(float(columns.start_us.min())) if len(columns) else 0
+    host = PlaneBuilder(space.planes.add(id=0, name=HOST_PLANE))
+    if timeline.steps:
+        _phase_lines(host, timeline, origin_us)
+    _trace_lines(space, host, trace, origin_us)
+    return space.SerializeToString()
+
+
+def _phase_lines(host: PlaneBuilder, timeline: PhaseTimeline, origin_us: float) -> None:
+    """A step line and a phase line whose five phases cover each traced step exactly once."""
+    steps = host.plane.lines.add(id=STEPS_ID, name=STEPS_LINE)
+    phases = host.plane.lines.add(id=PHASES_ID, name=PHASES_LINE)
+    step_stat = host.stat(STEP_STAT)
+
+    def add(line, name: str, start_us: float, end_us: float, number: int) -> None:
+        # Both ends rounded, not the duration: adjacent phases then meet to the picosecond.
+        start, end = int(_ps(start_us, origin_us)), int(_ps(end_us, origin_us))
+        event = line.events.add(metadata_id=host.event_meta(name), offset_ps=start,
+                                duration_ps=end - start)
+        event.stats.add(metadata_id=step_stat, int64_value=number)
+
+    for index, step in enumerate(timeline.steps):
+        number = timeline.step_number(index)
+        add(steps, f"step {number}", step.start_us, step.end_us, number)
+        for start, end, phase in timeline.covering(index):
+            add(phases, phase, start, end, number)
+
+
+def _ps(t_us, origin_us: float):
+    """Picoseconds after the origin, of a time or an array of them."""
+    return np.rint((t_us - origin_us) * NS_PER_US).astype(np.int64) * PS_PER_NS
+
+
+def _trace_lines(space, host: PlaneBuilder, trace: Trace, origin_us: float) -> None:
+    """Every event of the trace on the line of its track ("host/<pid>/<tid>": a thread of the
+    host plane; "device/<device>/<stream>": a stream of that GPU's plane). Works on the columns,
+    a line at a time, with no object per event: a large trace holds millions."""
+    columns = trace.columns
+    starts = _ps(columns.start_us, origin_us)
+    ends = _ps(columns.start_us + columns.dur_us, origin_us)
+    # Several kinds share a track (a thread's ops and annotations): one line per track.
+    tracks = list(dict.fromkeys(track for _, track in columns.wheres))
+    track_index = {track: i for i, track in enumerate(tracks)}
+    row_track = np.array([track_index[track] for _, track in columns.wheres],
+                         np.int64)[columns.where]
+    # By track, then by start, the longer of two events that start together first: the
+    # order the profiler's own tools write, enclosing events before the ones inside them.
+    order = np.lexsort((starts - ends, starts, row_track))
+    bounds = np.searchsorted(row_track[order], np.arange(len(tracks) + 1))
+    gpus: dict[str, PlaneBuilder] = {}
+    threads = 0
+    for i, track in enumerate(tracks):
+        side, _, place = track.partition("/")
+        process, _, thread = place.partition("/")
+        if side == "host":
+            plane, threads = host, threads + 1
+            # No "/" in the name: XProf groups lines named "<pool>/<n>" into thread pools.
+            line = host.plane.lines.add(id=PHASES_ID + threads,
+                                        name=f"thread {thread} (process {process})")
+        else:
+            if process not in gpus:
+                gpus[process] = _gpu_plane(space, process, len(gpus))
+            plane = gpus[process]
+            line = plane.plane.lines.add(id=_number(thread, len(plane.plane.lines)),
+                                         name=f"Stream #{thread}")
+        rows = order[bounds[i]:bounds[i + 1]]
+        names, inverse = np.unique(columns.name[rows], return_inverse=True)
+        metadata = np.array([plane.event_meta(columns.names[n]) for n in names], np.int64)[inverse]
+        add = line.events.add
+        for meta, start, end in zip(metadata.tolist(), starts[rows].tolist(), ends[rows].tolist()):
+            add(metadata_id=meta, offset_ps=start, duration_ps=end - start)
+
+
+def _gpu_plane(space, device: str, count: int) -> PlaneBuilder:
+    number = _number(device, count)
+    return PlaneBuilder(space.planes.add(id=number, name=GPU_PLANE.format(number)))
+
+
+def _number(text: str, fallback: int) -> int:
+    """A device or stream number as the trace gave it, or a count where it gave a name."""
+    return int(text) if text.isdigit() else fallback

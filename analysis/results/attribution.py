@@ -1,0 +1,94 @@
+"""Host time against device time per phase: device work goes to the phase that launched it, not
+to whatever the host was doing while it ran; the step time the device sat idle is dispatch cost."""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from analysis.events import intervals
+from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.measures.kernels import DEVICE_KERNELS, Work
+from analysis.results.records import Breakdown
+from analysis.events.timeline import PhaseTimeline
+from profilers.phases import PHASES
+
+# Runtime calls that put work on a device queue (the rest: syncs, allocations, queries).
+_LAUNCH_CALLS = ("Launch", "Memcpy", "Memset")
+
+
+@dataclass
+class Attribution:
+    """Means per steady-state step, in ms. On the CPU the "device" is the cores running the
+    ops or thunks that stand for kernels, and device time is the time inside them."""
+
+    device_kind: str                  # "gpu" or "cpu"
+    steps: int
+    host_ms: dict[str, float]         # the breakdown's phases (host view)
+    device_ms: dict[str, float]       # busy time of the work each phase launched (+ mixed / unattributed)
+    device_busy_ms: float             # all work launched in the step, wherever it ran
+    device_idle_ms: float             # step window with no device work at all
+    late_ms: float                    # work launched in the step that ran after the step ended
+    launches_per_step: float | None   # GPU: runtime calls that queue work
+    launch_ms: float | None           # GPU: host time in those calls
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dispatch_ms(self) -> float:
+        """Host time not overlapped by device work: launching, Python, framework bookkeeping."""
+        return self.device_idle_ms
+
+    def to_json_dict(self) -> dict:
+        doc = {k: _r(v) for k, v in self.__dict__.items()}
+        doc["dispatch_ms"] = _r(self.dispatch_ms)
+        return doc
+
+
+def attribute(work: Work, timeline: PhaseTimeline, breakdown: Breakdown) -> Attribution:
+    steps = timeline.steps
+    n = max(work.steps, 1)  # per update: a traced call may run several (steps_per_execution)
+    by_step_phase: dict[tuple[int, str], list] = defaultdict(list)
+    by_step: dict[int, list] = defaultdict(list)
+    for item in work.items:
+        by_step_phase[(item.step, item.phase)] += item.busy
+        by_step[item.step] += item.busy
+    everything = intervals.merge([i for item in work.items for i in item.busy])
+
+    buckets = list(PHASES) + [b for b in (MIXED, UNATTRIBUTED)
+                              if any(phase == b for _, phase in by_step_phase)]
+    device_ms = {b: sum(intervals.total(intervals.merge(by_step_phase.get((i, b), [])))
+                        for i in range(len(steps))) / n / 1000.0 for b in buckets}
+    busy = late = idle = 0.0
+    for i, step in enumerate(steps):
+        own = intervals.merge(by_step.get(i, []))
+        busy += intervals.total(own)
+        late += intervals.total(intervals.clip(own, step.end_us, float("inf")))
+        idle += step.dur_us - intervals.total(intervals.clip_merged(everything, step.start_us, step.end_us))
+
+    gpu = work.source == DEVICE_KERNELS
+    launches = [e for e in work.launches if any(c in e.name for c in _LAUNCH_CALLS)] if gpu else []
+    notes = list(work.notes)
+    if not gpu:
+        notes.append("CPU run: device time = time inside the executed ops/thunks that stand for kernels")
+    return Attribution(
+        device_kind="gpu" if gpu else "cpu", steps=work.steps,
+        host_ms=_host_view(breakdown),
+        device_ms=device_ms,
+        device_busy_ms=busy / n / 1000.0, device_idle_ms=idle / n / 1000.0, late_ms=late / n / 1000.0,
+        launches_per_step=len(launches) / n if gpu else None,
+        launch_ms=sum(e.dur_us for e in launches) / n / 1000.0 if gpu else None,
+        notes=notes)
+
+
+def _host_view(breakdown: Breakdown) -> dict[str, float]:
+    """The phases as the trace recorded them: device time is the trace's too, so the two
+    sides of the comparison carry the same profiler cost."""
+    return {p: f.trace_ms if f.trace_ms is not None else f.ms for p, f in breakdown.phases.items()}
+
+
+def _r(value):
+    if isinstance(value, float):
+        return round(value, 6)
+    if isinstance(value, dict):
+        return {k: _r(v) for k, v in value.items()}
+    return value
+

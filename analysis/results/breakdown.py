@@ -1,0 +1,290 @@
+"""Breaks a run's steady-state step into the five phases: the step time from unprofiled steps,
+each phase from the step timers where they saw it, else from the trace (see phase_estimate)."""
+from __future__ import annotations
+
+import enum
+import statistics
+
+import numpy as np
+
+from analysis.readers import step_rows
+from analysis.results.phase_estimate import PhaseSamples, estimate
+from analysis.events.phase_rules import PhaseOrigin
+from analysis.results.records import Breakdown, PhaseSource, StepBreakdown
+from analysis.model.run import Run
+from analysis.measures.other_split import other_shares
+from analysis.events.timeline import PhaseTimeline, phase_timeline
+from analysis.events.trace import Trace
+from analysis.measures.reliability import reliability_warnings
+from analysis.measures.variant_notes import variant_notes
+from profilers.errors import GapscopeInputError
+from profilers.executions import updates_in_call
+from profilers.phases import MARKED_PHASES, PHASES
+
+
+class Source(enum.StrEnum):
+    """What `gapscope breakdown --source` asks for."""
+
+    AUTO = "auto"                # unprofiled step; timers where they see a phase, else the compensated trace
+    TIMERS = "timers"            # step timers only (phases inside a compiled step unseen)
+    TRACE = "trace"              # the trace as recorded, profiler cost inside
+    COMPENSATED = "compensated"  # every phase from the trace, compensated (checks the method against timers)
+
+
+def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
+    source = Source(source)
+    if source == Source.TIMERS or run.trace is None:
+        if source in (Source.TRACE, Source.COMPENSATED):
+            raise GapscopeInputError(f"{run.path}: holds no torch trace or .xplane.pb file")
+        if run.rows is None:
+            raise GapscopeInputError(f"{run.path}: holds no trace file and no steps.csv")
+        result = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases,
+                                       untraced_rank_reason(run.manifest))
+    else:
+        traced, notes = trace_steps(run)
+        notes = reader_notes(run.trace) + notes
+        timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
+        result = _combined(run, traced, timed, raw=source == Source.TRACE)
+        result.notes = notes + result.notes
+        result.other_shares = other_shares(run.trace, run.timeline)
+    requested = run.manifest.get("warmup_steps")
+    if isinstance(requested, int) and run.warmup_steps > requested:
+        result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
+                            "ended inside a compiled call of several updates (steps_per_execution)")
+    result.reliability_warnings = reliability_warnings(run.manifest, result.step_times_ms)
+    result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
+                    + run.notes + variant_notes(run.manifest) + result.notes)
+    _label(result, run)
+    return result
+
+
+def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
+                         timeline: PhaseTimeline | None = None) -> Breakdown:
+    """The trace's figures as recorded (a trace with no unprofiled steps beside it)."""
+    timeline = timeline or phase_timeline(trace)
+    steps, origins, notes = _trace_steps(trace, timeline, runs_phases)
+    result = _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins,
+                           reader_notes(trace) + notes, raw=True)
+    result.other_shares = other_shares(trace, timeline)
+    return result
+
+
+def reader_notes(trace: Trace) -> list[str]:
+    """What the reader dropped or flagged as invalid, said beside the figures it shaped."""
+    notes = []
+    dropped = trace.metadata.get("dropped_events")
+    if dropped:
+        notes.append(f"{sum(dropped.values()):,} invalid trace event(s) dropped: "
+                     + ", ".join(f"{n:,} {why}" for why, n in dropped.items()))
+    problems = trace.metadata.get("step_problems")
+    if problems:
+        notes.append("step events flagged: " + ", ".join(f"{n:,} {why}" for why, n in problems.items())
+                     + "; their times may count the same work twice")
+    return notes
+
+
+def untraced_rank_reason(manifest: dict) -> str | None:
+    """Why a rank of a traced multi-worker run holds no trace: TF jobs trace their chief only
+    (workloads.runners.tf_distribute.traces_rank); None for any other run."""
+    ranks, rank = manifest.get("traced_ranks"), manifest.get("rank")
+    if not isinstance(ranks, list) or not ranks or rank in ranks:
+        return None
+    return (f"rank {rank} was not traced: a TensorFlow multi-worker run traces rank "
+            f"{', '.join(map(str, ranks))} only (TF 2.21's profiler crashes the other workers)")
+
+
+def breakdown_from_timers(rows: list[dict], warmup_steps: int,
+                          runs_phases=MARKED_PHASES, why_untraced: str | None = None) -> Breakdown:
+    """Steps from the per-step timers (steps.csv rows); warm-up steps become compile_ms.
+    `why_untraced`: why the run holds no trace where it was asked for one."""
+    steady = _steady(rows, warmup_steps)
+    untraced = [r for r in steady if not r.get("traced")] or steady
+    timed = _timed_phases(rows, warmup_steps)
+    per_step = [StepBreakdown.from_marked(int(r["step"]), r["step_ms"],
+                                          {p: r[f"{p}_ms"] or 0.0 for p in timed}, r.get("loss"))
+                for r in untraced]
+    samples = PhaseSamples(np.array([r["step_ms"] for r in untraced], float),
+                           {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed})
+    origins = {p: PhaseOrigin.MARKED if p in timed else PhaseOrigin.MISSING for p in MARKED_PHASES}
+    notes = []
+    if any(p not in timed for p in runs_phases):
+        notes.append("phases inside a compiled step are not visible to host timers; "
+                     + (why_untraced or "run with --trace for them"))
+    result = _from_samples(samples, per_step, origins, notes, runs_phases=runs_phases)
+    result.compile_ms = compile_ms(rows, warmup_steps)
+    result.unprofiled = any(not r.get("traced") for r in steady)
+    return result
+
+
+def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool) -> Breakdown:
+    """Unprofiled step times from the timers, phases from timers and the compensated trace."""
+    rows = run.rows
+    notes = []
+    origins = dict(run.timeline.origins)
+    steady = _steady(rows, run.warmup_steps) if rows else []
+    untraced = [r for r in steady if not r.get("traced")]
+    traced_rows = recorded_rows(steady, run.manifest.get("trace_window"),
+                                run.settings.get("steps_per_execution", 1))
+    samples = PhaseSamples(
+        np.array([r["step_ms"] for r in untraced], float) if untraced else None,
+        {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed} if untraced else {},
+        _phase_matrix(traced),
+        np.array([r["step_ms"] for r in traced_rows], float) if traced_rows else None)
+    if rows and not untraced and not raw:
+        notes.append("no unprofiled steady steps: figures are the trace's, profiler cost inside; "
+                     "run more steps than --warmup + --trace-steps")
+    result = _from_samples(samples, traced, origins, notes + _origin_notes(origins, run.runs_phases),
+                           raw=raw, runs_phases=run.runs_phases)
+    if rows:
+        result.compile_ms = compile_ms(rows, run.warmup_steps)
+        result.trace_overhead_pct = trace_overhead_pct(rows, run.warmup_steps)
+        if result.trace_overhead_pct is not None:
+            where = ("inside these figures" if raw
+                     else "not in these figures (step timers on unprofiled steps)"
+                     if result.source == PhaseSource.TIMERS else "taken out of the phases")
+            result.notes.append(f"traced steps took {result.trace_overhead_pct:+.0f}% against "
+                                f"unprofiled ones: the profiler's own cost, {where}")
+    return result
+
+
+
+def trace_steps(run: Run) -> tuple[list[StepBreakdown], list[str]]:
+    """The run's traced steps as recorded, one per optimizer update, and notes on them."""
+    steps, _, _ = _trace_steps(run.trace, run.timeline, run.runs_phases)
+    spe = run.settings.get("steps_per_execution", 1)
+    notes = []
+    if isinstance(spe, int) and spe > 1 and run.trace_file in run.located.xplanes:
+        steps = per_update(steps, spe, run.manifest["steps_run"], run.manifest["steps_per_epoch"])
+        notes.append(f"each traced call ran up to {spe} updates (steps_per_execution); "
+                     "figures are per update")
+        # A call that ran a warm-up update compiled: it is not a steady step.
+        steady = [s for s in steps if s.step >= run.warmup_steps]
+        if steady:
+            steps = steady
+        elif steps and steps[0].step == 0:
+            notes.append("the traced call began at the first update, so its figures include "
+                         "warm-up (tracing, compilation): run more steps than "
+                         "steps_per_execution for a steady state")
+    return steps, notes
+
+
+def _trace_steps(trace: Trace, timeline: PhaseTimeline, runs_phases):
+    if not timeline.steps:
+        raise GapscopeInputError(
+            f"{trace.path}: no training steps found (expected ProfilerStep#N "
+            "or a TF trace with step_num)")
+    per_step = []
+    for index, step in enumerate(timeline.steps):
+        number = step.step_num if step.step_num is not None else index
+        per_step.append(StepBreakdown.from_marked(number, step.dur_us / 1000.0,
+                                                  timeline.phase_ms(index)))
+    return per_step, dict(timeline.origins), _origin_notes(timeline.origins, runs_phases)
+
+
+def _origin_notes(origins: dict, runs_phases) -> list[str]:
+    notes = []
+    if origins.get("forward") == PhaseOrigin.INFERRED:
+        notes.append("forward inferred: host ops between data load and the first backward op")
+    missing = [p for p in runs_phases if origins.get(p) == PhaseOrigin.MISSING]
+    if missing:
+        notes.append(f"not identified in this trace (counted in other): {', '.join(missing)}")
+    return notes
+
+
+def _phase_matrix(steps: list[StepBreakdown]) -> np.ndarray:
+    return np.array([[s.phase_ms[p] for p in PHASES] for s in steps], float).reshape(-1, 5)
+
+
+def _from_samples(samples: PhaseSamples, steps: list[StepBreakdown], origins: dict,
+                  notes: list[str], raw: bool = False, runs_phases=MARKED_PHASES) -> Breakdown:
+    result = estimate(samples, raw=raw)
+    origins = dict(origins)
+    for phase in MARKED_PHASES:
+        if phase not in runs_phases:
+            origins[phase] = PhaseOrigin.NOT_APPLICABLE
+    unprofiled = result.source != PhaseSource.RAW
+    times = list(samples.untraced_step_ms) if unprofiled else [s.step_ms for s in steps]
+    if raw and samples.untraced_step_ms is not None and len(samples.untraced_step_ms):
+        notes = notes + ["figures as the profiler recorded them, its own cost inside"]
+    elif not unprofiled:
+        notes = notes + ["no unprofiled steps: the profiler's own cost is inside these figures"]
+    return Breakdown(result.source, steps, [float(t) for t in times], result.phases,
+                     step_ci95=result.step_ci95, unprofiled=unprofiled,
+                     phase_sources=origins, notes=notes, replicates=result.replicates)
+
+
+def _steady(rows: list[dict], warmup_steps: int) -> list[dict]:
+    steady = step_rows.steady(rows, warmup_steps)
+    if not steady:
+        raise GapscopeInputError(
+            f"only {len(rows)} timed steps, all of them warm-up ({warmup_steps}): run more steps")
+    return steady
+
+
+def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list[dict]:
+    """The traced rows whose steps the trace holds: not the profiler's warm-up step before its
+    window nor the teardown step after it, which also count as traced (not unprofiled). Where a
+    call runs several updates the trace holds whole calls, which the window's update numbers do
+    not bound: all traced rows then."""
+    traced = [r for r in rows if r.get("traced")]
+    if steps_per_execution != 1 or not (isinstance(trace_window, list) and len(trace_window) == 2
+            and all(isinstance(n, int) for n in trace_window)):
+        return traced
+    first, last = trace_window
+    return [r for r in traced if first <= r["step"] <= last] or traced
+
+
+def _timed_phases(rows: list[dict], warmup_steps: int) -> list[str]:
+    """Phases the step timers measured on the unprofiled steady steps."""
+    steady = [r for r in step_rows.steady(rows, warmup_steps) if not r.get("traced")]
+    return [p for p in MARKED_PHASES if steady and all(r.get(f"{p}_ms") is not None for r in steady)]
+
+
+def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
+    """One-time cost of the warm-up steps: what they took beyond a steady-state step."""
+    steady = step_rows.steady(rows, warmup_steps)
+    if warmup_steps == 0 or not steady:
+        return None
+    median = statistics.median(r["step_ms"] for r in steady)
+    return sum(max(0.0, r["step_ms"] - median) for r in step_rows.warm_up(rows, warmup_steps))
+
+
+def per_update(steps: list[StepBreakdown], steps_per_execution: int, steps_run: int,
+               steps_per_epoch: int) -> list[StepBreakdown]:
+    """With steps_per_execution = N, one traced step event is one call running up to N updates
+    (fewer at an epoch's end): split each into its updates, each an equal share."""
+    updates = []
+    for call in steps:
+        first = call.step
+        count = updates_in_call(first, steps_per_execution, steps_per_epoch, steps_run)
+        updates += [StepBreakdown(first + i, call.step_ms / count,
+                                  {p: ms / count for p, ms in call.phase_ms.items()}, call.loss)
+                    for i in range(count)]
+    return updates
+
+
+def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
+    """Profiling distorts small steps: median traced step against median untraced step."""
+    steady = step_rows.steady(rows, warmup_steps)
+    traced = [r["step_ms"] for r in steady if r.get("traced")]
+    untraced = [r["step_ms"] for r in steady if not r.get("traced")]
+    if not traced or not untraced:
+        return None
+    return 100.0 * (statistics.median(traced) / statistics.median(untraced) - 1.0)
+
+
+def _label(result: Breakdown, run: Run) -> None:
+    manifest = run.manifest
+    result.run_id = run.run_id
+    result.workload = manifest.get("workload")
+    result.framework = run.framework
+    result.variant = manifest.get("variant")
+    result.device = manifest.get("device")
+    result.label = run.label
+
+
+def step_times_of(run) -> list[float]:
+    """A run's (or run directory's) unprofiled steady step times (ms), from its step timers
+    alone: the trace is not read, so a measurement can ask this between rounds."""
+    from analysis.model.run import load_run
+    return breakdown(run if isinstance(run, Run) else load_run(run), Source.TIMERS).step_times_ms

@@ -1,0 +1,359 @@
+"""Attributes the step-time gap between runs to phases, and explains the biggest deltas with
+evidence from the per-run analyzers (kernels, fusion, transfers, dispatch, compile)."""
+from __future__ import annotations
+
+import enum
+import statistics
+from dataclasses import dataclass, field
+
+from analysis.results.explain import RunExplanation
+from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.results.records import Breakdown
+from analysis.model.run import unique_labels
+from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
+                            repeat_ratio, welch_difference)
+from analysis.results.suggestions import Suggestion, suggest
+from profilers.errors import GapscopeInputError
+from profilers.phases import MARKED_PHASES, PHASES
+
+_DIGITS = 6
+# Phases whose delta is explained line by line: the biggest, down to this share of the gap.
+_EVIDENCE_SHARE = 0.10
+_EVIDENCE_PHASES = 3
+
+
+@dataclass
+class PhaseGap:
+    phase: str
+    a_ms: float
+    b_ms: float
+    delta_ms: float
+    ratio: float | None          # b / a
+    share_of_gap: float | None   # delta / gap; the five add up to 1
+    delta_ci95: Interval | None = None
+
+    @property
+    def within_noise(self) -> bool:
+        return contains_zero(self.delta_ci95)
+
+
+class IntervalMethod(enum.StrEnum):
+    BOOTSTRAP = "bootstrap over steps"      # one run a side: its steps resampled
+    REPEATS = "two-level t over interleaved repeats"  # fresh processes: their spread included
+
+
+class EvidenceKind(enum.StrEnum):
+    KERNELS = "kernels"            # ops/kernels of the phase with the delta
+    TRANSFERS = "transfers"        # host<->device copies
+    DISPATCH = "dispatch"          # host time not overlapped by kernel work (other)
+    COMPILE = "compile"            # one-time warm-up cost
+    FUSION = "fusion"              # kernels per step and their fused share
+    MIXED_FUSION = "mixed_fusion"  # fused ops spanning phases, counted in none
+    UNATTRIBUTED = "unattributed"  # kernels from no phase scope
+
+
+@dataclass
+class Evidence:
+    """One finding behind a delta: what was measured in each run (the renderers say it)."""
+
+    kind: EvidenceKind
+    phase: str | None
+    a: dict
+    b: dict
+    delta_ms: float | None = None
+    share_of_gap: float | None = None
+
+
+@dataclass
+class PairComparison:
+    a: str                       # run ids (baseline first)
+    b: str
+    a_label: str
+    b_label: str
+    a_step_ms: float
+    b_step_ms: float
+    gap_ms: float                # b - a; equals the sum of the phase deltas
+    phases: list[PhaseGap]
+    evidence: list[Evidence]
+    devices_differ: bool
+    ratio: float | None = None   # b / a step time
+    ratio_ci95: Interval | None = None
+    gap_ci95: Interval | None = None
+    interval_method: "IntervalMethod | None" = None
+    repeats: int = 1
+    unprofiled: bool = True      # both step times from unprofiled steps
+    suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
+    repeat_ratio: RepeatRatio | None = None   # with repeats: pair ratios, spread, repeats needed
+
+    @property
+    def pair_ratios(self) -> list[float]:
+        return self.repeat_ratio.pair_ratios if self.repeat_ratio else []
+
+    @property
+    def pairs_agreeing(self) -> int:
+        """Pairs whose own ratio lies on the same side of 1 as the overall one."""
+        if self.ratio is None or self.ratio == 1.0:
+            return 0
+        return sum((r > 1.0) == (self.ratio > 1.0) for r in self.pair_ratios)
+
+    @property
+    def repeats_to_decide(self) -> int | None:
+        """Within noise: repeats per side after which a gap this size would be told apart."""
+        if not self.within_noise or self.repeat_ratio is None:
+            return None
+        return self.repeat_ratio.repeats_to_decide(self.repeats)
+
+    @property
+    def within_noise(self) -> bool:
+        return contains_zero(self.gap_ci95)
+
+    def to_json_dict(self) -> dict:
+        return {"a": self.a, "b": self.b, "a_label": self.a_label, "b_label": self.b_label,
+                "a_step_ms": self.a_step_ms, "b_step_ms": self.b_step_ms, "gap_ms": self.gap_ms,
+                "gap_ci95": _rounded(self.gap_ci95), "ratio": self.ratio,
+                "ratio_ci95": _rounded(self.ratio_ci95, 4), "within_noise": self.within_noise,
+                "interval_method": self.interval_method and str(self.interval_method), "repeats": self.repeats,
+                "unprofiled": self.unprofiled,
+                "pair_ratios": [round(r, 4) for r in self.pair_ratios],
+                "pairs_agreeing": self.pairs_agreeing if self.pair_ratios else None,
+                "repeats_to_decide": self.repeats_to_decide,
+                "phases": {g.phase: {"a_ms": g.a_ms, "b_ms": g.b_ms, "delta_ms": g.delta_ms,
+                                     "delta_ci95": _rounded(g.delta_ci95),
+                                     "within_noise": g.within_noise,
+                                     "ratio": g.ratio, "share_of_gap": g.share_of_gap}
+                           for g in self.phases},
+                "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
+                "suggestions": [x.to_json_dict() for x in self.suggestions],
+                "devices_differ": self.devices_differ}
+
+
+@dataclass
+class Comparison:
+    runs: list[RunExplanation]
+    pairs: list[PairComparison]  # the first run against each other one
+    warnings: list[str] = field(default_factory=list)
+
+    def to_json_dict(self) -> dict:
+        return {"baseline": self.pairs[0].a if self.pairs else None,
+                "runs": [r.to_json_dict() for r in self.runs],
+                "comparisons": [p.to_json_dict() for p in self.pairs],
+                "warnings": self.warnings}
+
+
+def compare(runs: list[RunExplanation],
+            repeats: list[list[Breakdown]] | None = None) -> Comparison:
+    """The first run is the baseline. `repeats`: for each run, the breakdowns of its
+    interleaved repeats (A/B measurement), which then give the step times and intervals;
+    the runs themselves (one traced repeat each) give the evidence."""
+    if len(runs) < 2:
+        raise GapscopeInputError("compare needs at least two runs")
+    base = runs[0]
+    warnings = []
+    for other in runs[1:]:
+        wa, wb = base.breakdown.workload, other.breakdown.workload
+        if wa and wb and wa != wb:
+            raise GapscopeInputError(
+                f"cannot compare different workloads: {base.breakdown.run_id} runs {wa!r}, "
+                f"{other.breakdown.run_id} runs {wb!r}")
+        if not (wa and wb):
+            warnings.append(f"workload of {other.breakdown.run_id if wa else base.breakdown.run_id} "
+                            "unknown (not a gapscope run directory): make sure both ran the same model")
+        if _devices_differ(base, other):
+            warnings.append(f"different devices: {base.breakdown.device} ({base.breakdown.run_id}) vs "
+                            f"{other.breakdown.device} ({other.breakdown.run_id}): the gap includes the hardware")
+    labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs])
+    for run, label in zip(runs, labels):
+        run.breakdown.label = label
+    pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
+             for i, other in enumerate(runs[1:], start=1)]
+    warnings += _reliability(runs, repeats)
+    if any(not p.unprofiled for p in pairs):
+        warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
+                        "and the gap may have the wrong size")
+    return Comparison(runs, pairs, warnings)
+
+
+def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
+    """Each run's (or repeat's) reasons not to trust its step time, named by run."""
+    if not repeats:
+        return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings]
+    return [f"{run.breakdown.name} repeat {i}: {w}" for run, side in zip(runs, repeats)
+            for i, b in enumerate(side, start=1) for w in b.reliability_warnings]
+
+
+def compare_pair(a: RunExplanation, b: RunExplanation,
+                 repeats: tuple[list[Breakdown], list[Breakdown]] | None = None) -> PairComparison:
+    sides = repeats or ([a.breakdown], [b.breakdown])
+    da = _mean_figures(sides[0])
+    db = _mean_figures(sides[1])
+    a_step, b_step = da["step"], db["step"]
+    gap = round(b_step - a_step, _DIGITS)
+    phases = [PhaseGap(p, da[p], db[p], round(db[p] - da[p], _DIGITS), _ratio(db[p], da[p]), None)
+              for p in MARKED_PHASES]
+    # `other` takes what the four leave of the gap, so the five deltas add up to it exactly.
+    phases.append(PhaseGap("other", da["other"], db["other"],
+                           round(gap - sum(g.delta_ms for g in phases), _DIGITS),
+                           _ratio(db["other"], da["other"]), None))
+    for g in phases:
+        g.share_of_gap = round(g.delta_ms / gap, 4) if gap else None
+    pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, a.breakdown.name, b.breakdown.name,
+                          a_step, b_step, gap, phases, _evidence(a, b, phases, gap),
+                          _devices_differ(a, b), ratio=_ratio(b_step, a_step),
+                          repeats=len(sides[0]),
+                          unprofiled=all(x.unprofiled for side in sides for x in side))
+    if len(sides[0]) >= 2 and len(sides[0]) == len(sides[1]):
+        _repeat_intervals(pair, *sides)
+    else:
+        _bootstrap_intervals(pair, a.breakdown, b.breakdown)
+    pair.suggestions = _suggestions(pair, a, b)
+    return pair
+
+
+def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:
+    """For the slower run (by its mean step), from the phases it is slower in beyond noise
+    only: a step gap within noise can still hold one phase that is clearly slower (with
+    three repeats a t-interval is wide), and that phase is worth a hypothesis."""
+    if pair.gap_ms == 0:
+        return []
+    b_slower = pair.gap_ms > 0
+    gaps = {g.phase: (g.delta_ms if b_slower else -g.delta_ms) for g in pair.phases
+            if not g.within_noise}
+    phase_ms = {g.phase: g.b_ms if b_slower else g.a_ms for g in pair.phases}
+    return suggest(b if b_slower else a, phase_ms, gaps,
+                   pair.b_step_ms if b_slower else pair.a_step_ms)
+
+
+def _mean_figures(breakdowns: list[Breakdown]) -> dict[str, float]:
+    """Step and phases averaged over repeats, from the rounded figures of the JSON contract."""
+    docs = [x.to_json_dict() for x in breakdowns]
+    figures = {"step": round(statistics.fmean(d["step_ms"]["mean"] for d in docs), _DIGITS)}
+    for p in PHASES:
+        figures[p] = round(statistics.fmean(d["phases"][p]["ms"] for d in docs), _DIGITS)
+    return figures
+
+
+def _bootstrap_intervals(pair: PairComparison, a: Breakdown, b: Breakdown) -> None:
+    """One run each: both estimators' bootstrap replicates are independent, so their
+    differences (row by row) are replicates of the difference."""
+    if a.replicates is None or b.replicates is None or a.step_ci95 is None or b.step_ci95 is None:
+        return
+    ra, rb = a.replicates, b.replicates
+    pair.gap_ci95 = percentile_interval(rb[:, 0] - ra[:, 0])
+    pair.ratio_ci95 = percentile_interval(rb[:, 0] / ra[:, 0])
+    for i, g in enumerate(pair.phases, start=1):
+        g.delta_ci95 = percentile_interval(rb[:, i] - ra[:, i])
+    pair.interval_method = IntervalMethod.BOOTSTRAP
+
+
+def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: list[Breakdown]) -> None:
+    """Interleaved repeats A B B A ...: each a fresh process. The step ratio takes both levels
+    of noise (processes, and steps within them: stats.repeat_ratio); the ms deltas take the
+    spread of the processes' means (Welch)."""
+    a_means = [_mean_figures([x]) for x in side_a]
+    b_means = [_mean_figures([x]) for x in side_b]
+    result = repeat_ratio([f["step"] for f in a_means], [f["step"] for f in b_means],
+                          [mean_variance(x.step_times_ms) for x in side_a],
+                          [mean_variance(x.step_times_ms) for x in side_b])
+    pair.repeat_ratio = result
+    pair.ratio, pair.ratio_ci95 = round(result.ratio, 4), result.ci95
+    # The gap's interval is the ratio's, in ms of the baseline step: one verdict, not two.
+    if result.ci95 is not None:
+        pair.gap_ci95 = (pair.a_step_ms * (result.ci95[0] - 1), pair.a_step_ms * (result.ci95[1] - 1))
+    for g in pair.phases:
+        g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means])
+    pair.interval_method = IntervalMethod.REPEATS
+
+
+def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:
+    return None if interval is None else [round(interval[0], digits), round(interval[1], digits)]
+
+
+def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap: float) -> list[Evidence]:
+    found = []
+    ranked = sorted(phases, key=lambda g: -abs(g.delta_ms))
+    chosen = [g for g in ranked[:_EVIDENCE_PHASES]
+              if g.share_of_gap is None or abs(g.share_of_gap) >= _EVIDENCE_SHARE] or ranked[:1]
+    for g in chosen:
+        if g.phase == "other":
+            found.append(_dispatch(a, b, g))
+        else:
+            found.append(_phase_kernels(a, b, g))
+        if g.phase == "data_load":
+            found.append(_transfers(a, b, g))
+    found.append(_fusion(a, b))
+    found.append(_compile(a, b))
+    found += [e for e in (_mixed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
+    found += [e for e in (_unattributed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
+    if not any(e.kind == EvidenceKind.TRANSFERS for e in found):
+        found.append(_transfers(a, b, None))
+    return found
+
+
+def _phase_kernels(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:
+    def facts(run):
+        k = run.kernels
+        count = k.per_phase.get(g.phase, 0.0)
+        time_ms = k.time_ms_per_phase.get(g.phase, 0.0)
+        return {"kernels_per_step": round(count, 3), "kernel_source": k.source,
+                "mean_kernel_us": round(1000.0 * time_ms / count, 3) if count else None,
+                "device_ms": round(run.attribution.device_ms.get(g.phase, 0.0), _DIGITS),
+                "host_ms": round(run.attribution.host_ms.get(g.phase, 0.0), _DIGITS)}
+    return Evidence(EvidenceKind.KERNELS, g.phase, facts(a), facts(b), g.delta_ms, g.share_of_gap)
+
+
+def _dispatch(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:
+    def facts(run):
+        at = run.attribution
+        return {"dispatch_ms": round(at.dispatch_ms, _DIGITS), "device_busy_ms": round(at.device_busy_ms, _DIGITS),
+                "launches_per_step": at.launches_per_step,
+                "launch_ms": None if at.launch_ms is None else round(at.launch_ms, _DIGITS),
+                "device_kind": at.device_kind}
+    return Evidence(EvidenceKind.DISPATCH, "other", facts(a), facts(b), g.delta_ms, g.share_of_gap)
+
+
+def _transfers(a: RunExplanation, b: RunExplanation, g: PhaseGap | None) -> Evidence:
+    return Evidence(EvidenceKind.TRANSFERS, g.phase if g else None, a.transfers.to_json_dict(),
+                    b.transfers.to_json_dict(), g.delta_ms if g else None,
+                    g.share_of_gap if g else None)
+
+
+def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
+    def facts(run):
+        k = run.kernels
+        return {"kernels_per_step": round(k.per_step, 3), "fused_share": k.fused_share,
+                "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
+                "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS),
+                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source}
+    return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
+
+
+def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
+    return Evidence(EvidenceKind.COMPILE, None, a.compile.to_json_dict(), b.compile.to_json_dict())
+
+
+def _mixed(run: RunExplanation, side: str) -> Evidence | None:
+    mixed = run.kernels.mixed_ops
+    if not mixed:
+        return None
+    facts = {"mixed_ops": mixed, "ms_per_step": round(run.attribution.device_ms.get(MIXED, 0.0), _DIGITS)}
+    return Evidence(EvidenceKind.MIXED_FUSION, None, facts if side == "a" else {},
+                    facts if side == "b" else {})
+
+
+def _unattributed(run: RunExplanation, side: str) -> Evidence | None:
+    count = run.kernels.per_phase.get(UNATTRIBUTED, 0.0)
+    if not count:
+        return None
+    facts = {"kernels_per_step": round(count, 3),
+             "ms_per_step": round(run.attribution.device_ms.get(UNATTRIBUTED, 0.0), _DIGITS)}
+    return Evidence(EvidenceKind.UNATTRIBUTED, None, facts if side == "a" else {},
+                    facts if side == "b" else {})
+
+
+def _devices_differ(a: RunExplanation, b: RunExplanation) -> bool:
+    da, db = a.breakdown.device, b.breakdown.device
+    return bool(da and db and da != db)
+
+
+def _ratio(b: float, a: float) -> float | None:
+    return round(b / a, 4) if a else None

@@ -1,0 +1,131 @@
+"""The regression check for CI: a configuration's step time now against a stored baseline, with its interval."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.measures.stats import RepeatRatio, repeat_ratio
+from profilers import state_json
+from profilers.errors import GapscopeInputError
+from profilers.state_json import StateFileError
+
+BASELINE_FORMAT = "gapscope-baseline/1"
+# A baseline is a few hundred bytes; anything far larger is not one.
+MAX_BASELINE_BYTES = 1 << 20
+MAX_REPEATS = 1000
+
+
+class Verdict(enum.StrEnum):
+    REGRESSION = "regression"   # slower by more than the threshold, and beyond noise
+    FASTER = "faster"           # faster by more than the threshold, and beyond noise
+    UNCHANGED = "unchanged"     # within the threshold, or not told apart from noise
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """What a check compares against: per-process steady step means (ms) and the variance of
+    each mean from its own steps, with what was measured and where."""
+
+    config: str
+    step_ms: list[float]
+    within: list[float]
+    settings: dict
+    machine: dict
+
+    def to_json_dict(self) -> dict:
+        return {"format": BASELINE_FORMAT, "config": self.config, "step_ms": self.step_ms,
+                "within": self.within, "settings": self.settings, "machine": self.machine}
+
+
+@dataclass
+class CheckResult:
+    config: str
+    baseline: Baseline
+    step_ms: list[float]
+    threshold: float
+    ratio: RepeatRatio
+    verdict: Verdict
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.verdict == Verdict.REGRESSION else 0
+
+    def line(self) -> str:
+        r = self.ratio
+        interval = "" if r.ci95 is None else f" [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]"
+        now, then = _mean(self.step_ms), _mean(self.baseline.step_ms)
+        return (f"check {self.config}: {self.verdict.upper()}: {r.ratio:.3f}x the baseline"
+                f"{interval} ({now:.3f} vs {then:.3f} ms, {len(self.step_ms)} vs "
+                f"{len(self.baseline.step_ms)} repeats; threshold {100 * self.threshold:g} %)")
+
+    def to_json_dict(self) -> dict:
+        r = self.ratio
+        return {"config": self.config, "verdict": str(self.verdict), "exit_code": self.exit_code,
+                "ratio": round(r.ratio, 4),
+                "ratio_ci95": None if r.ci95 is None else [round(v, 4) for v in r.ci95],
+                "threshold": self.threshold, "step_ms": self.step_ms,
+                "baseline": self.baseline.to_json_dict(), "warnings": self.warnings}
+
+
+def check(baseline: Baseline, config: str, step_ms: list[float], within: list[float],
+          threshold: float, machine: dict) -> CheckResult:
+    """Now against the baseline, as in asv: a regression is slower by more than `threshold`
+    AND with an interval that excludes no change, so neither a small real drift nor a large
+    noisy one fails CI. Where the two were measured differently, it is said."""
+    ratio = repeat_ratio(baseline.step_ms, step_ms, baseline.within, within)
+    beyond_noise = ratio.ci95 is not None and not (ratio.ci95[0] <= 1.0 <= ratio.ci95[1])
+    verdict = (Verdict.REGRESSION if beyond_noise and ratio.ratio > 1 + threshold else
+               Verdict.FASTER if beyond_noise and ratio.ratio < 1 / (1 + threshold) else
+               Verdict.UNCHANGED)
+    warnings = []
+    if config != baseline.config:
+        warnings.append(f"the baseline measured {baseline.config}, this check {config}")
+    for key in ("host", "cpu", "torch", "tensorflow"):
+        then, now = baseline.machine.get(key), machine.get(key)
+        if then is not None and now is not None and then != now:
+            warnings.append(f"{key} differs from the baseline's: {now} vs {then}")
+    if ratio.ci95 is None:
+        warnings.append("fewer than two repeats on a side: no interval, no verdict beyond noise")
+    return CheckResult(config, baseline, step_ms, threshold, ratio, verdict, warnings)
+
+
+def read_baseline(path: str | Path) -> Baseline:
+    """The stored baseline, validated as a trace reader validates events: one line on any fault."""
+    path = Path(path)
+    try:
+        doc = state_json.load(path, MAX_BASELINE_BYTES)
+    except FileNotFoundError:
+        raise GapscopeInputError(f"{path}: no baseline there; record one with --save") from None
+    except OSError as exc:
+        raise GapscopeInputError(f"{path}: not a gapscope baseline ({exc.strerror or exc})") from None
+    except StateFileError as exc:
+        raise GapscopeInputError(f"not a gapscope baseline: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != BASELINE_FORMAT:
+        raise GapscopeInputError(f"{path}: not a gapscope baseline (format is not {BASELINE_FORMAT})")
+    step_ms, within = doc.get("step_ms"), doc.get("within")
+    if not (_positive_list(step_ms) and isinstance(within, list) and len(within) == len(step_ms)
+            and all(_number(v) and v >= 0 for v in within)):
+        raise GapscopeInputError(f"{path}: corrupt baseline: step_ms must be 1 to {MAX_REPEATS} "
+                                 "positive finite figures, within as many non-negative ones")
+    config, settings, machine = doc.get("config"), doc.get("settings"), doc.get("machine")
+    if not (isinstance(config, str) and config and isinstance(settings, dict)
+            and isinstance(machine, dict)):
+        raise GapscopeInputError(f"{path}: corrupt baseline: config, settings or machine missing")
+    return Baseline(config, [float(v) for v in step_ms], [float(v) for v in within], settings,
+                    {k: v for k, v in machine.items() if isinstance(v, (str, int, float))})
+
+
+def _positive_list(values) -> bool:
+    return (isinstance(values, list) and 1 <= len(values) <= MAX_REPEATS
+            and all(_number(v) and v > 0 for v in values))
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)

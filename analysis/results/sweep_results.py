@@ -1,0 +1,163 @@
+"""A sweep's figures per point and configuration, the ratio of each configuration to the first
+with its interval, and where that ratio crosses 1 (who wins changes)."""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from analysis.results.breakdown import breakdown
+from analysis.model.run import load_measurement
+from analysis.measures.stats import contains_one, paired_ratio
+from profilers import state_json
+from profilers.errors import GapscopeInputError
+from profilers.phases import PHASES
+from profilers.run_dir import SWEEP_STATE, inside
+
+AXIS_NAMES = {"batch_size": "batch size", "width": "width"}
+
+
+@dataclass
+class ConfigPoint:
+    """One configuration at one point: means over its repeats."""
+
+    label: str
+    step_ms: float
+    step_ms_repeats: list[float]
+    samples_per_s: float
+    phase_share: dict[str, float]
+    parameters: int | None
+    ratio: float | None = None                  # step time / the first configuration's (paired)
+    ratio_ci95: tuple[float, float] | None = None
+
+
+@dataclass
+class SweepPoint:
+    value: float
+    configs: list[ConfigPoint]
+
+
+@dataclass
+class Crossover:
+    """Where a configuration's ratio to the first passes 1, between two swept values."""
+
+    label: str
+    low: float
+    high: float
+    at: float                  # interpolated on log scales of value and ratio
+    certain: bool              # both neighbours' intervals exclude 1
+
+
+@dataclass
+class Gap:
+    """A swept value with no figures: never measured (the sweep stopped first) or measured
+    but not analysable. No conclusion is drawn across it."""
+
+    value: float
+    reason: str
+
+
+@dataclass
+class SweepResult:
+    workload: str
+    axis: str
+    labels: list[str]
+    repeats: int
+    points: list[SweepPoint]
+    crossovers: list[Crossover] = field(default_factory=list)
+    folder: str = ""
+    status: str = "complete"               # the sweep's own: complete | failed | running
+    error: str | None = None
+    gaps: list[Gap] = field(default_factory=list)
+
+    @property
+    def axis_name(self) -> str:
+        return AXIS_NAMES.get(self.axis, self.axis)
+
+    def to_json_dict(self) -> dict:
+        return asdict(self)
+
+
+def sweep_result(folder: str | Path) -> SweepResult:
+    folder = Path(folder)
+    try:
+        state = state_json.load(folder / SWEEP_STATE)
+        workload, labels, axis = state["workload"], list(state["configs"]), state["axis"]
+        source = folder / SWEEP_STATE
+        points = [(state_json.number(p["value"], "a point's value", source, 1e-9, 1e9), str(p["ab"]))
+                  for p in state["points"]]
+        values = [state_json.number(v, "a swept value", source, 1e-9, 1e9)
+                  for v in (state.get("values") or [v for v, _ in points])]
+        status, error = str(state.get("status", "complete")), state.get("error")
+        repeats = state_json.whole_number(state.get("repeats", 1), "repeats", source, 1)
+    except state_json.StateFileError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError):
+        raise GapscopeInputError(f"{folder / SWEEP_STATE}: corrupt sweep state") from None
+    if not points:
+        raise GapscopeInputError(f"{folder}: the sweep has no finished point "
+                                 f"({error or status})")
+    measured, gaps = [], []
+    for value, ab in points:
+        try:
+            measured.append(_point(value, inside(folder, ab), labels))
+        except (GapscopeInputError, OSError) as exc:  # this point's failure, not the sweep's
+            gaps.append(Gap(value, f"not analysable: {exc}"))
+    finished = {v for v, _ in points}
+    # sweep.json keeps no process id: "running" may be a sweep still going or one killed outright.
+    stopped = (f"the sweep stopped ({error or status})" if status == "failed" else
+               f"the sweep has not finished (status {status})" if status != "complete" else "not run")
+    gaps += [Gap(v, f"not measured: {stopped}") for v in values if v not in finished]
+    if not measured:
+        raise GapscopeInputError(f"{folder}: no point of the sweep can be analysed: "
+                                 + "; ".join(f"{g.value:g}: {g.reason}" for g in gaps))
+    result = SweepResult(workload, axis, labels, repeats, measured, folder=str(folder),
+                         status=status, error=error, gaps=sorted(gaps, key=lambda g: g.value))
+    result.crossovers = crossovers(result)
+    return result
+
+
+def _point(value, ab_folder: Path, labels: list[str]) -> SweepPoint:
+    per_config = load_measurement(ab_folder)
+    figures = []
+    for label, runs in zip(labels, per_config):
+        docs = [breakdown(r).to_json_dict() for r in runs]
+        steps = [d["step_ms"]["mean"] for d in docs]
+        batch = runs[0].manifest.get("workload_spec", {}).get("batch_size")
+        step = statistics.fmean(steps)
+        figures.append(ConfigPoint(
+            label, round(step, 6), steps, round(1000.0 * batch / step, 1) if batch and step else 0.0,
+            {p: round(statistics.fmean(d["phases"][p]["share"] for d in docs), 4) for p in PHASES},
+            runs[0].manifest.get("parameters")))
+    first = figures[0]
+    for other in figures[1:]:
+        ratio, interval = paired_ratio(first.step_ms_repeats, other.step_ms_repeats)
+        other.ratio = round(ratio, 4)
+        other.ratio_ci95 = None if interval is None else (round(interval[0], 4), round(interval[1], 4))
+    first.ratio = 1.0
+    return SweepPoint(value, figures)
+
+
+def crossovers(result: SweepResult) -> list[Crossover]:
+    """For each configuration after the first: every pair of neighbouring points between which
+    its ratio to the first passes 1 (the winner changes there)."""
+    found = []
+    gaps = [g.value for g in result.gaps]
+    for index, label in enumerate(result.labels[1:], start=1):
+        series = [(p.value, p.configs[index]) for p in result.points]
+        for (v0, c0), (v1, c1) in zip(series, series[1:]):
+            if any(v0 < g < v1 for g in gaps):
+                continue  # an unmeasured point between: the ratio may cross and cross back there
+            r0, r1 = c0.ratio, c1.ratio
+            if not (r0 and r1) or (r0 - 1.0) * (r1 - 1.0) >= 0:
+                continue
+            x0, x1, y0, y1 = math.log(v0), math.log(v1), math.log(r0), math.log(r1)
+            at = math.exp(x0 + (0.0 - y0) * (x1 - x0) / (y1 - y0))
+            found.append(Crossover(label, v0, v1, round(at, 3),
+                                   all(_excludes_one(c.ratio_ci95) for c in (c0, c1))))
+    return found
+
+
+def _excludes_one(interval) -> bool:
+    return interval is not None and not contains_one(interval)

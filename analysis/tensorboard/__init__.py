@@ -1,0 +1,1 @@
+"""TensorBoard: the server, gapscope's plugin, and the summaries and XSpace views written into run directories."""

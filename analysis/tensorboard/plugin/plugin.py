@@ -1,0 +1,79 @@
+"""gapscope's TensorBoard plugin: its static page (served by itself, no CDN) and the JSON routes
+under /data/plugin/gapscope/ that the page draws from."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tensorboard.backend import http_util
+from tensorboard.plugins import base_plugin
+from werkzeug import wrappers
+
+from analysis.tensorboard.plugin.views import UnknownRun, Views
+from analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV
+from profilers.strict_json import finite
+
+PLUGIN_NAME = "gapscope"
+STATIC = Path(__file__).parent / "static"
+_TYPES = {".js": "application/javascript", ".css": "text/css"}
+
+
+class GapscopePlugin(base_plugin.TBPlugin):
+    """Breakdown, steps and compare views of the runs in the logdir, read as the CLI reads them."""
+
+    plugin_name = PLUGIN_NAME
+
+    def __init__(self, context: base_plugin.TBContext):
+        # `gapscope tensorboard` gives TensorBoard a vetted shadow of the logdir (links, for the
+        # third-party plugins) and this plugin the logdir itself, which it reads safely.
+        self._views = Views(os.environ.get(SOURCE_LOGDIR_ENV) or context.logdir)
+
+    def get_plugin_apps(self):
+        apps = {f"/static/{path.name}": self._static(path) for path in STATIC.iterdir()
+                if path.suffix in _TYPES}
+        apps.update({"/runs": self._serve_runs, "/steps": self._serve_steps,
+                     "/details": self._serve_details, "/compare": self._serve_compare})
+        return apps
+
+    def is_active(self) -> bool:
+        return self._views.has_runs()
+
+    def frontend_metadata(self):
+        # TensorBoard loads the module into an iframe: "./static/index.js" from plugin/gapscope/.
+        return base_plugin.FrontendMetadata(es_module_path="/static/index.js", tab_name="gapscope")
+
+    @staticmethod
+    def _static(path: Path):
+        @wrappers.Request.application
+        def serve(request):
+            return http_util.Respond(request, path.read_bytes(), _TYPES[path.suffix])
+        return serve
+
+    @wrappers.Request.application
+    def _serve_runs(self, request):
+        return _json(request, self._views.runs())
+
+    @wrappers.Request.application
+    def _serve_steps(self, request):
+        return _answer(request, lambda: self._views.steps(request.args.get("run", "")))
+
+    @wrappers.Request.application
+    def _serve_details(self, request):
+        return _answer(request, lambda: self._views.details(request.args.get("run", "")))
+
+    @wrappers.Request.application
+    def _serve_compare(self, request):
+        return _answer(request, lambda: self._views.compare(request.args.getlist("run")))
+
+
+def _answer(request, document):
+    """A run the logdir does not hold is the request's fault (404); every problem a run has
+    is part of the document, so the page can say it."""
+    try:
+        return _json(request, document())
+    except UnknownRun as exc:
+        return _json(request, {"error": f"no run {exc.args[0]!r} under the logdir"}, code=404)
+
+
+def _json(request, document: dict, code: int = 200):
+    return http_util.Respond(request, finite(document), "application/json", code=code)

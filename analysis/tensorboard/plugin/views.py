@@ -1,0 +1,223 @@
+"""The plugin's JSON documents, built by the CLI's own loader and analysers and written from their
+to_json_dict(): the runs under the logdir with their breakdowns (or why not), one run's steps,
+and the comparison of runs."""
+from __future__ import annotations
+
+import copy
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.results.breakdown import breakdown
+from analysis.results.compare import compare
+from analysis.results.explain import RunExplanation, explain
+from analysis.renderers import compare_json
+from analysis.renderers.compare_columns import verdict_lines
+from analysis.renderers.plots import PHASE_COLOURS
+from analysis.results.records import Breakdown
+from analysis.model.run import Run, RunEntry, load_run, unique_labels
+from analysis.results.distributed_breakdown import job_breakdown
+from analysis.renderers.job_render import summary_lines
+from analysis.tensorboard.plugin.runs import find_runs
+from profilers.errors import GapscopeInputError
+from profilers.phases import PHASES
+
+logger = logging.getLogger(__name__)
+
+# What each step was, as the steps view colours it.
+WARMUP, TRACED, UNPROFILED = "warm-up", "traced", "unprofiled"
+
+
+class UnknownRun(KeyError):
+    """A request named no run under the logdir (a typo, or a run removed since)."""
+
+
+@dataclass
+class Analysed:
+    """One run as read at one state of its files: its breakdown, or why it has none."""
+
+    name: str
+    signature: tuple
+    label: str
+    run: Run | None = None
+    breakdown: Breakdown | None = None
+    problem: str | None = None
+    explanation: RunExplanation | None = field(default=None, repr=False)
+    explain_problem: str | None = None
+
+
+class Views:
+    """The documents over one logdir; a run is analysed again only when its files change."""
+
+    def __init__(self, logdir: str | Path):
+        self.logdir = Path(logdir)
+        self._cache: dict[str, Analysed] = {}
+        self._jobs: dict[str, tuple[tuple, dict]] = {}
+        # TensorBoard answers requests on several threads: one analysis at a time, and a
+        # run is never read twice because two requests asked at once.
+        self._lock = threading.Lock()
+
+    def has_runs(self) -> bool:
+        return bool(find_runs(self.logdir))
+
+    def runs(self) -> dict:
+        """Every run with its breakdown (per-step detail left out), or its one-line problem."""
+        with self._lock:
+            found_jobs: dict = {}
+            analysed = [self._analysed(name, entry)
+                        for name, entry in find_runs(self.logdir, found_jobs).items()]
+        labels = unique_labels([a.label for a in analysed], [a.name for a in analysed])
+        documents = []
+        for a, label in zip(analysed, labels):
+            document = {"name": a.name, "label": label, "problem": a.problem,
+                        "framework": a.run.framework if a.run else None,
+                        "traced": a.run is not None and a.run.trace_file is not None,
+                        "breakdown": None}
+            if a.breakdown is not None:
+                try:
+                    document["breakdown"] = a.breakdown.to_json_dict()
+                    del document["breakdown"]["per_step"]  # the steps view has its own document
+                except Exception as exc:  # noqa: BLE001 - one run's problem, never a 500 for all
+                    document.update(breakdown=None, problem=_problem(a.name, exc))
+            documents.append(document)
+        with self._lock:
+            jobs = [self._job(name, path, job) for name, (path, job) in found_jobs.items()]
+        return {"logdir": str(self.logdir), "phases": list(PHASES), "colours": PHASE_COLOURS,
+                "runs": documents, "jobs": jobs}
+
+    def _job(self, name: str, path: Path, job) -> dict:
+        """A distributed job's own figures (job step, skew, straggler, communication per rank)
+        and the CLI's lines on them; its ranks are runs of the list above. `job`: as find_runs
+        loaded it, or why it could not."""
+        signature = _signature(path)
+        cached = self._jobs.get(name)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        document = {"name": name, "label": name, "problem": None, "job": None, "lines": []}
+        try:
+            if isinstance(job, Exception):
+                raise job
+            jb = job_breakdown(job)
+            document.update(label=jb.label, job=jb.to_json_dict(), lines=summary_lines(jb))
+        except Exception as exc:  # noqa: BLE001 - listed with its problem, never a 500
+            document["problem"] = _problem(name, exc)
+        self._jobs[name] = (signature, document)
+        return document
+
+    def steps(self, name: str) -> dict:
+        """Every step of the run in order, each a warm-up, traced or unprofiled step: from
+        steps.csv, or for a trace without one (a foreign trace) its traced steps."""
+        with self._lock:
+            a = self._analysed(name, self._entry(name))
+        document = {"name": name, "label": a.label, "problem": a.problem, "source": None,
+                    "warmup_steps": 0, "compile_ms": None, "steps": []}
+        if a.breakdown is None:
+            return document
+        document["compile_ms"] = a.breakdown.compile_ms
+        if a.run.rows:
+            warmup = a.run.warmup_steps
+            document.update(source="steps.csv", warmup_steps=warmup, steps=[
+                {"step": int(r["step"]), "step_ms": r["step_ms"],
+                 "kind": WARMUP if r["step"] < warmup else TRACED if r.get("traced") else UNPROFILED}
+                for r in a.run.rows])
+        else:
+            document.update(source="trace", steps=[
+                {"step": s.step, "step_ms": s.step_ms, "kind": TRACED} for s in a.breakdown.steps])
+        return document
+
+    def details(self, name: str) -> dict:
+        """What `compare` draws its evidence from, for one run: kernels per phase and the top
+        ones, host against device time, compile, transfers and resources (explain's JSON)."""
+        with self._lock:
+            a = self._analysed(name, self._entry(name))
+            if not a.problem and a.explanation is None and a.explain_problem is None:
+                a.explanation, a.explain_problem = _explain(a.run)
+        document = {"name": name, "label": a.label, "problem": a.problem or a.explain_problem}
+        if a.explanation is not None and not document["problem"]:
+            explained = a.explanation.to_json_dict()
+            document.update({k: explained[k] for k in
+                             ("kernels", "attribution", "compile", "transfers", "resources")})
+        return document
+
+    def compare(self, names: list[str]) -> dict:
+        """The CLI's comparison of the runs (`gapscope compare --format json`, plus its verdict
+        lines), the first the baseline; {"error": why} where the runs cannot be compared (one
+        untraced, different workloads, fewer than two)."""
+        if len(names) < 2:
+            return {"error": "select two or more runs to compare"}
+        explanations = []
+        with self._lock:
+            for name in names:
+                a = self._analysed(name, self._entry(name))
+                if a.problem:
+                    return {"error": f"{name}: {a.problem}"}
+                if a.explanation is None and a.explain_problem is None:
+                    a.explanation, a.explain_problem = _explain(a.run)
+                if a.explain_problem:
+                    return {"error": f"{name}: {a.explain_problem}"}
+                # compare() relabels the breakdowns it is given: keep the cached ones as read.
+                explanations.append(copy.copy(a.explanation))
+                explanations[-1].breakdown = copy.copy(a.explanation.breakdown)
+        try:
+            comparison = compare(explanations)
+        except GapscopeInputError as exc:
+            return {"error": one_line(exc)}
+        # The CLI's own verdict lines ("... is 1.30x slower ...", "within noise").
+        return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison)}
+
+    def _entry(self, name: str) -> RunEntry:
+        entry = find_runs(self.logdir).get(name)
+        if entry is None:
+            raise UnknownRun(name)
+        return entry
+
+    def _analysed(self, name: str, entry: RunEntry) -> Analysed:
+        signature = _signature(entry.path)
+        cached = self._cache.get(name)
+        if cached is not None and cached.signature == signature:
+            return cached
+        a = Analysed(name, signature, entry.label or (entry.path.name if entry.path else name))
+        if entry.path is None:
+            a.problem = entry.problem or "no run directory"
+        else:
+            try:
+                a.run = load_run(entry.place, entry.label)
+                a.label = a.run.label
+                a.breakdown = breakdown(a.run)
+            except Exception as exc:  # noqa: BLE001 - a run that cannot be read is listed, never a 500
+                a.problem = _problem(name, exc)
+        self._cache[name] = a
+        return a
+
+
+def _explain(run: Run) -> tuple[RunExplanation | None, str | None]:
+    try:
+        return explain(run), None
+    except Exception as exc:  # noqa: BLE001 - as in _analysed
+        return None, _problem(run.label, exc)
+
+
+def _problem(name: str, exc: Exception) -> str:
+    """The one line a view shows for a run gapscope cannot analyse; an error that is not the
+    input's fault also goes to TensorBoard's log with its traceback."""
+    if isinstance(exc, GapscopeInputError):
+        return one_line(exc)
+    logger.exception("gapscope: analysing %s failed", name)
+    return f"gapscope could not analyse this run ({type(exc).__name__}: {one_line(exc)})"
+
+
+def one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split())
+
+
+def _signature(path: Path | None) -> tuple:
+    """Names, sizes and times of the run's files: a run still being written (or written again)
+    is read afresh."""
+    if path is None:
+        return ()
+    try:
+        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
+        return tuple((str(p), s.st_size, s.st_mtime_ns) for p in files for s in [p.stat()])
+    except OSError:  # a file replaced while listed: read the run again next time
+        return (object(),)

@@ -1,0 +1,214 @@
+"""Keras 3 `model.fit` on the TensorFlow backend (framework `keras`) or the torch backend
+(`keras-torch`), with the phase-marking train_step and a callback that times and traces."""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+from pathlib import Path
+
+from profilers.environment import tf_device_name, torch_device_name
+from profilers.errors import GapscopeInputError
+from profilers.marks import PhaseMarks
+from profilers.run_dir import mark_rows
+from profilers.timers import CudaEventClock, HostClock, StepTimer
+from profilers.trace_window import TraceWindow
+from workloads.datasets import dataset_for
+from workloads.models.params import keras_parameters
+from workloads.runners.execution_rows import expand_executions
+from workloads.settings import RunSettings
+from workloads.spec import WorkloadSpec
+from workloads.runners.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts, make_strategy,
+                                     peer_failures, rank_data, sharded_dataset, traces_rank, world_size)
+
+XLA_DUMP_DIR = "xla_dump"
+
+
+def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
+    on_torch = settings.framework == "keras-torch"
+    world = world_size(settings)
+    if world > 1:
+        refuse_distributed(settings, on_torch, world)
+    _prepare_environment(settings, run_dir, on_torch)
+    import keras
+
+    if keras.backend.backend() != ("torch" if on_torch else "tensorflow"):
+        raise RuntimeError(f"keras was already imported with backend {keras.backend.backend()}")
+    # MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: first thing.
+    strategy, rank = (make_strategy(), check_cluster(world)) if world > 1 else (None, 0)
+    keras.utils.set_random_seed(spec.seed)
+    if settings.mixed_precision:
+        keras.config.set_dtype_policy(settings.mixed_precision)
+    device = _device(settings, on_torch)
+    if strategy is None:
+        x, y = dataset_for(spec, settings, raw=settings.pipeline == "transforms")
+        inputs = _inputs(settings, spec, x, y, on_torch, device)
+        updates_per_epoch = -(-len(x) // spec.batch_size)
+    else:
+        inputs, updates_per_epoch = _rank_inputs(spec, settings, rank, world)
+    steps = (settings.epochs or 1) * updates_per_epoch
+    window = TraceWindow.after_warmup(settings.warmup_steps, settings.trace_steps, steps)
+    # Of a multi-worker run only the chief traces: TF's profiler crashes the others (traces_rank).
+    traced = settings.trace and (strategy is None or traces_rank(rank))
+    cuda = device == "cuda"
+    timer = StepTimer(CudaEventClock() if on_torch and cuda else HostClock())
+    profiler = None
+    if settings.trace and window.steps and on_torch:
+        from profilers.torch_session import torch_profiler
+        profiler = torch_profiler(run_dir, _executions_window(window, settings), cuda)
+
+    with strategy.scope() if strategy is not None else nullcontext():
+        # Under the strategy, variables are mirrored on every worker (initial values from rank 0).
+        model = spec.builders().build_keras(spec)
+        from profilers.keras_marks import mark_keras_inference, mark_keras_phases, step_callback
+        marks = PhaseMarks(timer, uses_torch=on_torch)
+        if settings.inference:
+            mark_keras_inference(model, marks)
+        else:
+            mark_keras_phases(model, marks)
+        model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
+                      jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
+    callback = step_callback(timer, window if traced else None,
+                             tf_logdir=run_dir if traced and not on_torch else None,
+                             torch_profiler=profiler, data_between_steps=on_torch,
+                             steps_per_call=settings.steps_per_execution)
+    if profiler is not None:
+        profiler.start()
+    try:
+        if strategy is None:
+            _fit_or_predict(model, inputs, spec, settings, callback)
+        else:
+            build_from_local_batch(model)
+            with peer_failures():
+                model.fit(inputs, epochs=settings.epochs or 1, steps_per_epoch=updates_per_epoch,
+                          shuffle=False, verbose=0, callbacks=[callback])  # the pipeline shuffles
+    finally:
+        if profiler is not None:
+            profiler.stop()
+    if callback.updates < steps:
+        # Keras ends fit quietly on an OutOfRangeError from anywhere in a step, taking it for
+        # the end of the data: a short run is a failure, not a result.
+        raise RuntimeError(f"Keras stopped after {callback.updates} of {steps} steps "
+                           "(its input ran out, or a step raised OutOfRangeError)")
+
+    timed = ("data_load", "forward", "backward", "optimizer") if on_torch else ()
+    rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
+                             updates_per_epoch, steps)
+    mark_rows(rows, settings.warmup_steps, set(callback.traced_calls), "execution_first_step")
+    facts = {"device": (torch_device_name(device) if on_torch
+                        else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
+             "steps_per_epoch": updates_per_epoch, "steps_run": steps,
+             "jit_compile_resolved": getattr(model, "jit_compile", None),
+             "trace_window": [window.first, window.last] if traced else None}
+    if strategy is not None:
+        facts.update(distributed_facts(model.weights, spec.batch_size, world, rank, settings.trace))
+    return rows, facts
+
+
+def _rank_inputs(spec: WorkloadSpec, settings: RunSettings, rank: int, world: int):
+    """This rank's tf.data pipeline (its disjoint rank_data, `rank::world`) and its updates per epoch.
+
+    A step run takes batch * world * steps samples, as a one-process run with the global batch
+    would; an epoch is the whole set, cut to full global batches so every rank runs as many steps."""
+    x, y, updates_per_epoch = rank_data(spec, settings, rank, world)
+    # Repeated (with the step count given to fit): Keras counts a distributed dataset's steps
+    # as its global batches, 1/world of the per-rank steps, and would stop there.
+    return sharded_dataset(x, y, spec.batch_size, world, seed=spec.seed + rank), updates_per_epoch
+
+
+def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> None:
+    """What MultiWorkerMirroredStrategy runs here; anything else is refused in one line."""
+    what = None
+    if getattr(settings, "nnodes", 1) > 1:
+        what = "--nnodes > 1 (TF workers run on one host here)"
+    elif on_torch:
+        what = "keras-torch (Keras on the torch backend has no tf.distribute)"
+    elif settings.inference:
+        what = "inference"
+    elif settings.steps_per_execution > 1:
+        what = ("steps_per_execution > 1 (Keras 3.15's multi-step loop fails under "
+                "MultiWorkerMirroredStrategy: 'You must feed a value for placeholder tensor')")
+    elif settings.jit_compile:
+        what = ("jit_compile (XLA compiles only NCCL collectives, MWMS on CPU uses RING: "
+                "'Only compiling NCCL/auto collective is supported, got: ring')")
+    elif (settings.pipeline or "numpy") not in ("numpy", "tfdata"):
+        what = f"pipeline {settings.pipeline!r}"
+    if what:
+        raise GapscopeInputError(
+            f"--nproc {world} with {what} is not supported: distributed Keras runs are "
+            "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without "
+            "jit_compile, one step per execution")
+
+
+def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, callback) -> None:
+    if settings.inference:
+        # predict makes one pass; more epochs of inference are more passes.
+        for _ in range(settings.epochs or 1):
+            model.predict(inputs[0] if isinstance(inputs, tuple) else inputs,
+                          batch_size=spec.batch_size, verbose=0, callbacks=[callback])
+        return
+    fit_args = dict(epochs=settings.epochs or 1, verbose=0, callbacks=[callback])
+    if isinstance(inputs, tuple):
+        model.fit(*inputs, batch_size=spec.batch_size, shuffle=True, **fit_args)
+    else:
+        model.fit(inputs, **fit_args)
+
+
+def _prepare_environment(settings: RunSettings, run_dir: Path, on_torch: bool) -> None:
+    """Before Keras is imported: the backend is fixed at import, and XLA reads its flags once."""
+    os.environ["KERAS_BACKEND"] = "torch" if on_torch else "tensorflow"
+    if not on_torch and settings.jit_compile:
+        dump_xla_hlo(run_dir)
+
+
+def dump_xla_hlo(run_dir: Path) -> None:
+    """Have XLA write each program's optimized HLO into the run: its metadata op_name
+    (gapscope_<phase>/...) is the only link from fused kernels back to the phases. XLA reads
+    its flags once, so this must run before TensorFlow is imported."""
+    flags = f"--xla_dump_to={run_dir / XLA_DUMP_DIR} --xla_dump_hlo_as_text"
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {flags}".strip()
+
+
+def _executions_window(window: TraceWindow, settings: RunSettings) -> TraceWindow:
+    """torch.profiler counts calls of the train function, not updates."""
+    spe = settings.steps_per_execution
+    first = max(1, window.first // spe)
+    return TraceWindow(first, max(1, -(-window.steps // spe)))
+
+
+def _device(settings: RunSettings, on_torch: bool) -> str:
+    if on_torch:
+        from workloads.devices import torch_device
+        return torch_device(settings.device).type
+    from workloads.devices import tf_device
+    return "cuda" if tf_device(settings.device).startswith("/GPU") else "cpu"
+
+
+def _inputs(settings: RunSettings, spec: WorkloadSpec, x, y, on_torch: bool, device: str):
+    pipeline = settings.pipeline or "numpy"
+    if pipeline == "numpy":
+        return (x, y)
+    if pipeline == "tfdata":
+        import tensorflow as tf
+        autotune = tf.data.AUTOTUNE
+        return (tf.data.Dataset.from_tensor_slices((x, y))
+                .shuffle(20000, seed=spec.seed)
+                .batch(spec.batch_size, num_parallel_calls=autotune)
+                .prefetch(autotune))
+    import torch
+    from workloads.runners.torch_pipelines import make_batches
+    # Keras on torch takes a DataLoader as it is; the layout stays Keras' (channels last).
+    return make_batches(pipeline, x, y, batch_size=spec.batch_size, num_workers=settings.num_workers,
+                        drop_last=settings.drop_last, device=torch.device(device), seed=spec.seed,
+                        channels_first=False)
+
+
+def keras_optimizer(keras, spec: WorkloadSpec):
+    optimizers = {"rmsprop": keras.optimizers.RMSprop, "sgd": keras.optimizers.SGD}
+    return optimizers[spec.optimizer](learning_rate=spec.learning_rate)
+
+
+def keras_loss(keras, spec: WorkloadSpec):
+    if spec.loss == "mse":
+        return keras.losses.MeanSquaredError()
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
