@@ -31,7 +31,7 @@ def test_every_command_has_help_with_an_example(runner, name):
 def test_list_json(runner):
     result = runner.invoke(cli, ["list", "--format", "json"])
     assert result.exit_code == 0
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     workloads = {w["name"]: w for w in doc["workloads"]}
     assert set(workloads) == {"linreg", "mlp", "mlp_bn_dropout", "cnn", "lstm", "dynamic"}
     assert doc["frameworks"] == ["torch", "keras", "keras-torch", "tf"]

@@ -161,6 +161,7 @@ def test_the_default_compare_is_short_and_verbose_has_every_table(runs, tmp_path
     said = " ".join(short.stdout.split())
     top = said.split(", top phases: ")[1].split(" causes ")[0]
     assert top.index("data_load -0.015") < top.index("optimizer +0.00") < top.index("backward -0.005")
-    assert "host vs device" not in short.stdout and "--verbose" in short.stdout
-    assert "host vs device" in verbose.stdout and "compile (once)" in verbose.stdout
+    assert "host vs device time per phase" not in short.stdout and "--verbose" in short.stdout
+    assert "host vs device time per phase" in " ".join(verbose.stdout.split())
+    assert "compile" in verbose.stdout and "gapscope compare: where the step-time gap goes" in " ".join(verbose.stdout.split())
     assert len(verbose.stdout.splitlines()) > len(lines)

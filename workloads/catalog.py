@@ -2,6 +2,7 @@
 their variants, as plain data."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,6 +30,9 @@ def parameter_counts(progress=lambda message: None) -> dict[str, dict[str, int]]
     step (seconds in all: the frameworks' imports and every model built)."""
     from workloads.models.params import keras_parameters, torch_parameters
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+    progress("counting parameters: importing Keras and TensorFlow")
+    with _native_stderr_silenced():
+        import keras  # noqa: F401  (TensorFlow with it)
     counts = {}
     for i, spec in enumerate(WORKLOADS.values(), start=1):
         progress(f"counting parameters: {spec.name} ({i}/{len(WORKLOADS)}, torch and keras)")
@@ -40,6 +44,22 @@ def parameter_counts(progress=lambda message: None) -> dict[str, dict[str, int]]
     for name, count in _keras_torch_counts().items():
         counts[name]["keras-torch"] = count
     return counts
+
+
+@contextlib.contextmanager
+def _native_stderr_silenced():
+    """TensorFlow's C++ writes INFO lines at import ('oneDNN custom operations are on') through
+    absl before its log level applies, straight to fd 2: a JSON listing is no place for them.
+    Python's own errors still raise."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _keras_torch_counts() -> dict[str, int]:
