@@ -192,7 +192,8 @@ def test_a_suggestion_already_among_the_runs_gives_its_figure_not_a_try(torch_ex
     comparison = compare([compiled, _with_variant(torch_explained, "default")])
     pair = comparison.pairs[0]
     (s,) = pair.suggestions
-    assert s.already == {"run": pair.a_label, "ratio": pytest.approx(pair.a_step_ms / pair.b_step_ms, abs=1e-4)}
+    assert s.already == {"run": pair.a_label,
+                         "ratio": pytest.approx(pair.a_step_ms / pair.b_step_ms, abs=1e-4)}
     assert pair.a_step_ms > pair.b_step_ms
     text = evidence_text.suggestion(s)
     assert text.startswith(f"mlp:torch:compile: already measured here: "

@@ -9,8 +9,8 @@ from profilers.phases import PHASES
 
 UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
                "95 % interval ([low, high] where lopsided), '~' where the interval holds 0 (within "
-               "noise); the phase Δs add up to the step Δ (the gap); ratio = run / baseline; % gap = Δ / gap; "
-               "compile = one-time, outside the steps")
+               "noise); the phase Δs add up to the step Δ (the gap); ratio = run / baseline; "
+               "% gap = Δ / gap; compile = one-time, outside the steps")
 
 
 # Said in the step row's % gap where the whole gap is noise: no phase's share of it means anything.
