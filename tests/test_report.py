@@ -137,8 +137,11 @@ def test_a_run_of_another_workload_leaves_the_matching_pairs_compared(two_runs, 
     text = out.read_text()
     comparison = text.split("## Comparison with the baseline", 1)[1]
     assert "| step |" in comparison and "user-mlp keras user" in comparison
-    assert "left out of the comparison, another workload than the baseline's (mlp):" in comparison
-    assert "(lstm)" in comparison.split("left out of the comparison")[1].split("\n")[0]
+    baseline_workload = json.loads((two_runs[0] / "manifest.json").read_text())["workload"]
+    note = (f"left out of the comparison, another workload than the baseline's "
+            f"({baseline_workload}): ")
+    assert note in comparison, comparison[-1500:]
+    assert "(lstm)" in comparison.split(note)[1].split("\n")[0]
 
 
 @pytest.mark.parametrize("args,fragment", [
