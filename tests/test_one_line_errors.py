@@ -155,3 +155,11 @@ def test_device_cuda_without_a_gpu_is_refused_up_front(runner, nothing_runs, mon
     result = runner.invoke(cli, [*command, "--device", "cuda", "--out", str(out)])
     _one_line(result, "--device cuda: this machine has no CUDA GPU")
     assert not out.exists()
+
+
+def test_demo_takes_the_size_options_the_readme_gives_it(runner, nothing_runs):
+    """`demo --batch-size` said "No such option"; now it is demo's option, checked as run's."""
+    result = runner.invoke(cli, ["demo", "--batch-size", "0"])
+    assert result.exit_code == 2 and "No such option" not in result.stderr
+    assert "--batch-size" in result.stderr and "range" in result.stderr
+    assert "--batch-size" in runner.invoke(cli, ["demo", "--help"]).stdout
