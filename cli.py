@@ -115,6 +115,17 @@ def wide_option(command):
                         help="Keep tables side by side however wide (default: fit 80 columns).")(command)
 
 
+def legend_option(command):
+    """--no-legend: the breakdown table without the footer that explains its columns."""
+    return click.option("--no-legend", "no_legend", is_flag=True,
+                        help="Leave out the table's legend (what the columns and marks mean).")(command)
+
+
+def _breakdown_options(fmt: str, no_legend: bool) -> dict:
+    """The terminal table alone has a legend to leave out; other formats take no options."""
+    return {"legend": not no_legend} if fmt == "table" else {}
+
+
 def _warn_oversubscribed(nproc: int) -> None:
     """More ranks than cores is allowed (a test of the launcher), but every step time then
     measures the ranks' contention for cores: said once, before anything runs."""
@@ -160,7 +171,8 @@ def list_command(fmt, no_parameters):
     from analysis.renderers.fit import Page
     from workloads.catalog import catalog
     # Counting parameters imports torch and TensorFlow: only the JSON, which carries them, pays.
-    entries = catalog(count_parameters=fmt == "json" and not no_parameters)
+    entries = catalog(count_parameters=fmt == "json" and not no_parameters,
+                      progress=lambda message: click.echo(f"{message}...", err=True))
     if fmt == "json":
         click.echo(strict_json.dumps(entries, indent=2))
         return
@@ -239,7 +251,7 @@ def _check_lengths(settings: dict) -> None:
 @cli.command()
 @click.argument("workload")
 @click.option("--framework", type=click.Choice(("torch", "keras", "keras-torch", "tf")),
-              required=True, help="torch; keras (Keras 3 on TF); keras-torch (Keras 3 on torch); "
+              default=None, help="torch; keras (Keras 3 on TF); keras-torch (Keras 3 on torch); "
                                   "tf (raw TensorFlow loop).")
 @run_options
 @size_options
@@ -256,8 +268,9 @@ def _check_lengths(settings: dict) -> None:
 @click.option("--job-id", default=None,
               help="Name every node gives the job (also torchrun's --rdzv-id); needed with --nnodes > 1.")
 @format_option()
+@legend_option
 @wide_option
-def run(workload, framework, fmt, quiet, **settings):
+def run(workload, framework, fmt, quiet, no_legend, **settings):
     """Run WORKLOAD once in a new run directory and print its breakdown.
 
     \b
@@ -265,18 +278,26 @@ def run(workload, framework, fmt, quiet, **settings):
       gapscope run mlp --framework keras --steps 100 --trace-steps 30
       gapscope run cnn --framework torch --nproc 2
     """
+    from workloads.registry import FRAMEWORKS, get_workload
+    get_workload(workload)  # 'unknown workload' first: a missing --framework is the lesser news
+    if framework is None:
+        raise GapscopeInputError(f"--framework is required: {', '.join(FRAMEWORKS)}")
     outcomes = _run_all(workload, [framework], quiet, settings)
     if settings["node_rank"] > 0:  # node 0 finishes the job and has every rank to break down
         click.echo(f"node {settings['node_rank']}: its ranks ended; node 0 writes the job manifest")
         return
-    _print_breakdowns(outcomes, fmt)
+    _print_breakdowns(outcomes, fmt, no_legend)
+    if quiet and fmt == "table":  # nothing else said where the run went; last, for `tail -1`
+        click.echo(f"run: {outcomes[0].run_dir}")
 
 
 @cli.command()
 @run_options
+@size_options
 @format_option()
+@legend_option
 @wide_option
-def demo(fmt, quiet, **settings):
+def demo(fmt, quiet, no_legend, **settings):
     """Run the MLP in PyTorch and in Keras/TF and print both breakdowns side by side.
 
     \b
@@ -284,7 +305,7 @@ def demo(fmt, quiet, **settings):
       gapscope demo --steps 100
     """
     outcomes = _run_all("mlp", ["torch", "keras"], quiet, settings)
-    _print_breakdowns(outcomes, fmt)
+    _print_breakdowns(outcomes, fmt, no_legend)
 
 
 def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
@@ -320,7 +341,7 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
     return outcomes
 
 
-def _print_breakdowns(outcomes, fmt: str) -> None:
+def _print_breakdowns(outcomes, fmt: str, no_legend: bool = False) -> None:
     from analysis.results.distributed_breakdown import breakdown_of
     from analysis.model.job import is_job
     from analysis.model.locate import locate
@@ -329,7 +350,8 @@ def _print_breakdowns(outcomes, fmt: str) -> None:
     runs = [p for p in places if not is_job(p)]
     jobs = [p for p in places if is_job(p)]  # --nproc N: the job across its ranks
     if runs or not jobs:
-        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(p) for p in runs]), nl=False)
+        click.echo(registry.BREAKDOWN[fmt].render([breakdown_of(p) for p in runs],
+                                                  **_breakdown_options(fmt, no_legend)), nl=False)
     if jobs:
         click.echo(registry.JOB_BREAKDOWN[fmt].render([breakdown_of(p) for p in jobs]), nl=False)
     if len(complete) < len(outcomes):
@@ -382,9 +404,12 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
     if name and matrix_file:
         raise GapscopeInputError("give a matrix NAME or --file PATH, not both")
     if list_matrices or not (name or matrix_file):
+        from analysis.renderers.fit import Page
+        page = Page()  # descriptions wrap under themselves, within 80 columns
         for matrix_name in matrix_names():
             loaded = load_matrix(matrix_name)
-            click.echo(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}")
+            page.line(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}", hang=30)
+        click.echo(page.text(), nl=False)
         return
     from analysis.results.matrix_results import UNANALYSABLE, matrix_result
     from profilers.run_dir import ensure_out_dir
@@ -418,9 +443,12 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
                    "they see it, else from the trace with the profiler's cost taken out; "
                    "timers: step timers only; trace: the trace as recorded (profiler cost inside); "
                    "compensated: every phase from the compensated trace.")
+@click.option("--quiet", "-q", is_flag=True,
+              help="No progress messages (as run and compare take it; breakdown prints none).")
 @format_option()
+@legend_option
 @wide_option
-def breakdown(paths, source, fmt):
+def breakdown(paths, source, fmt, quiet, no_legend):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
 
@@ -456,7 +484,8 @@ def breakdown(paths, source, fmt):
         click.echo(strict_json.dumps(docs, indent=2))
     else:
         if results:
-            click.echo(registry.BREAKDOWN[fmt].render(results), nl=False)
+            click.echo(registry.BREAKDOWN[fmt].render(results, **_breakdown_options(fmt, no_legend)),
+                       nl=False)
         if jobs:
             click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
     for problem in problems:
@@ -471,8 +500,8 @@ def breakdown(paths, source, fmt):
               help="RUNS are configurations WORKLOAD:FRAMEWORK[:VARIANT] to run now, interleaved "
                    "A B, B A, ..., each repeat a fresh process, into one A/B folder under --out.")
 @click.option("--repeats", type=click.IntRange(1, 200), default=None,
-              help="With --measure: runs of each configuration [default: 3; with --precision "
-                   "the most, default 50].")
+              help="With --measure: runs of each configuration [default: 5, enough to tell a "
+                   "20 % gap from noise here; with --precision the most, default 50].")
 @click.option("--precision", type=PERCENT, default=None, metavar="PCT",
               help="With --measure: add interleaved repeats until every ratio's 95 % interval "
                    "is within ±PCT (e.g. 3%), or --budget is spent; says why it stopped.")
@@ -492,10 +521,14 @@ def breakdown(paths, source, fmt):
               help="Measure each suggested variant against the configuration it changes (A/B, "
                    "--repeats interleaved runs of --steps into --out) and say whether it helped.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
+@click.option("--verbose", "-v", is_flag=True,
+              help="The table format's evidence too: the phase table, host vs device time, "
+                   "evidence per run and the runs' notes (default: the gap, its top phases and "
+                   "causes).")
 @format_option(registry.COMPARE)
 @wide_option
-def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions, quiet, fmt,
-            **settings):
+def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions, quiet, verbose,
+            fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -518,7 +551,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     from analysis.model.run import Runs, is_measurement, load_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
-    repeats = repeats or (50 if precision is not None else 3)
+    from workloads.ab import DEFAULT_REPEATS
+    repeats = repeats or (50 if precision is not None else DEFAULT_REPEATS)
     stopped: list[str] = []
     if measure:
         _check_lengths(settings)
@@ -542,7 +576,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         comparison = compare_runs(explain_all([loaded.load(p) for p in places]))
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
-    click.echo(registry.COMPARE[fmt].render(comparison), nl=False)
+    options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all
+    click.echo(registry.COMPARE[fmt].render(comparison, **options), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)

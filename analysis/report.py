@@ -162,9 +162,21 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
     except ImportError as exc:
         content.comparison_note = f"no comparison: the compare analyzer is not available ({exc})"
         return
-    ordered = [loaded[base]] + [r for i, r in enumerate(loaded) if i != base]
+    # Runs of another workload than the baseline's are left out, named, rather than taking the
+    # comparison of those that match down with them.
+    workload = complete[base].breakdown.workload
+    others = [i for i, r in enumerate(complete) if i != base]
+    matching = [i for i in others
+                if workload is None or complete[i].breakdown.workload in (workload, None)]
+    left_out = [f"{complete[i].label} ({complete[i].breakdown.workload})" for i in others
+                if i not in matching]
+    if left_out:
+        content.comparison_note = (f"left out of the comparison, another workload than the "
+                                   f"baseline's ({workload}): {', '.join(left_out)}")
+    if not matching:
+        return
     try:
-        comparison = compare(explain_all(ordered))
+        comparison = compare(explain_all([loaded[base]] + [loaded[i] for i in matching]))
     except GapscopeInputError as exc:
         content.comparison_note = f"no comparison: {exc}"
         return

@@ -1,6 +1,7 @@
 """torch.profiler over a scheduled window, written where TensorBoard's pytorch_profiler plugin looks."""
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -15,6 +16,11 @@ def torch_profiler(run_dir: Path, window: TraceWindow, cuda: bool):
     cost lands on a step that is already excluded as warm-up."""
     from torch.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
+    # Kineto prints 'USDT:... profiler_start' and '... profiler_stop' on stderr at every
+    # window, into the user's own loop's output. Its level is read when the profiler first
+    # starts; the USDT lines rank above errors, so only 6 silences them. A failed trace write
+    # is still caught below, and a level the user set is kept.
+    os.environ.setdefault("KINETO_LOG_LEVEL", "6")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     return profile(
         activities=activities,

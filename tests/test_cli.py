@@ -31,7 +31,7 @@ def test_every_command_has_help_with_an_example(runner, name):
 def test_list_json(runner):
     result = runner.invoke(cli, ["list", "--format", "json"])
     assert result.exit_code == 0
-    doc = json.loads(result.output)
+    doc = json.loads(result.stdout)
     workloads = {w["name"]: w for w in doc["workloads"]}
     assert set(workloads) == {"linreg", "mlp", "mlp_bn_dropout", "cnn", "lstm", "dynamic"}
     assert doc["frameworks"] == ["torch", "keras", "keras-torch", "tf"]
@@ -100,17 +100,15 @@ def test_unknown_workload_creates_nothing(runner, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_cuda_on_a_cpu_machine_is_refused_and_recorded(runner, tmp_path):
+def test_cuda_on_a_cpu_machine_is_refused_up_front(runner, tmp_path):
+    """As the README says: one line, exit 2, before a progress bar or a run directory."""
     import torch
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU: the refusal is for machines without one")
     result = runner.invoke(cli, ["run", "mlp", "--framework", "torch", "--device", "cuda",
                                  "--steps", "4", "--warmup", "1", "--no-trace", "--out", str(tmp_path)])
-    assert result.exit_code == 2
-    assert "torch sees no CUDA GPU" in result.stderr
-    (run_dir,) = tmp_path.iterdir()
-    manifest = json.loads((run_dir / "manifest.json").read_text())
-    assert manifest["status"] == "failed" and "no CUDA GPU" in manifest["error"]
+    _assert_one_line_error(result, "--device cuda: this machine has no CUDA GPU")
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("status,pid,fragment", [
@@ -140,6 +138,39 @@ def test_run_writes_a_new_directory_each_time_and_prints_the_breakdown(runner, t
     assert len(ids) == 2 and {p.name for p in tmp_path.iterdir()} == ids
     # Of 8 steps, 2 are unprofiled: the rest are warm-up, traced, or the teardown step after them.
     assert json.loads(first.stdout)["steps"] == 2
+
+
+def test_run_quiet_says_where_the_run_went_last_on_stdout(runner, tmp_path):
+    result = runner.invoke(cli, ["run", "mlp", "--framework", "torch", "--steps", "8", "--warmup",
+                                 "2", "--trace-steps", "3", "--out", str(tmp_path), "--quiet"])
+    assert result.exit_code == 0, result.output
+    (run_dir,) = tmp_path.iterdir()
+    assert result.stdout.splitlines()[-1] == f"run: {run_dir}"
+    assert "gapscope breakdown" in result.stdout and result.stderr == ""
+
+
+def test_breakdown_takes_quiet_and_no_legend(runner, torch_run):
+    full = runner.invoke(cli, ["breakdown", str(torch_run), "--quiet"])
+    bare = runner.invoke(cli, ["breakdown", str(torch_run), "--no-legend"])
+    assert full.exit_code == 0 and bare.exit_code == 0, full.output + bare.output
+    legend = "Phase source: T timers"
+    assert legend in " ".join(full.stdout.split()) and legend not in " ".join(bare.stdout.split())
+    # the table itself is the same
+    assert full.stdout.split("steps")[0] == bare.stdout.split("steps")[0]
+
+
+def test_list_json_says_its_progress_on_stderr_and_nothing_from_tensorflow():
+    """Issue 23 item 9: 8 s with no progress, and TensorFlow's INFO lines. In a process of its
+    own: the frameworks' start-up chatter is only said once per process."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, "-m", "cli", "list", "--format", "json"],
+                          capture_output=True, text=True, timeout=600,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert done.returncode == 0, done.stderr
+    json.loads(done.stdout)
+    lines = done.stderr.splitlines()
+    assert lines and all(line.startswith("counting parameters: ") for line in lines), lines
 
 
 def test_breakdown_of_a_folder_of_runs_breaks_down_each(runner, torch_run, keras_run):

@@ -96,7 +96,7 @@ def test_cli_refuses_different_workloads_in_one_line(runs, tmp_path, fixtures_di
 
 def test_table_and_markdown_show_the_gap(runs):
     comparison = compare([explain_run(r) for r in runs])
-    table = compare_table.render(comparison)
+    table = compare_table.render(comparison, verbose=True)
     assert "-0.015" in table and "-0.010" in table and "different devices" in table
     markdown = compare_markdown.render(comparison)
     # The verdict comes first, then the table.
@@ -113,3 +113,56 @@ def test_resources_csv_is_summarised(runs):
     assert stats.samples == 2 and stats.cpu_percent_mean == 75 and stats.cpu_percent_max == 100
     assert stats.gpu_util_percent_mean == 50 and stats.gpu_mem_mib_max == 1200 and stats.gpu_power_w_mean == 110
     assert stats.note is None
+
+
+def test_a_lopsided_interval_is_printed_as_low_high_not_plus_minus():
+    """Issue 23 item 2: '+1.452 ±7.964' called slower; the interval is [1.273, 9.416]."""
+    from analysis.renderers.columns import plus_minus
+    from analysis.renderers.compare_columns import delta
+    assert delta(1.452, (1.273, 9.416)) == "+1.452 [+1.273, +9.416]"
+    assert delta(-0.2, (-1.5, 0.1)) == "-0.200 [-1.500, +0.100] ~"
+    assert delta(1.0, (0.9, 1.1)) == "+1.000 ±0.100"
+    assert plus_minus(12.0, (11.5, 12.6)) == "12.000 ±0.600"  # 0.5 / 0.6: about symmetric
+    assert plus_minus(12.0, (11.9, 13.0)) == "12.000 [11.900, 13.000]"
+
+
+def test_two_plain_runs_say_their_interval_holds_one_process_each(runs):
+    """Issue 23 item 1: a plain compare and `compare --measure` must not read as two answers."""
+    comparison = compare([explain_run(r) for r in runs])
+    table = compare_table.render(comparison)
+    said = " ".join(table.split())
+    assert "one process each: the drift between processes is not in this interval; " \
+           "`gapscope compare --measure mlp:torch mlp:torch` repeats both and decides" in said
+
+
+def test_trace_derived_tables_say_so_and_why_they_can_exceed_the_step(runs):
+    """Issue 23 item 4: the host-vs-device figure (traced) beside the breakdown's (unprofiled)."""
+    comparison = compare([explain_run(r) for r in runs])
+    for text in (compare_table.render(comparison, verbose=True), compare_markdown.render(comparison)):
+        said = " ".join(text.split())
+        assert ("host vs device time per phase (traced steps, profiler cost inside; ms per step)"
+                in said)
+        assert "evidence per run (traced steps, profiler cost inside)" in said
+        assert "a figure here can exceed the breakdown's phase, even its step" in said
+        assert "the evidence from traced steps, profiler cost inside:" in said
+
+
+def test_the_default_compare_is_short_and_verbose_has_every_table(runs, tmp_path, fixtures_dir):
+    """Issue 23 item 6: a 3-run compare printed 177 lines; by default the gap, its top 3
+    phases and top 3 causes, in 40 lines."""
+    third = _run_dir(tmp_path, "run-c", "async_gpu_two_steps.pt.trace.json", fixtures_dir)
+    short = CliRunner().invoke(cli, ["compare", *map(str, runs), str(third)])
+    verbose = CliRunner().invoke(cli, ["compare", *map(str, runs), str(third), "--verbose"])
+    assert short.exit_code == 0 and verbose.exit_code == 0, short.output + verbose.output
+    lines = short.stdout.splitlines()
+    assert len(lines) <= 40, short.stdout
+    tops = [line for line in lines if ", top phases: " in line]
+    assert len(tops) == 2 and tops[0].startswith("mlp torch")
+    # run-b's largest deltas: data_load -0.015, optimizer +0.0075, backward -0.005
+    said = " ".join(short.stdout.split())
+    top = said.split(", top phases: ")[1].split(" causes ")[0]
+    assert top.index("data_load -0.015") < top.index("optimizer +0.00") < top.index("backward -0.005")
+    assert "host vs device time per phase" not in short.stdout and "--verbose" in short.stdout
+    assert "host vs device time per phase" in " ".join(verbose.stdout.split())
+    assert "gapscope compare: where the step-time gap goes" in " ".join(verbose.stdout.split())
+    assert len(verbose.stdout.splitlines()) > len(lines)

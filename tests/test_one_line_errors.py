@@ -138,3 +138,28 @@ def test_worker_count_is_bounded_wherever_settings_come_from():
     from workloads.settings import RunSettings
     with pytest.raises(GapscopeInputError, match="DataLoader workers"):
         RunSettings("mlp", "torch", num_workers=10**8).check_lengths()
+
+
+def test_an_unknown_workload_is_named_before_a_missing_framework(runner, nothing_runs):
+    """Issue 23 item 9: `run nosuch` gave click's six-line "Missing option '--framework'"."""
+    _one_line(runner.invoke(cli, ["run", "nosuch"]), "unknown workload 'nosuch'; known: ")
+    _one_line(runner.invoke(cli, ["run", "mlp"]), "--framework is required: torch, keras")
+
+
+@pytest.mark.parametrize("command", [RUN, ["demo"]])
+def test_device_cuda_without_a_gpu_is_refused_up_front(runner, nothing_runs, monkeypatch,
+                                                       tmp_path, command):
+    """No progress bar and no failed run directory (issue 23 item 8): refused before either."""
+    monkeypatch.setattr("profilers.nvml.gpu_count", lambda: 0)
+    out = tmp_path / "out"
+    result = runner.invoke(cli, [*command, "--device", "cuda", "--out", str(out)])
+    _one_line(result, "--device cuda: this machine has no CUDA GPU")
+    assert not out.exists()
+
+
+def test_demo_takes_the_size_options_the_readme_gives_it(runner, nothing_runs):
+    """`demo --batch-size` said "No such option"; now it is demo's option, checked as run's."""
+    result = runner.invoke(cli, ["demo", "--batch-size", "0"])
+    assert result.exit_code == 2 and "No such option" not in result.stderr
+    assert "--batch-size" in result.stderr and "range" in result.stderr
+    assert "--batch-size" in runner.invoke(cli, ["demo", "--help"]).stdout

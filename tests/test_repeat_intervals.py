@@ -83,3 +83,20 @@ def test_a_gap_within_noise_says_how_many_repeats_would_decide_it():
     # By hand: all the spread is B's (var of its logs 0.0328, Welch dof 2 = n - 1), so 4
     # repeats: t(3) 3.182 * sqrt(0.0328 / 4) = 0.288 < log 1.452 = 0.373 (3: t(2) gives 0.450).
     assert needed == 4
+
+
+@pytest.mark.parametrize("repeats,decided", [(3, False), (5, True)])
+def test_the_default_repeats_tell_a_20_percent_gap_at_this_machines_process_spread(repeats, decided):
+    """compare --measure's default (workloads.ab.DEFAULT_REPEATS) against the spread measured
+    between gapscope's torch CNN processes here (CV 11.3 %): 3 repeats a side cannot tell a
+    20 % gap from noise, 5 can. By hand: t(4) 2.776 * 0.113 * sqrt(2/3) = 0.256 > log 1.2 =
+    0.182; t(8) 2.306 * 0.113 * sqrt(2/5) = 0.165 < 0.182."""
+    from workloads.ab import DEFAULT_REPEATS
+    offsets = np.linspace(-1.0, 1.0, repeats)
+    logs = 0.113 * offsets / np.std(offsets, ddof=1)  # sample sd exactly 0.113
+    base = [100.0 * math.exp(x) for x in logs]
+    result = repeat_ratio(base, [1.2 * b for b in base[::-1]])
+    low, high = result.ci95
+    assert result.ratio == pytest.approx(1.2)
+    assert (low > 1.0) is decided
+    assert DEFAULT_REPEATS == 5

@@ -58,13 +58,30 @@ def test_markdown_has_environment_tables_plots_and_comparison(report, two_runs):
     out, _ = report
     text = out.read_text()
     for heading in ("## Environment", "## Where the time goes", "## Step time over the run",
-                    "## Speed", "## Comparison with the baseline"):
+                    "## Step-time ratio to the baseline", "## Comparison with the baseline"):
         assert heading in text
     assert "![Phases per run" in text and "(mlp-phases.png)" in text
     assert "user-mlp torch user" in text and "user-mlp keras user" in text
     manifest = json.loads((two_runs[0] / "manifest.json").read_text())
     assert manifest["versions"]["torch"] in text and manifest["device"] in text
-    assert "speed vs baseline" in text
+    assert "ratio run/base" in text
+
+
+def test_the_ratio_points_the_same_way_as_the_compare_table_under_it(report):
+    """One convention on the page (issue 23 item 3): the ratio table's run/baseline is the
+    compare table's, figure for figure, not its inverse."""
+    import re
+    out, _ = report
+    text = out.read_text()
+    ratio_row = next(line for line in text.splitlines()
+                     if line.startswith("| user-mlp keras user |") and line.endswith("x |"))
+    ratio = ratio_row.rsplit("|", 2)[-2].strip()
+    step_row = next(line for line in text.splitlines() if line.startswith("| step |"))
+    assert re.search(rf"\| {re.escape(ratio)}( \[|\s*\|)", step_row), (ratio_row, step_row)
+    # the run that is slower reads above 1 in both
+    means = [float(line.split("|")[2]) for line in text.splitlines()
+             if line.startswith("| user-mlp ") and line.endswith("x |")]
+    assert (float(ratio[:-1]) > 1) == (means[1] > means[0])
 
 
 def test_html_is_self_contained(report):
@@ -104,6 +121,27 @@ def test_a_failed_run_is_listed_and_exits_1(two_runs, tmp_path):
     assert result.exit_code == 1
     assert "has no results: run " in result.stderr and "failed: ValueError: boom" in result.stderr
     assert "## Runs without results" in out.read_text()
+
+
+def test_a_run_of_another_workload_leaves_the_matching_pairs_compared(two_runs, tmp_path):
+    """Issue 23 item 9: one run of another workload used to drop the whole comparison."""
+    other = tmp_path / "lstm-run"
+    shutil.copytree(two_runs[1], other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest.update(workload="lstm", run_id="lstm-run")
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    out = tmp_path / "report.md"
+    result = CliRunner().invoke(cli, ["report", *map(str, two_runs), str(other), "--out", str(out),
+                                      "-q"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    comparison = text.split("## Comparison with the baseline", 1)[1]
+    assert "| step |" in comparison and "user-mlp keras user" in comparison
+    baseline_workload = json.loads((two_runs[0] / "manifest.json").read_text())["workload"]
+    note = (f"left out of the comparison, another workload than the baseline's "
+            f"({baseline_workload}): ")
+    assert note in comparison, comparison[-1500:]
+    assert "(lstm)" in comparison.split(note)[1].split("\n")[0]
 
 
 @pytest.mark.parametrize("args,fragment", [

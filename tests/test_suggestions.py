@@ -176,3 +176,26 @@ def test_a_suggestion_that_cannot_run_here_is_said_not_fatal(torch_run, tmp_path
     assert result.exit_code == 0, result.output
     assert "mlp:torch:cudagraphs not checked:" in result.output and "CUDA" in result.output
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_suggestion_already_among_the_runs_gives_its_figure_not_a_try(torch_explained,
+                                                                         monkeypatch):
+    """Issue 23 item 5: 'mlp torch compile is 1.11x slower than mlp torch', then 'try
+    mlp:torch:compile' contradicts the table. The compiled run is there: its figure is said."""
+    from analysis.results.compare import compare
+    def compile_for_b(pair, a, b):
+        return [Suggestion(Rule.DISPATCH, pair.b_label, "mlp:torch", "mlp:torch:compile",
+                           {"other_ms": 4.0, "other_share": 0.4})]
+    monkeypatch.setattr("analysis.results.compare._suggestions", compile_for_b)
+    compiled = _with_variant(torch_explained, "compile")
+    compiled.breakdown.step_times_ms = [1.11 * t for t in compiled.breakdown.step_times_ms]
+    comparison = compare([compiled, _with_variant(torch_explained, "default")])
+    pair = comparison.pairs[0]
+    (s,) = pair.suggestions
+    assert s.already == {"run": pair.a_label,
+                         "ratio": pytest.approx(pair.a_step_ms / pair.b_step_ms, abs=1e-4)}
+    assert pair.a_step_ms > pair.b_step_ms
+    text = evidence_text.suggestion(s)
+    assert text.startswith(f"mlp:torch:compile: already measured here: "
+                           f"{pair.a_step_ms / pair.b_step_ms:.2f}x slower than {pair.b_label}")
+    assert "try" not in text

@@ -45,6 +45,15 @@ def test_no_crossover_says_who_wins_everywhere():
     assert not crossovers(uncertain)[0].certain
 
 
+def test_the_plots_ratio_axis_is_log_so_one_wide_whisker_does_not_flatten_the_rest():
+    from analysis.renderers.sweep_render import figure
+    fig = figure(_result([1.3, 0.5, 2.0, 1.05], [None, (0.1, 2.5), (1.5, 2.6), None]))
+    speed, ratio = fig.axes
+    assert ratio.get_yscale() == "log" and speed.get_xscale() == "log"
+    low, high = ratio.get_ylim()
+    assert low <= 0.1 and high >= 2.6  # the whiskers are drawn, on the log axis
+
+
 def test_sized_workload():
     mlp = get_workload("mlp")
     assert mlp.sized(batch_size=64).batch_size == 64 and mlp.sized() is mlp

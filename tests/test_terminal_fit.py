@@ -72,7 +72,8 @@ def test_unique_labels_even_for_the_same_trace_twice():
 
 def test_compare_of_three_real_runs_fits_with_unique_headers(runner, torch_run, keras_run):
     # The same run twice: its label and id agree, so only the numbering tells them apart.
-    result = runner.invoke(cli, ["compare", str(keras_run), str(torch_run), str(torch_run)])
+    result = runner.invoke(cli, ["compare", str(keras_run), str(torch_run), str(torch_run),
+                                 "--verbose"])
     assert result.exit_code == 0, result.output
     assert _widest(result.output) <= WIDTH
     assert "mlp torch #" in result.output and "(2)" in result.output and "(3)" in result.output
@@ -81,7 +82,8 @@ def test_compare_of_three_real_runs_fits_with_unique_headers(runner, torch_run, 
 
 def test_gap_within_noise_is_said_in_the_step_row(runner, keras_run):
     for fmt in ("table", "markdown"):
-        result = runner.invoke(cli, ["compare", str(keras_run), str(keras_run), "--format", fmt])
+        result = runner.invoke(cli, ["compare", str(keras_run), str(keras_run), "--format", fmt,
+                                     *(["--verbose"] if fmt == "table" else [])])
         assert result.exit_code == 0, result.output
         lines = result.output.splitlines()
         first = next(i for i, line in enumerate(lines) if line.lstrip("│| *").startswith("step"))
@@ -104,11 +106,21 @@ def test_matrix_ratio_is_run_over_baseline_and_the_table_fits(torch_run, keras_r
     assert _widest(text) <= WIDTH and "run/base" in text and "row / baseline" in text
 
 
-def test_a_wide_matrix_is_cut_into_blocks_that_fit():
-    rows = [MatrixRowResult(f"row-{i}", "failed", "PyTorch eager", "tensor-dataset", "torch",
-                            "default", "0", "1", reason="a long reason " * 6) for i in range(3)]
-    text = registry.MATRIX["table"].render(MatrixResult("m", "", "row-0", "a CPU", rows))
-    assert _widest(text) <= WIDTH and text.count("row-2") >= 2  # the key column repeats
+def test_a_wide_matrix_gets_a_narrow_summary_one_line_a_row(monkeypatch):
+    """Issue 23 item 6: five column blocks spread one row over five tables; the summary keeps
+    each row on one line, and --wide (WIDTH None) still gives every column."""
+    rows = [MatrixRowResult(f"row-{i}", "complete", "PyTorch eager", "tensor-dataset", "torch",
+                            "default", "0", "1", step_ratio=1.0 + i / 10, steps_per_s=100.0 - i,
+                            phase_share={"data_load": 0.1, "forward": 0.2, "backward": 0.5,
+                                         "optimizer": 0.1, "other": 0.1}) for i in range(3)]
+    result = MatrixResult("m", "", "row-0", "a CPU", rows)
+    text = registry.MATRIX["table"].render(result)
+    assert _widest(text) <= WIDTH
+    row_lines = [line for line in text.splitlines() if line.startswith("│ row-")]
+    assert len(row_lines) == 3 and "1.20x" in row_lines[2] and "backward 50 %" in row_lines[2]
+    assert "--wide" in text and "final loss" not in text
+    monkeypatch.setattr(fit, "WIDTH", None)
+    assert "final loss" in registry.MATRIX["table"].render(result)
 
 
 def test_fit_keeps_units_whole_and_repeats_the_keys():
@@ -164,3 +176,10 @@ def test_report_speed_is_per_workload():
     runs = [SimpleNamespace(workload=w) for w in ("mlp", "lstm", "mlp", "lstm", None)]
     assert workload_references(runs, 0) == [0, 1, 0, 1, 0]
     assert workload_references(runs, 2) == [2, 1, 2, 1, 2]
+
+
+def test_matrix_list_fits(runner):
+    result = runner.invoke(cli, ["matrix", "--list"])
+    assert result.exit_code == 0, result.output
+    assert _widest(result.output) <= WIDTH
+    assert "seed-4060ti" in result.output and "seed-graph-mode" in result.output

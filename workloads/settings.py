@@ -150,8 +150,12 @@ class RunSettings:
     def with_variant(self, cuda_available: bool) -> "RunSettings":
         """These settings with the variant combination resolved (or refused) for this machine,
         and their step counts checked."""
+        from profilers.errors import UnsupportedVariantError
         from workloads.variants import resolve
         self.check_lengths()
+        if self.device == "cuda" and not cuda_available:  # before a run directory exists
+            raise UnsupportedVariantError("--device cuda: this machine has no CUDA GPU "
+                                          "(use --device cpu, or auto)")
         canonical, options = resolve(self.framework, self.variant, cuda_available)
         resolved = replace(self, variant=canonical, **options)
         resolved.check_lengths()

@@ -7,7 +7,9 @@ from analysis.renderers.fit import Grid, Page
 from analysis.results.records import Breakdown
 
 
-def render(breakdowns: list[Breakdown]) -> str:
+def render(breakdowns: list[Breakdown], legend: bool = True) -> str:
+    """`legend` False leaves out the footer that says what the columns and marks mean (for
+    one who has read it: `--no-legend`); the runs' notes stay."""
     names = run_names(breakdowns)
     head = ["phase"] + [h for name in names for h in (f"{name}\nms", "%", "src")]
     rows = [[phase, *cells] for phase, cells in side_by_side(breakdowns)]
@@ -18,11 +20,12 @@ def render(breakdowns: list[Breakdown]) -> str:
     sources = frozenset(3 + 3 * i for i in range(len(breakdowns)))
     page = Page()
     page.table(Grid("gapscope breakdown", head, rows, [3] * len(breakdowns), left=sources | {0}, ends=ends))
-    page.line(unit_footer(breakdowns))
+    if legend:
+        page.line(unit_footer(breakdowns))
     for b, name in zip(breakdowns, names):
         for note in b.notes:
             page.line(f"{name}: {note}")
-    legend = origin_legend(breakdowns)
-    if legend:
-        page.line(legend)
+    marks = origin_legend(breakdowns)
+    if legend and marks:
+        page.line(marks)
     return page.text()

@@ -16,7 +16,8 @@ def unit_footer(breakdowns: list[Breakdown]) -> str:
     """What the figures are; says so where a step time carries the profiler's cost."""
     steps = ("from unprofiled steps" if all(b.unprofiled for b in breakdowns)
              else "from unprofiled steps where a run has them, else traced ('traced': profiler cost inside)")
-    return (f"ms per steady-state step (mean, ± half its 95 % interval), {steps}; "
+    return (f"ms per steady-state step (mean, ± half its 95 % interval, [low, high] where "
+            f"lopsided), {steps}; "
             "% of the step; phases add up to the step; compile = one-time warm-up cost. "
             "Phase source: T timers, C trace with the profiler's cost taken out, "
             "R trace as recorded (profiler cost inside); step source: U unprofiled steps, "
@@ -70,12 +71,20 @@ def origin_mark(b: Breakdown, phase: str) -> str:
     return ORIGIN_MARKS.get(b.phase_sources.get(phase), "")
 
 
-def plus_minus(value: float, interval) -> str:
-    """'12.345 ±0.210': the half-width of the interval around the estimate."""
+# Below this ratio of its shorter to its longer side an interval is lopsided: a '±' of the
+# longer side would claim the shorter one reaches as far ('+1.452 ±7.964' for [1.273, 9.416]).
+_SYMMETRIC = 0.75
+
+
+def plus_minus(value: float, interval, sign: str = "") -> str:
+    """'12.345 ±0.210' where the interval is about symmetric around the estimate, else
+    '12.345 [12.100, 13.900]', so that a lopsided interval is read as it is."""
     if interval is None:
-        return f"{value:.3f}"
-    half = max(value - interval[0], interval[1] - value)
-    return f"{value:.3f} ±{half:.3f}"
+        return f"{value:{sign}.3f}"
+    below, above = value - interval[0], interval[1] - value
+    if min(below, above) < _SYMMETRIC * max(below, above):
+        return f"{value:{sign}.3f} [{interval[0]:{sign}.3f}, {interval[1]:{sign}.3f}]"
+    return f"{value:{sign}.3f} ±{max(below, above):.3f}"
 
 
 def ratio_interval(ratio: float | None, interval) -> str:

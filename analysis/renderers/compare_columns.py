@@ -1,15 +1,16 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
-from analysis.results.compare import Comparison
+from analysis.results.compare import Comparison, IntervalMethod
 from analysis.renderers import evidence_text
-from analysis.renderers.columns import ratio_interval
+from analysis.renderers.columns import plus_minus, ratio_interval
+from analysis.results.suggestions import config_of
 from profilers.phases import PHASES
 
 UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
-               "95 % interval, '~' where the interval holds 0 (within noise); the phase Δs add up "
-               "to the step Δ (the gap); ratio = run / baseline; % gap = Δ / gap; "
-               "compile = one-time, outside the steps")
+               "95 % interval ([low, high] where lopsided), '~' where the interval holds 0 (within "
+               "noise); the phase Δs add up to the step Δ (the gap); ratio = run / baseline; "
+               "% gap = Δ / gap; compile = one-time, outside the steps")
 
 
 # Said in the step row's % gap where the whole gap is noise: no phase's share of it means anything.
@@ -21,11 +22,10 @@ def _f(value, fmt="{:.3f}", none="n/a"):
 
 
 def delta(value: float, interval) -> str:
-    """'+1.234 ±0.056', and a '~' where the interval holds zero: not told apart from noise."""
-    if interval is None:
-        return f"{value:+.3f}"
-    half = max(value - interval[0], interval[1] - value)
-    return f"{value:+.3f} ±{half:.3f}" + (" ~" if interval[0] <= 0.0 <= interval[1] else "")
+    """'+1.234 ±0.056' (or '+1.452 [+1.273, +9.416]' where the interval is lopsided), and a '~'
+    where the interval holds zero: not told apart from noise."""
+    text = plus_minus(value, interval, sign="+")
+    return text + (" ~" if interval is not None and interval[0] <= 0.0 <= interval[1] else "")
 
 
 def ratio_text(pair) -> str:
@@ -48,12 +48,26 @@ def verdict_lines(comparison: Comparison) -> list[str]:
             lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
                          f"{pair.a_label} (ratio {ratio_text(pair)}; gap "
                          f"{delta(pair.gap_ms, pair.gap_ci95)} ms per step){_where(pair)}")
-        pairs = evidence_text.pairs_line(pair)
+        pairs = evidence_text.pairs_line(pair) or _one_process(comparison, pair)
         if pairs:
             lines.append(f"  {pairs}")
     for pair in comparison.pairs[:1]:
         lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines
+
+
+def _one_process(comparison: Comparison, pair) -> str | None:
+    """Two runs, one process each: their interval holds the steps' noise only, while the next
+    processes may differ by 10 % and more. Said beside the verdict, with the command that
+    gives the one that `compare --measure` would, so that the two never read as two answers."""
+    if pair.interval_method != IntervalMethod.BOOTSTRAP:
+        return None
+    runs = {r.breakdown.name: r.breakdown for r in comparison.runs}
+    configs = [config_of(runs[label]) for label in (pair.a_label, pair.b_label)]
+    command = (f"`gapscope compare --measure {' '.join(configs)}`" if all(configs)
+               else "`gapscope compare --measure A B`")
+    return (f"one process each: the drift between processes is not in this interval; "
+            f"{command} repeats both and decides")
 
 
 def _where(pair) -> str:
@@ -134,9 +148,16 @@ def parallelism(run) -> float | None:
     return run.kernels.time_ms_per_step / busy if busy > 0 else None
 
 
-# Said under the host/device table: device time above host time is not an error.
-DEVICE_FOOTER = ("device: when the phase's kernels (CPU: ops) ran, threads merged; above host "
-                 "time where they run beside or after the host's phase")
+# Every table read from the trace says so in its title: its figures come from other steps than
+# the breakdown's, and are larger for it.
+TRACED = "traced steps, profiler cost inside"
+DEVICE_TITLE = f"host vs device time per phase ({TRACED}; ms per step)"
+FACTS_TITLE = f"evidence per run ({TRACED})"
+# Said under the host/device table: why its figures can exceed the breakdown's phase, or the step.
+DEVICE_FOOTER = ("traced steps run slower than the unprofiled steps of the breakdown (the "
+                 "profiler's cost), and device time counts the phase's kernels (CPU: ops) whenever "
+                 "they ran, threads merged, beside or after the host's phase: so a figure here can "
+                 "exceed the breakdown's phase, even its step")
 
 
 def _transfers(run) -> str:
@@ -166,7 +187,8 @@ def phase_device_rows(comparison: Comparison, sep: str = " ") -> tuple[list[str]
 def evidence_lines(comparison: Comparison) -> list[str]:
     lines = []
     for pair in comparison.pairs:
-        lines.append(f"{pair.b_label} vs {pair.a_label}: gap {pair.gap_ms:+.3f} ms per step")
+        lines.append(f"{pair.b_label} vs {pair.a_label}: gap {pair.gap_ms:+.3f} ms per step; "
+                     f"the evidence from {TRACED}:")
         lines += [f"  - {evidence_text.sentence(e, pair)}" for e in pair.evidence]
         if pair.suggestions:
             lines.append(f"suggestions for {pair.b_label if pair.gap_ms > 0 else pair.a_label} "

@@ -12,13 +12,14 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def render(comparison: Comparison) -> str:
-    lines = [f"**{line}**" if i < len(comparison.pairs) else f"_{line}_"
-             for i, line in enumerate(cols.verdict_lines(comparison))] + [""]
+    # The verdicts bold; what qualifies them (pair ratios, one process each, the method) not.
+    lines = [f"_{line.strip()}_" if line.startswith("  ") or line.startswith("intervals:")
+             else f"**{line}**" for line in cols.verdict_lines(comparison)] + [""]
     lines += _table(cols.header(comparison), cols.phase_rows(comparison))
-    lines += ["", f"_{cols.UNIT_FOOTER}_", "", "**Host vs device time per phase** (ms per step)", ""]
+    lines += ["", f"_{cols.UNIT_FOOTER}_", "", f"**{cols.DEVICE_TITLE}**", ""]
     lines += _table(*cols.phase_device_rows(comparison))
     lines += ["", f"_{cols.DEVICE_FOOTER}_"]
-    lines += ["", "**Evidence per run**", ""]
+    lines += ["", f"**{cols.FACTS_TITLE}**", ""]
     lines += _table(*cols.fact_rows(comparison))
     lines += [""]
     for line in cols.evidence_lines(comparison):

@@ -28,7 +28,7 @@ def pairs_line(pair: PairComparison) -> str | None:
         return None
     side = "slower" if (pair.ratio or 1) > 1 else "faster"
     text = (f"pair ratios {', '.join(f'{r:.2f}' for r in pair.pair_ratios)} "
-            f"({pair.pairs_agreeing}/{len(pair.pair_ratios)} {side})")
+            f"({pair.pairs_agreeing}/{len(pair.pair_ratios)} pairs agree: {side})")
     needed = pair.repeats_to_decide
     if needed is not None:
         text += f"; about {needed} repeats a side would tell a gap this size from noise"
@@ -50,6 +50,12 @@ def suggestion(s: Suggestion) -> str:
         Rule.FP32_GPU: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
     }[s.rule]()
     of_step = "" if s.rule in (Rule.SMALL_KERNELS, Rule.RECOMPILES) else " of the step"
+    if s.already is not None:
+        ratio = s.already["ratio"]
+        how = (f"{ratio:.2f}x slower than" if ratio > 1 else f"{1 / ratio:.2f}x faster than"
+               if 0 < ratio < 1 else "as fast as")
+        return (f"{s.suggested}: already measured here: {how} {s.run_label} "
+                f"({s.already['run']}; {s.rule}: {why}{of_step})")
     text = f"try {s.suggested} ({s.rule}: {why}{of_step}, {s.run_label})"
     if s.check is None:
         return text

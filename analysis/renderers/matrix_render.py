@@ -7,7 +7,7 @@ import io
 
 from analysis.results.matrix_results import MatrixResult, MatrixRowResult
 from analysis.renderers.columns import ratio_interval
-from analysis.renderers.fit import Grid, Page
+from analysis.renderers.fit import Grid, Page, blocks
 from profilers import strict_json
 from profilers.phases import PHASES
 
@@ -17,14 +17,18 @@ HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", RATIO
 
 
 def footer(result: MatrixResult) -> str:
+    return ("time = all steps of the run, compile and warm-up included (compile = their one-time "
+            f"part); {_ratio_footer(result)}; phase % of the steady-state step; GPU/EC n/a "
+            "without NVML")
+
+
+def _ratio_footer(result: MatrixResult) -> str:
     if result.repeats > 1:
         noise = (f"[95 % t-interval over {result.repeats} interleaved repeats, fresh processes]; "
                  "other figures are means over the repeats")
     else:
         noise = "one run per row: no interval (--repeats N gives one)"
-    return ("time = all steps of the run, compile and warm-up included (compile = their one-time "
-            f"part); run/base = row / baseline steady step time from unprofiled steps (> 1 slower) "
-            f"{noise}; phase % of the steady-state step; GPU/EC n/a without NVML")
+    return f"run/base = row / baseline steady step time from unprofiled steps (> 1 slower) {noise}"
 
 
 def _title(result: MatrixResult) -> str:
@@ -45,12 +49,36 @@ def _cells(row: MatrixRowResult) -> list[str]:
             *shares, status]
 
 
+# The narrow summary's columns, picked from HEADERS: who, how fast against the baseline, where
+# the time goes, and whether the row ran.
+SUMMARY = ("row", "config", RATIO_HEADER, "steps/s", "status")
+
+
 def render_table(result: MatrixResult) -> str:
+    """The whole table where it fits the width (or with --wide); else a narrow summary, one
+    line a row, rather than every row spread over column blocks."""
     page = Page()
-    page.table(Grid(_title(result), list(HEADERS), [_cells(row) for row in result.rows],
-                    [1] * (len(HEADERS) - 1)))
-    page.line(footer(result))
+    grid = Grid(_title(result), list(HEADERS), [_cells(row) for row in result.rows],
+                [1] * (len(HEADERS) - 1))
+    if len(blocks(grid, page.width)) == 1:
+        page.table(grid)
+        page.line(footer(result))
+        return page.text()
+    picked = [HEADERS.index(h) for h in SUMMARY]
+    rows = [[cells[i] for i in picked] + [_largest_phase(row)]
+            for row, cells in zip(result.rows, grid.rows)]
+    page.table(Grid(_title(result), list(SUMMARY) + ["largest phase"], rows, [1] * len(SUMMARY)))
+    page.line(f"{_ratio_footer(result)}; largest phase: % of the steady-state step")
+    page.line("every column (time, compile, loads, loss, phase shares): --wide, or --format "
+              "markdown, csv or json")
     return page.text()
+
+
+def _largest_phase(row: MatrixRowResult) -> str:
+    if not row.phase_share:
+        return ""
+    phase = max(PHASES, key=lambda p: row.phase_share[p])
+    return f"{phase} {100 * row.phase_share[phase]:.0f} %"
 
 
 def render_markdown(result: MatrixResult) -> str:

@@ -89,14 +89,14 @@ def step_times(series: list[StepSeries]):
 
 
 def speed_ratio(labels: list[str], breakdowns: list[Breakdown], baseline: int = 0):
-    """Speed of each run against the baseline of its workload: baseline step time / run step
-    time (> 1 faster)."""
+    """Step time of each run over the baseline of its workload's (> 1 slower): the convention
+    of `compare`, so the plot never points the other way from the table under it."""
     fig, ax = _figure(height=1.4 + 0.45 * len(breakdowns))
     steps = [b.step_stats()["mean"] for b in breakdowns]
     references = workload_references(breakdowns, baseline)
-    ratios = [steps[ref] / ms if ms else 0.0 for ref, ms in zip(references, steps)]
+    ratios = [ms / steps[ref] if steps[ref] else 0.0 for ref, ms in zip(references, steps)]
     y = list(range(len(ratios)))[::-1]
-    colours = ["#777777" if i in references else "#0072B2" if r >= 1 else "#D55E00"
+    colours = ["#777777" if i in references else "#0072B2" if r <= 1 else "#D55E00"
                for i, r in enumerate(ratios)]
     ax.barh(y, ratios, color=colours, height=0.6)
     ax.axvline(1.0, color="black", lw=0.8)
@@ -106,9 +106,9 @@ def speed_ratio(labels: list[str], breakdowns: list[Breakdown], baseline: int = 
     ax.set_yticks(y, labels)
     ax.set_xlim(0, top * 1.35)
     others = "" if len(set(references)) == 1 else ", other workloads against their first run"
-    ax.set_xlabel(f"speed relative to {labels[baseline]}{others} (baseline step time / step time; "
-                  "> 1 faster)")
-    ax.set_title("Speed ratio")
+    ax.set_xlabel(f"step time relative to {labels[baseline]}{others} (run / baseline; "
+                  "> 1 slower)")
+    ax.set_title("Step-time ratio (run / baseline)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
     return fig

@@ -12,8 +12,9 @@ class Renderer:
     module: str        # imported on first use, so that `--help` stays fast
     function: str = "render"
 
-    def render(self, result) -> str:
-        return getattr(importlib.import_module(self.module), self.function)(result)
+    def render(self, result, **options) -> str:
+        """`options` go to the format's function (e.g. compare's table takes `verbose`)."""
+        return getattr(importlib.import_module(self.module), self.function)(result, **options)
 
 
 def _by_name(*renderers: Renderer) -> dict[str, Renderer]:

@@ -57,8 +57,8 @@ def render(content: ReportContent) -> str:
                   "one-time costs (tf.function tracing, XLA or torch.compile compilation, first-step "
                   "allocation); dots mark the steps the profiler recorded, which carry its own cost.", ""]
     if len(complete) > 1:
-        lines += ["## Speed", ""]
-        lines += _figure(content, "ratio", "Speed of each run relative to the baseline")
+        lines += ["## Step-time ratio to the baseline", ""]
+        lines += _figure(content, "ratio", "Step time of each run over the baseline's")
         lines += _speed_table(complete, content.baseline) + [""]
     if content.jobs_markdown:
         lines += ["## Distributed jobs", ""]
@@ -143,18 +143,19 @@ def _sources(runs: list[ReportRun]) -> list[str]:
 
 
 def _speed_table(runs: list[ReportRun], baseline: int) -> list[str]:
-    head = ["run", "step ms (mean)", "median", "p10", "p90", "speed vs baseline"]
+    head = ["run", "step ms (mean)", "median", "p10", "p90", "ratio run/base"]
     means = [r.breakdown.step_stats()["mean"] for r in runs]
     references = workload_references([r.breakdown for r in runs], baseline)
     rows = []
     for i, (r, ref) in enumerate(zip(runs, references)):
         stats = r.breakdown.step_stats()
-        ratio = means[ref] / stats["mean"] if stats["mean"] else None
+        ratio = stats["mean"] / means[ref] if means[ref] else None
         rows.append([r.label + (" (baseline)" if i in references else ""), f"{stats['mean']:.3f}",
                      f"{stats['median']:.3f}", f"{stats['p10']:.3f}", f"{stats['p90']:.3f}",
                      "n/a" if ratio is None else f"{ratio:.2f}x"])
     return _table(head, rows) + [
-        "", "_speed = baseline step time / run step time: above 1 the run is faster; each run "
+        "", "_ratio = run step time / baseline step time, as in `gapscope compare`: above 1 the "
+            "run is slower; each run "
             "against the baseline of its own workload (the first run of it where the chosen "
             "baseline runs another)_"]
 

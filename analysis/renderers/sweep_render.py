@@ -99,6 +99,15 @@ def render_json(result: SweepResult) -> str:
 
 
 def plot(result: SweepResult, path: Path) -> Path:
+    """Writes figure(result) to `path` (PNG)."""
+    import matplotlib.pyplot as plt
+    fig = figure(result)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def figure(result: SweepResult):
     """samples/s per configuration and the ratio to the first (with its interval) against the
     swept value, log scales; the ratio's 1x line is where the winner changes."""
     import matplotlib
@@ -127,10 +136,11 @@ def plot(result: SweepResult, path: Path) -> Path:
         axes.minorticks_off()
         axes.grid(True, alpha=0.3)
         axes.legend(fontsize=8)
+    # A ratio's interval is symmetric on a log scale (2x slower as far from 1 as 2x faster); on
+    # a linear one a single wide whisker flattens every other point against the 1x line.
+    ratio.set_yscale("log")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig
 
 
 def _value(value: float) -> str:

@@ -12,7 +12,7 @@ from analysis.results.records import Breakdown
 from analysis.model.run import unique_labels
 from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
                             repeat_ratio, welch_difference)
-from analysis.results.suggestions import Suggestion, suggest
+from analysis.results.suggestions import Suggestion, config_of, same_config, suggest
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
 
@@ -166,11 +166,30 @@ def compare(runs: list[RunExplanation],
         run.breakdown.label = label
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
              for i, other in enumerate(runs[1:], start=1)]
+    _already_measured(runs, pairs)
     warnings += _reliability(runs, repeats)
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
                         "and the gap may have the wrong size")
     return Comparison(runs, pairs, warnings)
+
+
+def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -> None:
+    """A suggestion whose configuration is among the runs compared gets that run's figure
+    (its step over the suggested-for run's, as the table has them) instead of standing as a
+    run to try: 'try mlp:torch:compile' under 'mlp torch compile is 1.11x slower' contradicts
+    the evidence above it."""
+    steps = [pairs[0].a_step_ms] + [p.b_step_ms for p in pairs]
+    names = [r.breakdown.name for r in runs]
+    for pair in pairs:
+        for s in pair.suggestions:
+            found = next((i for i, r in enumerate(runs)
+                          if same_config(config_of(r.breakdown), s.suggested)), None)
+            if found is None or s.run_label not in names:
+                continue
+            current = steps[names.index(s.run_label)]
+            if current:
+                s.already = {"run": names[found], "ratio": round(steps[found] / current, 4)}
 
 
 def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:

@@ -56,11 +56,24 @@ class Suggestion:
     suggested: str
     figures: dict[str, float] = field(default_factory=dict)
     check: SuggestionCheck | None = None
+    # A run of the suggested configuration among those compared: {"run": its label, "ratio": its
+    # step over the step of `run_label`}. Then the figure is there to read, not a run to try.
+    already: dict | None = None
 
     def to_json_dict(self) -> dict:
         return {"rule": str(self.rule), "run": self.run_label, "current": self.current,
                 "suggested": self.suggested, "figures": self.figures,
-                "check": None if self.check is None else self.check.__dict__}
+                "check": None if self.check is None else self.check.__dict__,
+                "already_measured": self.already}
+
+
+def same_config(a: str | None, b: str | None) -> bool:
+    """WORKLOAD:FRAMEWORK[:VARIANT] texts naming one configuration (variants in any order)."""
+    def key(text):
+        workload, framework, *variant = text.split(":")
+        return workload, framework, frozenset(v for v in ",".join(variant).split(",")
+                                              if v not in ("", "default"))
+    return a is not None and b is not None and key(a) == key(b)
 
 
 def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
@@ -125,6 +138,13 @@ def measured(folder) -> SuggestionCheck:
 
 def _config(b, variants: list[str]) -> str:
     return ":".join([b.workload, b.framework] + ([",".join(variants)] if variants else []))
+
+
+def config_of(b) -> str | None:
+    """WORKLOAD:FRAMEWORK[:VARIANT] of a breakdown's run; None for a foreign trace."""
+    if not (b.workload and b.framework):
+        return None
+    return _config(b, [v for v in (b.variant or "default").split(",") if v != "default"])
 
 
 def _faster_input(framework: str, variants: list[str]) -> list[str] | None:
