@@ -1,18 +1,18 @@
-"""The TensorBoard views of a run, written once it has ended complete: its summaries, and for a
-torch run its trace as an XSpace for XProf. A view that cannot be written is recorded in the
-manifest, never a failed run."""
+"""The TensorBoard views of a run, written once it has ended complete: its summaries, and its
+trace as an XSpace for XProf with the phase lines. A view that cannot be written is recorded in
+the manifest, never a failed run."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from analysis.run import load_run
 from analysis.summaries import write_run_summaries
-from analysis.xspace_export import write_torch_xspace
+from analysis.xspace_export import write_xspace
 from profilers.run_dir import Manifest
 
 # Each view of a loaded run, and the manifest field that says why it is missing.
 VIEWS = ((lambda run: write_run_summaries(run.path, run), "summaries_error"),
-         (write_torch_xspace, "trace_viewer_error"))
+         (write_xspace, "trace_viewer_error"))
 
 
 def write_after_run(run_dir: str | Path) -> str | None:

@@ -1,6 +1,6 @@
 """A trace as an XSpace (.xplane.pb) for XProf's Trace Viewer: gapscope's steps and phases as the
 first lines of the host plane, above one line per thread of the trace; device streams on a plane
-per GPU."""
+per GPU. A TF profiler's own XSpace gets the same two lines added."""
 from __future__ import annotations
 
 import math
@@ -20,6 +20,9 @@ GPU_PLANE = "/device:GPU:{}"
 STEPS_LINE, PHASES_LINE = "Steps", "gapscope phases"
 STEPS_ID, PHASES_ID = 1, 2
 STEP_STAT = "step"
+# What makes an event a step marker for XProf's step analysis (the Overview page's step times),
+# as TF's own `train` TraceMe writes it: a root event (`_r`) carrying its step number.
+ROOT_STAT, STEP_NUM_STAT = "_r", "step_num"
 # Times are whole nanoseconds, as the profilers record them: picoseconds would only keep the
 # noise of µs since the epoch in a float, whose last bit there is about a nanosecond.
 NS_PER_US, PS_PER_NS = 1_000, 1_000
@@ -34,27 +37,52 @@ def render(trace: Trace, timeline: PhaseTimeline, hostname: str) -> bytes:
     origin_us = math.floor(float(columns.start_us.min())) if len(columns) else 0
     host = PlaneBuilder(space.planes.add(id=0, name=HOST_PLANE))
     if timeline.steps:
-        _phase_lines(host, timeline, origin_us)
+        # The trace's own step ranges are no step markers XProf knows (ProfilerStep#N): these are.
+        _phase_lines(host, timeline, origin_us, (STEPS_ID, PHASES_ID), step_markers=True)
     _trace_lines(space, host, trace, origin_us)
     return space.SerializeToString()
 
 
-def _phase_lines(host: PlaneBuilder, timeline: PhaseTimeline, origin_us: float) -> None:
+def with_phase_lines(data: bytes, timeline: PhaseTimeline, base_time_ns: int) -> bytes:
+    """A TF profiler's XSpace with gapscope's step and phase lines added to its host plane, above
+    TF's threads. `timeline` counts µs from `base_time_ns`, as gapscope's XPlane reader does. TF
+    marks its steps itself (`train N`), so gapscope's step line adds no second marker."""
+    space = xplane_pb2().XSpace()
+    space.ParseFromString(data)
+    plane = next((p for p in space.planes if p.name == HOST_PLANE), None)
+    if plane is None:
+        plane = space.planes.add(id=max((p.id for p in space.planes), default=-1) + 1,
+                                 name=HOST_PLANE)
+    # XProf draws lines in id order; TF numbers them by thread id, so below its lowest.
+    below = min([PHASES_ID + 1, *(line.id for line in plane.lines)])
+    host = PlaneBuilder(plane)
+    _phase_lines(host, timeline, 0.0, (below - 2, below - 1), step_markers=False)
+    for line in plane.lines[-2:]:
+        line.timestamp_ns = base_time_ns
+    return space.SerializeToString()
+
+
+def _phase_lines(host: PlaneBuilder, timeline: PhaseTimeline, origin_us: float,
+                 ids: tuple[int, int], step_markers: bool) -> None:
     """A step line and a phase line whose five phases cover each traced step exactly once."""
-    steps = host.plane.lines.add(id=STEPS_ID, name=STEPS_LINE)
-    phases = host.plane.lines.add(id=PHASES_ID, name=PHASES_LINE)
+    steps = host.plane.lines.add(id=ids[0], name=STEPS_LINE)
+    phases = host.plane.lines.add(id=ids[1], name=PHASES_LINE)
     step_stat = host.stat(STEP_STAT)
 
-    def add(line, name: str, start_us: float, end_us: float, number: int) -> None:
+    def add(line, name: str, start_us: float, end_us: float, number: int):
         # Both ends rounded, not the duration: adjacent phases then meet to the picosecond.
         start, end = int(_ps(start_us, origin_us)), int(_ps(end_us, origin_us))
         event = line.events.add(metadata_id=host.event_meta(name), offset_ps=start,
                                 duration_ps=end - start)
         event.stats.add(metadata_id=step_stat, int64_value=number)
+        return event
 
     for index, step in enumerate(timeline.steps):
         number = timeline.step_number(index)
-        add(steps, f"step {number}", step.start_us, step.end_us, number)
+        marker = add(steps, f"step {number}", step.start_us, step.end_us, number)
+        if step_markers:
+            marker.stats.add(metadata_id=host.stat(STEP_NUM_STAT), int64_value=number)
+            marker.stats.add(metadata_id=host.stat(ROOT_STAT), int64_value=1)
         for start, end, phase in timeline.covering(index):
             add(phases, phase, start, end, number)
 
