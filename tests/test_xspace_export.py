@@ -179,6 +179,22 @@ def test_xprof_s_own_converter_makes_trace_viewer_data_with_the_phase_line(torch
     assert set(shown) == set(PHASES)
 
 
+def test_xprof_s_overview_page_measures_every_traced_step_of_the_torch_run(torch_run, exported):
+    """The trace's ProfilerStep#N events carry the marks of TF's own step markers (`_r`,
+    `step_num`): XProf's converter finds each traced step with its duration, where it said "No
+    step marker observed" and drew zeros."""
+    raw_to_tool_data = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    data, _ = raw_to_tool_data.xspace_to_tool_data([exported], "overview_page", {})
+    text = data.decode() if isinstance(data, bytes) else data
+    assert "No step marker observed" not in text
+    table = next(t for t in json.loads(text) if t.get("cols") and t["cols"][0]["id"] == "stepnum")
+    column = [c["id"] for c in table["cols"]].index("stepTimeMs")
+    shown = [(row["c"][0]["v"], row["c"][column]["v"]) for row in table["rows"]]
+    steps = load_run(torch_run).timeline.steps
+    assert [name for name, _ in shown] == [f"{s.name} {s.step_num}" for s in steps]
+    assert [ms for _, ms in shown] == pytest.approx([s.dur_us / 1000 for s in steps], abs=1e-3)
+
+
 def test_a_keras_run_ends_with_its_tf_profile_and_the_phase_lines_in_trace_viewer(keras_run):
     """The Keras run's end wrote TF's session again with gapscope's lines, which XProf's own
     converter draws above TF's threads, each traced step's phases in order."""

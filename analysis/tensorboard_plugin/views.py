@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections import Counter
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
