@@ -35,7 +35,8 @@ def named(plane, line) -> list[str]:
 
 
 def lines_of(plane) -> dict:
-    return {line.name: line for line in sorted(plane.lines, key=lambda line: line.id)}
+    """The lines in the order XProf draws them: by id cut to 32 bits (TF's are hashed, negative)."""
+    return {line.name: line for line in sorted(plane.lines, key=lambda line: line.id & 0xFFFFFFFF)}
 
 
 def render_to(tmp_path, trace_path):

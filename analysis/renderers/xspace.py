@@ -55,10 +55,13 @@ def with_phase_lines(data: bytes, timeline: PhaseTimeline, base_time_ns: int) ->
     if plane is None:
         plane = space.planes.add(id=max((p.id for p in space.planes), default=-1) + 1,
                                  name=HOST_PLANE)
-    # XProf draws lines in id order; TF numbers them by thread id, so below its lowest.
-    below = min([PHASES_ID + 1, *(line.id for line in plane.lines)])
+    # XProf draws lines in the order of their ids cut to 32 bits (unsigned), and two lines with
+    # one such id are one to it: the two smallest free ones, where TF's hashed thread ids are
+    # all but never.
+    used = {line.id & 0xFFFFFFFF for line in plane.lines}
+    free = [i for i in range(STEPS_ID, len(used) + STEPS_ID + 2) if i not in used][:2]
     host = PlaneBuilder(plane)
-    _phase_lines(host, timeline, 0.0, (below - 2, below - 1))
+    _phase_lines(host, timeline, 0.0, (free[0], free[1]))
     for line in plane.lines[-2:]:
         line.timestamp_ns = base_time_ns
     return space.SerializeToString()
