@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from tensorboard.plugins import base_plugin
@@ -189,7 +190,7 @@ def test_two_runs_of_one_configuration_are_labelled_by_their_folder(tmp_path, to
     names = [f"{folder}/{torch_run.name}" for folder in ("monday", "tuesday")]
     assert [(r["name"], r["label"]) for r in doc["runs"]] == [(n, f"{label} ({n})") for n in names]
     response = Client(plugin.get_plugin_apps()["/compare"]).get(
-        "/", query_string=[("run", n) for n in names])
+        "/", query_string=urlencode([("run", n) for n in names]))
     pair, = json.loads(response.get_data())["comparisons"]
     assert (pair["a_label"], pair["b_label"]) == tuple(f"{label} ({n})" for n in names)
 
