@@ -899,10 +899,12 @@ def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, sett
               help="Address to bind; loopback unless you mean to share it.")
 @click.option("--port", type=click.IntRange(0, 65535), default=6006, show_default=True,
               help="0 picks a free port.")
-def tensorboard(logdir, host, port):
-    """Open TensorBoard over LOGDIR: gapscope's own tab (breakdown, steps and compare of every
-    run, offline), Scalars, Text and the pytorch_profiler and profile plugins. Prints the URL;
-    runs until Ctrl-C or SIGTERM.
+@click.option("--with-torch-tb-profiler", "torch_tb_profiler", is_flag=True,
+              help="Load torch-tb-profiler's tab too (off by default: offline it never renders).")
+def tensorboard(logdir, host, port, torch_tb_profiler):
+    """Open TensorBoard over LOGDIR on gapscope's own tab (breakdown, steps and compare of every
+    run, offline), beside Scalars, Text and XProf's profile tab (its Trace Viewer shows gapscope's
+    phase lines). Prints the URL of gapscope's tab; runs until Ctrl-C or SIGTERM.
 
     \b
     Example:
@@ -913,7 +915,8 @@ def tensorboard(logdir, host, port):
         raise GapscopeInputError(f"{logdir}: no such directory")
     check_address(host, port)
     serve_forever(logdir, host=host, port=port, announce=lambda url: click.echo(url),
-                  warn=lambda message: click.echo(f"gapscope: {message}", err=True))
+                  warn=lambda message: click.echo(f"gapscope: {message}", err=True),
+                  torch_tb_profiler=torch_tb_profiler)
 
 
 @cli.command()

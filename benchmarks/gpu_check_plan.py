@@ -90,7 +90,7 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     from analysis.measures.kernels import find_work, kernel_stats
     from analysis.measures.resources import resource_stats
     from analysis.model.run import load_run
-    from analysis.tensorboard.xspace_export import write_torch_xspace
+    from analysis.tensorboard.xspace_export import write_xspace
     run = load_run(analysed_dir(run_dir, planned))
     checks = []
     if planned.nproc:
@@ -109,7 +109,7 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     work = find_work(run.trace, timeline, run.hlo)
     work.steps = len(timeline.steps)
     checks.append(C.transfers_in_data_load(work, planned.memory))
-    checks.append(C.xprof_opens(write_torch_xspace(run)))
+    checks.append(C.xprof_opens(write_xspace(run)))
     return checks, kernel_stats(work)
 
 

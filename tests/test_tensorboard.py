@@ -1,5 +1,6 @@
 """TensorBoard's two profiler plugins list the run directories gapscope writes; `gapscope
-tensorboard` says what needs the internet, warns about the network and stops on SIGTERM."""
+tensorboard` lands on gapscope's tab, leaves torch-tb-profiler off unless asked, says what needs
+the internet, warns about the network and stops on SIGTERM."""
 from __future__ import annotations
 
 import os
@@ -13,8 +14,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.tensorboard.server import (TensorBoardError, TensorBoardServer, is_loopback,
-                                         listed_runs, offline_note, serve_forever, wait_for_runs)
+from analysis.tensorboard.server import (TORCH_TB_PROFILER_OFF, TensorBoardError,
+                                         TensorBoardServer, _get_json, is_loopback, listed_runs,
+                                         offline_note, serve_forever, tab_notes, wait_for_runs)
 from profilers.errors import GapscopeInputError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +26,7 @@ def test_plugins_list_torch_and_keras_runs(runs_dir, torch_run, keras_run):
     """runs_dir holds the session's torch run and keras run: the two trace layouts, and the
     XSpace gapscope writes of the torch trace."""
     torch_run, keras_run = torch_run.name, keras_run.name
-    with TensorBoardServer(runs_dir, ready_timeout=60) as server:
+    with TensorBoardServer(runs_dir, ready_timeout=60, torch_tb_profiler=True) as server:
         assert server.url.startswith("http://127.0.0.1:")
         assert {"gapscope", "pytorch_profiler", "profile"} <= set(server.plugins)
         listed = wait_for_runs(server.url, {"pytorch_profiler": [torch_run],
@@ -68,15 +70,25 @@ def test_start_fails_clearly_when_the_port_is_taken(tmp_path):
     assert server.pid is None
 
 
-def test_gapscope_tensorboard_names_offline_panes_and_stops_on_sigterm(tmp_path):
+@pytest.mark.parametrize("flag", [[], ["--with-torch-tb-profiler"]])
+def test_gapscope_tensorboard_lands_on_its_tab_names_offline_panes_and_stops_on_sigterm(
+        tmp_path, flag):
     """`gapscope tensorboard` in the foreground as a user (or a service manager) runs it: one
-    line on the panes that need the internet, the URL, and SIGTERM ends TensorBoard too."""
-    command = [sys.executable, str(ROOT / "cli.py"), "tensorboard", str(tmp_path), "--port", "0"]
+    line on the panes that need the internet, the URL of gapscope's tab, torch-tb-profiler only
+    when asked (the tab says which), and SIGTERM ends TensorBoard too."""
+    command = [sys.executable, str(ROOT / "cli.py"), "tensorboard", str(tmp_path), "--port", "0",
+               *flag]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                cwd=ROOT, start_new_session=True)
     try:
         url = process.stdout.readline().strip()  # printed once TensorBoard answers
-        assert url.startswith("http://127.0.0.1:"), process.stderr.read()
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/#gapscope"), process.stderr.read()
+        base = url.partition("#")[0]
+        plugins = _get_json(base, "/data/plugins_listing")
+        assert ("pytorch_profiler" in plugins) == bool(flag) and "gapscope" in plugins
+        notes = _get_json(base, "/data/plugin/gapscope/runs")["tab_notes"]
+        assert notes == tab_notes(bool(flag))
+        assert (notes[0] == TORCH_TB_PROFILER_OFF) != bool(flag)
         server_group = _tensorboard_group(process.pid)
         process.send_signal(signal.SIGTERM)
         assert process.wait(30) == 0
@@ -86,8 +98,8 @@ def test_gapscope_tensorboard_names_offline_panes_and_stops_on_sigterm(tmp_path)
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
     offline = [line for line in stderr.splitlines() if "offline" in line]
-    assert len(offline) == 1 and "torch-tb-profiler's Overview and Trace" in offline[0]
-    assert "XProf's Overview step-time graph" in offline[0]
+    assert len(offline) == 1 and "XProf's Overview step-time graph" in offline[0]
+    assert ("torch-tb-profiler's tab (every view" in offline[0]) == bool(flag)
     assert "warning" not in stderr
     assert _live_group_members(server_group) == []
 
@@ -111,6 +123,7 @@ def test_a_non_loopback_host_is_warned_about_before_anything_starts(tmp_path, ho
 
 def test_offline_note_names_only_the_loaded_plugins():
     assert offline_note(["scalars", "gapscope"]) is None
-    assert "torch-tb-profiler" in offline_note(["pytorch_profiler"])
+    assert "torch-tb-profiler's tab (every view: Overview, Operator, Trace" in offline_note(
+        ["pytorch_profiler"])
     assert "XProf" not in offline_note(["pytorch_profiler"])
     assert "XProf's Trace Viewer work" in offline_note(["pytorch_profiler", "profile"])

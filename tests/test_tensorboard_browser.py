@@ -121,11 +121,17 @@ def logdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def tensorboard(logdir):
+def server(logdir):
+    """torch-tb-profiler loaded (`--with-torch-tb-profiler`), to check what its tab shows."""
+    with TensorBoardServer(logdir, ready_timeout=60, torch_tb_profiler=True) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def tensorboard(logdir, server):
     torch_run, = (p.name for p in logdir.glob("user-mlp-torch-*"))
     keras_run, = (p.name for p in logdir.glob("user-mlp-keras-*"))
-    with TensorBoardServer(logdir, ready_timeout=60) as server:
-        yield server.url, torch_run, keras_run
+    return server.url, torch_run, keras_run
 
 
 @pytest.fixture(scope="module")
@@ -292,6 +298,53 @@ def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, 
     assert_offline_and_clean(browser, url)
 
 
+# Per row of the phases-per-run chart: the summed width of its phase bars, in pixels.
+_OVERVIEW_BARS = """(doc) => {
+  const svg = doc.querySelector('svg.overview');
+  if (!svg) return null;
+  const rows = {};
+  for (const rect of svg.querySelectorAll('rect.phase')) {
+    const y = rect.getAttribute('y');
+    rows[y] = (rows[y] || 0) + Number(rect.getAttribute('width'));
+  }
+  return {scale: svg.getAttribute('class').split(' ')[2],
+          widths: Object.entries(rows).sort((a, b) => a[0] - b[0]).map(([, w]) => w)};
+}"""
+
+
+def test_the_printed_url_lands_on_the_gapscope_tab_and_the_chart_has_two_scales(
+        browser, server, tensorboard, logdir, artefacts):
+    """The URL `gapscope tensorboard` prints (server.landing_url) opens gapscope's tab, which
+    says what the profiler tabs show offline; the phases-per-run chart draws the runs to scale
+    or each as 100 % of its step, opening on shares when the steps are 10x apart or more."""
+    url, torch_run, keras_run = tensorboard
+    assert server.landing_url == url.rstrip("/") + "/#gapscope"
+    open_fresh(browser, server.landing_url)
+    browser.wait_for_text(["Phases per run", *server_tab_notes()], timeout=120)
+    docs = [breakdown(load_run(logdir / name)).to_json_dict() for name in (keras_run, torch_run, FOREIGN)]
+    steps = [doc["step_ms"]["mean"] for doc in docs]
+    # What a bar holds: the phases, a negative `other` (noise) taking no room.
+    held = [sum(max(0.0, doc["phases"][p]["ms"]) for p in PHASES) for doc in docs]
+    default = "shares" if max(steps) / min(steps) > 10 else "time"
+    shown = wait_in_gapscope(browser, _OVERVIEW_BARS)
+    assert shown["scale"] == f"scale-{default}" and len(shown["widths"]) == 3
+    screenshot(browser, artefacts, "tab-landing")
+    for scale in ("shares", "time"):
+        browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+            'input[name=overview-scale][value={scale}]').click()""")
+        shown = wait_in_gapscope(browser, _OVERVIEW_BARS.replace(
+            "if (!svg)", f"if (!svg || !svg.classList.contains('scale-{scale}'))"))
+        # A step is 560 px: every run's in shares; to scale, the slowest's, the others in proportion.
+        expected = [560.0 * h / (s if scale == "shares" else max(steps)) for h, s in zip(held, steps)]
+        assert shown["widths"] == pytest.approx(expected, rel=1e-3), scale
+    assert_offline_and_clean(browser, url)
+
+
+def server_tab_notes() -> list[str]:
+    from analysis.tensorboard.server import tab_notes
+    return tab_notes(True)
+
+
 def test_scalars_dashboard_shows_phase_scalars_of_both_runs(browser, tensorboard, artefacts):
     url, torch_run, keras_run = tensorboard
     open_fresh(browser, url + "#scalars")
@@ -318,12 +371,12 @@ def test_text_dashboard_shows_the_breakdown_table(browser, tensorboard, artefact
 
 @pytest.mark.parametrize("tab,shows", [
     ("pytorch_profiler", ["Overview"]),
-    ("profile", ["XProf", "Overview Page", "Sessions (2)"]),
+    ("profile", ["XProf", "Overview Page", "Sessions (3)"]),
 ])
 def test_profiler_tabs_open_on_the_runs(browser, tensorboard, tab, shows):
     """Each plugin's own page (an iframe) opens on the torch run: torch-tb-profiler on its trace,
     XProf (which lists sessions in reverse name order) on the XSpace gapscope wrote of it, with
-    the Keras run's TF profile session beside it."""
+    the Keras run's TF profile session and gapscope's copy of it with the phase lines beside it."""
     url, torch_run, keras_run = tensorboard
     run = torch_run
     browser.open(f"{url}#{tab}")
@@ -413,17 +466,23 @@ def test_profile_tab_trace_viewer_draws_the_torch_run_with_its_phase_line(browse
     screenshot(browser, artefacts, "xprof-trace-viewer-torch")
 
 
-def test_profile_tab_trace_viewer_draws_the_keras_run_in_the_same_viewer(browser, tensorboard,
-                                                                        logdir, artefacts):
-    """The TF profiler's own XSpace of the Keras run, for comparison: its threads drawn the same
-    way (TF's own lines, its step markers; the phases are name scopes inside its ops)."""
+def test_profile_tab_trace_viewer_draws_the_keras_run_with_its_phase_line(browser, tensorboard,
+                                                                         logdir, artefacts):
+    """The TF profiler's own XSpace of the Keras run with gapscope's lines added (session
+    `gapscope`): the step and phase lines above TF's threads, TF's step markers ("train <n>")
+    and ops kept."""
     url, torch_run, keras_run = tensorboard
-    (profile,) = (logdir / keras_run).glob("plugins/profile/*/*.xplane.pb")
-    shown = open_trace_viewer(browser, url, f"{keras_run}/{profile.parent.name}")
+    shown = open_trace_viewer(browser, url, f"{keras_run}/gapscope")
     (host,) = [p for p in shown["processes"] if p["name"].endswith("/host:CPU")]
-    # TF's step markers ("train <n>") on the Python thread, its ops on its own threads.
-    steps = [name for t in host["threads"] for name in t["slices"] if name.startswith("train ")]
-    assert len(steps) >= 4 and len(host["threads"]) > 2, host["threads"]
+    threads = sorted(host["threads"], key=lambda t: t["tid"])
+    assert [t["name"] for t in threads[:2]] == ["Steps", "gapscope phases"]
+    timeline = load_run(logdir / keras_run).timeline
+    indices = range(len(timeline.steps))
+    assert threads[1]["slices"] == [phase for i in indices for _, _, phase in timeline.covering(i)]
+    steps = [name for t in threads[2:] for name in t["slices"] if name.startswith("train ")]
+    assert len(steps) >= 4 and len(threads) > 4, host["threads"]
+    drawn = [name for name, top, height in sorted(shown["headings"], key=lambda h: h[1]) if height > 0]
+    assert drawn[:2] == ["Steps", "gapscope phases"], drawn
     assert any(width > 500 and height > 100 for width, height in shown["canvases"]), shown["canvases"]
     screenshot(browser, artefacts, "xprof-trace-viewer-keras")
 

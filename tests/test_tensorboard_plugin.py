@@ -8,6 +8,7 @@ import json
 import re
 import shutil
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from tensorboard.plugins import base_plugin
@@ -155,11 +156,43 @@ def test_is_registered_as_a_tensorboard_plugin_entry_point():
     assert "static/*.js" in config["options.package_data"]["analysis.tensorboard.plugin"]
 
 
-def test_launcher_loads_gapscopes_plugin_once():
+def test_launcher_loads_gapscopes_plugin_once_and_torch_tb_profiler_only_when_asked(monkeypatch):
     from analysis.tensorboard.main import plugins
-    loaded = plugins()
-    assert loaded.count(GapscopePlugin) == 1
-    assert [p for p in loaded if getattr(p, "plugin_name", None) == PLUGIN_NAME] == [GapscopePlugin]
+    from analysis.tensorboard.server import TORCH_TB_PROFILER_ENV
+    for asked in ("0", "1"):
+        monkeypatch.setenv(TORCH_TB_PROFILER_ENV, asked)
+        loaded = plugins()
+        assert loaded.count(GapscopePlugin) == 1
+        assert [p for p in loaded if getattr(p, "plugin_name", None) == PLUGIN_NAME] == [GapscopePlugin]
+        names = [getattr(p, "plugin_name", None) for p in loaded]
+        assert ("pytorch_profiler" in names) == (asked == "1"), names
+
+
+@pytest.mark.parametrize("asked", ["0", "1"])
+def test_the_tab_says_what_the_profiler_tabs_show_offline(monkeypatch, logdir, asked):
+    from analysis.tensorboard.server import TORCH_TB_PROFILER_ENV, TORCH_TB_PROFILER_OFF, XPROF_NOTE
+    monkeypatch.setenv(TORCH_TB_PROFILER_ENV, asked)
+    _, doc = get(GapscopePlugin(base_plugin.TBContext(logdir=str(logdir))), "/runs")
+    torch_note, xprof_note = doc["tab_notes"]
+    assert (torch_note == TORCH_TB_PROFILER_OFF) == (asked == "0") and xprof_note == XPROF_NOTE
+    if asked == "1":
+        assert torch_note.startswith("torch-tb-profiler's tab (every view: Overview, Operator, Trace")
+        assert "needs the internet" in torch_note
+
+
+def test_two_runs_of_one_configuration_are_labelled_by_their_folder(tmp_path, torch_run):
+    """Not by a run id's tail: in the runs list, the chart and the compare alike."""
+    for folder in ("monday", "tuesday"):
+        shutil.copytree(torch_run, tmp_path / folder / torch_run.name)
+    plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(tmp_path)))
+    _, doc = get(plugin, "/runs")
+    label = load_run(torch_run).label
+    names = [f"{folder}/{torch_run.name}" for folder in ("monday", "tuesday")]
+    assert [(r["name"], r["label"]) for r in doc["runs"]] == [(n, f"{label} ({n})") for n in names]
+    response = Client(plugin.get_plugin_apps()["/compare"]).get(
+        "/", query_string=urlencode([("run", n) for n in names]))
+    pair, = json.loads(response.get_data())["comparisons"]
+    assert (pair["a_label"], pair["b_label"]) == tuple(f"{label} ({n})" for n in names)
 
 
 def test_a_run_from_a_busy_machine_is_marked_unreliable_in_the_tab(tmp_path, torch_run):

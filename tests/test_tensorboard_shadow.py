@@ -85,7 +85,7 @@ def test_a_dev_zero_link_and_a_fifo_added_after_start_up_never_reach_the_plugins
     logdir = tmp_path / "logdir"
     (logdir / "good").mkdir(parents=True)
     shutil.copy(FIXTURE, logdir / "good" / "w.1.pt.trace.json")
-    with TensorBoardServer(logdir, ready_timeout=90) as server:
+    with TensorBoardServer(logdir, ready_timeout=90, torch_tb_profiler=True) as server:
         wait_for_runs(server.url, {"pytorch_profiler": ["good"]}, timeout=60)
         before = _group_rss(server.pid)  # ~830 MiB here: TensorFlow, the plugins, their worker
         limits = Path(f"/proc/{server.pid}/limits").read_text()

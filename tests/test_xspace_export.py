@@ -14,10 +14,10 @@ from workloads.runners.after_run import write_after_run
 from analysis.results.breakdown import breakdown
 from analysis.readers.run_dir import EXPORTED_XSPACE_DIR, find_files
 from analysis.readers.xplane import read_xplane
-from analysis.renderers.traces import xspace
+from analysis.renderers import xspace
 from analysis.model.run import load_run
-from analysis.events.trace import KERNEL, MEMCPY
-from analysis.tensorboard.xspace_export import write_torch_xspace
+from analysis.events.event import KERNEL, MEMCPY
+from analysis.tensorboard.xspace_export import write_xspace
 from profilers.phases import PHASES
 from xspace_builder import PlaneBuilder, new_space
 
@@ -35,7 +35,8 @@ def named(plane, line) -> list[str]:
 
 
 def lines_of(plane) -> dict:
-    return {line.name: line for line in sorted(plane.lines, key=lambda line: line.id)}
+    """The lines in the order XProf draws them: by id cut to 32 bits (TF's are hashed, negative)."""
+    return {line.name: line for line in sorted(plane.lines, key=lambda line: line.id & 0xFFFFFFFF)}
 
 
 def render_to(tmp_path, trace_path):
@@ -179,6 +180,49 @@ def test_xprof_s_own_converter_makes_trace_viewer_data_with_the_phase_line(torch
     assert set(shown) == set(PHASES)
 
 
+def test_xprof_s_overview_page_measures_every_traced_step_of_the_torch_run(torch_run, exported):
+    """The trace's ProfilerStep#N events carry the marks of TF's own step markers (`_r`,
+    `step_num`): XProf's converter finds each traced step with its duration, where it said "No
+    step marker observed" and drew zeros."""
+    raw_to_tool_data = pytest.importorskip("xprof.convert.raw_to_tool_data")
+    data, _ = raw_to_tool_data.xspace_to_tool_data([exported], "overview_page", {})
+    text = data.decode() if isinstance(data, bytes) else data
+    assert "No step marker observed" not in text
+    table = next(t for t in json.loads(text) if t.get("cols") and t["cols"][0]["id"] == "stepnum")
+    column = [c["id"] for c in table["cols"]].index("stepTimeMs")
+    shown = [(row["c"][0]["v"], row["c"][column]["v"]) for row in table["rows"]]
+    steps = {f"{s.name} {s.step_num}": s.dur_us / 1000 for s in load_run(torch_run).timeline.steps}
+    # XProf may leave out the step at either edge of the trace (it treats it as cut off).
+    names = list(steps)
+    first = names.index(shown[0][0])
+    assert first <= 1 and len(shown) >= len(steps) - 2
+    assert [name for name, _ in shown] == names[first:first + len(shown)]
+    assert [ms for _, ms in shown] == pytest.approx([steps[name] for name, _ in shown], abs=1e-3)
+
+
+def test_a_keras_run_ends_with_its_tf_profile_and_the_phase_lines_in_trace_viewer(keras_run):
+    """The Keras run's end wrote TF's session again with gapscope's lines, which XProf's own
+    converter draws above TF's threads, each traced step's phases in order."""
+    run = load_run(keras_run)
+    (tf_file,) = locate(keras_run).xplanes
+    (path,) = keras_run.joinpath(*EXPORTED_XSPACE_DIR).glob("*.xplane.pb")
+    assert path.name == tf_file.name
+    host = next(p for p in parse(path).planes if p.name == "/host:CPU")
+    tf_host = next(p for p in parse(tf_file).planes if p.name == "/host:CPU")
+    assert list(lines_of(host))[:2] == ["Steps", "gapscope phases"]
+    assert len(host.lines) == len(tf_host.lines) + 2
+    covering = [phase for i in range(len(run.timeline.steps)) for _, _, phase in run.timeline.covering(i)]
+    assert named(host, lines_of(host)["gapscope phases"]) == covering
+    events, _, threads = trace_viewer_events(path)
+    order = {(e["pid"], e["tid"]): e["args"]["sort_index"] for e in events
+             if e.get("ph") == "M" and e.get("name") == "thread_sort_index"}
+    (phase_thread,) = [key for key, name in threads.items() if name == "gapscope phases"]
+    host_threads = sorted((key for key in threads if key[0] == phase_thread[0]), key=order.get)
+    assert [threads[key] for key in host_threads[:2]] == ["Steps", "gapscope phases"]
+    shown = [e["name"] for e in events if e.get("ph") == "X" and (e["pid"], e["tid"]) == phase_thread]
+    assert shown == covering
+
+
 def test_a_view_that_cannot_be_written_is_recorded_and_the_others_are_written(torch_run, tmp_path):
     copy = tmp_path / torch_run.name
     shutil.copytree(torch_run, copy, ignore=shutil.ignore_patterns("*.xplane.pb", "events.out.*"))
@@ -192,14 +236,54 @@ def test_a_view_that_cannot_be_written_is_recorded_and_the_others_are_written(to
     assert list(copy.glob("events.out.tfevents.*"))  # the summaries were still written
 
 
-def test_a_tf_profile_is_not_exported_again(tmp_path):
+def tf_profile(folder, *steps):
+    """A TF profiler session by hand: `train N` step markers (TF's own, `_r` and `step_num`) on
+    a Python thread whose line starts at 1 ms, one per (start, duration) in µs, and an op."""
     space = new_space()
     host = PlaneBuilder(space, 1, "/host:CPU")
-    host.event(host.line(1, "python"), "train", 0, 100, step_num=1, _r=1)
-    session = tmp_path / "plugins" / "profile" / "2026_01_01_00_00_00"
+    python = host.line(7, "python", timestamp_ns=1_000_000)
+    for number, (start, duration) in enumerate(steps, start=1):
+        host.event(python, "train", start, duration, step_num=number, _r=1)
+    host.event(host.line(9, "tf_Compute", timestamp_ns=1_000_000), "MatMul:MatMul", 10, 20)
+    session = folder / "plugins" / "profile" / "2026_01_01_00_00_00"
     session.mkdir(parents=True)
     (session / "host.xplane.pb").write_bytes(space.SerializeToString())
-    assert write_torch_xspace(load_run(tmp_path)) is None
+    return session / "host.xplane.pb"
+
+
+def test_a_tf_profile_gets_the_phase_lines_in_a_session_of_its_own(tmp_path):
+    """Two steps of 100 µs and 50 µs at 0 and 100 µs after the line's 1 ms: gapscope's lines go
+    above TF's (lower ids), at the same clock, and TF's file is left as it was."""
+    original = tf_profile(tmp_path, (0, 100), (100, 50))
+    before = original.read_bytes()
+    run = load_run(tmp_path)
+    path = write_xspace(run)
+    assert path == tmp_path.joinpath(*EXPORTED_XSPACE_DIR, "host.xplane.pb")
+    assert original.read_bytes() == before
+    (host,) = parse(path).planes
+    lines = lines_of(host)
+    assert list(lines) == ["Steps", "gapscope phases", "python", "tf_Compute"]
+    steps, phases = lines["Steps"], lines["gapscope phases"]
+    assert steps.timestamp_ns == phases.timestamp_ns == 1_000_000
+    assert [(n, e.offset_ps, e.duration_ps) for n, e in zip(named(host, steps), steps.events)] == [
+        ("step 1", 0, 100 * PS), ("step 2", 100 * PS, 50 * PS)]
+    # No second step marker beside TF's `train` ones: XProf would count each step twice.
+    root = next(k for k, m in host.stat_metadata.items() if m.name == "_r")
+    assert not any(s.metadata_id == root for e in steps.events for s in e.stats)
+    # The phases cover each step exactly, as the timeline has them.
+    covering = [c for i in range(2) for c in run.timeline.covering(i)]
+    assert [(n, e.offset_ps, e.offset_ps + e.duration_ps) for n, e in
+            zip(named(host, phases), phases.events)] == [
+        (phase, round(start * PS), round(end * PS)) for start, end, phase in covering]
+    assert phases.events[-1].offset_ps + phases.events[-1].duration_ps == 150 * PS
+    # TF's own lines keep every event; the run still reads TF's file, not this one.
+    assert [len(lines[n].events) for n in ("python", "tf_Compute")] == [2, 1]
+    assert locate(tmp_path).xplanes == [original]
+
+
+def test_a_tf_profile_without_steps_gets_no_session(tmp_path):
+    tf_profile(tmp_path)
+    assert write_xspace(load_run(tmp_path)) is None
     assert not tmp_path.joinpath(*EXPORTED_XSPACE_DIR).exists()
 
 

@@ -29,11 +29,25 @@ PLUGIN_RUNS = {
     "pytorch_profiler": "/data/plugin/pytorch_profiler/runs",
     "profile": "/data/plugin/profile/runs",
 }
-# Panes of third-party plugins that load their charts from CDNs and never render offline.
+# Panes of third-party plugins that load their charts from CDNs and never render offline
+# (checked in headless Chromium without a network, tests/test_tensorboard_browser.py).
 ONLINE_ONLY = {
-    "pytorch_profiler": "torch-tb-profiler's Overview and Trace views (Google Charts, catapult)",
+    "pytorch_profiler": "torch-tb-profiler's tab (every view: Overview, Operator, Trace; it "
+                        "spins on 'google is not defined')",
     "profile": "XProf's Overview step-time graph (Google Charts)",
 }
+# torch-tb-profiler shows nothing offline and is no longer maintained: loaded only when asked,
+# by `gapscope tensorboard --with-torch-tb-profiler` (this variable, read in TensorBoard's process).
+TORCH_TB_PROFILER, TORCH_TB_PROFILER_ENV = "pytorch_profiler", "GAPSCOPE_TORCH_TB_PROFILER"
+TORCH_TB_PROFILER_OFF = ("torch-tb-profiler's tab is off: offline it never renders (Overview, "
+                         "Operator and Trace spin on 'google is not defined'); "
+                         "`gapscope tensorboard --with-torch-tb-profiler` turns it on")
+# What XProf's tab (PROFILE) shows of gapscope's runs.
+XPROF_NOTE = ("XProf (the PROFILE tab): each run's session 'gapscope' holds its trace with "
+              "gapscope's Steps and phase lines above the threads; Trace Viewer draws it offline, "
+              "the Overview page's step-time graph needs the internet")
+# The tab TensorBoard opens on from the URL gapscope prints.
+LANDING_TAB = "gapscope"
 _URL_LINE = re.compile(r"TensorBoard \S+ at (http\S+) \(Press CTRL\+C")
 # Requests only ever go to the server we started: never through a proxy from the environment.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -86,13 +100,14 @@ class TensorBoardServer:
     """One TensorBoard process over `logdir`: `with TensorBoardServer(d) as tb: tb.url`."""
 
     def __init__(self, logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
-                 ready_timeout: float = 60.0):
+                 ready_timeout: float = 60.0, torch_tb_profiler: bool = False):
         self.logdir = Path(logdir).resolve()
         if not self.logdir.is_dir():
             raise GapscopeInputError(f"not a directory: {logdir}")
         refuse_unreadable_traces(self.logdir)
         self.memory_limit = memory_limit_bytes()
         self.host, self.port, self.ready_timeout = host, port, ready_timeout
+        self.torch_tb_profiler = torch_tb_profiler
         self.url: str | None = None
         self.plugins: list[str] = []
         self._process: subprocess.Popen | None = None
@@ -119,6 +134,7 @@ class TensorBoardServer:
         # refresh (the check above runs once); gapscope's plugin reads the logdir itself.
         self._shadow = ShadowLogdir(self.logdir).start()
         env[SOURCE_LOGDIR_ENV] = str(self.logdir)
+        env[TORCH_TB_PROFILER_ENV] = "1" if self.torch_tb_profiler else "0"
         command = [sys.executable, "-m", "analysis.tensorboard.main",
                    "--logdir", str(self._shadow.path),
                    "--host", self.host, "--port", str(self.port or 0), "--load_fast", "false"]
@@ -161,6 +177,11 @@ class TensorBoardServer:
             self._log = None
 
     @property
+    def landing_url(self) -> str | None:
+        """The URL that opens TensorBoard on gapscope's tab rather than on Time Series."""
+        return self.url and f"{self.url.rstrip('/')}/#{LANDING_TAB}"
+
+    @property
     def pid(self) -> int | None:
         """The TensorBoard process, also the id of its process group; None when stopped."""
         return self._process.pid if self._process else None
@@ -194,7 +215,7 @@ class TensorBoardServer:
 
 def serve_forever(logdir: str | Path, host: str = "127.0.0.1", port: int | None = None,
                   announce: Callable[[str], None] = print,
-                  warn: Callable[[str], None] = print) -> int:
+                  warn: Callable[[str], None] = print, torch_tb_profiler: bool = False) -> int:
     """Foreground mode for `gapscope tensorboard`: announces the URL, runs until Ctrl-C or
     SIGTERM; either stops the server it started (its own process group: a signal to this
     process alone would leave it running)."""
@@ -202,16 +223,16 @@ def serve_forever(logdir: str | Path, host: str = "127.0.0.1", port: int | None 
         warn(f"warning: TensorBoard listens on {host}: anyone who can reach this machine on the "
              "network can read these profiles (model, paths, host names); use 127.0.0.1 unless "
              "you mean to share them")
-    server = TensorBoardServer(logdir, host, port)
+    server = TensorBoardServer(logdir, host, port, torch_tb_profiler=torch_tb_profiler)
     # Signal handlers can only be set from the main thread (the CLI's).
     handle = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _interrupt) if handle else None
     try:
-        url = server.start()
+        server.start()
         note = offline_note(server.plugins)
         if note:
             warn(note)
-        announce(url)
+        announce(server.landing_url)
         return server.wait()
     except KeyboardInterrupt:
         return 0
@@ -245,6 +266,13 @@ def offline_note(plugins: Iterable[str]) -> str | None:
                                                  else "")
     return (f"offline: {'; '.join(online)} need the internet and stay blank without it; "
             f"{offline} work offline")
+
+
+def tab_notes(torch_tb_profiler: bool) -> list[str]:
+    """What gapscope's tab says about the profiler tabs beside it: what they show offline."""
+    torch = (f"{ONLINE_ONLY[TORCH_TB_PROFILER]} needs the internet and stays blank without it"
+             if torch_tb_profiler else TORCH_TB_PROFILER_OFF)
+    return [torch, XPROF_NOTE]
 
 
 def wait_until_ready(url: str, process: subprocess.Popen | None = None,

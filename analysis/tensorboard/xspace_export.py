@@ -1,26 +1,37 @@
-"""Writes a torch run's trace as an XSpace where TensorBoard's profile plugin lists it, so XProf's
-Trace Viewer shows torch runs as it shows Keras runs, gapscope's phases above the ops."""
+"""Writes a run's trace as an XSpace where TensorBoard's profile plugin lists it, with gapscope's
+phases above the ops in XProf's Trace Viewer: a torch run's trace converted, a TF run's own
+profile with the phase lines added."""
 from __future__ import annotations
 
 import re
 import socket
 from pathlib import Path
 
+from analysis.readers import safe_files
 from analysis.readers.run_dir import exported_xspace_dir
 from analysis.renderers.traces import xspace
 from analysis.model.run import Run
 from profilers.run_dir import write_atomic
 
 
-def write_torch_xspace(run: Run) -> Path | None:
+def write_xspace(run: Run) -> Path | None:
     """`<run>/plugins/profile/gapscope/<host>.xplane.pb`, replaced if there; None for a run with
-    no torch trace (a TF run's profiler wrote its XSpace itself)."""
-    if run.trace_file is None or run.trace_file not in run.located.torch_traces:
+    no trace, or a TF profile without steps (there is no phase line to add)."""
+    if run.trace_file is None:
         return None
-    # The plugin reads the host from the file name: the part before ".xplane.pb".
-    host = re.sub(r"[^\w.-]", "_", str(run.manifest.get("host") or socket.gethostname()))
+    if run.trace_file in run.located.torch_traces:
+        # The plugin reads the host from the file name: the part before ".xplane.pb".
+        host = re.sub(r"[^\w.-]", "_", str(run.manifest.get("host") or socket.gethostname()))
+        data = xspace.render(run.trace, run.timeline, host)
+    elif run.timeline.steps:
+        # A session of its own beside TF's: the profiler's file stays as it wrote it.
+        host = run.trace_file.name[:-len(".xplane.pb")]
+        data = xspace.with_phase_lines(safe_files.read_bytes(run.trace_file), run.timeline,
+                                       run.trace.metadata["base_time_ns"])
+    else:
+        return None
     folder = exported_xspace_dir(run.path)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{host}.xplane.pb"
-    write_atomic(path, xspace.render(run.trace, run.timeline, host))
+    write_atomic(path, data)
     return path

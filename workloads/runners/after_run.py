@@ -1,6 +1,6 @@
 """The TensorBoard views of a run, written by the runner once the run has ended complete: its
-summaries, and for a torch run its trace as an XSpace for XProf. A view that cannot be written is
-recorded in the manifest, never a failed run."""
+summaries, and its trace as an XSpace for XProf with the phase lines. A view that cannot be
+written is recorded in the manifest, never a failed run."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,9 +14,9 @@ def _views():
     when the run has ended: the run process does not load the analysis (nor TensorBoard's
     writer) while it is being timed."""
     from analysis.tensorboard.summaries import write_run_summaries
-    from analysis.tensorboard.xspace_export import write_torch_xspace
+    from analysis.tensorboard.xspace_export import write_xspace
     return ((lambda run: write_run_summaries(run.path, run), "summaries_error"),
-            (write_torch_xspace, "trace_viewer_error"))
+            (write_xspace, "trace_viewer_error"))
 
 
 def write_after_run(run_dir: str | Path) -> str | None:

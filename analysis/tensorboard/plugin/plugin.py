@@ -2,6 +2,7 @@
 under /data/plugin/gapscope/ that the page draws from."""
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -10,6 +11,7 @@ from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
 from analysis.tensorboard.plugin.views import UnknownRun, Views
+from analysis.tensorboard.server import TORCH_TB_PROFILER_ENV, tab_notes
 from analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV
 from profilers.strict_json import finite
 
@@ -27,6 +29,10 @@ class GapscopePlugin(base_plugin.TBPlugin):
         # `gapscope tensorboard` gives TensorBoard a vetted shadow of the logdir (links, for the
         # third-party plugins) and this plugin the logdir itself, which it reads safely.
         self._views = Views(os.environ.get(SOURCE_LOGDIR_ENV) or context.logdir)
+        # `gapscope tensorboard` says whether it loaded torch-tb-profiler; a plain `tensorboard`
+        # loads every installed plugin.
+        self._torch_tb_profiler = (os.environ.get(TORCH_TB_PROFILER_ENV, "1") == "1"
+                                   and importlib.util.find_spec("torch_tb_profiler") is not None)
 
     def get_plugin_apps(self):
         apps = {f"/static/{path.name}": self._static(path) for path in STATIC.iterdir()
@@ -51,7 +57,7 @@ class GapscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_runs(self, request):
-        return _json(request, self._views.runs())
+        return _json(request, {**self._views.runs(), "tab_notes": tab_notes(self._torch_tb_profiler)})
 
     @wrappers.Request.application
     def _serve_steps(self, request):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from analysis.renderers import compare_json
 from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results.records import Breakdown
-from analysis.model.run import Run, RunEntry, load_run, unique_labels
+from analysis.model.run import Run, RunEntry, load_run
 from analysis.results.distributed_breakdown import job_breakdown
 from analysis.renderers.job_render import summary_lines
 from analysis.tensorboard.plugin.runs import find_runs
@@ -67,7 +68,7 @@ class Views:
             found_jobs: dict = {}
             analysed = [self._analysed(name, entry)
                         for name, entry in find_runs(self.logdir, found_jobs).items()]
-        labels = unique_labels([a.label for a in analysed], [a.name for a in analysed])
+        labels = folder_labels([a.label for a in analysed], [a.name for a in analysed])
         documents = []
         for a, label in zip(analysed, labels):
             document = {"name": a.name, "label": label, "problem": a.problem,
@@ -148,6 +149,8 @@ class Views:
             return {"error": "select two or more runs to compare"}
         explanations = []
         with self._lock:
+            every = {name: self._analysed(name, entry) for name, entry in find_runs(self.logdir).items()}
+            labels = dict(zip(every, folder_labels([a.label for a in every.values()], list(every))))
             for name in names:
                 a = self._analysed(name, self._entry(name))
                 if a.problem:
@@ -159,6 +162,8 @@ class Views:
                 # compare() relabels the breakdowns it is given: keep the cached ones as read.
                 explanations.append(copy.copy(a.explanation))
                 explanations[-1].breakdown = copy.copy(a.explanation.breakdown)
+                # Named as the runs list names it, so compare() has no two alike to tell apart.
+                explanations[-1].breakdown.label = labels.get(name, a.label)
         try:
             comparison = compare(explanations)
         except GapscopeInputError as exc:
@@ -189,6 +194,14 @@ class Views:
                 a.problem = _problem(name, exc)
         self._cache[name] = a
         return a
+
+
+def folder_labels(labels: list[str], names: list[str]) -> list[str]:
+    """Two runs of one configuration are told apart by their folder under the logdir (their name,
+    unique there), not by a run id's random tail that names no folder."""
+    counts = Counter(labels)
+    return [f"{label} ({name})" if counts[label] > 1 else label
+            for label, name in zip(labels, names)]
 
 
 def _explain(run: Run) -> tuple[RunExplanation | None, str | None]:

@@ -4,7 +4,10 @@
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const KIND_COLOURS = {'warm-up': '#999999', 'traced': '#D55E00', 'unprofiled': '#0072B2'};
-const state = {doc: null, selected: null, compared: [], root: null};
+const state = {doc: null, selected: null, compared: [], root: null, scale: null};
+// Above this ratio of the slowest run's step to the fastest's, bars to scale leave the fast runs
+// without a visible bar: the chart opens on each run's shares instead.
+const SPREAD_FOR_SHARES = 10;
 
 export async function render() {
   document.head.append(html('link', {rel: 'stylesheet', href: './static/style.css'}));
@@ -45,7 +48,13 @@ function draw() {
       html('h1', {}, 'gapscope'),
       html('span', {class: 'logdir'}, `${doc.runs.length} run(s) in ${doc.logdir}`),
       button('reload', reload));
-  const sections = [header, runsSection(doc)];
+  const sections = [header];
+  // What the other tabs of this TensorBoard show offline (and which one is off).
+  if (doc.tab_notes && doc.tab_notes.length) {
+    sections.push(html('ul', {class: 'notes tab-notes'},
+        ...doc.tab_notes.map((line) => html('li', {}, line))));
+  }
+  sections.push(runsSection(doc));
   if (doc.jobs && doc.jobs.length) sections.push(jobsSection(doc));
   const ok = doc.runs.filter((run) => run.breakdown);
   if (ok.length) sections.push(overviewSection(doc, ok));
@@ -126,20 +135,43 @@ function jobsSection(doc) {
 // ---- breakdown --------------------------------------------------------------------------
 
 function overviewSection(doc, ok) {
-  const scale = Math.max(...ok.map((run) => run.breakdown.step_ms.mean), 1e-9);
+  const steps = ok.map((run) => run.breakdown.step_ms.mean);
+  const spread = Math.max(...steps) / Math.max(Math.min(...steps), 1e-9);
+  const scale = state.scale || (spread > SPREAD_FOR_SHARES ? 'shares' : 'time');
+  const slowest = Math.max(...steps, 1e-9);
   const labelW = 260, barW = 560, rowH = 26, width = labelW + barW + 120;
-  const chart = svgEl('svg', {class: 'chart overview', width, height: ok.length * rowH + 10,
+  const chart = svgEl('svg', {class: `chart overview scale-${scale}`, width,
+                              height: ok.length * rowH + 10,
                               viewBox: `0 0 ${width} ${ok.length * rowH + 10}`});
   ok.forEach((run, i) => {
     const y = 5 + i * rowH;
-    chart.append(svgEl('text', {x: labelW - 8, y: y + rowH / 2 + 4, 'text-anchor': 'end'},
-                       run.label));
-    stackedBar(chart, doc, run.breakdown, labelW, y + 3, barW / scale, rowH - 8);
-    chart.append(svgEl('text', {x: labelW + barW * run.breakdown.step_ms.mean / scale + 6,
-                                y: y + rowH / 2 + 4}, `${ms(run.breakdown.step_ms.mean)} ms`));
+    const step = run.breakdown.step_ms.mean;
+    // Long labels (a folder) keep their end, which tells runs apart; the title has all of it.
+    const label = svgEl('text', {x: labelW - 8, y: y + rowH / 2 + 4, 'text-anchor': 'end'},
+                        run.label.length > 38 ? `…${run.label.slice(-37)}` : run.label);
+    label.append(svgEl('title', {}, `${run.label}: ${run.name}`));
+    chart.append(label);
+    // To scale: ms per step on one axis. Shares: each run's step is the full bar.
+    const pxPerMs = barW / (scale === 'shares' ? Math.max(step, 1e-9) : slowest);
+    stackedBar(chart, doc, run.breakdown, labelW, y + 3, pxPerMs, rowH - 8);
+    chart.append(svgEl('text', {x: labelW + pxPerMs * step + 6, y: y + rowH / 2 + 4},
+                       `${ms(step)} ms`));
   });
-  return section('overview', 'Phases per run (ms per steady-state step, to scale)',
-                 legend(doc.phases.map((p) => [p, doc.colours[p]])), chart);
+  const choices = [['time', 'to scale (ms per step)'], ['shares', 'each run 100 % (phase shares)']];
+  const picker = html('span', {class: 'scale-picker'}, 'bars: ', ...choices.map(([value, text]) => {
+    const option = html('label', {}, html('input', {type: 'radio', name: 'overview-scale', value}), text);
+    const input = option.firstChild;
+    input.checked = value === scale;
+    input.addEventListener('change', () => { state.scale = value; draw(); });
+    return option;
+  }));
+  const why = scale === 'shares' && !state.scale
+      ? html('p', {class: 'hint'}, `The slowest step is ${spread.toFixed(0)}× the fastest: ` +
+             'to scale, the fast runs would have no visible bar.') : null;
+  return section('overview', scale === 'shares'
+      ? 'Phases per run (share of each run\'s steady-state step; the figure is its ms per step)'
+      : 'Phases per run (ms per steady-state step, to scale)',
+      legend(doc.phases.map((p) => [p, doc.colours[p]])), picker, why, chart);
 }
 
 function breakdownSection(doc, run) {
