@@ -14,7 +14,7 @@ from workloads.runners.after_run import write_after_run
 from analysis.results.breakdown import breakdown
 from analysis.readers.run_dir import EXPORTED_XSPACE_DIR, find_files
 from analysis.readers.xplane import read_xplane
-from analysis.renderers import xspace
+from analysis.renderers.traces import xspace
 from analysis.model.run import load_run
 from analysis.events.event import KERNEL, MEMCPY
 from analysis.tensorboard.xspace_export import write_xspace
