@@ -85,7 +85,8 @@ class RunSettings:
     def check_lengths(self) -> None:
         """Refuses step counts that contradict each other, before anything runs: a warm-up as
         long as the run leaves no steady step, and a trace window longer than the steps after
-        the warm-up would have to be cut short (the window starts right after the warm-up).
+        the warm-up would have to be cut short (it lies after the warm-up: right after it, or at
+        the end for PyTorch runs).
         Also the DataLoader worker count, bounded to the machine: a huge one forks until the
         machine gives out."""
         from workloads.variants import max_workers
