@@ -210,9 +210,11 @@ def _write_logs(job_dir: Path, settings: RunSettings, output: str) -> None:
     name = "run.log" if settings.node_rank == 0 else f"run.node{settings.node_rank}.log"
     try:
         (job_dir / name).write_text(output)
-        for local, lines in per_rank.items():
+        # Every rank gets its run.log, empty where it said nothing but progress (Kineto's own
+        # lines are silenced), so a rank directory is laid out as a run's always is.
+        for local in range(settings.nproc):
             directory = rank_dir(job_dir, settings.node_rank * settings.nproc + local)
             if directory.is_dir():
-                (directory / "run.log").write_text("".join(lines))
+                (directory / "run.log").write_text("".join(per_rank.get(local, [])))
     except OSError:
         pass  # a full disk: the manifests written next matter more than the logs
