@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import re
 
 from profilers.phases import MARKED_PHASES, TF_SCOPE_PREFIX, TORCH_PREFIX
 
@@ -28,6 +29,10 @@ _KERAS_OPTIMIZER_SCOPES = frozenset({
     "sgd", "adam", "adam_w", "adamax", "nadam", "adagrad", "adadelta", "adafactor",
     "ftrl", "lion", "lamb", "loss_scale_optimizer", "muon", "rm_sprop"})
 _GAPSCOPE_SCOPES = {TF_SCOPE_PREFIX + p: p for p in MARKED_PHASES}
+# torch <= 1.9 named a backward op after its autograd node alone (CudnnConvolutionBackward,
+# AddmmBackward, NllLossBackward0), without today's evaluate_function prefix; today's traces
+# hold the same names nested inside that prefix's range, so matching them changes nothing there.
+_TORCH_BACKWARD_NODE = re.compile(r"(?:torch::autograd::AccumulateGrad|[A-Z][A-Za-z0-9]*Backward\d*)$")
 
 
 # Traces repeat a few thousand names over 100k+ events: classify each name once.
@@ -56,6 +61,8 @@ def framework_phase(name: str) -> str | None:
     for prefix, phase in _TORCH_MARKERS:
         if name.startswith(prefix):
             return phase
+    if _TORCH_BACKWARD_NODE.match(name):
+        return "backward"
     if name.startswith("IteratorGetNext"):
         return "data_load"
     if ":" in name:  # TF op

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.model.locate import (ForeignRanks, JobDir, JobPlace, RankDirs, RunPlace, distributed_info,
-                                   foreign_ranks, locate, unfinished)
+from analysis.model.locate import (ForeignRanks, ForeignTrace, JobDir, JobPlace, RankDirs, RunPlace,
+                                   distributed_info, foreign_ranks, locate, unfinished)
 from analysis.model.run import Run, load_run
 from profilers.errors import GapscopeInputError
 from profilers.job_dir import rank_entries, root_cause
@@ -76,11 +76,15 @@ def load_job(path) -> Job:
         return _load_rank_dirs(place)
     if isinstance(place, ForeignRanks):
         return _load_foreign(place)
-    if isinstance(place, RunPlace) and place.problem is not None:  # a manifest it cannot read
+    # A manifest it cannot read; a folder of foreign traces is refused as a run (two sessions)
+    # only after its traces' ranks were looked at.
+    if isinstance(place, RunPlace) and not isinstance(place, ForeignTrace) and place.problem is not None:
         raise place.problem
     traces = foreign_ranks(place.path) if place.path.is_dir() else []
     if traces:  # a rank alone: _load_foreign says which are missing
         return _load_foreign(ForeignRanks(place.path, tuple(traces)))
+    if isinstance(place, RunPlace) and place.problem is not None:
+        raise place.problem
     raise GapscopeInputError(f"{place.path}: not a distributed job (no manifest, no rank run "
                              "directories, no per-rank traces)")
 

@@ -2,7 +2,6 @@
 ranks, a folder of runs, an A/B, matrix or sweep folder) that every loader takes."""
 from __future__ import annotations
 
-import gzip
 import json
 import re
 from dataclasses import dataclass
@@ -10,7 +9,7 @@ from pathlib import Path
 
 from analysis.readers import run_dir as run_files
 from analysis.readers import safe_files
-from analysis.readers.run_dir import TORCH_TRACE_GLOBS, Located
+from analysis.readers.run_dir import HEAD_BYTES, Located, find_torch_traces
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, effective_status
 
@@ -19,8 +18,6 @@ from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, eff
 # profiler's default file name is <host>_<pid>.<time>.pt.trace.json, so a bare "_1." would
 # take a pid for a rank.
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[_-]?(\d+)(?!\d)", re.IGNORECASE)
-# Kineto writes distributedInfo near the top of the file, before traceEvents.
-_HEAD_BYTES = 256 * 1024
 _INFO = re.compile(rb'"distributedInfo"\s*:\s*')
 
 
@@ -165,8 +162,8 @@ def unfinished(manifest: dict | None) -> str | None:
 def foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:
     """(rank, (trace, world size or None)) for each torch trace under `folder` that says its
     rank; a folder where some trace has none is no foreign job."""
-    traces = sorted({p for g in TORCH_TRACE_GLOBS for p in folder.rglob(g)
-                     if safe_files.is_readable_regular_file(p) and not _in_run_dir(p, folder)})
+    traces = sorted(p for p in find_torch_traces(folder, lambda p: not _in_run_dir(p, folder))
+                    if safe_files.is_readable_regular_file(p))
     found = []
     for trace in traces:
         info = distributed_info(trace)
@@ -200,10 +197,8 @@ def rank_from_name(trace: Path, root: Path) -> int | None:
 def distributed_info(trace: Path) -> dict | None:
     """The trace's `distributedInfo` object (backend, rank, world_size), read from its head."""
     try:
-        with safe_files.open_regular(trace) as raw:
-            stream = gzip.GzipFile(fileobj=raw) if trace.name.endswith(".gz") else raw
-            head = stream.read(_HEAD_BYTES)
-    except (OSError, EOFError, ValueError):
+        head = safe_files.read_head(trace, HEAD_BYTES)
+    except GapscopeInputError:
         return None
     match = _INFO.search(head)
     if not match:

@@ -16,6 +16,16 @@ from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.run_dir import MANIFEST, STEPS_CSV, with_marked_failure
 
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
+# Other tools name torch traces as they like (HTA's worker0.1629....json, rank-0.json.gz): in a
+# folder no gapscope run wrote, such files are traces when their head says so.
+CONTENT_GLOBS = ("*.json", "*.json.gz")
+# Kineto writes these keys before traceEvents; distributedInfo may list every process group.
+HEAD_BYTES = 256 * 1024
+# A Kineto trace is an object with traceEvents and one of Kineto's own keys: TensorFlow's trace
+# viewer JSON and other Chrome traces hold traceEvents too, but are no torch trace.
+_KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+# Each candidate's head is read: a folder with more .json files than this is refused, not searched.
+MAX_CANDIDATES = 1000
 XPLANE_GLOB = "*.xplane.pb"
 # Where gapscope writes a torch run's trace as an XSpace for TensorBoard's profile plugin (a
 # session of its own): a view of the run's trace, never taken for the trace itself.
@@ -59,7 +69,7 @@ def run_files(path: Path, manifest: dict | None) -> Located:
         manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV
     found = Located(path, manifest, steps if _present(steps) else None)
-    torch_traces = [p for g in TORCH_TRACE_GLOBS for p in path.rglob(g)]
+    torch_traces = find_torch_traces(path, by_content=manifest is None)
     xplanes = [p for p in path.rglob(XPLANE_GLOB) if p.parent.parts[-3:] != EXPORTED_XSPACE_DIR]
     for candidate in torch_traces + xplanes:
         problem = safe_files.why_unreadable(candidate)
@@ -69,7 +79,43 @@ def run_files(path: Path, manifest: dict | None) -> Located:
     # Newest first: a folder written by several profiler cycles holds one file per cycle.
     found.torch_traces = _newest_first(p for p in torch_traces if p not in bad)
     found.xplanes = _newest_first(p for p in xplanes if p not in bad)
+    if manifest is None and len(found.torch_traces) > 1:
+        raise GapscopeInputError(_several_sessions(path, found.torch_traces))
     return found
+
+
+def find_torch_traces(folder: Path, keep=None, by_content: bool = True) -> list[Path]:
+    """The torch traces under `folder`: named as torch names them, and (by_content) other .json
+    and .json.gz files whose head is a Kineto trace's; `keep` drops files before any is read."""
+    keep = keep or (lambda _: True)
+    named = {p for g in TORCH_TRACE_GLOBS for p in folder.rglob(g) if keep(p)}
+    if not by_content:
+        return sorted(named)
+    others = sorted({p for g in CONTENT_GLOBS for p in folder.rglob(g)} - named)
+    others = [p for p in others if keep(p) and safe_files.is_readable_regular_file(p)]
+    if len(others) > MAX_CANDIDATES:
+        raise GapscopeInputError(f"{folder}: over {MAX_CANDIDATES:,} .json files to look "
+                                 "through for torch traces: give the trace file's path")
+    return sorted(named | {p for p in others if is_kineto_trace(p)})
+
+
+def is_kineto_trace(path: Path) -> bool:
+    """Whether the file's head is a Kineto trace's: a JSON object holding traceEvents and one
+    of Kineto's own keys (whatever the schema version)."""
+    try:
+        head = safe_files.read_head(path, HEAD_BYTES)
+    except GapscopeInputError:
+        return False
+    return (head.lstrip()[:1] == b"{" and b'"traceEvents"' in head
+            and any(key in head for key in _KINETO_KEYS))
+
+
+def _several_sessions(folder: Path, traces: list[Path]) -> str:
+    """Two profiler sessions in one folder are two runs: which one is meant is the user's to say."""
+    shown = ", ".join(str(p.relative_to(folder)) for p in traces[:3])
+    more = f" and {len(traces) - 3} more" if len(traces) > 3 else ""
+    return (f"{folder}: {len(traces)} torch traces of separate sessions ({shown}{more}): "
+            f"give one trace file's path, e.g. {traces[0]}")
 
 
 def exported_xspace_dir(run_dir: Path) -> Path:

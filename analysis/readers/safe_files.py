@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import errno
+import gzip
 import io
 import os
 import queue
 import re
 import stat
 import threading
+import zlib
 from pathlib import Path
 
 from analysis.readers.gunzip import ChildGunzip
@@ -89,6 +91,19 @@ def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
     """The whole (small) file, e.g. an .xplane.pb or an HLO dump, with the same checks."""
     with open_regular(path, max_bytes) as handle:
         return handle.read()
+
+
+def read_head(path: str | Path, nbytes: int) -> bytes:
+    """The first `nbytes` of the file's content, gunzipped in-process when it is gzip (by its
+    magic bytes): enough to tell what a file is without reading all of it."""
+    with open_regular(path) as handle:
+        try:
+            if handle.peek(2)[:2] != _GZIP_MAGIC:
+                return handle.read(nbytes)
+            with gzip.GzipFile(fileobj=handle) as stream:
+                return stream.read(nbytes)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise TraceFormatError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
 
 
 def open_stream(path: str | Path, max_bytes: int | None = None,

@@ -81,10 +81,17 @@ _SHAPED_DECODER = msgspec.json.Decoder(_ShapedRawTrace)
 _SHAPED_EVENTS_DECODER = msgspec.json.Decoder(list[_ShapedRawEvent])
 _GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its size
 
+# torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
+# for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
+# whole session's range, read as other, as today's).
 _DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-                      "gpu_user_annotation": ANNOTATION}
+                      "gpu_user_annotation": ANNOTATION,
+                      "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
 _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
-                    "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME}
+                    "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
+                    "Operator": HOST_OP, "Runtime": RUNTIME}
+# The kinds a step range comes as: an annotation today, an op (Operator) in the old schema.
+_STEP_KINDS = (ANNOTATION, HOST_OP)
 # Ranges torch itself emits once per step; gapscope's own step ranges take the same role.
 _STEP_PREFIXES = ("ProfilerStep#", "gapscope/step#")
 
@@ -316,7 +323,7 @@ class _Reader:
             if device:
                 if args is not None and args.nbytes is not None:
                     columns.nbytes[len(columns.start_us)] = args.nbytes
-            elif kind == ANNOTATION and name.startswith(_STEP_PREFIXES):
+            elif kind in _STEP_KINDS and name.startswith(_STEP_PREFIXES):
                 where_id = columns.where_id(STEP, track)
                 row, number = len(columns.start_us), validate.step_number(name.rpartition("#")[2])
                 columns.step_nums[row] = number
