@@ -313,9 +313,10 @@ def test_a_run_the_machine_refuses_says_why(tmp_path):
     session = gpu_check.Session(tmp_path, 60, cuda=False)
     entry = session.run(P.Planned("mlp-eager", "mlp", "eager", "test"))
     assert entry["status"] == "failed"
-    assert "device cuda requested, but torch sees no CUDA GPU" in entry["error"]
+    # Refused before any run directory is made (issue 23), in the launcher's one line.
+    assert "--device cuda: this machine has no CUDA GPU" in entry["error"]
     assert entry["checks"][0]["name"] == "completed" and entry["checks"][0]["status"] == C.FAIL
-    assert any("no CUDA GPU" in line for line in entry["log_tail"])  # the run's own words
+    assert "log_tail" not in entry and "run_dir" not in entry  # nothing ran, nothing was left
 
 
 def test_budget_skips_runs_not_started_and_stops_the_one_in_flight(tmp_path):
