@@ -39,3 +39,12 @@ def torch_run(runs_dir) -> Path:
 @pytest.fixture(scope="session")
 def keras_run(runs_dir) -> Path:
     return _launch("keras", runs_dir)
+
+
+def tf_profile(run_dir: Path) -> Path:
+    """The TF profiler's own XSpace of a Keras/TF run: not gapscope's `gapscope` session beside
+    it, which holds the same profile with the phase lines added for XProf."""
+    from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
+    (path,) = [p for p in run_dir.glob("plugins/profile/*/*.xplane.pb")
+               if p.parent.parts[-3:] != EXPORTED_XSPACE_DIR]
+    return path

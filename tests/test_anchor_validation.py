@@ -15,7 +15,7 @@ from analysis.readers.hlo_text import read_hlo_dump_dir
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.readers.xplane import read_xplane
 from analysis.events.trace import Trace
-from conftest import SMALL_RUN, _launch
+from conftest import SMALL_RUN, _launch, tf_profile
 
 DATALOADER = "enumerate(DataLoader)#"
 
@@ -76,7 +76,7 @@ def test_torch_steps_and_dataloader_share_match_torch_tb_profiler(torch_run, tmp
 
 def test_tf_step_times_match_xprof_input_pipeline(keras_run):
     from xprof.convert.raw_to_tool_data import xspace_to_tool_data
-    (path,) = keras_run.glob("plugins/profile/*/*.xplane.pb")
+    path = tf_profile(keras_run)
     data, _ = xspace_to_tool_data([str(path)], "input_pipeline_analyzer", {})
     table = json.loads(data)[1]
     column = [c["id"] for c in table["cols"]].index("stepTimeMs")
@@ -98,7 +98,7 @@ def keras_jit_run(runs_dir):
 
 
 def test_real_xla_run_maps_every_hlo_op(keras_jit_run):
-    (path,) = keras_jit_run.glob("plugins/profile/*/*.xplane.pb")
+    path = tf_profile(keras_jit_run)
     trace = read_xplane(path)
     assert trace.metadata["hlo_protos"], "XLA keeps the HloProto of each program in the profile"
     from_profile = read_hlo_protos(trace.metadata["hlo_protos"])

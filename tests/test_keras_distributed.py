@@ -18,6 +18,7 @@ from profilers.errors import GapscopeInputError
 from tests.tf_workers import run_script_workers, run_workers, start_workers, wait_workers
 from workloads.settings import RunSettings
 from workloads.runners.tf_cluster import cluster_place, free_ports, tf_config_env, worker_envs
+from conftest import tf_profile
 
 TINY = dict(workload="mlp", steps=12, warmup_steps=2, trace_steps=4, batch_size=32, nproc=2)
 
@@ -35,7 +36,7 @@ def _collectives(run_dir: Path) -> dict[tuple[str, str], Counter]:
     """CollectiveReduceV2 events of the rank's XPlane by (plane, line kind): line names end in a
     per-thread id (`collective_ops/<id>`), so only the part before the slash is kept."""
     from tensorflow.tsl.profiler.protobuf import xplane_pb2
-    (path,) = run_dir.glob("plugins/profile/*/*.xplane.pb")
+    path = tf_profile(run_dir)
     space = xplane_pb2.XSpace()
     space.ParseFromString(path.read_bytes())
     found: dict[tuple[str, str], Counter] = {}

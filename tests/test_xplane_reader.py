@@ -6,6 +6,7 @@ from analysis.readers.xplane import read_xplane
 from analysis.events.trace import HOST_OP, STEP
 from profilers.errors import TraceFormatError
 from xspace_builder import PlaneBuilder, new_space
+from conftest import tf_profile
 
 
 
@@ -60,7 +61,7 @@ def test_corrupt_xplane_is_a_format_error(tmp_path):
 
 
 def test_real_keras_profile_has_steps_and_marked_phases(keras_run):
-    (xplane,) = keras_run.glob("plugins/profile/*/*.xplane.pb")
+    xplane = tf_profile(keras_run)
     result = breakdown_from_trace(read_xplane(xplane))
     result.self_check()
     assert len(result.steps) == 8  # SMALL_RUN trace_steps
