@@ -204,7 +204,7 @@ def test_a_keras_run_ends_with_its_tf_profile_and_the_phase_lines_in_trace_viewe
     """The Keras run's end wrote TF's session again with gapscope's lines, which XProf's own
     converter draws above TF's threads, each traced step's phases in order."""
     run = load_run(keras_run)
-    (tf_file,) = locate(keras_run).xplanes
+    (tf_file,) = find_files(keras_run).xplanes
     (path,) = keras_run.joinpath(*EXPORTED_XSPACE_DIR).glob("*.xplane.pb")
     assert path.name == tf_file.name
     host = next(p for p in parse(path).planes if p.name == "/host:CPU")
@@ -278,7 +278,7 @@ def test_a_tf_profile_gets_the_phase_lines_in_a_session_of_its_own(tmp_path):
     assert phases.events[-1].offset_ps + phases.events[-1].duration_ps == 150 * PS
     # TF's own lines keep every event; the run still reads TF's file, not this one.
     assert [len(lines[n].events) for n in ("python", "tf_Compute")] == [2, 1]
-    assert locate(tmp_path).xplanes == [original]
+    assert find_files(tmp_path).xplanes == [original]
 
 
 def test_a_tf_profile_without_steps_gets_no_session(tmp_path):
