@@ -44,7 +44,6 @@ def keras_run(runs_dir) -> Path:
 def tf_profile(run_dir: Path) -> Path:
     """The TF profiler's own XSpace of a Keras/TF run: not gapscope's `gapscope` session beside
     it, which holds the same profile with the phase lines added for XProf."""
-    from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
-    (path,) = [p for p in run_dir.glob("plugins/profile/*/*.xplane.pb")
-               if p.parent.parts[-3:] != EXPORTED_XSPACE_DIR]
+    from analysis.readers.run_dir import find_files
+    (path,) = find_files(run_dir).xplanes  # the reader's own finder leaves gapscope's session out
     return path
