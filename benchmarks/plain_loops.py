@@ -35,10 +35,11 @@ CONFIGS = {("cnn", "torch", "default"), ("cnn", "keras", "default"),
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
-def training_data(workload: str, steps: int):
+def training_data(workload: str, steps: int, full_epoch: bool = False):
     """x (channels-last float32) and int64 labels for exactly `steps` batches, made as gapscope's
     workloads.datasets.dataset_for makes them: one epoch generated with the workload's seed,
-    repeated if the steps need more, then cut to batch_size * steps samples."""
+    repeated if the steps need more, then cut to batch_size * steps samples (or, with
+    `full_epoch`, kept whole when the steps need less, as gapscope's runs keep it)."""
     import numpy as np
 
     shape, classes, _, epoch = WORKLOADS[workload]
@@ -53,7 +54,7 @@ def training_data(workload: str, steps: int):
     else:
         from workloads.data import synthetic_classification
         x, y = synthetic_classification(epoch, shape, classes, SEED)
-    samples = BATCH_SIZE * steps
+    samples = max(BATCH_SIZE * steps, len(x) if full_epoch else 0)
     if samples > len(x):
         repeats = -(-samples // len(x))
         x, y = np.concatenate([x] * repeats), np.concatenate([y] * repeats)
@@ -85,7 +86,8 @@ def keras_model(workload: str):
         layers.Flatten(), layers.Dense(128, activation="relu"), layers.Dense(10)])
 
 
-def run_torch(workload: str, variant: str, steps: int, device_name: str) -> dict:
+def run_torch(workload: str, variant: str, steps: int, device_name: str,
+              full_epoch: bool = False) -> dict:
     """The textbook loop: DataLoader over a TensorDataset of prepared NCHW tensors (shuffle,
     batch 256, no workers: torch_pipelines' default "tensor-dataset"), zero_grad, forward,
     loss, backward, step; torch.compile wraps the model only, mode="default"."""
@@ -96,7 +98,7 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str) -> dict
     torch.manual_seed(SEED)
     device = torch.device("cuda" if device_name == "auto" and torch.cuda.is_available()
                           else "cpu" if device_name == "auto" else device_name)
-    x, y = training_data(workload, steps)
+    x, y = training_data(workload, steps, full_epoch)
     if x.ndim == 4:
         x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # NHWC -> NCHW, once, before the loop
     loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
@@ -194,14 +196,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    parser.add_argument("--full-epoch", action="store_true",
+                        help="torch: hold the whole generated epoch, as gapscope's runs do, not "
+                             "only the samples the steps use")
     args = parser.parse_args(argv)
     if (args.workload, args.framework, args.variant) not in CONFIGS:
         parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
     if args.steps <= args.warmup:
         parser.error(f"--steps must exceed --warmup ({args.warmup}): no steady steps otherwise")
     started = time.perf_counter()
-    runner = run_torch if args.framework == "torch" else run_keras
-    result = runner(args.workload, args.variant, args.steps, args.device)
+    if args.framework == "torch":
+        result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch)
+    else:
+        result = run_keras(args.workload, args.variant, args.steps, args.device)
     result = summarise(result, args.warmup)
     result.update(workload=args.workload, framework=args.framework, variant=args.variant,
                   steps=args.steps, wall_s=round(time.perf_counter() - started, 3))

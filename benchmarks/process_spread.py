@@ -17,11 +17,15 @@ from __future__ import annotations
 #   knobs: no-trace (no profiler window), no-sampler (no resource sampler thread),
 #          omp1 (OMP_NUM_THREADS=1), omp2 (OMP_NUM_THREADS=2),
 #          mmap-fixed (glibc's mmap threshold fixed at 32 MiB: no adjusting to what was freed),
-#          arena1 (one malloc arena for every thread)
+#          arena1 (one malloc arena for every thread),
+#          malloc-kept (glibc keeps what it freed: fixed mmap threshold, no trim, a 256 MiB top
+#          pad; the steps then take no fresh pages from the kernel),
+#          full-epoch (plain only: hold the whole generated epoch, 60,000 CNN samples, as
+#          gapscope's runs do, not only the 15,360 that 60 steps use)
 
 import argparse
 import json
-import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,11 +39,15 @@ from benchmarks.gap_truth import OUT_DIR, ROOT, WARMUP_STEPS, child_env, last_js
 from profilers.machine_load import load_snapshot
 
 KINDS = ("plain", "run", "child")
-KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1")
+KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
+         "full-epoch")
 # Environment each knob sets in the process it starts.
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
-            "arena1": {"MALLOC_ARENA_MAX": "1"}}
+            "arena1": {"MALLOC_ARENA_MAX": "1"},
+            "malloc-kept": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
+                            "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
+                            "MALLOC_TOP_PAD_": str(256 << 20)}}
 DEFAULT_ARMS = "plain,run,child,child:no-trace:no-sampler"
 PROCESS_TIMEOUT_S = 15 * 60
 
@@ -70,8 +78,12 @@ def steady_times(arm: Arm, workload: str, steps: int, scratch: Path) -> list[flo
     if arm.kind == "plain":
         command = [sys.executable, "-m", "benchmarks.plain_loops", workload, "torch",
                    "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
+        if "full-epoch" in arm.knobs:
+            command.append("--full-epoch")
         done = _run(command, arm)
         return last_json_object(done.stdout)["times_ms"][WARMUP_STEPS:]
+    if "full-epoch" in arm.knobs:
+        raise ValueError("full-epoch goes with the plain kind (gapscope's runs always hold the epoch)")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
     if arm.kind == "run":
         command = [sys.executable, "-m", "cli", "run", workload, "--framework", "torch",
@@ -117,12 +129,13 @@ def summarise(arm: Arm, processes: list[dict]) -> dict:
     means = [p["mean_ms"] for p in processes]
     return {"arm": arm.name, "processes": len(means), "mean_ms": statistics.fmean(means),
             "min_ms": min(means), "max_ms": max(means), "cv_pct": cv_pct(means),
-            "within_cv_pct": statistics.median(p["within_cv_pct"] for p in processes)}
+            "within_cv_pct": statistics.median(p["within_cv_pct"] for p in processes),
+            "minor_faults": statistics.median(p["minor_faults"] for p in processes)}
 
 
 def render(summaries: list[dict], control: dict | None) -> str:
     header = ("arm", "processes", "mean ms", "min ms", "max ms", "CV between", "CV within",
-              "CV / plain")
+              "CV / plain", "minor faults")
     rows = []
     for s in summaries:
         ratio = (f"{s['cv_pct'] / control['cv_pct']:.2f}" if control and s["cv_pct"] is not None
@@ -130,11 +143,12 @@ def render(summaries: list[dict], control: dict | None) -> str:
         rows.append((s["arm"], str(s["processes"]), f"{s['mean_ms']:.2f}", f"{s['min_ms']:.2f}",
                      f"{s['max_ms']:.2f}",
                      "-" if s["cv_pct"] is None else f"{s['cv_pct']:.1f} %",
-                     f"{s['within_cv_pct']:.1f} %", ratio))
+                     f"{s['within_cv_pct']:.1f} %", ratio, f"{s['minor_faults'] / 1e3:.0f}k"))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines.append("CV between: spread of the per-process steady means; CV within: median over "
-                 "processes of the spread of their own steps.")
+                 "processes of the spread of their own steps; minor faults: median per process "
+                 "(its whole life, start-up included).")
     return "\n".join(lines)
 
 
@@ -158,13 +172,17 @@ def main(argv: list[str] | None = None) -> int:
             shift = round_index % len(arms)
             for arm in arms[shift:] + arms[:shift]:
                 before = load_snapshot()
+                # Minor page faults of the process tree: fresh pages the allocator asked the
+                # kernel for, the cost behind the CNN's two step speeds (benchmarks/README.md).
+                faults_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
                 times = steady_times(arm, args.workload, args.steps, Path(scratch))
+                faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults_before
                 mean = statistics.fmean(times)
                 results[arm.name].append({"mean_ms": mean, "within_cv_pct": cv_pct(times),
-                                          "steps": len(times), "load_before": before,
-                                          "load_after": load_snapshot()})
-                log(f"round {round_index + 1}/{args.rounds} {arm.name}: {mean:.2f} ms "
-                    f"(load {before['loadavg_1m']:.2f})")
+                                          "steps": len(times), "minor_faults": faults,
+                                          "load_before": before, "load_after": load_snapshot()})
+                log(f"round {round_index + 1}/{args.rounds} {arm.name}: {mean:.2f} ms, "
+                    f"{faults / 1e3:.0f}k minor faults (load {before['loadavg_1m']:.2f})")
     summaries = [summarise(a, results[a.name]) for a in arms]
     control = next((s for s in summaries if s["arm"] == "plain"), None)
     print(render(summaries, control))
