@@ -26,8 +26,13 @@ def nothing_runs(monkeypatch):
     `nw99999999` that run would fork until the machine gives out)."""
     def launched(*args, **kwargs):
         raise AssertionError("a run was started")
+    # Every module that binds `launch` by name is patched where it binds it; importing them
+    # first keeps one imported during the test from binding the fake for the tests after it.
+    import workloads.ab
+    import workloads.matrix
     monkeypatch.setattr("workloads.launch.launch", launched)
-    monkeypatch.setattr("workloads.matrix.launch", launched)
+    monkeypatch.setattr(workloads.matrix, "launch", launched)
+    monkeypatch.setattr(workloads.ab, "launch", launched)
 
 
 def _one_line(result, fragment: str, code: int = 2) -> None:
