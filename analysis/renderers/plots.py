@@ -88,26 +88,37 @@ def step_times(series: list[StepSeries]):
     return fig
 
 
+_RATIO_TICKS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 5, 10, 20, 50, 100)
+
+
 def speed_ratio(labels: list[str], breakdowns: list[Breakdown], baseline: int = 0):
     """Step time of each run over the baseline of its workload's (> 1 slower): the convention
-    of `compare`, so the plot never points the other way from the table under it."""
+    of `compare`, so the plot never points the other way from the table under it. The axis is
+    logarithmic and the bars grow from 1: 2x slower and 2x faster are bars of one length."""
     fig, ax = _figure(height=1.4 + 0.45 * len(breakdowns))
     steps = [b.step_stats()["mean"] for b in breakdowns]
     references = workload_references(breakdowns, baseline)
-    ratios = [ms / steps[ref] if steps[ref] else 0.0 for ref, ms in zip(references, steps)]
+    ratios = [ms / steps[ref] if steps[ref] and ms else None for ref, ms in zip(references, steps)]
+    shown = [r for r in ratios if r is not None] + [1.0]
+    low, high = min(shown) / 1.25, max(shown) * 1.8  # room for the labels right of the bars
     y = list(range(len(ratios)))[::-1]
-    colours = ["#777777" if i in references else "#0072B2" if r <= 1 else "#D55E00"
-               for i, r in enumerate(ratios)]
-    ax.barh(y, ratios, color=colours, height=0.6)
+    for i, (yi, r, ms) in enumerate(zip(y, ratios, steps)):
+        if r is None:  # a run without a step time has no ratio to draw
+            ax.text(1.0, yi, "  no step time", va="center", fontsize=9)
+            continue
+        colour = "#777777" if i in references else "#0072B2" if r <= 1 else "#D55E00"
+        ax.barh(yi, r - 1.0, left=1.0, color=colour, height=0.6)
+        ax.text(max(r, 1.0) * 1.02, yi, f"{r:.2f}x  ({ms:.3g} ms/step)", va="center", fontsize=9)
     ax.axvline(1.0, color="black", lw=0.8)
-    top = max(ratios + [1.0])
-    for yi, r, ms in zip(y, ratios, steps):
-        ax.text(r + top * 0.01, yi, f"{r:.2f}x  ({ms:.3g} ms/step)", va="center", fontsize=9)
+    ax.set_xscale("log")
+    ax.set_xlim(low, high)
+    ticks = [t for t in _RATIO_TICKS if low <= t <= high]
+    ax.set_xticks(ticks, [f"{t:g}x" for t in ticks])
+    ax.set_xticks([], minor=True)
     ax.set_yticks(y, labels)
-    ax.set_xlim(0, top * 1.35)
     others = "" if len(set(references)) == 1 else ", other workloads against their first run"
-    ax.set_xlabel(f"step time relative to {labels[baseline]}{others} (run / baseline; "
-                  "> 1 slower)")
+    ax.set_xlabel(f"step time relative to {labels[baseline]}{others} (run / baseline, log "
+                  "scale; > 1 slower)")
     ax.set_title("Step-time ratio (run / baseline)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_axisbelow(True)
