@@ -11,7 +11,11 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.events.phase_rules import framework_phase
-from analysis.events.trace import KERNEL, MEMCPY
+from analysis.events.event import Event
+from analysis.events.timeline import PhaseTimeline, phase_timeline
+from analysis.events.trace import KERNEL, MEMCPY, RUNTIME, STEP
+from analysis.measures.kernels import find_work, kernel_stats
+from analysis.measures.transfers import transfer_stats
 from analysis.model.locate import ForeignRanks, ForeignTrace, locate
 from analysis.readers.run_dir import find_files
 from analysis.readers.torch_trace import read_torch_trace
@@ -132,3 +136,59 @@ def test_cli_breakdown_of_a_torch19_folder(runner):
     assert out["steps"] == 2 and out["step_ms"]["mean"] == pytest.approx(1.0)
     assert out["phases"]["data_load"]["ms"] == pytest.approx(0.250, rel=0.01)
     assert out["phases"]["backward"]["ms"] == pytest.approx(0.280)
+
+
+ROCM_TRACE = Path(__file__).parent / "fixtures" / "foreign" / "rocm" / "mi250_4242.1700000000000.pt.trace.json"
+GPU_ONLY = Path(__file__).parent / "fixtures" / "foreign" / "gpuonly" / "device_only.1700000000000.json"
+
+
+def test_rocm_names_read_as_their_cuda_twins():
+    trace = read_torch_trace(ROCM_TRACE)
+    kinds = {e.name: e.kind for e in trace.events}
+    assert kinds["hipLaunchKernel"] == kinds["hipMemcpyWithStream"] == kinds["hipDeviceSynchronize"] == RUNTIME
+    # roctracer's copy carries no bytes: they come from its runtime call's "size".
+    assert [e.nbytes for e in trace.events if e.kind == MEMCPY] == [4096, 4096]
+    stats = transfer_stats(find_work(trace, phase_timeline(trace)))
+    assert stats.by_direction["H2D"]["bytes_per_step"] == 4096 and stats.by_direction["H2D"]["bytes_known"]
+    # hipDeviceSynchronize, outside every phase, is the host waiting for the device.
+    result = breakdown_of(ROCM_TRACE)
+    assert result.phase_means()["other"] == pytest.approx(0.180)
+    assert result.to_json_dict()["phases"]["other"]["parts"]["device wait"] == pytest.approx(0.060)
+
+
+def test_a_copy_without_bytes_or_a_sized_call_stays_unknown(tmp_path):
+    text = ROCM_TRACE.read_text().replace('"size": "4096", ', "", 1)
+    (tmp_path / "t.json").write_text(text)
+    assert sorted(e.nbytes or 0 for e in read_torch_trace(tmp_path / "t.json").events
+                  if e.kind == MEMCPY) == [0, 4096]
+
+
+def test_a_gpu_only_trace_is_read_and_its_kernels_and_copies_measured():
+    """No host event, no step marker: the reader takes it, and over one window holding the
+    whole trace the kernel and transfer measures give its figures (the window is helper P's)."""
+    trace = read_torch_trace(GPU_ONLY)
+    assert {e.kind for e in trace.events} == {KERNEL, MEMCPY}
+    start = min(e.start_us for e in trace.events)
+    end = max(e.end_us for e in trace.events)
+    window = PhaseTimeline([Event("trace", STEP, start, end - start, "host/0/0", 0)], [[]], {})
+    work = find_work(trace, window)
+    kernels = kernel_stats(work)
+    assert kernels.per_step == 6 and kernels.time_ms_per_step == pytest.approx(1.2)
+    copies = transfer_stats(work).by_direction
+    assert copies["H2D"]["bytes_per_step"] == 3 * 2**20 and copies["D2H"]["bytes_per_step"] == 12
+
+
+def test_gapscope_reads_back_its_own_trace_export(tmp_path, runner):
+    out = tmp_path / "t19.phases.trace.json"
+    assert runner.invoke(cli, ["trace", str(TORCH19), "--out", str(out)]).exit_code == 0
+    original = json.loads(runner.invoke(cli, ["breakdown", str(TORCH19), "--format", "json"]).stdout)
+    result = runner.invoke(cli, ["breakdown", str(out), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    back = json.loads(result.stdout)
+    assert back["steps"] == original["steps"] == 2
+    assert back["phases"] == original["phases"] and back["phase_sources"] == original["phase_sources"]
+    # Its kernels and copies stay on the device, its steps and phase tracks are not read as events.
+    trace = read_torch_trace(out)
+    assert sum(e.kind == KERNEL and e.track.startswith("device") for e in trace.events) == 4
+    assert sorted(e.step_num for e in trace.events if e.kind == STEP) == [5, 6]
+    assert not any(e.name in ("data_load", "step 5") for e in trace.events)
