@@ -17,6 +17,7 @@ from analysis.events.trace import KERNEL, MEMCPY, RUNTIME, STEP
 from analysis.measures.kernels import find_work, kernel_stats
 from analysis.measures.transfers import transfer_stats
 from analysis.model.locate import ForeignRanks, ForeignTrace, locate
+from analysis.model.run import load_run
 from analysis.readers.run_dir import find_files
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.results.distributed_breakdown import breakdown_of
@@ -30,6 +31,8 @@ from profilers.errors import GapscopeInputError
 # Optimizer.step (100 us, then 80 us); one H2D copy and two kernels per step.
 TORCH19 = Path(__file__).parent / "fixtures" / "foreign" / "torch19"
 TORCH19_TRACE = TORCH19 / "worker0.1623000000000.json"
+TORCH2_TRACE = TORCH19.parent / "torch2" / "worker0.1700000000000.json.gz"
+XPLANE = Path(__file__).parent / "fixtures" / "distributed" / "tf_mwms_worker0_four_steps.xplane.pb"
 
 
 @pytest.fixture
@@ -102,18 +105,102 @@ def test_two_sessions_in_a_folder_are_named_not_chosen(tmp_path, runner):
     with pytest.raises(GapscopeInputError) as refused:
         place.readable()
     message = str(refused.value)
-    assert "2 torch traces" in message and "worker0.1629000000000.json" in message
-    assert "worker0.1629000009999.json.gz" in message and "give one trace file's path" in message
+    # Each named with its number, start (from the file name's epoch ms) and steps, oldest first.
+    assert ("[1] worker0.1629000000000.json (started 2021-08-15 04:00:00 UTC, steps 5-6); "
+            "[2] worker0.1629000009999.json.gz (started 2021-08-15 04:00:09 UTC, steps 5-6)") in message
+    assert "--session N" in message and "--session all" in message
 
     result = runner.invoke(cli, ["breakdown", str(folder)])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert lines[0].startswith("gapscope: error:") and "2 torch traces" in lines[0]
-    # The file path named chooses one.
-    chosen = runner.invoke(cli, ["breakdown", str(folder / "worker0.1629000009999.json.gz"),
-                                 "--format", "json"])
+    assert lines[0].startswith("gapscope: error:") and "2 torch trace sessions" in lines[0]
+    # The file path named chooses one, and so do --session N and --session FILE.
+    for args in ([str(folder / "worker0.1629000009999.json.gz")], [str(folder), "--session", "2"],
+                 [str(folder), "--session", "worker0.1629000009999.json.gz"]):
+        chosen = runner.invoke(cli, ["breakdown", *args, "--format", "json"])
+        assert chosen.exit_code == 0, chosen.output
+        assert json.loads(chosen.stdout)["steps"] == 2
+
+
+def _windows(tmp_path: Path, later_steps=(15, 16), rank=None) -> Path:
+    """Two profiler windows of one process, as tensorboard_trace_handler writes them: the torch-2
+    fixture, and a copy of it 10 s later whose steps are `later_steps`."""
+    folder = tmp_path / "windows"
+    folder.mkdir(parents=True)
+    text = gzip.decompress(TORCH2_TRACE.read_bytes()).decode()
+    info = f'"distributedInfo": {{"rank": {rank}, "world_size": 2}},\n' if rank is not None else ""
+    (folder / "host_7.1700000000000.pt.trace.json").write_text(text)
+    later = text.replace("1700000000000000000", "1700000010000000000")
+    for old, new in reversed(list(zip((5, 6), later_steps))):  # 6 first: 5 may become 6
+        later = later.replace(f'"ProfilerStep#{old}"', f'"ProfilerStep#{new}"')
+    (folder / "host_7.1700000010000.pt.trace.json").write_text(info + later if not info else
+                                                              later.replace("{", "{" + info, 1))
+    return folder
+
+
+def test_successive_windows_of_one_process_combine_on_purpose(tmp_path, runner):
+    folder = _windows(tmp_path)
+    refused = runner.invoke(cli, ["breakdown", str(folder)])
+    assert refused.exit_code == 2 and "[2] host_7.1700000010000.pt.trace.json (started " \
+        "2023-11-14 22:13:30 UTC, steps 15-16)" in refused.stderr
+
+    result = runner.invoke(cli, ["breakdown", str(folder), "--session", "all", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert [s["step"] for s in out["per_step"]] == [5, 6, 15, 16]
+    assert out["step_ms"]["mean"] == pytest.approx(1.0)
+    assert out["phases"]["backward"]["ms"] == pytest.approx(0.280)
+    assert any("2 profiler sessions read as one run" in n for n in out["notes"])
+    # The second window's events sit 10 s later on the first one's clock, its launches still
+    # tied to their kernels (correlation ids kept apart).
+    trace = load_run(locate(folder, session="all")).trace
+    kernels = sorted(e.start_us for e in trace.events if e.kind == KERNEL)
+    assert kernels[4] - kernels[0] == pytest.approx(10_000_000, abs=1)
+    work = find_work(trace, phase_timeline(trace))
+    assert [w.phase for w in work.kernels()] == ["forward", "backward"] * 4
+
+
+def test_sessions_that_repeat_steps_or_ranks_are_not_combined(tmp_path, runner):
+    for later, rank, why in (((6, 7), None, "repeats steps [6]"), ((15, 16), 1, "ranks")):
+        folder = _windows(tmp_path / why.split()[0], later, rank)
+        result = runner.invoke(cli, ["breakdown", str(folder), "--session", "all"])
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--session", "3"], "--session 3: no such session"),
+    (["--session", "1", "EXTRA"], "give one folder, not 2 paths"),
+])
+def test_a_bad_session_choice_is_one_line(tmp_path, runner, args, why):
+    folder = _windows(tmp_path)
+    extra = [str(tmp_path / a) if a == "EXTRA" else a for a in args]
+    result = runner.invoke(cli, ["breakdown", str(folder), *extra])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+
+
+def test_session_of_a_run_directory_or_a_file_is_refused(runner):
+    for path in (TORCH19_TRACE,):
+        result = runner.invoke(cli, ["breakdown", str(path), "--session", "1"])
+        assert result.exit_code == 2 and "chooses among the sessions of a folder" in result.stderr
+
+
+def test_several_xplane_sessions_are_named_and_chosen(tmp_path, runner):
+    folder = tmp_path / "tf"
+    for stamp, host in (("2026_01_02_10_00_00", "worker0"), ("2026_01_01_09_00_00", "worker0")):
+        (folder / "plugins" / "profile" / stamp).mkdir(parents=True)
+        shutil.copy(XPLANE, folder / "plugins" / "profile" / stamp / f"{host}.xplane.pb")
+    result = runner.invoke(cli, ["breakdown", str(folder)])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "2 XSpace (.xplane.pb) sessions: [1] plugins/profile/2026_01_01_09_00_00/worker0.xplane.pb" \
+        in lines[0] and "--session all" not in lines[0]
+    chosen = runner.invoke(cli, ["breakdown", str(folder), "--session", "1", "--format", "json"])
     assert chosen.exit_code == 0, chosen.output
-    assert json.loads(chosen.stdout)["steps"] == 2
+    assert json.loads(chosen.stdout)["steps"] == 4
+    combined = runner.invoke(cli, ["breakdown", str(folder), "--session", "all"])
+    assert combined.exit_code == 2 and "only torch traces are combined" in combined.stderr
 
 
 def test_ranks_found_by_content_are_a_job_not_two_sessions(tmp_path):
