@@ -279,3 +279,29 @@ def test_gapscope_reads_back_its_own_trace_export(tmp_path, runner):
     assert sum(e.kind == KERNEL and e.track.startswith("device") for e in trace.events) == 4
     assert sorted(e.step_num for e in trace.events if e.kind == STEP) == [5, 6]
     assert not any(e.name in ("data_load", "step 5") for e in trace.events)
+
+
+def test_the_tensorboard_tab_lists_foreign_traces_by_content(tmp_path):
+    """TensorBoard's own plugin context over a logdir of traces named as other tools name them:
+    each listed as a run with the CLI's figures, a folder of two sessions as one run each."""
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+
+    from analysis.tensorboard.plugin.plugin import GapscopePlugin
+    logdir = tmp_path / "logdir"
+    (logdir / "hta").mkdir(parents=True)
+    shutil.copy(TORCH19_TRACE, logdir / "hta" / "worker0.1629000000000.json")
+    (logdir / "gz").mkdir()
+    shutil.copy(TORCH2_TRACE, logdir / "gz")
+    _windows(logdir)
+    (logdir / "notes").mkdir()
+    (logdir / "notes" / "config.json").write_text('{"traceEvents": "no", "lr": 0.1}')
+    plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+    response = Client(plugin.get_plugin_apps()["/runs"]).get("/")
+    runs = {r["name"]: r for r in json.loads(response.get_data())["runs"]}
+    assert sorted(runs) == ["gz", "hta", "windows/host_7.1700000000000.pt.trace.json",
+                            "windows/host_7.1700000010000.pt.trace.json"]
+    assert all(r["problem"] is None and r["framework"] == "torch" for r in runs.values())
+    assert runs["hta"]["breakdown"]["phases"]["data_load"]["ms"] == pytest.approx(0.250)
+    assert runs["gz"]["breakdown"]["steps"] == runs["windows/host_7.1700000010000.pt.trace.json"][
+        "breakdown"]["steps"] == 2
