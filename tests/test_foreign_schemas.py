@@ -180,10 +180,20 @@ def test_a_bad_session_choice_is_one_line(tmp_path, runner, args, why):
     assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
 
 
-def test_session_of_a_run_directory_or_a_file_is_refused(runner):
-    for path in (TORCH19_TRACE,):
+def test_session_of_a_file_or_an_empty_folder_is_refused(tmp_path, runner):
+    for path, why in ((TORCH19_TRACE, "chooses among the sessions of a folder"),
+                      (tmp_path, "holds no trace sessions")):
         result = runner.invoke(cli, ["breakdown", str(path), "--session", "1"])
-        assert result.exit_code == 2 and "chooses among the sessions of a folder" in result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+
+
+def test_trace_exports_combined_sessions(tmp_path, runner):
+    out = tmp_path / "both.trace.json"
+    result = runner.invoke(cli, ["trace", str(_windows(tmp_path)), "--session", "all", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    steps = [e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "gapscope.step"]
+    assert steps == ["step 5", "step 6", "step 15", "step 16"]
 
 
 def test_several_xplane_sessions_are_named_and_chosen(tmp_path, runner):

@@ -63,6 +63,8 @@ def refusal(folder: Path, paths: list[Path]) -> str:
 
 def choose(folder: Path, paths: list[Path], choice: str) -> list[Path]:
     """The sessions `choice` names: its number as listed, its file (name or path), or ALL."""
+    if not paths:
+        raise GapscopeInputError(f"--session {choice}: {folder} holds no trace sessions")
     listed = [s.path for s in sessions(paths)]
     if choice == ALL:
         if any(p.name.endswith(".xplane.pb") for p in listed):
