@@ -315,3 +315,17 @@ def test_the_tensorboard_tab_lists_foreign_traces_by_content(tmp_path):
     assert runs["hta"]["breakdown"]["phases"]["data_load"]["ms"] == pytest.approx(0.250)
     assert runs["gz"]["breakdown"]["steps"] == runs["windows/host_7.1700000010000.pt.trace.json"][
         "breakdown"]["steps"] == 2
+
+
+@pytest.mark.parametrize("fixture", [TORCH19, TORCH2_TRACE])
+def test_gapscope_reads_back_its_xspace_export_of_a_torch_trace(tmp_path, runner, fixture):
+    """The XSpace keeps no categories: the torch threads' events are read as host ops and
+    runtime calls again, and give the phases the trace gave."""
+    out = tmp_path / "plugins" / "profile" / "gapscope" / "me.xplane.pb"
+    assert runner.invoke(cli, ["trace", str(fixture), "--out", str(out)]).exit_code == 0
+    original = json.loads(runner.invoke(cli, ["breakdown", str(fixture), "--format", "json"]).stdout)
+    back = json.loads(runner.invoke(cli, ["breakdown", str(out), "--format", "json"]).stdout)
+    assert back["steps"] == 2
+    assert {k: v["ms"] for k, v in back["phases"].items()} == \
+        pytest.approx({k: v["ms"] for k, v in original["phases"].items()})
+    assert back["phase_sources"] == original["phase_sources"]
