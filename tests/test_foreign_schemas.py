@@ -304,14 +304,21 @@ def test_the_tensorboard_tab_lists_foreign_traces_by_content(tmp_path):
     (logdir / "gz").mkdir()
     shutil.copy(TORCH2_TRACE, logdir / "gz")
     _windows(logdir)
+    for stamp in ("2026_01_01_09_00_00", "2026_01_02_10_00_00"):  # TF's sessions of one logdir
+        (logdir / "tf" / "plugins" / "profile" / stamp).mkdir(parents=True)
+        shutil.copy(XPLANE, logdir / "tf" / "plugins" / "profile" / stamp / "worker0.xplane.pb")
     (logdir / "notes").mkdir()
     (logdir / "notes" / "config.json").write_text('{"traceEvents": "no", "lr": 0.1}')
     plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
     response = Client(plugin.get_plugin_apps()["/runs"]).get("/")
     runs = {r["name"]: r for r in json.loads(response.get_data())["runs"]}
-    assert sorted(runs) == ["gz", "hta", "windows/host_7.1700000000000.pt.trace.json",
+    tf = [f"tf/plugins/profile/{stamp}/worker0.xplane.pb"
+          for stamp in ("2026_01_01_09_00_00", "2026_01_02_10_00_00")]
+    assert sorted(runs) == ["gz", "hta", *tf, "windows/host_7.1700000000000.pt.trace.json",
                             "windows/host_7.1700000010000.pt.trace.json"]
-    assert all(r["problem"] is None and r["framework"] == "torch" for r in runs.values())
+    assert all(r["problem"] is None for r in runs.values())
+    assert [r["framework"] for name, r in runs.items() if name not in tf] == ["torch"] * 4
+    assert [runs[name]["breakdown"]["steps"] for name in tf] == [4, 4]
     assert runs["hta"]["breakdown"]["phases"]["data_load"]["ms"] == pytest.approx(0.250)
     assert runs["gz"]["breakdown"]["steps"] == runs["windows/host_7.1700000010000.pt.trace.json"][
         "breakdown"]["steps"] == 2

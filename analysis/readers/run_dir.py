@@ -72,6 +72,23 @@ def find_files(path: str | Path, session: str | None = None) -> Located:
 
 def run_files(path: Path, manifest: dict | None, session: str | None = None) -> Located:
     """The files of the run folder `path`, whose manifest has been read already (or is None)."""
+    found = _all_files(path, manifest)
+    if manifest is None:
+        return _one_session(found, session)
+    if session is not None:
+        raise GapscopeInputError(f"--session {session}: {path} is a gapscope run directory, "
+                                 "one session; --session chooses among a folder's sessions")
+    return found
+
+
+def session_files(folder: Path) -> list[Path]:
+    """The trace sessions of a folder no gapscope run wrote, one file each, as --session
+    numbers them (what a view lists as one run each)."""
+    found = _all_files(folder, None)
+    return sessions.ordered(getattr(found, _session_kind(found)))
+
+
+def _all_files(path: Path, manifest: dict | None) -> Located:
     if manifest is not None:
         manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV
@@ -86,19 +103,13 @@ def run_files(path: Path, manifest: dict | None, session: str | None = None) -> 
     # Newest first: a folder written by several profiler cycles holds one file per cycle.
     found.torch_traces = _newest_first(p for p in torch_traces if p not in bad)
     found.xplanes = _newest_first(p for p in xplanes if p not in bad)
-    if manifest is None:
-        return _one_session(found, session)
-    if session is not None:
-        raise GapscopeInputError(f"--session {session}: {path} is a gapscope run directory, "
-                                 "one session; --session chooses among a folder's sessions")
     return found
 
 
 def _one_session(found: Located, session: str | None) -> Located:
     """A folder no gapscope run wrote: its sessions, when several, are the user's to choose
     (never silently the newest); chosen together, torch traces are read as one run."""
-    # TF writes one .xplane.pb per host and session; beside torch traces they are not the trace.
-    kind = "torch_traces" if found.torch_traces else "xplanes"
+    kind = _session_kind(found)
     several = getattr(found, kind)
     if session is None:
         if len(several) > 1:
@@ -123,6 +134,11 @@ def find_torch_traces(folder: Path, keep=None, by_content: bool = True) -> list[
         raise GapscopeInputError(f"{folder}: over {MAX_CANDIDATES:,} .json files to look "
                                  "through for torch traces: give the trace file's path")
     return sorted(named | {p for p in others if is_kineto_trace(p)})
+
+
+def _session_kind(found: Located) -> str:
+    # TF writes one .xplane.pb per host and session; beside torch traces they are not the trace.
+    return "torch_traces" if found.torch_traces else "xplanes"
 
 
 def is_kineto_trace(path: Path) -> bool:

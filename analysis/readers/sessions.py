@@ -50,6 +50,10 @@ def sessions(paths: list[Path]) -> list[Session]:
     return sorted(found, key=lambda s: (s.started, str(s.path)))
 
 
+def ordered(paths: list[Path]) -> list[Path]:
+    return [s.path for s in sessions(paths)]
+
+
 def refusal(folder: Path, paths: list[Path]) -> str:
     """One line naming every session and how to choose or combine them."""
     listed = sessions(paths)
@@ -65,7 +69,7 @@ def choose(folder: Path, paths: list[Path], choice: str) -> list[Path]:
     """The sessions `choice` names: its number as listed, its file (name or path), or ALL."""
     if not paths:
         raise GapscopeInputError(f"--session {choice}: {folder} holds no trace sessions")
-    listed = [s.path for s in sessions(paths)]
+    listed = ordered(paths)
     if choice == ALL:
         if any(p.name.endswith(".xplane.pb") for p in listed):
             raise GapscopeInputError(f"--session {ALL}: only torch traces are combined; "

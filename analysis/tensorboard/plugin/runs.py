@@ -10,7 +10,7 @@ from analysis.model.job import is_job, load_job
 from analysis.model.locate import ForeignTrace, Place, locate
 from analysis.readers import safe_files
 from analysis.readers.run_dir import (CONTENT_GLOBS, MAX_CANDIDATES, TORCH_TRACE_GLOBS, XPLANE_GLOB,
-                                      find_torch_traces, is_kineto_trace)
+                                      is_kineto_trace, session_files)
 from analysis.model.run import RunEntry, expand_runs
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
@@ -36,10 +36,8 @@ def find_runs(logdir: str | Path, jobs: dict | None = None) -> dict[str, RunEntr
                 found[f"{_name(logdir, folder)}/{entry.label}"] = entry
             elif is_job(entry.place):
                 found.update(_ranks(logdir, entry.place, {} if jobs is None else jobs))
-            elif _sessions(entry.place):
-                found.update(_sessions(entry.place, logdir))
             else:
-                found[_name(logdir, entry.path)] = entry
+                found.update(_sessions(logdir, entry) or {_name(logdir, entry.path): entry})
     return found
 
 
@@ -57,16 +55,16 @@ def _ranks(logdir: Path, place: Place, jobs: dict) -> dict[str, RunEntry]:
             for r, run in enumerate(job.ranks)}
 
 
-def _sessions(place: Place, logdir: Path | None = None) -> dict[str, RunEntry]:
+def _sessions(logdir: Path, entry: RunEntry) -> dict[str, RunEntry]:
     """A folder of several profiler sessions (not a job's ranks) as one run per session, each
     named by its file: the CLI asks which one is meant, the tab shows them all."""
+    place = entry.place
     if not (isinstance(place, ForeignTrace) and place.problem is not None and place.path.is_dir()):
         return {}
-    traces = find_torch_traces(place.path)
+    traces = session_files(place.path)
     if len(traces) < 2:
         return {}
-    return {_name(logdir, trace) if logdir else str(trace): RunEntry(None, trace, place=locate(trace))
-            for trace in traces}
+    return {_name(logdir, trace): RunEntry(None, trace, place=locate(trace)) for trace in traces}
 
 
 def _reason(exc: Exception) -> str:
