@@ -15,7 +15,7 @@ from analysis.events.event import Event
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import KERNEL, MEMCPY, RUNTIME, STEP
 from analysis.measures.kernels import find_work, kernel_stats
-from analysis.measures.transfers import transfer_stats
+from analysis.measures.transfers import direction, transfer_stats
 from analysis.model.locate import ForeignRanks, ForeignTrace, locate
 from analysis.model.run import load_run
 from analysis.readers.run_dir import find_files
@@ -336,3 +336,10 @@ def test_gapscope_reads_back_its_xspace_export_of_a_torch_trace(tmp_path, runner
     assert {k: v["ms"] for k, v in back["phases"].items()} == \
         pytest.approx({k: v["ms"] for k, v in original["phases"].items()})
     assert back["phase_sources"] == original["phase_sources"]
+
+
+@pytest.mark.parametrize("name,way", [("Memcpy HtoD (Host -> Device)", "H2D"), ("CopyHostToDevice", "H2D"),
+                                      ("CopyDeviceToHost", "D2H"), ("CopyDeviceToDevice", "D2D"),
+                                      ("Memcpy DtoD (Device -> Device)", "D2D"), ("FillBuffer", "other")])
+def test_rocm_copy_names_have_their_direction(name, way):
+    assert direction(name) == way
