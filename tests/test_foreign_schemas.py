@@ -166,6 +166,11 @@ def test_sessions_that_repeat_steps_or_ranks_are_not_combined(tmp_path, runner):
         result = runner.invoke(cli, ["breakdown", str(folder), "--session", "all"])
         lines = result.stderr.strip().splitlines()
         assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+    # The refusal names a session's rank where its distributedInfo says it.
+    listing = runner.invoke(cli, ["breakdown", str(folder)]).stderr
+    assert "host_7.1700000010000.pt.trace.json (started 2023-11-14 22:13:30 UTC, steps 15-16, rank 1)" \
+        in listing and "host_7.1700000000000.pt.trace.json (started 2023-11-14 22:13:20 UTC, steps 5-6);" \
+        in listing
 
 
 @pytest.mark.parametrize("args,why", [
