@@ -121,6 +121,23 @@ def legend_option(command):
                         help="Leave out the table's legend (what the columns and marks mean).")(command)
 
 
+def session_option(command):
+    return click.option(
+        "--session", metavar="N|FILE|all", default=None,
+        help="A folder holding several profiler sessions: the one to read, by its number as "
+             "the folder's listing gives it or its file; all: one process's successive "
+             "windows read as one run, steps put together.")(command)
+
+
+def _session_entries(paths, session: str):
+    """The one folder --session chooses in, as the entry the command reads."""
+    from analysis.model.locate import locate
+    from analysis.model.run import RunEntry
+    if len(paths) != 1:
+        raise GapscopeInputError(f"--session {session}: give one folder, not {len(paths)} paths")
+    return [RunEntry(None, Path(paths[0]), place=locate(paths[0], session=session))]
+
+
 def _breakdown_options(fmt: str, no_legend: bool) -> dict:
     """The terminal table alone has a legend to leave out; other formats take no options."""
     return {"legend": not no_legend} if fmt == "table" else {}
@@ -445,10 +462,11 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
                    "compensated: every phase from the compensated trace.")
 @click.option("--quiet", "-q", is_flag=True,
               help="No progress messages (as run and compare take it; breakdown prints none).")
+@session_option
 @format_option()
 @legend_option
 @wide_option
-def breakdown(paths, source, fmt, quiet, no_legend):
+def breakdown(paths, source, fmt, quiet, no_legend, session):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
 
@@ -462,7 +480,7 @@ def breakdown(paths, source, fmt, quiet, no_legend):
     from analysis.results.distributed_breakdown import breakdown_of
     from analysis.model.job import is_job
     from analysis.model.run import Runs, expand_runs
-    entries = expand_runs(paths)
+    entries = expand_runs(paths) if session is None else _session_entries(paths, session)
     runs = Runs()
     results, jobs, problems = [], [], []
     for entry in entries:
@@ -926,7 +944,8 @@ def tensorboard(logdir, host, port, torch_tb_profiler):
                    "[default: <run>.phases.trace.json here].")
 @click.option("--force", is_flag=True,
               help="Replace an --out file that exists (a symlink there is replaced, never written through).")
-def trace(run, out_file, force):
+@session_option
+def trace(run, out_file, force, session):
     """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
     gapscope's steps and one track per phase (the five add up to each step) above the
     trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
@@ -946,7 +965,7 @@ def trace(run, out_file, force):
     from profilers.run_dir import ensure_out_dir, write_atomic, write_new
     if out_file:
         _refuse_existing(Path(out_file), force)  # before the work, not after it
-    loaded = load_run(run)
+    loaded = load_run(run if session is None else _session_entries([run], session)[0].place)
     if loaded.trace is None:
         raise GapscopeInputError(f"{run}: holds no trace file (run with --trace)")
     if not loaded.timeline.steps:

@@ -11,8 +11,13 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.events.phase_rules import framework_phase
-from analysis.events.trace import KERNEL, MEMCPY
+from analysis.events.event import Event
+from analysis.events.timeline import PhaseTimeline, phase_timeline
+from analysis.events.trace import KERNEL, MEMCPY, RUNTIME, STEP
+from analysis.measures.kernels import find_work, kernel_stats
+from analysis.measures.transfers import direction, transfer_stats
 from analysis.model.locate import ForeignRanks, ForeignTrace, locate
+from analysis.model.run import load_run
 from analysis.readers.run_dir import find_files
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.results.distributed_breakdown import breakdown_of
@@ -26,6 +31,8 @@ from profilers.errors import GapscopeInputError
 # Optimizer.step (100 us, then 80 us); one H2D copy and two kernels per step.
 TORCH19 = Path(__file__).parent / "fixtures" / "foreign" / "torch19"
 TORCH19_TRACE = TORCH19 / "worker0.1623000000000.json"
+TORCH2_TRACE = TORCH19.parent / "torch2" / "worker0.1700000000000.json.gz"
+XPLANE = Path(__file__).parent / "fixtures" / "distributed" / "tf_mwms_worker0_four_steps.xplane.pb"
 
 
 @pytest.fixture
@@ -98,18 +105,117 @@ def test_two_sessions_in_a_folder_are_named_not_chosen(tmp_path, runner):
     with pytest.raises(GapscopeInputError) as refused:
         place.readable()
     message = str(refused.value)
-    assert "2 torch traces" in message and "worker0.1629000000000.json" in message
-    assert "worker0.1629000009999.json.gz" in message and "give one trace file's path" in message
+    # Each named with its number, start (from the file name's epoch ms) and steps, oldest first.
+    assert ("[1] worker0.1629000000000.json (started 2021-08-15 04:00:00 UTC, steps 5-6); "
+            "[2] worker0.1629000009999.json.gz (started 2021-08-15 04:00:09 UTC, steps 5-6)") in message
+    assert "--session N" in message and "--session all" in message
 
     result = runner.invoke(cli, ["breakdown", str(folder)])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1, result.output
-    assert lines[0].startswith("gapscope: error:") and "2 torch traces" in lines[0]
-    # The file path named chooses one.
-    chosen = runner.invoke(cli, ["breakdown", str(folder / "worker0.1629000009999.json.gz"),
-                                 "--format", "json"])
+    assert lines[0].startswith("gapscope: error:") and "2 torch trace sessions" in lines[0]
+    # The file path named chooses one, and so do --session N and --session FILE.
+    for args in ([str(folder / "worker0.1629000009999.json.gz")], [str(folder), "--session", "2"],
+                 [str(folder), "--session", "worker0.1629000009999.json.gz"]):
+        chosen = runner.invoke(cli, ["breakdown", *args, "--format", "json"])
+        assert chosen.exit_code == 0, chosen.output
+        assert json.loads(chosen.stdout)["steps"] == 2
+
+
+def _windows(tmp_path: Path, later_steps=(15, 16), rank=None) -> Path:
+    """Two profiler windows of one process, as tensorboard_trace_handler writes them: the torch-2
+    fixture, and a copy of it 10 s later whose steps are `later_steps`."""
+    folder = tmp_path / "windows"
+    folder.mkdir(parents=True)
+    text = gzip.decompress(TORCH2_TRACE.read_bytes()).decode()
+    info = f'"distributedInfo": {{"rank": {rank}, "world_size": 2}},\n' if rank is not None else ""
+    (folder / "host_7.1700000000000.pt.trace.json").write_text(text)
+    later = text.replace("1700000000000000000", "1700000010000000000")
+    for old, new in reversed(list(zip((5, 6), later_steps))):  # 6 first: 5 may become 6
+        later = later.replace(f'"ProfilerStep#{old}"', f'"ProfilerStep#{new}"')
+    (folder / "host_7.1700000010000.pt.trace.json").write_text(info + later if not info else
+                                                              later.replace("{", "{" + info, 1))
+    return folder
+
+
+def test_successive_windows_of_one_process_combine_on_purpose(tmp_path, runner):
+    folder = _windows(tmp_path)
+    refused = runner.invoke(cli, ["breakdown", str(folder)])
+    assert refused.exit_code == 2 and "[2] host_7.1700000010000.pt.trace.json (started " \
+        "2023-11-14 22:13:30 UTC, steps 15-16)" in refused.stderr
+
+    result = runner.invoke(cli, ["breakdown", str(folder), "--session", "all", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout)
+    assert [s["step"] for s in out["per_step"]] == [5, 6, 15, 16]
+    assert out["step_ms"]["mean"] == pytest.approx(1.0)
+    assert out["phases"]["backward"]["ms"] == pytest.approx(0.280)
+    assert any("2 profiler sessions read as one run" in n for n in out["notes"])
+    # The second window's events sit 10 s later on the first one's clock, its launches still
+    # tied to their kernels (correlation ids kept apart).
+    trace = load_run(locate(folder, session="all")).trace
+    kernels = sorted(e.start_us for e in trace.events if e.kind == KERNEL)
+    assert kernels[4] - kernels[0] == pytest.approx(10_000_000, abs=1)
+    work = find_work(trace, phase_timeline(trace))
+    assert [w.phase for w in work.kernels()] == ["forward", "backward"] * 4
+
+
+def test_sessions_that_repeat_steps_or_ranks_are_not_combined(tmp_path, runner):
+    for later, rank, why in (((6, 7), None, "repeats steps [6]"), ((15, 16), 1, "ranks")):
+        folder = _windows(tmp_path / why.split()[0], later, rank)
+        result = runner.invoke(cli, ["breakdown", str(folder), "--session", "all"])
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+    # The refusal names a session's rank where its distributedInfo says it.
+    listing = runner.invoke(cli, ["breakdown", str(folder)]).stderr
+    assert "host_7.1700000010000.pt.trace.json (started 2023-11-14 22:13:30 UTC, steps 15-16, rank 1)" \
+        in listing and "host_7.1700000000000.pt.trace.json (started 2023-11-14 22:13:20 UTC, steps 5-6);" \
+        in listing
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--session", "3"], "--session 3: no such session"),
+    (["--session", "1", "EXTRA"], "give one folder, not 2 paths"),
+])
+def test_a_bad_session_choice_is_one_line(tmp_path, runner, args, why):
+    folder = _windows(tmp_path)
+    extra = [str(tmp_path / a) if a == "EXTRA" else a for a in args]
+    result = runner.invoke(cli, ["breakdown", str(folder), *extra])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+
+
+def test_session_of_a_file_or_an_empty_folder_is_refused(tmp_path, runner):
+    for path, why in ((TORCH19_TRACE, "chooses among the sessions of a folder"),
+                      (tmp_path, "holds no trace sessions")):
+        result = runner.invoke(cli, ["breakdown", str(path), "--session", "1"])
+        lines = result.stderr.strip().splitlines()
+        assert result.exit_code == 2 and len(lines) == 1 and why in lines[0], result.output
+
+
+def test_trace_exports_combined_sessions(tmp_path, runner):
+    out = tmp_path / "both.trace.json"
+    result = runner.invoke(cli, ["trace", str(_windows(tmp_path)), "--session", "all", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    steps = [e["name"] for e in json.loads(out.read_text())["traceEvents"] if e.get("cat") == "gapscope.step"]
+    assert steps == ["step 5", "step 6", "step 15", "step 16"]
+
+
+def test_several_xplane_sessions_are_named_and_chosen(tmp_path, runner):
+    folder = tmp_path / "tf"
+    for stamp, host in (("2026_01_02_10_00_00", "worker0"), ("2026_01_01_09_00_00", "worker0")):
+        (folder / "plugins" / "profile" / stamp).mkdir(parents=True)
+        shutil.copy(XPLANE, folder / "plugins" / "profile" / stamp / f"{host}.xplane.pb")
+    result = runner.invoke(cli, ["breakdown", str(folder)])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "2 XSpace (.xplane.pb) sessions: [1] plugins/profile/2026_01_01_09_00_00/worker0.xplane.pb" \
+        in lines[0] and "--session all" not in lines[0]
+    chosen = runner.invoke(cli, ["breakdown", str(folder), "--session", "1", "--format", "json"])
     assert chosen.exit_code == 0, chosen.output
-    assert json.loads(chosen.stdout)["steps"] == 2
+    assert json.loads(chosen.stdout)["steps"] == 4
+    combined = runner.invoke(cli, ["breakdown", str(folder), "--session", "all"])
+    assert combined.exit_code == 2 and "only torch traces are combined" in combined.stderr
 
 
 def test_ranks_found_by_content_are_a_job_not_two_sessions(tmp_path):
@@ -132,3 +238,113 @@ def test_cli_breakdown_of_a_torch19_folder(runner):
     assert out["steps"] == 2 and out["step_ms"]["mean"] == pytest.approx(1.0)
     assert out["phases"]["data_load"]["ms"] == pytest.approx(0.250, rel=0.01)
     assert out["phases"]["backward"]["ms"] == pytest.approx(0.280)
+
+
+ROCM_TRACE = Path(__file__).parent / "fixtures" / "foreign" / "rocm" / "mi250_4242.1700000000000.pt.trace.json"
+GPU_ONLY = Path(__file__).parent / "fixtures" / "foreign" / "gpuonly" / "device_only.1700000000000.json"
+
+
+def test_rocm_names_read_as_their_cuda_twins():
+    trace = read_torch_trace(ROCM_TRACE)
+    kinds = {e.name: e.kind for e in trace.events}
+    assert kinds["hipLaunchKernel"] == kinds["hipMemcpyWithStream"] == kinds["hipDeviceSynchronize"] == RUNTIME
+    # roctracer's copy carries no bytes: they come from its runtime call's "size".
+    assert [e.nbytes for e in trace.events if e.kind == MEMCPY] == [4096, 4096]
+    stats = transfer_stats(find_work(trace, phase_timeline(trace)))
+    assert stats.by_direction["H2D"]["bytes_per_step"] == 4096 and stats.by_direction["H2D"]["bytes_known"]
+    # hipDeviceSynchronize, outside every phase, is the host waiting for the device.
+    result = breakdown_of(ROCM_TRACE)
+    assert result.phase_means()["other"] == pytest.approx(0.180)
+    assert result.to_json_dict()["phases"]["other"]["parts"]["device wait"] == pytest.approx(0.060)
+
+
+def test_a_copy_without_bytes_or_a_sized_call_stays_unknown(tmp_path):
+    text = ROCM_TRACE.read_text().replace('"size": "4096", ', "", 1)
+    (tmp_path / "t.json").write_text(text)
+    assert sorted(e.nbytes or 0 for e in read_torch_trace(tmp_path / "t.json").events
+                  if e.kind == MEMCPY) == [0, 4096]
+
+
+def test_a_gpu_only_trace_is_read_and_its_kernels_and_copies_measured():
+    """No host event, no step marker: the reader takes it, and over one window holding the
+    whole trace the kernel and transfer measures give its figures (the window is helper P's)."""
+    trace = read_torch_trace(GPU_ONLY)
+    assert {e.kind for e in trace.events} == {KERNEL, MEMCPY}
+    start = min(e.start_us for e in trace.events)
+    end = max(e.end_us for e in trace.events)
+    window = PhaseTimeline([Event("trace", STEP, start, end - start, "host/0/0", 0)], [[]], {})
+    work = find_work(trace, window)
+    kernels = kernel_stats(work)
+    assert kernels.per_step == 6 and kernels.time_ms_per_step == pytest.approx(1.2)
+    copies = transfer_stats(work).by_direction
+    assert copies["H2D"]["bytes_per_step"] == 3 * 2**20 and copies["D2H"]["bytes_per_step"] == 12
+
+
+def test_gapscope_reads_back_its_own_trace_export(tmp_path, runner):
+    out = tmp_path / "t19.phases.trace.json"
+    assert runner.invoke(cli, ["trace", str(TORCH19), "--out", str(out)]).exit_code == 0
+    original = json.loads(runner.invoke(cli, ["breakdown", str(TORCH19), "--format", "json"]).stdout)
+    result = runner.invoke(cli, ["breakdown", str(out), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    back = json.loads(result.stdout)
+    assert back["steps"] == original["steps"] == 2
+    assert back["phases"] == original["phases"] and back["phase_sources"] == original["phase_sources"]
+    # Its kernels and copies stay on the device, its steps and phase tracks are not read as events.
+    trace = read_torch_trace(out)
+    assert sum(e.kind == KERNEL and e.track.startswith("device") for e in trace.events) == 4
+    assert sorted(e.step_num for e in trace.events if e.kind == STEP) == [5, 6]
+    assert not any(e.name in ("data_load", "step 5") for e in trace.events)
+
+
+def test_the_tensorboard_tab_lists_foreign_traces_by_content(tmp_path):
+    """TensorBoard's own plugin context over a logdir of traces named as other tools name them:
+    each listed as a run with the CLI's figures, a folder of two sessions as one run each."""
+    from tensorboard.plugins import base_plugin
+    from werkzeug.test import Client
+
+    from analysis.tensorboard.plugin.plugin import GapscopePlugin
+    logdir = tmp_path / "logdir"
+    (logdir / "hta").mkdir(parents=True)
+    shutil.copy(TORCH19_TRACE, logdir / "hta" / "worker0.1629000000000.json")
+    (logdir / "gz").mkdir()
+    shutil.copy(TORCH2_TRACE, logdir / "gz")
+    _windows(logdir)
+    for stamp in ("2026_01_01_09_00_00", "2026_01_02_10_00_00"):  # TF's sessions of one logdir
+        (logdir / "tf" / "plugins" / "profile" / stamp).mkdir(parents=True)
+        shutil.copy(XPLANE, logdir / "tf" / "plugins" / "profile" / stamp / "worker0.xplane.pb")
+    (logdir / "notes").mkdir()
+    (logdir / "notes" / "config.json").write_text('{"traceEvents": "no", "lr": 0.1}')
+    plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+    response = Client(plugin.get_plugin_apps()["/runs"]).get("/")
+    runs = {r["name"]: r for r in json.loads(response.get_data())["runs"]}
+    tf = [f"tf/plugins/profile/{stamp}/worker0.xplane.pb"
+          for stamp in ("2026_01_01_09_00_00", "2026_01_02_10_00_00")]
+    assert sorted(runs) == ["gz", "hta", *tf, "windows/host_7.1700000000000.pt.trace.json",
+                            "windows/host_7.1700000010000.pt.trace.json"]
+    assert all(r["problem"] is None for r in runs.values())
+    assert [r["framework"] for name, r in runs.items() if name not in tf] == ["torch"] * 4
+    assert [runs[name]["breakdown"]["steps"] for name in tf] == [4, 4]
+    assert runs["hta"]["breakdown"]["phases"]["data_load"]["ms"] == pytest.approx(0.250)
+    assert runs["gz"]["breakdown"]["steps"] == runs["windows/host_7.1700000010000.pt.trace.json"][
+        "breakdown"]["steps"] == 2
+
+
+@pytest.mark.parametrize("fixture", [TORCH19, TORCH2_TRACE])
+def test_gapscope_reads_back_its_xspace_export_of_a_torch_trace(tmp_path, runner, fixture):
+    """The XSpace keeps no categories: the torch threads' events are read as host ops and
+    runtime calls again, and give the phases the trace gave."""
+    out = tmp_path / "plugins" / "profile" / "gapscope" / "me.xplane.pb"
+    assert runner.invoke(cli, ["trace", str(fixture), "--out", str(out)]).exit_code == 0
+    original = json.loads(runner.invoke(cli, ["breakdown", str(fixture), "--format", "json"]).stdout)
+    back = json.loads(runner.invoke(cli, ["breakdown", str(out), "--format", "json"]).stdout)
+    assert back["steps"] == 2
+    assert {k: v["ms"] for k, v in back["phases"].items()} == \
+        pytest.approx({k: v["ms"] for k, v in original["phases"].items()})
+    assert back["phase_sources"] == original["phase_sources"]
+
+
+@pytest.mark.parametrize("name,way", [("Memcpy HtoD (Host -> Device)", "H2D"), ("CopyHostToDevice", "H2D"),
+                                      ("CopyDeviceToHost", "D2H"), ("CopyDeviceToDevice", "D2D"),
+                                      ("Memcpy DtoD (Device -> Device)", "D2D"), ("FillBuffer", "other")])
+def test_rocm_copy_names_have_their_direction(name, way):
+    assert direction(name) == way

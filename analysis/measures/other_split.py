@@ -12,7 +12,7 @@ from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import HOST_OP, OTHER, RUNTIME, Trace
 
 # Runtime calls in which the host waits for the device instead of working.
-_WAITS = re.compile(r"Synchronize|cudaMemcpy(?!Async)|cudaStreamWaitEvent")
+_WAITS = re.compile(r"Synchronize|(?:cuda|hip)Memcpy(?!Async)|(?:cuda|hip)StreamWaitEvent")
 
 
 class OtherPart(enum.StrEnum):

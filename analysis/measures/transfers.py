@@ -12,9 +12,10 @@ CPU_ONLY = "no transfers: CPU-only run"
 NONE_RECORDED = "no host-device copies in the traced steps"
 
 # Kineto: "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoD
-# (Device -> Device)"; XPlane: "MemcpyH2D", "MemcpyD2H", "MemcpyD2D".
-_DIRECTIONS = (("H2D", re.compile(r"HtoD|H2D")), ("D2H", re.compile(r"DtoH|D2H")),
-               ("D2D", re.compile(r"DtoD|D2D")), ("P2P", re.compile(r"PtoP|P2P")))
+# (Device -> Device)"; XPlane: "MemcpyH2D", "MemcpyD2H", "MemcpyD2D"; older ROCm Kineto, roctracer's
+# own op names: "CopyHostToDevice", "CopyDeviceToHost", "CopyDeviceToDevice".
+_DIRECTIONS = (("H2D", re.compile(r"HtoD|H2D|HostToDevice")), ("D2H", re.compile(r"DtoH|D2H|DeviceToHost")),
+               ("D2D", re.compile(r"DtoD|D2D|DeviceToDevice")), ("P2P", re.compile(r"PtoP|P2P")))
 
 
 def direction(name: str) -> str:

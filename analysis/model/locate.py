@@ -106,12 +106,15 @@ class SweepFolder(Place):
     """A sweep's folder (sweep.json): one A/B folder per point."""
 
 
-def locate(path: str | Path) -> Place:
+def locate(path: str | Path, session: str | None = None) -> Place:
     """What `path` is. Reads each manifest it needs once and keeps it; never raises for what
-    a file holds (the Place keeps the problem, for the loader to say when the path is used)."""
+    a file holds (the Place keeps the problem, for the loader to say when the path is used).
+    `session` (--session) makes it a folder of trace sessions, one or all of them chosen."""
     if isinstance(path, Place):
         return path
     path = Path(path)
+    if session is not None:
+        return _run(path, ForeignTrace, session)
     if not path.is_dir():
         return _run(path, ForeignTrace)
     if (path / MATRIX_STATE).is_file():
@@ -134,7 +137,7 @@ def locate(path: str | Path) -> Place:
     return _run(path, ForeignTrace)
 
 
-def _run(path: Path, kind: type[RunPlace]) -> Place:
+def _run(path: Path, kind: type[RunPlace], session: str | None = None) -> Place:
     """A run directory or a foreign trace; a job directory where the manifest says so."""
     try:
         if kind is RunPlace:
@@ -142,7 +145,7 @@ def _run(path: Path, kind: type[RunPlace]) -> Place:
             if isinstance(manifest.get("distributed"), dict):
                 return JobDir(path, manifest)
             return RunPlace(path, run_files.run_files(path, manifest))
-        return kind(path, run_files.find_files(path))
+        return kind(path, run_files.find_files(path, session))
     except GapscopeInputError as exc:
         return kind(path, problem=exc)
 

@@ -91,6 +91,11 @@ class Run:
         if unreadable:
             self.notes.append(f"skipped {len(unreadable)} file(s) named like traces that cannot "
                               f"be read: " + ", ".join(f"{p.name} ({why})" for p, why in unreadable[:3]))
+        if self.located.combined:
+            from analysis.readers.sessions import read_combined
+            trace, note = read_combined(self.located.torch_traces, read_trace)
+            self.notes.append(note)
+            return trace
         if len(self.located.trace_files) > 1:
             self.notes.append(f"{len(self.located.trace_files)} trace files found; "
                               f"used {self.trace_file.name}")

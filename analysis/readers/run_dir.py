@@ -10,7 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.readers import safe_files, step_rows
+from analysis.readers import safe_files, sessions, step_rows
 from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.run_dir import MANIFEST, STEPS_CSV, with_marked_failure
@@ -42,16 +42,22 @@ class Located:
     # Files named like traces that are no readable regular file (FIFO, device, bad symlink),
     # with why: never opened, reported instead.
     unreadable: list[tuple[Path, str]] = field(default_factory=list)
+    # Several sessions chosen together (--session all): torch_traces are read as one trace.
+    combined: bool = False
 
     @property
     def trace_files(self) -> list[Path]:
         return self.torch_traces + self.xplanes
 
 
-def find_files(path: str | Path) -> Located:
-    """The files of one run: a run directory, a folder holding traces, or one trace file."""
+def find_files(path: str | Path, session: str | None = None) -> Located:
+    """The files of one run: a run directory, a folder holding traces, or one trace file;
+    `session` chooses among a folder's several sessions (sessions.choose)."""
     path = Path(path)
     if not path.is_dir():
+        if session is not None:
+            raise GapscopeInputError(f"--session {session}: {path} is one file; --session chooses "
+                                     "among the sessions of a folder")
         if not path.exists() and not path.is_symlink():
             raise GapscopeInputError(f"{path}: no such file or directory")
         problem = safe_files.why_unreadable(path)
@@ -60,11 +66,29 @@ def find_files(path: str | Path) -> Located:
         if path.name.endswith(".xplane.pb"):
             return Located(path, xplanes=[path])
         return Located(path, torch_traces=[path])
-    return run_files(path, read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None)
+    return run_files(path, read_manifest(path / MANIFEST) if _present(path / MANIFEST) else None,
+                     session)
 
 
-def run_files(path: Path, manifest: dict | None) -> Located:
+def run_files(path: Path, manifest: dict | None, session: str | None = None) -> Located:
     """The files of the run folder `path`, whose manifest has been read already (or is None)."""
+    found = _all_files(path, manifest)
+    if manifest is None:
+        return _one_session(found, session)
+    if session is not None:
+        raise GapscopeInputError(f"--session {session}: {path} is a gapscope run directory, "
+                                 "one session; --session chooses among a folder's sessions")
+    return found
+
+
+def session_files(folder: Path) -> list[Path]:
+    """The trace sessions of a folder no gapscope run wrote, one file each, as --session
+    numbers them (what a view lists as one run each)."""
+    found = _all_files(folder, None)
+    return sessions.ordered(getattr(found, _session_kind(found)))
+
+
+def _all_files(path: Path, manifest: dict | None) -> Located:
     if manifest is not None:
         manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV
@@ -79,8 +103,21 @@ def run_files(path: Path, manifest: dict | None) -> Located:
     # Newest first: a folder written by several profiler cycles holds one file per cycle.
     found.torch_traces = _newest_first(p for p in torch_traces if p not in bad)
     found.xplanes = _newest_first(p for p in xplanes if p not in bad)
-    if manifest is None and len(found.torch_traces) > 1:
-        raise GapscopeInputError(_several_sessions(path, found.torch_traces))
+    return found
+
+
+def _one_session(found: Located, session: str | None) -> Located:
+    """A folder no gapscope run wrote: its sessions, when several, are the user's to choose
+    (never silently the newest); chosen together, torch traces are read as one run."""
+    kind = _session_kind(found)
+    several = getattr(found, kind)
+    if session is None:
+        if len(several) > 1:
+            raise GapscopeInputError(sessions.refusal(found.path, several))
+        return found
+    chosen = sessions.choose(found.path, several, session)
+    setattr(found, kind, chosen)
+    found.combined = len(chosen) > 1
     return found
 
 
@@ -99,6 +136,11 @@ def find_torch_traces(folder: Path, keep=None, by_content: bool = True) -> list[
     return sorted(named | {p for p in others if is_kineto_trace(p)})
 
 
+def _session_kind(found: Located) -> str:
+    # TF writes one .xplane.pb per host and session; beside torch traces they are not the trace.
+    return "torch_traces" if found.torch_traces else "xplanes"
+
+
 def is_kineto_trace(path: Path) -> bool:
     """Whether the file's head is a Kineto trace's: a JSON object holding traceEvents and one
     of Kineto's own keys (whatever the schema version)."""
@@ -108,14 +150,6 @@ def is_kineto_trace(path: Path) -> bool:
         return False
     return (head.lstrip()[:1] == b"{" and b'"traceEvents"' in head
             and any(key in head for key in _KINETO_KEYS))
-
-
-def _several_sessions(folder: Path, traces: list[Path]) -> str:
-    """Two profiler sessions in one folder are two runs: which one is meant is the user's to say."""
-    shown = ", ".join(str(p.relative_to(folder)) for p in traces[:3])
-    more = f" and {len(traces) - 3} more" if len(traces) > 3 else ""
-    return (f"{folder}: {len(traces)} torch traces of separate sessions ({shown}{more}): "
-            f"give one trace file's path, e.g. {traces[0]}")
 
 
 def exported_xspace_dir(run_dir: Path) -> Path:

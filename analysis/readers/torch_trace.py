@@ -28,6 +28,12 @@ class _Args(msgspec.Struct, gc=False):
     dtype: str | None = None
     group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
     finished: bool | int | str | None = None  # false: the profiler stopped before its end
+    # ROCm (roctracer) puts a copy's size on its runtime call (hipMemcpyAsync, "size": "4096"),
+    # not on the device copy, which has no bytes.
+    size: int | float | str | None = None
+    # A `gapscope trace` export: a step's number, and a process's name in its "M" event.
+    step_num: int | float | str | None = None
+    name: str | int | float | None = None
 
 
 class _ShapedArgs(_Args, gc=False):
@@ -90,6 +96,14 @@ _DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMS
 _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
                     "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
                     "Operator": HOST_OP, "Runtime": RUNTIME}
+# ROCm traces use the same categories (Kineto's roctracer logger writes cuda_runtime for the HIP
+# calls, kernel and gpu_memcpy for the device side); only the names differ (hipLaunchKernel).
+# `gapscope trace` writes the neutral kinds as categories: read back as what they were. Its
+# annotations are on the device where their process is a "device" one.
+_EXPORTED_DEVICE = {"memcpy": MEMCPY, "memset": MEMSET}
+_EXPORTED_HOST = {"host_op": HOST_OP, "annotation": ANNOTATION, "runtime": RUNTIME, "step": STEP}
+# The export's own steps and phases: derived from the events, so derived again, never read.
+_EXPORT_VIEWS = ("gapscope.step", "gapscope.phase")
 # The kinds a step range comes as: an annotation today, an op (Operator) in the old schema.
 _STEP_KINDS = (ANNOTATION, HOST_OP)
 # Ranges torch itself emits once per step; gapscope's own step ranges take the same role.
@@ -128,6 +142,7 @@ def read_torch_trace(path: str | Path) -> Trace:
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
+    reader.sizes_from_runtime()
     columns = reader.columns.build()
     dropped = reader.dropped
     if not len(columns) and not dropped:
@@ -176,6 +191,9 @@ class _Reader:
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
         self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
+        self._device_pids: set = set()  # processes an export names "device ..."
+        self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
+        self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
 
     def read(self, blocks: safe_files.ReadAhead):
         buf = _Window(_CHUNK + _BLOCK)
@@ -295,6 +313,8 @@ class _Reader:
         last_key, where = None, None
         for raw in raws:
             if raw.ph != "X":
+                if raw.ph == "M" and raw.name == "process_name":
+                    self._process_name(raw)
                 continue
             ts, dur = raw.ts, raw.dur
             # One chained comparison covers the usual case; None and NaN fail it too.
@@ -314,6 +334,8 @@ class _Reader:
                     where = self._track(*key)
                 last_key = key
             kind, track, where_id, device = where
+            if kind is None:
+                continue
             args = raw.args
             correlation = args.correlation if args is not None else None
             if name_id in comm_names and args is not None:
@@ -323,11 +345,20 @@ class _Reader:
             if device:
                 if args is not None and args.nbytes is not None:
                     columns.nbytes[len(columns.start_us)] = args.nbytes
-            elif kind in _STEP_KINDS and name.startswith(_STEP_PREFIXES):
+                elif kind == MEMCPY and correlation is not None:
+                    self._sizeless.append((len(columns.start_us), correlation))
+            elif kind == STEP or kind in _STEP_KINDS and name.startswith(_STEP_PREFIXES):
                 where_id = columns.where_id(STEP, track)
-                row, number = len(columns.start_us), validate.step_number(name.rpartition("#")[2])
+                number = args.step_num if args is not None and args.step_num is not None \
+                    else name.rpartition("#")[2]
+                row, number = len(columns.start_us), validate.step_number(str(number))
                 columns.step_nums[row] = number
                 self.steps.append((row, Event(name, STEP, ts, dur, track, number, correlation)))
+            elif kind == RUNTIME and args is not None and args.size is not None \
+                    and correlation is not None:
+                size = _count(args.size)
+                if size is not None:
+                    self._copy_sizes[correlation] = size
             add_start(ts)
             add_dur(dur)
             add_where(where_id)
@@ -337,11 +368,27 @@ class _Reader:
             else:
                 columns.add_correlation(correlation)
 
+    def sizes_from_runtime(self) -> None:
+        """Copies without bytes take them from their runtime call (ROCm), where it said them."""
+        for row, correlation in self._sizeless:
+            size = self._copy_sizes.get(correlation)
+            if size is not None:
+                self.columns.nbytes[row] = size
+
+    def _process_name(self, raw: _RawEvent) -> None:
+        name = raw.args.name if raw.args is not None else None
+        if isinstance(name, str) and name.startswith("device "):
+            self._device_pids.add(raw.pid)
+
     def _track(self, cat: str, pid, tid) -> tuple:
-        if cat in _DEVICE_CATEGORIES:
-            kind, track, device = _DEVICE_CATEGORIES[cat], f"device/{pid}/{tid}", True
-        else:
-            kind, track, device = _HOST_CATEGORIES.get(cat, OTHER), f"host/{pid}/{tid}", False
+        if cat in _EXPORT_VIEWS:
+            where = self._tracks[(cat, pid, tid)] = (None, None, None, False)
+            return where
+        device = cat in _DEVICE_CATEGORIES or cat in _EXPORTED_DEVICE or (
+            cat == "annotation" and pid in self._device_pids)
+        kind = (_DEVICE_CATEGORIES.get(cat) or _EXPORTED_DEVICE.get(cat) or _HOST_CATEGORIES.get(cat)
+                or _EXPORTED_HOST.get(cat, OTHER))
+        track = f"{'device' if device else 'host'}/{pid}/{tid}"
         where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), device)
         return where
 

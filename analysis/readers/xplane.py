@@ -16,6 +16,13 @@ _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
 # The op that hands the next batch to the step; the tf.data threads behind it run ahead (prefetch).
 _GET_NEXT_OPS = ("IteratorGetNextOp::DoCompute", "IteratorGetNextAsOptionalOp::DoCompute")
 _TF_FUNCTION_STATS = ("tf_function_call", "tracing_count")
+# `gapscope trace --out *.xplane.pb` of a torch trace (analysis.renderers.traces.xspace): a line of
+# phases, and one line per thread of the torch trace, named so. The categories are not kept: the
+# thread's ops are host ops, its CUDA/HIP calls runtime calls (without the correlation ids).
+PHASES_LINE = "gapscope phases"
+_TORCH_THREAD = re.compile(r"^thread \S+ \(process \S+\)$")
+_TORCH_RUNTIME = ("cuda", "hip")
+_TORCH_SESSION = "PyTorch Profiler"
 # XLA puts the HloProto of every module it ran into this plane, one event metadata per module.
 _METADATA_PLANE = "/host:metadata"
 _HLO_PROTO_STAT = "Hlo Proto"
@@ -147,9 +154,11 @@ def _host_events(plane, origin_ns):
     stats_of = _stat_reader(plane)
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     with_stats = {key for key, meta in plane.event_metadata.items() if meta.stats}
+    torch_view = any(line.name == PHASES_LINE for line in plane.lines)
     for line, xevent, start_us, dur_us in _line_events(plane, origin_ns):
         name = names.get(xevent.metadata_id, "")
         track = f"host/{plane.id}/{line.id}"
+        torch_thread = torch_view and _TORCH_THREAD.match(line.name)
         if line.name.startswith("tf_data") and name not in _GET_NEXT_OPS:
             # Input-pipeline work on tf.data's own threads overlaps the step; it only
             # costs step time through the IteratorGetNext wait, which is kept.
@@ -169,7 +178,10 @@ def _host_events(plane, origin_ns):
             # A CUDA API call (CUPTI): the id links it to the kernel or copy it queued.
             yield Event(name, RUNTIME, start_us, dur_us, track,
                         correlation=_int_or_none(stats["correlation_id"]))
-        elif _TF_OP.match(name) or name in _GET_NEXT_OPS:
+        elif torch_thread and name.startswith(_TORCH_RUNTIME):
+            yield Event(name, RUNTIME, start_us, dur_us, track)
+        elif torch_thread and not name.startswith(_TORCH_SESSION) or _TF_OP.match(name) \
+                or name in _GET_NEXT_OPS:
             yield Event(name, HOST_OP, start_us, dur_us, track)
         elif not name.startswith("end: "):
             yield Event(name, OTHER, start_us, dur_us, track)

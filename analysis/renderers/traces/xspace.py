@@ -9,6 +9,7 @@ import numpy as np
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import Trace
+from analysis.readers.xplane import PHASES_LINE  # how the reader knows such a file again
 from analysis.readers.xplane_proto import PlaneBuilder, xplane_pb2
 
 # XProf's trace viewer shows the host threads of the plane named so, and GPUs from planes named
@@ -17,7 +18,7 @@ HOST_PLANE = "/host:CPU"
 GPU_PLANE = "/device:GPU:{}"
 # XProf orders the host plane's lines by id: gapscope's come first, so they sit above the ops.
 # "Steps" is the name XProf gives the step line it derives on device planes.
-STEPS_LINE, PHASES_LINE = "Steps", "gapscope phases"
+STEPS_LINE = "Steps"
 STEPS_ID, PHASES_ID = 1, 2
 STEP_STAT = "step"
 # What makes an event a step marker for XProf's step analysis (the Overview page's step times),

@@ -7,8 +7,10 @@ import os
 from pathlib import Path
 
 from analysis.model.job import is_job, load_job
-from analysis.model.locate import Place
-from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB
+from analysis.model.locate import ForeignTrace, Place, locate
+from analysis.readers import safe_files
+from analysis.readers.run_dir import (CONTENT_GLOBS, MAX_CANDIDATES, TORCH_TRACE_GLOBS, XPLANE_GLOB,
+                                      is_kineto_trace, session_files)
 from analysis.model.run import RunEntry, expand_runs
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
@@ -35,7 +37,7 @@ def find_runs(logdir: str | Path, jobs: dict | None = None) -> dict[str, RunEntr
             elif is_job(entry.place):
                 found.update(_ranks(logdir, entry.place, {} if jobs is None else jobs))
             else:
-                found[_name(logdir, entry.path)] = entry
+                found.update(_sessions(logdir, entry) or {_name(logdir, entry.path): entry})
     return found
 
 
@@ -51,6 +53,18 @@ def _ranks(logdir: Path, place: Place, jobs: dict) -> dict[str, RunEntry]:
     jobs[name] = (place.path, job)
     return {f"{name}/rank{r}": RunEntry(f"{job.label} rank{r}", run.located.path, place=run.place)
             for r, run in enumerate(job.ranks)}
+
+
+def _sessions(logdir: Path, entry: RunEntry) -> dict[str, RunEntry]:
+    """A folder of several profiler sessions (not a job's ranks) as one run per session, each
+    named by its file: the CLI asks which one is meant, the tab shows them all."""
+    place = entry.place
+    if not (isinstance(place, ForeignTrace) and place.problem is not None and place.path.is_dir()):
+        return {}
+    traces = session_files(place.path)
+    if len(traces) < 2:
+        return {}
+    return {_name(logdir, trace): RunEntry(None, trace, place=locate(trace)) for trace in traces}
 
 
 def _reason(exc: Exception) -> str:
@@ -77,6 +91,12 @@ def run_folders(logdir: Path):
 
 def _holds_traces(folder: Path, files: list[str]) -> bool:
     if any(Path(name).match(glob) for name in files for glob in TORCH_TRACE_GLOBS):
+        return True
+    # Other tools' names (HTA's worker0.1629....json, rank-0.json.gz): a trace by its head, as
+    # the CLI's finder takes it; a folder of more candidates than it reads is not searched.
+    candidates = [folder / name for name in files if any(Path(name).match(g) for g in CONTENT_GLOBS)]
+    if len(candidates) <= MAX_CANDIDATES and any(
+            safe_files.is_readable_regular_file(p) and is_kineto_trace(p) for p in candidates):
         return True
     profile = folder / PROFILE_DIR
     return profile.is_dir() and next(profile.rglob(XPLANE_GLOB), None) is not None
