@@ -79,18 +79,18 @@ _WAYS = {"H2D": "host-to-device copies", "D2H": "device-to-host copies",
 def cause(c: Cause) -> str:
     """'forward +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)': the
     headline's cause, the same words in every format."""
-    if c.kind == CauseKind.TRANSFERS:
-        what = _WAYS.get(c.way, "copies")
-        size = f"{_bytes(c.delta_bytes, signed=True)}, " if c.delta_bytes else ""
-        time = f"{_signed(c.delta_ms)} ms"
-    elif c.kind == CauseKind.KERNELS:
-        what = "device kernels" if c.device_kernels else "ops/kernels"
-        size, time = "", f"{_signed(c.delta_ms)} ms in them"
-    else:
-        what = "kernel launches" if c.kind == CauseKind.LAUNCHES else "blocking syncs"
-        size, time = "", f"{_signed(c.delta_ms)} ms {'in the calls' if c.kind == CauseKind.LAUNCHES else 'waiting'}"
-    return (f"{c.phase} {_signed(c.phase_delta_ms)} ms: {_n(c.delta_count, signed=True)} {what} "
-            f"per step ({size}{time})")
+    head = f"{c.phase} {_signed(c.phase_delta_ms)} ms: "
+    what, time = {
+        CauseKind.TRANSFERS: (_WAYS.get(c.way, "copies"), "ms"),
+        CauseKind.KERNELS: ("device kernels" if c.device_kernels else "ops/kernels", "ms in them"),
+        CauseKind.LAUNCHES: ("kernel launches", "ms in the calls"),
+        CauseKind.SYNCS: ("blocking syncs", "ms waiting"),
+    }[c.kind]
+    time = f"{_signed(c.delta_ms)} {time}"
+    if abs(c.delta_count) < 0.05:  # as many as before, each longer (or shorter)
+        return f"{head}{_n(c.b['count_per_step'])} {what} per step, {time}"
+    size = f"{_bytes(c.delta_bytes, signed=True)}, " if c.delta_bytes else ""
+    return f"{head}{_n(c.delta_count, signed=True)} {what} per step ({size}{time})"
 
 
 def _kernels(e: Evidence, a_label: str, b_label: str) -> str:
