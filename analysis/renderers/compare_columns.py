@@ -167,7 +167,9 @@ def _transfers(run) -> str:
     t = run.transfers
     if t.note:
         return "none (CPU-only)" if t.cpu_only else "none"
-    return ", ".join(f"{d['count_per_step']:.1f} {way} {d['bytes_per_step'] / 1e3:.0f} kB"
+    def phases(way):  # where the copies of one direction were issued
+        return "/".join(p for p, ways in t.by_phase.items() if way in ways)
+    return ", ".join(f"{d['count_per_step']:.1f} {way} {d['bytes_per_step'] / 1e3:.0f} kB in {phases(way)}"
                      for way, d in t.by_direction.items())
 
 
