@@ -43,8 +43,8 @@ def hardware(manifest: dict, trace: Trace | None) -> Hardware:
     if isinstance(device, str) and device:
         if found.device and found.device.strip().lower() == device.strip().lower():
             found.source = "manifest"  # the same device: keep the trace's memory and SMs too
-        else:
-            found = Hardware(device)
+        else:  # the manifest's word; the trace's figures may be another GPU's
+            found = Hardware(device, world_size=found.world_size)
     world = manifest.get("world_size")
     if _count(world):
         found.world_size = world
