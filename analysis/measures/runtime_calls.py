@@ -7,7 +7,6 @@ from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import Event
 
 LAUNCH, COPY, SYNC = "launch", "copy", "sync"
-KINDS = (LAUNCH, COPY, SYNC)
 
 
 def call_kind(name: str) -> str | None:

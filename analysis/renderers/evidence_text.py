@@ -143,8 +143,8 @@ def _transfers(e: Evidence, a_label: str, b_label: str) -> str:
                          + (f" at {whole['gb_per_s']:.1f} GB/s" if whole["gb_per_s"] else ""))
         if e.phase:
             elsewhere = [f"{_n(d['count_per_step'])} {way} in {phase}"
-                         for phase, ways in t["by_phase"].items() if phase != e.phase
-                         for way, d in ways.items()]
+                         for phase, found in t["by_phase"].items() if phase != e.phase
+                         for way, d in found.items()]
             parts = parts or [f"none in {e.phase}"]
             if elsewhere:
                 parts.append(f"elsewhere {', '.join(elsewhere)}")
