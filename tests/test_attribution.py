@@ -53,8 +53,10 @@ def test_device_time_goes_to_the_launching_phase(analysed):
 
 def test_device_busy_idle_and_late(analysed):
     _, result, _ = analysed
-    # busy: step 1 = 4 + 80 (1030-1110) = 84; step 2 = 20 + 2 + 10 + 2 = 34
-    assert result.device_busy_ms == pytest.approx((84 + 34) / 2 / 1000)
+    # busy: the device work inside each step's window, whoever launched it: step 1 = 4 + 70
+    # (1030-1100) = 74; step 2 = 10 (step 1's optimizer kernel) + 20 + 2 + 10 + 2 = 44
+    assert result.device_busy_ms == pytest.approx((74 + 44) / 2 / 1000)
+    assert result.device_busy_ms + result.device_idle_ms == pytest.approx(0.100)  # the step
     # idle inside the window: step 1 covers 4 + 70 -> 26 idle; step 2 covers 10 (step 1's
     # optimizer kernel) + 20 + 2 + 10 + 2 = 44 -> 56 idle
     assert result.device_idle_ms == pytest.approx((26 + 56) / 2 / 1000)

@@ -108,6 +108,7 @@ def test_many_small_kernels_suggest_a_compiler(torch_explained):
 
 
 def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
+    from analysis.renderers import evidence_text
     from analysis.results.compare import compare
     comparison = compare([explain(load_run(keras_run)), explain(load_run(torch_run))])
     pair = comparison.pairs[0]
@@ -117,8 +118,10 @@ def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
         assert " of it in " not in line
     else:
         top = max(carriers, key=lambda g: g.share_of_gap)
-        assert line.endswith(f"{100 * top.share_of_gap:.0f} % of it in {top.phase} "
-                             f"({top.delta_ms:+.3f} ms)")
+        # With the biggest cause inside that phase where one carries a share of its delta.
+        where = (evidence_text.cause(pair.cause) if pair.cause else
+                 f"{top.phase} ({top.delta_ms:+.3f} ms)")
+        assert line.endswith(f"{100 * top.share_of_gap:.0f} % of it in {where}")
 
 
 def test_suggestions_of_a_real_pair_come_from_its_phases_beyond_noise(torch_run, keras_run):

@@ -24,9 +24,12 @@ class WorkSource(enum.StrEnum):
 
 DEVICE_KERNELS, HOST_OPS, XLA_THUNKS = WorkSource
 
-# Inductor's generated kernels (triton_poi_fused_*, triton_red_fused_*, cpp_fused_* and
-# graph_<n>_cpp_fused_* with kernel profiling on) and XLA fusions (fusion.3, loop_add_fusion).
-_FUSED = re.compile(r"cpp_fused|triton_\w*fused|fusion")
+# Inductor's generated kernels and XLA fusions (fusion.3, loop_add_fusion). Inductor names its
+# Triton kernels triton_{poi,red,per,tem}_fused_* (torch >= 2.1), triton_{poi,red,per}_<n>
+# without descriptive names, and triton__0d1d2d... (torch 2.0: the signature alone); each is
+# code Inductor generated for a group of ops, so every kernel named "triton_..." counts.
+# On the CPU: cpp_fused_* and graph_<n>_cpp_fused_* (with kernel profiling on).
+_FUSED = re.compile(r"cpp_fused|^triton_|triton_\w*fused|fusion")
 _INDUCTOR_KERNEL = re.compile(r"cpp_fused|triton_")
 # TF op events read "<scope path>:<OpType>"; IteratorGetNext hands over the batch (data_load).
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")

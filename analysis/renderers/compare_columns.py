@@ -71,11 +71,14 @@ def _one_process(comparison: Comparison, pair) -> str | None:
 
 
 def _where(pair) -> str:
-    """'; 93 % of it in backward (+22.300 ms)': the phase that carries most of the gap, beyond noise."""
-    shares = [g for g in pair.phases if g.share_of_gap and g.share_of_gap > 0 and not g.within_noise]
-    if not shares:
+    """'; 93 % of it in backward (+22.300 ms)': the phase that carries most of the gap, beyond
+    noise; with the biggest cause inside it where one is found: '; 78 % of it in forward
+    +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)'."""
+    top = pair.leading_phase
+    if top is None:
         return ""
-    top = max(shares, key=lambda g: g.share_of_gap)
+    if pair.cause is not None:
+        return f"; {100 * top.share_of_gap:.0f} % of it in {evidence_text.cause(pair.cause)}"
     return f"; {100 * top.share_of_gap:.0f} % of it in {top.phase} ({top.delta_ms:+.3f} ms)"
 
 
@@ -164,7 +167,9 @@ def _transfers(run) -> str:
     t = run.transfers
     if t.note:
         return "none (CPU-only)" if t.cpu_only else "none"
-    return ", ".join(f"{d['count_per_step']:.1f} {way} {d['bytes_per_step'] / 1e3:.0f} kB"
+    def phases(way):  # where the copies of one direction were issued
+        return "/".join(p for p, ways in t.by_phase.items() if way in ways)
+    return ", ".join(f"{d['count_per_step']:.1f} {way} {d['bytes_per_step'] / 1e3:.0f} kB in {phases(way)}"
                      for way, d in t.by_direction.items())
 
 

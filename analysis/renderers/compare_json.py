@@ -20,4 +20,6 @@ def document(comparison: Comparison) -> dict:
             evidence_doc["text"] = evidence_text.sentence(evidence, pair)
         for suggestion, suggestion_doc in zip(pair.suggestions, pair_doc["suggestions"]):
             suggestion_doc["text"] = evidence_text.suggestion(suggestion)
+        if pair.cause is not None:
+            pair_doc["cause"]["text"] = evidence_text.cause(pair.cause)
     return doc

@@ -1,6 +1,7 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
+from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
 from analysis.measures.stats import REPEAT_METHOD
@@ -70,13 +71,50 @@ def sentence(e: Evidence, pair: PairComparison) -> str:
     return _SAY[e.kind](e, pair.a_label, pair.b_label)
 
 
+_WAYS = {"H2D": "host-to-device copies", "D2H": "device-to-host copies",
+         "D2D": "device-to-device copies", "P2P": "peer-to-peer copies", "memset": "memsets",
+         "other": "copies"}
+
+
+def cause(c: Cause) -> str:
+    """'forward +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)': the
+    headline's cause, the same words in every format."""
+    head = f"{c.phase} {_signed(c.phase_delta_ms)} ms: "
+    what, time = {
+        CauseKind.TRANSFERS: (_WAYS.get(c.way, "copies"), "ms"),
+        CauseKind.KERNELS: ("device kernels" if c.device_kernels else "ops/kernels", "ms in them"),
+        CauseKind.LAUNCHES: ("kernel launches", "ms in the calls"),
+        CauseKind.SYNCS: ("blocking syncs", "ms waiting"),
+    }[c.kind]
+    time = f"{_signed(c.delta_ms)} {time}"
+    if abs(c.delta_count) < 0.05:  # as many as before, each longer (or shorter)
+        return f"{head}{_n(c.b['count_per_step'])} {what} per step, {time}"
+    size = f"{_bytes(c.delta_bytes, signed=True)}, " if c.delta_bytes else ""
+    return f"{head}{_n(c.delta_count, signed=True)} {what} per step ({size}{time})"
+
+
 def _kernels(e: Evidence, a_label: str, b_label: str) -> str:
     fa, fb = e.a, e.b
     unit = ("device kernels" if fa["kernel_source"] == fb["kernel_source"] == WorkSource.DEVICE_KERNELS
             else "ops/kernels")
-    return (f"{e.phase} {_signed(e.delta_ms)} ms{_share(e)}: {_n(fa['kernels_per_step'])} vs "
+    text = (f"{e.phase} {_signed(e.delta_ms)} ms{_share(e)}: {_n(fa['kernels_per_step'])} vs "
             f"{_n(fb['kernels_per_step'])} {unit} per step, mean {_us(fa['mean_kernel_us'])} vs "
             f"{_us(fb['mean_kernel_us'])}; time in them {fa['device_ms']:.3f} vs {fb['device_ms']:.3f} ms")
+    # The phase's copies, launches and syncs (GPU), where either run has any.
+    for way in sorted(set(fa.get("transfers") or {}) | set(fb.get("transfers") or {})):
+        ta, tb = (f.get("transfers", {}).get(way, _NONE) for f in (fa, fb))
+        text += (f"; {way} {_n(ta['count_per_step'])} vs {_n(tb['count_per_step'])} "
+                 f"({_bytes(ta['bytes_per_step'])} vs {_bytes(tb['bytes_per_step'])})")
+    for key in ("launches", "syncs"):
+        if fa.get(key) or fb.get(key):
+            ca, cb = fa.get(key) or _NONE, fb.get(key) or _NONE
+            text += f"; {key} {_n(ca['count_per_step'])} vs {_n(cb['count_per_step'])}"
+            if key == "syncs":  # their time is the host waiting: the figure that matters
+                text += f" ({ca['ms_per_step']:.3f} vs {cb['ms_per_step']:.3f} ms)"
+    return text
+
+
+_NONE = {"count_per_step": 0.0, "bytes_per_step": 0.0, "ms_per_step": 0.0}
 
 
 def _dispatch(e: Evidence, a_label: str, b_label: str) -> str:
@@ -90,17 +128,28 @@ def _dispatch(e: Evidence, a_label: str, b_label: str) -> str:
 
 
 def _transfers(e: Evidence, a_label: str, b_label: str) -> str:
+    """All copies by direction; under a phase's evidence (data_load) only those its host code
+    issued, and where the others went: the timeline says which phase each fell in."""
     def say(t):
         if t["note"]:
             return t["note"]
         parts = []
-        for way, d in t["by_direction"].items():
-            memory = "/".join(k for k in d["host_memory"] if k != "n/a")
+        ways = t["by_phase"].get(e.phase, {}) if e.phase else t["by_direction"]
+        for way, d in ways.items():
+            whole = t["by_direction"][way]
+            memory = "/".join(k for k in whole["host_memory"] if k != "n/a")
             parts.append(f"{_n(d['count_per_step'])} {way} of {_bytes(d['bytes_per_step'])} per step"
                          + (f" from {memory} memory" if memory and way == "H2D" else "")
-                         + (f" at {d['gb_per_s']:.1f} GB/s" if d["gb_per_s"] else ""))
+                         + (f" at {whole['gb_per_s']:.1f} GB/s" if whole["gb_per_s"] else ""))
+        if e.phase:
+            elsewhere = [f"{_n(d['count_per_step'])} {way} in {phase}"
+                         for phase, found in t["by_phase"].items() if phase != e.phase
+                         for way, d in found.items()]
+            parts = parts or [f"none in {e.phase}"]
+            if elsewhere:
+                parts.append(f"elsewhere {', '.join(elsewhere)}")
         return "; ".join(parts)
-    head = f"transfers (data_load {_signed(e.delta_ms)} ms): " if e.phase else "transfers: "
+    head = f"transfers in {e.phase} ({_signed(e.delta_ms)} ms): " if e.phase else "transfers: "
     sa, sb = say(e.a), say(e.b)
     return head + (sa if sa == sb else f"{sa} vs {sb}")
 
@@ -141,8 +190,14 @@ def _mixed(e: Evidence, a_label: str, b_label: str) -> str:
 
 def _unattributed(e: Evidence, a_label: str, b_label: str) -> str:
     label, facts = (a_label, e.a) if e.a else (b_label, e.b)
+    # On torch a kernel is unattributed when the trace holds no host call that launched it; on
+    # TensorFlow when its op sits in no phase's scope (XLA adds copies of its own).
+    why = ("have no launching host call in the trace (correlation id; e.g. launched before the "
+           "profiler started or by another thread it did not record)"
+           if "torch" in (facts.get("framework") or "") else
+           "come from no phase scope (e.g. metric updates, copies XLA added)")
     return (f"{label}: {_n(facts['kernels_per_step'])} kernels per step ({facts['ms_per_step']:.3f} ms) "
-            "come from no phase scope (e.g. metric updates, copies XLA added): unattributed")
+            f"{why}: unattributed")
 
 
 _SAY = {EvidenceKind.KERNELS: _kernels, EvidenceKind.DISPATCH: _dispatch,
@@ -159,10 +214,11 @@ def _share(e: Evidence) -> str:
     return "" if e.share_of_gap is None else f", {100 * e.share_of_gap:.0f} % of the gap"
 
 
-def _n(value: float | None) -> str:
+def _n(value: float | None, signed: bool = False) -> str:
     if value is None:
         return "n/a"
-    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+    sign = "+" if signed else ""
+    return f"{value:{sign}.0f}" if abs(value - round(value)) < 0.05 else f"{value:{sign}.1f}"
 
 
 def _us(value: float | None) -> str:
@@ -179,8 +235,11 @@ def _pct(value: float | None) -> str:
     return "n/a" if value is None else f"{100 * value:.0f} %"
 
 
-def _bytes(value: float) -> str:
+def _bytes(value: float, signed: bool = False) -> str:
+    sign = "+" if signed else ""
+    if abs(value) >= 1e9:
+        return f"{value / 1e9:{sign}.2f} GB"
     for unit, size in (("MB", 1e6), ("kB", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
+        if abs(value) >= size:
+            return f"{value / size:{sign}.1f} {unit}"
+    return f"{value:{sign}.0f} B"

@@ -8,12 +8,10 @@ from dataclasses import dataclass, field
 from analysis.events import intervals
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.measures.kernels import DEVICE_KERNELS, Work
+from analysis.measures.runtime_calls import calls_by_phase, queued
 from analysis.results.records import Breakdown
 from analysis.events.timeline import PhaseTimeline
 from profilers.phases import PHASES
-
-# Runtime calls that put work on a device queue (the rest: syncs, allocations, queries).
-_LAUNCH_CALLS = ("Launch", "Memcpy", "Memset")
 
 
 @dataclass
@@ -25,11 +23,14 @@ class Attribution:
     steps: int
     host_ms: dict[str, float]         # the breakdown's phases (host view)
     device_ms: dict[str, float]       # busy time of the work each phase launched (+ mixed / unattributed)
-    device_busy_ms: float             # all work launched in the step, wherever it ran
+    device_busy_ms: float             # step window with device work, streams merged (+ idle = step)
     device_idle_ms: float             # step window with no device work at all
     late_ms: float                    # work launched in the step that ran after the step ended
     launches_per_step: float | None   # GPU: runtime calls that queue work
     launch_ms: float | None           # GPU: host time in those calls
+    # GPU: {phase: {launch|copy|sync: {count_per_step, ms_per_step}}}, runtime calls by the phase
+    # they were made in; sync = the host blocked until the device finished.
+    calls_by_phase: dict[str, dict] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -60,12 +61,16 @@ def attribute(work: Work, timeline: PhaseTimeline, breakdown: Breakdown) -> Attr
     busy = late = idle = 0.0
     for i, step in enumerate(steps):
         own = intervals.merge(by_step.get(i, []))
-        busy += intervals.total(own)
         late += intervals.total(intervals.clip(own, step.end_us, float("inf")))
-        idle += step.dur_us - intervals.total(intervals.clip_merged(everything, step.start_us, step.end_us))
+        # Busy is the union of every device interval inside the step's window, whichever step
+        # launched it: work that spills past the window counts in the next step's, where it
+        # ran, and streams that overlap count once. So busy + idle = the step, never more.
+        inside = intervals.total(intervals.clip_merged(everything, step.start_us, step.end_us))
+        busy += inside
+        idle += step.dur_us - inside
 
     gpu = work.source == DEVICE_KERNELS
-    launches = [e for e in work.launches if any(c in e.name for c in _LAUNCH_CALLS)] if gpu else []
+    launches = queued(work.launches) if gpu else []
     notes = list(work.notes)
     if not gpu:
         notes.append("CPU run: device time = time inside the executed ops/thunks that stand for kernels")
@@ -76,6 +81,7 @@ def attribute(work: Work, timeline: PhaseTimeline, breakdown: Breakdown) -> Attr
         device_busy_ms=busy / n / 1000.0, device_idle_ms=idle / n / 1000.0, late_ms=late / n / 1000.0,
         launches_per_step=len(launches) / n if gpu else None,
         launch_ms=sum(e.dur_us for e in launches) / n / 1000.0 if gpu else None,
+        calls_by_phase=calls_by_phase(work.launches, timeline, n) if gpu else {},
         notes=notes)
 
 

@@ -6,6 +6,8 @@ import enum
 import statistics
 from dataclasses import dataclass, field
 
+from analysis.measures.runtime_calls import LAUNCH, SYNC
+from analysis.results.cause import Cause, biggest_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results.records import Breakdown
@@ -84,6 +86,13 @@ class PairComparison:
     unprofiled: bool = True      # both step times from unprofiled steps
     suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
     repeat_ratio: RepeatRatio | None = None   # with repeats: pair ratios, spread, repeats needed
+    cause: Cause | None = None   # the biggest cause inside the leading phase's delta
+
+    @property
+    def leading_phase(self) -> PhaseGap | None:
+        """The phase that carries most of the gap, beyond noise: the one the headline names."""
+        shares = [g for g in self.phases if g.share_of_gap and g.share_of_gap > 0 and not g.within_noise]
+        return max(shares, key=lambda g: g.share_of_gap) if shares else None
 
     @property
     def pair_ratios(self) -> list[float]:
@@ -124,7 +133,8 @@ class PairComparison:
                            for g in self.phases},
                 "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
                 "suggestions": [x.to_json_dict() for x in self.suggestions],
-                "devices_differ": self.devices_differ}
+                "devices_differ": self.devices_differ,
+                "cause": self.cause.to_json_dict() if self.cause else None}
 
 
 @dataclass
@@ -158,9 +168,7 @@ def compare(runs: list[RunExplanation],
         if not (wa and wb):
             warnings.append(f"workload of {other.breakdown.run_id if wa else base.breakdown.run_id} "
                             "unknown (not a gapscope run directory): make sure both ran the same model")
-        if _devices_differ(base, other):
-            warnings.append(f"different devices: {base.breakdown.device} ({base.breakdown.run_id}) vs "
-                            f"{other.breakdown.device} ({other.breakdown.run_id}): the gap includes the hardware")
+        warnings += _hardware_warnings(base, other)
     labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs])
     for run, label in zip(runs, labels):
         run.breakdown.label = label
@@ -225,6 +233,9 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     else:
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
     pair.suggestions = _suggestions(pair, a, b)
+    leading = pair.leading_phase
+    if leading is not None:
+        pair.cause = biggest_cause(a, b, leading.phase, leading.delta_ms)
     return pair
 
 
@@ -313,10 +324,14 @@ def _phase_kernels(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidenc
         k = run.kernels
         count = k.per_phase.get(g.phase, 0.0)
         time_ms = k.time_ms_per_phase.get(g.phase, 0.0)
+        calls = run.attribution.calls_by_phase.get(g.phase, {})
         return {"kernels_per_step": round(count, 3), "kernel_source": k.source,
                 "mean_kernel_us": round(1000.0 * time_ms / count, 3) if count else None,
                 "device_ms": round(run.attribution.device_ms.get(g.phase, 0.0), _DIGITS),
-                "host_ms": round(run.attribution.host_ms.get(g.phase, 0.0), _DIGITS)}
+                "host_ms": round(run.attribution.host_ms.get(g.phase, 0.0), _DIGITS),
+                # What else the phase's host code put on the device, or waited for (GPU).
+                "transfers": run.transfers.by_phase.get(g.phase, {}),
+                "launches": calls.get(LAUNCH), "syncs": calls.get(SYNC)}
     return Evidence(EvidenceKind.KERNELS, g.phase, facts(a), facts(b), g.delta_ms, g.share_of_gap)
 
 
@@ -364,14 +379,30 @@ def _unattributed(run: RunExplanation, side: str) -> Evidence | None:
     if not count:
         return None
     facts = {"kernels_per_step": round(count, 3),
-             "ms_per_step": round(run.attribution.device_ms.get(UNATTRIBUTED, 0.0), _DIGITS)}
+             "ms_per_step": round(run.attribution.device_ms.get(UNATTRIBUTED, 0.0), _DIGITS),
+             "framework": run.breakdown.framework}
     return Evidence(EvidenceKind.UNATTRIBUTED, None, facts if side == "a" else {},
                     facts if side == "b" else {})
 
 
 def _devices_differ(a: RunExplanation, b: RunExplanation) -> bool:
-    da, db = a.breakdown.device, b.breakdown.device
-    return bool(da and db and da != db)
+    return not a.hardware.same_device(b.hardware)
+
+
+def _hardware_warnings(a: RunExplanation, b: RunExplanation) -> list[str]:
+    """Runs on other GPUs, or ranks of jobs of other sizes, differ by more than the code: said,
+    for foreign traces too (their deviceProperties and distributedInfo say it)."""
+    ha, hb = a.hardware, b.hardware
+    ids = a.breakdown.run_id, b.breakdown.run_id
+    warnings = []
+    if not ha.same_device(hb):
+        warnings.append(f"different devices: {ha.describe()} ({ids[0]}) vs {hb.describe()} "
+                        f"({ids[1]}): the gap includes the hardware")
+    if ha.world_size != hb.world_size:
+        warnings.append(f"different world sizes: {ha.world_size} process(es) ({ids[0]}) vs "
+                        f"{hb.world_size} ({ids[1]}): the gap includes the job's size "
+                        "(communication, per-rank batch)")
+    return warnings
 
 
 def _ratio(b: float, a: float) -> float | None:

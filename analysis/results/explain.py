@@ -8,6 +8,7 @@ from pathlib import Path
 from analysis.results.attribution import Attribution, attribute
 from analysis.results.breakdown import breakdown
 from analysis.results.compile_overhead import CompileStats, compile_stats
+from analysis.measures.hardware import Hardware, hardware
 from analysis.measures.kernels import KernelStats, find_work, kernel_stats
 from analysis.measures.resources import ResourceStats, resource_stats
 from analysis.results.records import Breakdown
@@ -25,6 +26,7 @@ class RunExplanation:
     transfers: TransferStats
     resources: ResourceStats
     trace_file: str
+    hardware: Hardware
 
     def to_json_dict(self) -> dict:
         return {"breakdown": self.breakdown.to_json_dict(),
@@ -33,7 +35,8 @@ class RunExplanation:
                 "compile": self.compile.to_json_dict(),
                 "transfers": self.transfers.to_json_dict(),
                 "resources": self.resources.to_json_dict(),
-                "trace_file": self.trace_file}
+                "trace_file": self.trace_file,
+                "hardware": self.hardware.to_json_dict()}
 
 
 def explain(run: Run) -> RunExplanation:
@@ -44,6 +47,8 @@ def explain(run: Run) -> RunExplanation:
     timeline = run.timeline
     work = find_work(run.trace, timeline, run.hlo)
     work.steps = len(result.steps)  # traced optimizer updates, as the breakdown counts them
+    found = hardware(run.manifest, run.trace)
+    result.device = result.device or found.device  # a foreign trace's own word on its GPU
     return RunExplanation(
         breakdown=result,
         attribution=attribute(work, timeline, result),
@@ -51,7 +56,8 @@ def explain(run: Run) -> RunExplanation:
         compile=compile_stats(run.trace, timeline, run.rows, run.warmup_steps, updates=work.steps),
         transfers=transfer_stats(work),
         resources=resource_stats(run.resources),
-        trace_file=str(run.trace_file))
+        trace_file=str(run.trace_file),
+        hardware=found)
 
 
 def explain_all(runs: list[Run]) -> list[RunExplanation]:
