@@ -32,14 +32,17 @@ def summary_lines(jb: JobBreakdown) -> list[str]:
     slowest = {}
     for _, _, rank in jb.job_steps:
         slowest[rank] = slowest.get(rank, 0) + 1
-    lines.append("slowest rank per step: " + ", ".join(
-        f"rank {r} {n}/{len(jb.job_steps)}" for r, n in sorted(slowest.items())))
+    several = len(jb.ranks) > 1  # a lone rank has no slowest rank and no skew
+    if several:
+        lines.append("slowest rank per step: " + ", ".join(
+            f"rank {r} {n}/{len(jb.job_steps)}" for r, n in sorted(slowest.items())))
     busy = ", ".join(f"rank {r} {ms:.3f}" for r, ms in zip(jb.numbers, jb.busy_ms))
     lines.append(f"not waiting on communication (ms per step): {busy}; waiting from the "
                  f"{'trace (exposed communication)' if jb.wait_source == WaitSource.TRACE else 'step timers (' + str(jb.comm_phase) + ' beyond the fastest rank)'}")
     interval = "" if jb.skew_ci95 is None else f" [{jb.skew_ci95[0]:.3f}, {jb.skew_ci95[1]:.3f}]"
-    lines.append(f"rank skew: {bound}{jb.skew_ms:.3f} ms{interval} (raw step times: "
-                 f"{bound}{jb.step_skew_ms:.3f} ms); {WAIT_EXPLAINED}")
+    if several:
+        lines.append(f"rank skew: {bound}{jb.skew_ms:.3f} ms{interval} (raw step times: "
+                     f"{bound}{jb.step_skew_ms:.3f} ms); {WAIT_EXPLAINED}")
     if jb.straggler is not None:
         extra = ("" if jb.straggler_extra_ci95 is None else
                  f" [{jb.straggler_extra_ci95[0]:.3f}, {jb.straggler_extra_ci95[1]:.3f}]")
