@@ -216,3 +216,11 @@ def test_lone_gloo_rank_time_is_communication_not_dispatch():
     table = CliRunner().invoke(cli, ["breakdown", str(LONE_GLOO)])
     assert table.exit_code == 0 and "· communication" in table.output
     assert "· framework dispatch" not in table.output
+
+
+def test_scaling_against_sampled_ranks_says_the_gap_is_a_bound():
+    result = CliRunner().invoke(cli, ["compare", str(LONE_NCCL), str(SAMPLED), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert "sampled_ranks x8: 2 of 8 ranks present: its job step is a lower bound, and so the gap" \
+        in doc["warnings"]
