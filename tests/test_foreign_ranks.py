@@ -124,6 +124,7 @@ def _job_dir(root: Path, present: tuple[int, ...], world: int = 8, entries=None)
             "run_id": f"job-rank{rank}", "status": "complete", "workload": "mlp",
             "framework": "torch", "variant": "default", "warmup_steps": 0, "rank": rank,
             "job_id": "job", "world_size": world}))
+    root.mkdir(parents=True, exist_ok=True)
     (root / "manifest.json").write_text(json.dumps({
         "run_id": "job", "status": "complete", "workload": "mlp", "framework": "torch",
         "distributed": {"world_size": world, "backend": "nccl", "ranks": [
@@ -155,6 +156,11 @@ def test_own_job_with_rank_directories_absent_is_sampled(tmp_path):
     (broken / "rank3").mkdir()
     with pytest.raises(GapscopeInputError, match="rank 3 has no run directory"):
         load_job(broken)
+    result = CliRunner().invoke(cli, ["breakdown", str(broken)])
+    assert result.exit_code == 2 and len(result.stderr.strip().splitlines()) == 1, result.output
+    # None of them here: nothing to break down.
+    with pytest.raises(GapscopeInputError, match="none of its 8 rank directories is here"):
+        load_job(_job_dir(tmp_path / "empty", ()))
     # The job manifest itself naming too few ranks: refused as before.
     short = _job_dir(tmp_path / "short", (0, 5), entries=(0, 5))
     with pytest.raises(GapscopeInputError, match=r"ranks 0, 5 of a world of 8: missing 1-4, 6-7"):
