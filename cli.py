@@ -487,7 +487,7 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
         try:
             if entry.path is None:
                 raise GapscopeInputError(entry.problem)
-            if is_job(entry.place):
+            if is_job(entry.place, lone=True):  # a lone rank of a larger job too
                 jobs.append(breakdown_of(entry.place, source))
             else:
                 results.append(breakdown_run(runs.load(entry.place, entry.label), source))

@@ -50,6 +50,12 @@ _TF_OPS = {"CollectiveReduce": "all_reduce", "CollectiveReduceV2": "all_reduce",
 _DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)")
 
 
+def is_collective_range(name: str) -> bool:
+    """A host event that issues, runs or waits for a collective (c10d::allreduce_, nccl:all_reduce,
+    record_param_comms, gloo:all_reduce)."""
+    return bool(_DISPATCH.match(name))
+
+
 @dataclass(frozen=True)
 class Collective:
     kind: str        # one of KINDS
@@ -278,22 +284,25 @@ def _issued_by_dispatch(trace: Trace, found: list[_Found]) -> list[_Found]:
 
 
 def _nccl(trace: Trace, rows: list[int], name_kind: dict, kinds):
-    """NCCL kernels (bytes from their own args, else from the record_param_comms op around
-    their launch); compute is every other kernel on the same device."""
+    """NCCL kernels, each named and sized by what launched it: the kernel's own args, else the
+    CPU-side collective around its launch (record_param_comms, nccl:*, c10d::*), else the
+    kernel's name; compute is every other kernel on the same device."""
     columns = trace.columns
     launches = _launches(trace, kinds, rows)
-    params = _param_comms(trace)
+    ranges = _host_comm_ranges(trace)
     found = []
     for row in rows:
         e = columns.event(row)
-        kind = name_kind[int(columns.name[row])][1]
         stats = e.stats or {}
-        if stats.get("collective"):
-            kind = _kind_of(stats["collective"]) or kind
         issued, launch_track = launches.get(e.correlation, (e.start_us, None))
+        around = _enclosing(ranges.get(launch_track), issued) if launch_track is not None else []
+        # A SendRecv kernel serves all_to_all, all_gather and send/recv alike: the host says which.
+        named = [stats.get("collective")] + [_range_kind(name, st) for name, st in around]
+        kind = next((k for k in map(_kind_of_or_none, named) if k), name_kind[int(columns.name[row])][1])
         nbytes = _bytes_of(stats) if stats else None
-        if nbytes is None and launch_track is not None:
-            nbytes = _enclosing_bytes(params.get(launch_track), issued)
+        if nbytes is None:
+            nbytes = next((b for b in (_bytes_of(st) for name, st in around
+                                       if name == "record_param_comms") if b is not None), None)
         found.append(_Found(kind, e.start_us, e.end_us, nbytes, issued, e.track, NCCL))
     devices = {_device(f.track) for f in found}
     kernel_rows = kinds == code(KERNEL)
@@ -305,6 +314,18 @@ def _nccl(trace: Trace, rows: list[int], name_kind: dict, kinds):
     work = kernel_rows & on_device & ~comm_name[columns.name]
     ends = columns.start_us + columns.dur_us
     return found, intervals.merge_arrays(columns.start_us[work], ends[work])
+
+
+def _kind_of_or_none(text) -> str | None:
+    return _kind_of(text) if isinstance(text, str) and text else None
+
+
+def _range_kind(name: str, stats: dict | None) -> str | None:
+    """The collective a host range names: record_param_comms in its args, the others in their
+    names (nccl:all_to_all, c10d::allgather_)."""
+    if name == "record_param_comms":
+        return (stats or {}).get("collective")
+    return name.partition(":")[2].lstrip(":")
 
 
 def _device(track: str) -> str:
@@ -325,25 +346,31 @@ def _launches(trace: Trace, kinds, rows: list[int]) -> dict[int, tuple[float, st
     return found
 
 
-def _param_comms(trace: Trace) -> dict[str, list]:
-    """Per host track, the record_param_comms ops (sorted starts, ends, stats)."""
+# Host ranges around an NCCL kernel's launch, naming its collective: the c10d op, torch's
+# record_param_comms (its args: the collective's name and size), and the nccl:* range.
+_HOST_COMM = re.compile(r"^(record_param_comms$|nccl:|c10d::|c10d_functional::|_c10d_functional::)")
+# Ranges nest (c10d::alltoall_ > record_param_comms > nccl:all_to_all > the launch): how many
+# earlier-starting ranges to look through for the ones around an instant.
+_NESTING = 8
+
+
+def _host_comm_ranges(trace: Trace) -> dict[str, list]:
+    """Per host track, its collective ranges as (start, end, name, stats), sorted by start."""
     columns = trace.columns
-    ids = [i for i, name in enumerate(columns.names) if name == "record_param_comms"]
+    ids = [i for i, name in enumerate(columns.names) if _HOST_COMM.match(name)]
     per_track: dict[str, list] = {}
     for row in np.flatnonzero(np.isin(columns.name, ids)).tolist():
         e = columns.event(row)
-        per_track.setdefault(e.track, []).append((e.start_us, e.end_us, e.stats))
+        per_track.setdefault(e.track, []).append((e.start_us, e.end_us, e.name, e.stats))
     return {track: sorted(ops, key=lambda op: op[0]) for track, ops in per_track.items()}
 
 
-def _enclosing_bytes(ops: list | None, t: float) -> int | None:
-    """Bytes of the record_param_comms op (they do not nest) whose span holds instant t."""
-    if not ops:
-        return None
-    i = bisect.bisect_right(ops, t, key=lambda op: op[0]) - 1
-    if i >= 0 and ops[i][1] >= t:
-        return _bytes_of(ops[i][2])
-    return None
+def _enclosing(ranges: list | None, t: float) -> list[tuple[str, dict | None]]:
+    """(name, stats) of the ranges whose span holds instant t, innermost first."""
+    if not ranges:
+        return []
+    i = bisect.bisect_right(ranges, t, key=lambda op: op[0])
+    return [(op[2], op[3]) for op in reversed(ranges[max(0, i - _NESTING):i]) if op[1] >= t]
 
 
 def _bytes_of(stats: dict | None) -> int | None:

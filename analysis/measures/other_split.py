@@ -10,6 +10,7 @@ from analysis.events import intervals
 from analysis.events.columns import code
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import HOST_OP, OTHER, RUNTIME, Trace
+from analysis.measures.collectives import is_collective_range
 
 # Runtime calls in which the host waits for the device instead of working.
 _WAITS = re.compile(r"Synchronize|(?:cuda|hip)Memcpy(?!Async)|(?:cuda|hip)StreamWaitEvent")
@@ -20,6 +21,8 @@ class OtherPart(enum.StrEnum):
     goes to the first of them, so the parts add up to `other` exactly."""
 
     OPS = "ops in no phase"            # framework ops outside the phases: metrics, variable updates, loss reads
+    COMMUNICATION = "communication"    # a collective's host range in flight (gloo:all_reduce on gloo's
+                                       # thread, c10d::/nccl: ops): the rank waiting on its peers
     DEVICE_WAIT = "device wait"        # host blocked in a synchronising runtime call
     DISPATCH = "framework dispatch"    # the framework's runtime around the ops: tf.function call,
                                        # executor scheduling, Dynamo guards, kernel launches
@@ -28,7 +31,7 @@ class OtherPart(enum.StrEnum):
 
 
 # The parts an event can cover, by the category `_categories` gives it; LOOP is what is left.
-_COVERED = (OtherPart.OPS, OtherPart.DEVICE_WAIT, OtherPart.DISPATCH)
+_COVERED = (OtherPart.OPS, OtherPart.COMMUNICATION, OtherPart.DEVICE_WAIT, OtherPart.DISPATCH)
 
 
 def other_shares(trace: Trace, timeline: PhaseTimeline) -> dict[str, float]:
@@ -80,9 +83,13 @@ def _categories(columns) -> np.ndarray:
     waits = np.array([bool(_WAITS.search(n)) for n in columns.names], bool)[columns.name]
     runtime = kinds == code(RUNTIME)
     category = np.full(len(kinds), -1, np.int8)
+    collective = np.array([is_collective_range(n) for n in columns.names], bool)[columns.name]
     category[host & (kinds == code(HOST_OP))] = 0
-    category[host & runtime & waits] = 1
-    category[host & ((runtime & ~waits) | (kinds == code(OTHER)))] = 2
+    category[host & runtime & waits] = 2
+    category[host & ((runtime & ~waits) | (kinds == code(OTHER)))] = 3
+    # Whatever its category (a gloo range is an annotation, a c10d op an op): the host waiting
+    # on its peers, never dispatch or ops of its own.
+    category[host & collective] = 1
     return category
 
 

@@ -1,7 +1,8 @@
 """A distributed run (a job) as the analyzers see it: its ranks, as located, checked to belong to
-one job, each rank an ordinary Run."""
+one job, each rank an ordinary Run; where only some ranks were kept (sampled ranks), those."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -17,14 +18,31 @@ from profilers.run_dir import MANIFEST, effective_status
 class Job:
     path: Path
     manifest: dict                 # the job manifest (made up from rank 0's for a foreign job)
-    ranks: list[Run]               # in rank order, rank r at index r
+    ranks: list[Run]               # the ranks present, in rank order
     hosts: dict[int, str | None]
     foreign: bool = False          # per-rank traces gapscope did not capture
     notes: list[str] = field(default_factory=list)
+    numbers: list[int] | None = None   # rank number of each of `ranks`; None: 0..len-1
+    world: int | None = None           # the job's world size where ranks are missing
 
     @property
     def world_size(self) -> int:
-        return len(self.ranks)
+        """Processes the job ran, present here or not."""
+        return self.world or len(self.ranks)
+
+    @property
+    def rank_numbers(self) -> list[int]:
+        return list(self.numbers) if self.numbers is not None else list(range(len(self.ranks)))
+
+    @property
+    def complete(self) -> bool:
+        """Every rank of the job is here: figures over all ranks (the job step as the slowest
+        rank's, the straggler) are then whole, else bounds at most."""
+        return len(self.ranks) == self.world_size
+
+    @property
+    def missing(self) -> list[int]:
+        return sorted(set(range(self.world_size)) - set(self.rank_numbers))
 
     @property
     def run_id(self) -> str:
@@ -62,14 +80,39 @@ def batch_size(run: Run) -> int | None:
 
 # -- loading a job -------------------------------------------------------------------------
 
-def is_job(path) -> bool:
+def is_job(path, lone: bool = False) -> bool:
     """A job directory (manifest with "distributed"), a folder of rank run directories, or a
-    folder of per-rank traces of at least two ranks (analysis.model.locate tells)."""
-    return isinstance(locate(path), JobPlace)
+    folder of per-rank traces of at least two ranks (analysis.model.locate tells); with `lone`,
+    also one foreign rank of a larger job (a trace whose distributedInfo says world_size > 1),
+    which breaks down as a job with its other ranks missing, but compares as a run."""
+    place = locate(path)
+    return isinstance(place, JobPlace) or (lone and lone_rank(place) is not None)
+
+
+def lone_rank(place) -> ForeignRanks | None:
+    """A foreign trace (or a folder holding one) of one rank of a world of several, as a job of
+    that rank alone; None for anything else (gapscope's own rank directory is a run: naming
+    one rank's directory is how a user asks for that rank alone)."""
+    if not isinstance(place, ForeignTrace) or place.problem is not None:
+        return None
+    if place.path.is_dir():
+        traces = foreign_ranks(place.path)
+    else:
+        info = distributed_info(place.path) or {}
+        rank, world = info.get("rank"), info.get("world_size")
+        traces = [(rank, (place.path, world))] if _whole(rank) and _whole(world) else []
+    if len(traces) != 1 or not _whole(traces[0][1][1]) or traces[0][1][1] < 2:
+        return None
+    return ForeignRanks(place.path, tuple(traces))
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def load_job(path) -> Job:
     place = locate(path)
+    place = lone_rank(place) or place
     if isinstance(place, JobDir):
         return _load_job_dir(place)
     if isinstance(place, RankDirs):
@@ -108,14 +151,19 @@ def _load_job_dir(place: JobDir) -> Job:
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise GapscopeInputError(f"{path / MANIFEST}: distributed.ranks should be a list of objects")
     numbers = [e.get("rank") for e in entries]
-    _check_ranks(path, numbers, world)
-    runs, hosts = [], {}
+    _check_ranks(path, numbers, world)  # the manifest gapscope wrote names every rank
+    runs, hosts, absent = [], {}, []
     for entry in sorted(entries, key=lambda e: e["rank"]):
         rank = entry["rank"]
         rank_dir = safe_child(path, entry.get("dir") or f"rank{rank}")
         if entry.get("status") not in (None, "complete"):
             raise GapscopeInputError(f"job {job_id} failed: rank {rank}: "
                                      f"{entry.get('error') or entry.get('status')}")
+        # A rank that finished but whose folder is not here (another node's disk, or left out
+        # of a copy) is sampled out; a folder there without its manifest is a broken rank.
+        if not os.path.lexists(rank_dir):
+            absent.append(rank)
+            continue
         if not (rank_dir / MANIFEST).is_file():
             raise GapscopeInputError(f"job {job_id}: rank {rank} has no run directory at {rank_dir}")
         run = _load_rank(job_id, rank, locate(rank_dir))
@@ -130,7 +178,11 @@ def _load_job_dir(place: JobDir) -> Job:
                     f"{theirs[key]!r}, the job {expected!r}")
         runs.append(run)
         hosts[rank] = entry.get("host") or theirs.get("host")
-    return Job(path, manifest, runs, hosts)
+    if not runs:
+        raise GapscopeInputError(f"job {job_id}: none of its {len(entries)} rank directories "
+                                 "is here")
+    return _sampled(Job(path, manifest, runs, hosts), sorted(hosts), absent,
+                    "the other rank directories are not in the job directory")
 
 
 def _load_rank_dirs(place: RankDirs) -> Job:
@@ -146,7 +198,8 @@ def _load_rank_dirs(place: RankDirs) -> Job:
     if len(worlds) > 1:
         raise GapscopeInputError(f"{path}: mixes ranks of different jobs (world sizes "
                                  f"{', '.join(map(str, sorted(worlds, key=str)))})")
-    _check_ranks(path, [m["rank"] for m in manifests.values()], worlds.pop())
+    world = worlds.pop()
+    missing = _check_ranks(path, [m["rank"] for m in manifests.values()], world, sampled=True)
     by_rank = sorted(place.ranks, key=lambda r: r.manifest["rank"])
     # The rank that failed first is the root cause; the others died on the broken collective.
     failed = sorted((r for r in by_rank if unfinished(r.manifest)),
@@ -159,9 +212,11 @@ def _load_rank_dirs(place: RankDirs) -> Job:
     manifest = {**{k: first.get(k) for k in ("workload", "framework", "variant", "settings",
                                              "warmup_steps", "device")},
                 "run_id": jobs[0], "status": "complete",
-                "distributed": {"world_size": len(runs), "backend": first.get("backend"),
-                                "launcher": None}}
-    return Job(path, manifest, runs, {r: run.manifest.get("host") for r, run in enumerate(runs)})
+                "distributed": {"world_size": len(runs) + len(missing),
+                                "backend": first.get("backend"), "launcher": None}}
+    numbers = [r.manifest["rank"] for r in by_rank]
+    job = Job(path, manifest, runs, {r: run.manifest.get("host") for r, run in zip(numbers, runs)})
+    return _sampled(job, numbers, missing, "the folder holds no directory of the others")
 
 
 def _load_foreign(place: ForeignRanks) -> Job:
@@ -178,33 +233,59 @@ def _load_foreign(place: ForeignRanks) -> Job:
         files = [p.name for rank, (p, _) in found if rank == duplicate[0]]
         raise GapscopeInputError(f"{path}: mixes ranks of different jobs: rank {duplicate[0]} "
                                  f"appears {len(files)} times ({', '.join(files[:3])})")
-    _check_ranks(path, numbers, worlds.pop() if worlds else None)
+    missing = _check_ranks(path, numbers, worlds.pop() if worlds else None, sampled=True)
     ordered = sorted(found)
     runs = [load_run(trace, label=f"rank{rank}") for rank, (trace, _) in ordered]
     manifest = {"run_id": path.name, "status": "complete", "workload": None, "framework": "torch",
-                "distributed": {"world_size": len(runs), "backend": _backend(ordered[0][1][0]),
-                                "launcher": None}}
+                "distributed": {"world_size": len(runs) + len(missing),
+                                "backend": _backend(ordered[0][1][0]), "launcher": None}}
     job = Job(path, manifest, runs, {rank: None for rank, _ in ordered}, foreign=True)
     named = [p.name for rank, (p, world) in ordered if world is None]
     if named:
         job.notes.append(f"rank taken from the file name (no distributedInfo): {', '.join(named[:4])}")
-    return job
+    return _sampled(job, [rank for rank, _ in ordered], missing,
+                    "the traces of the others are not here")
 
 
-def _check_ranks(path: Path, numbers: list, world) -> None:
-    """Ranks 0..W-1, each once: a duplicate or gap means two jobs mixed, or a rank lost."""
-    if not all(isinstance(n, int) and not isinstance(n, bool) for n in numbers):
+def _check_ranks(path: Path, numbers: list, world, sampled: bool = False) -> list[int]:
+    """The ranks missing from 0..W-1. A duplicate, or a rank beyond the world, means two jobs
+    mixed; a gap is refused unless `sampled` (ranks kept by choice, or lost with their folder)."""
+    if not all(_whole(n) for n in numbers):
         raise GapscopeInputError(f"{path}: a rank that is not a whole number: {numbers!r}")
     duplicate = sorted({n for n in numbers if numbers.count(n) > 1})
     if duplicate:
         raise GapscopeInputError(f"{path}: mixes ranks of different jobs: rank {duplicate[0]} "
                                  "appears twice")
-    world = world if isinstance(world, int) and not isinstance(world, bool) else len(numbers)
+    world = world if _whole(world) else max(numbers, default=-1) + 1 if sampled else len(numbers)
     missing = sorted(set(range(world)) - set(numbers))
-    if missing or len(numbers) != world:
-        raise GapscopeInputError(f"{path}: ranks {sorted(numbers)} of a world of {world}: "
-                                 f"missing {', '.join(map(str, missing)) or 'none'}"
-                                 f"{'' if len(numbers) <= world else ', extra ranks'}")
+    extra = sorted(n for n in numbers if not 0 <= n < world)
+    if extra or (missing and not sampled):
+        raise GapscopeInputError(f"{path}: ranks {rank_ranges(numbers)} of a world of {world}: "
+                                 f"missing {rank_ranges(missing) or 'none'}"
+                                 f"{f', extra ranks {rank_ranges(extra)}' if extra else ''}")
+    return missing
+
+
+def rank_ranges(numbers) -> str:
+    """Rank numbers as runs: 0-1, 4, 6-127 (a 128-rank job missing 126 ranks is one line)."""
+    out, ordered = [], sorted(numbers)
+    for i, n in enumerate(ordered):
+        if i and n == ordered[i - 1] + 1:
+            out[-1][1] = n
+        else:
+            out.append([n, n])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in out)
+
+
+def _sampled(job: Job, numbers: list[int], missing: list[int], why: str) -> Job:
+    """The job with its missing ranks said once, where figures over every rank are bounds."""
+    if missing:
+        job.numbers = list(numbers)
+        job.world = len(job.ranks) + len(missing)
+        job.notes.append(f"warning: {len(job.ranks)} of {job.world} ranks present ({why}): missing "
+                         f"{rank_ranges(missing)}; the job step and skew are lower bounds, no "
+                         "straggler is named")
+    return job
 
 
 def _load_rank(job_id: str, rank: int, place) -> Run:

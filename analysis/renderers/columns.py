@@ -21,13 +21,17 @@ def unit_footer(breakdowns: list[Breakdown]) -> str:
             "% of the step; phases add up to the step; compile = one-time warm-up cost. "
             "Phase source: T timers, C trace with the profiler's cost taken out, "
             "R trace as recorded (profiler cost inside); step source: U unprofiled steps, "
-            "R traced steps" + (PARTS_LEGEND if any(b.other_shares for b in breakdowns) else ""))
+            "R traced steps" + (PARTS_LEGEND if any(b.other_shares for b in breakdowns) else "")
+            + (COMM_LEGEND if any(OtherPart.COMMUNICATION in (b.other_shares or {})
+                                  for b in breakdowns) else ""))
 
 
 PARTS_LEGEND = (". · other by what the host did meanwhile, in the trace's proportions: ops in no "
                 "phase (metrics, variable updates); framework dispatch (tf.function call, executor "
                 "scheduling, Dynamo guards, launches); device wait (synchronising calls); loop and "
                 "callbacks (no framework event: the loop's Python, Keras callbacks)")
+COMM_LEGEND = ("; communication (a collective's own range in flight: gloo, NCCL or c10d, the "
+               "rank waiting on its peers)")
 
 
 def origin_legend(breakdowns: list[Breakdown]) -> str | None:

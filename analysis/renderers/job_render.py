@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 
+from analysis.model.job import rank_ranges
 from analysis.results.distributed_breakdown import JobBreakdown, WaitSource
 from analysis.renderers import breakdown_csv, breakdown_markdown, breakdown_table
 from analysis.renderers.columns import format_ms, plus_minus
@@ -19,22 +20,29 @@ WAIT_EXPLAINED = ("in synchronous training every rank waits for the slowest insi
 def summary_lines(jb: JobBreakdown) -> list[str]:
     """The job's figures in sentences, shared by the table and Markdown."""
     hosts = sorted({h for h in jb.hosts.values() if h})
-    lines = [f"job {jb.label} ({jb.job_id}): {jb.world_size} ranks, backend {jb.backend or '?'}, "
+    present = "" if jb.complete else f" ({len(jb.ranks)} present: {rank_ranges(jb.numbers)})"
+    bound = "" if jb.complete else "at least "
+    lines = [f"job {jb.label} ({jb.job_id}): {jb.world_size} ranks{present}, backend "
+             f"{jb.backend or '?'}, "
              f"{len(hosts) or 'unknown'} host(s){' (foreign traces)' if jb.foreign else ''}",
-             f"job step (slowest rank, step by step): {plus_minus(jb.job_step_ms, jb.job_step_ci95)} ms "
+             f"job step (slowest rank{'' if jb.complete else ' present'}, step by step): {bound}"
+             f"{plus_minus(jb.job_step_ms, jb.job_step_ci95)} ms "
              f"over {len(jb.job_steps)} {jb.job_step_source}"
              + (f"; {jb.samples_per_step} samples per job step" if jb.samples_per_step else "")]
     slowest = {}
     for _, _, rank in jb.job_steps:
         slowest[rank] = slowest.get(rank, 0) + 1
-    lines.append("slowest rank per step: " + ", ".join(
-        f"rank {r} {n}/{len(jb.job_steps)}" for r, n in sorted(slowest.items())))
-    busy = ", ".join(f"rank {r} {ms:.3f}" for r, ms in enumerate(jb.busy_ms))
+    several = len(jb.ranks) > 1  # a lone rank has no slowest rank and no skew
+    if several:
+        lines.append("slowest rank per step: " + ", ".join(
+            f"rank {r} {n}/{len(jb.job_steps)}" for r, n in sorted(slowest.items())))
+    busy = ", ".join(f"rank {r} {ms:.3f}" for r, ms in zip(jb.numbers, jb.busy_ms))
     lines.append(f"not waiting on communication (ms per step): {busy}; waiting from the "
                  f"{'trace (exposed communication)' if jb.wait_source == WaitSource.TRACE else 'step timers (' + str(jb.comm_phase) + ' beyond the fastest rank)'}")
     interval = "" if jb.skew_ci95 is None else f" [{jb.skew_ci95[0]:.3f}, {jb.skew_ci95[1]:.3f}]"
-    lines.append(f"rank skew: {jb.skew_ms:.3f} ms{interval} (raw step times: "
-                 f"{jb.step_skew_ms:.3f} ms); {WAIT_EXPLAINED}")
+    if several:
+        lines.append(f"rank skew: {bound}{jb.skew_ms:.3f} ms{interval} (raw step times: "
+                     f"{bound}{jb.step_skew_ms:.3f} ms); {WAIT_EXPLAINED}")
     if jb.straggler is not None:
         extra = ("" if jb.straggler_extra_ci95 is None else
                  f" [{jb.straggler_extra_ci95[0]:.3f}, {jb.straggler_extra_ci95[1]:.3f}]")
@@ -43,6 +51,8 @@ def summary_lines(jb: JobBreakdown) -> list[str]:
         lines.append(f"straggler: {verdict}; rank {jb.straggler}'s extra time lies in "
                      f"{jb.straggler_phase} (+{jb.straggler_extra_ms:.3f} ms{extra} over the "
                      "other ranks' mean)")
+    elif not jb.complete:
+        lines.append(f"straggler: not named: {len(jb.ranks)} of {jb.world_size} ranks present")
     if jb.last_arrival:
         lines.append("last to reach a collective: " + ", ".join(
             f"rank {r} {100 * s:.0f}%" for r, s in sorted(jb.last_arrival.items())))
@@ -89,8 +99,8 @@ def render_table(jobs: list[JobBreakdown]) -> str:
             page.line(line)
         text = page.text() + breakdown_table.render(jb.ranks)
         page = Page()
-        head = ["per step", *[f"rank{r}" for r in range(jb.world_size)]]
-        page.table(Grid("communication", head, communication_rows(jb), [1] * jb.world_size))
+        head = ["per step", *[f"rank{r}" for r in jb.numbers]]
+        page.table(Grid("communication", head, communication_rows(jb), [1] * len(jb.ranks)))
         if not any(jb.communication):
             page.line("no collectives found in the traces (a trace per rank shows them)")
         for line in summary_lines(jb)[2:]:
@@ -110,8 +120,8 @@ def render_markdown(jobs: list[JobBreakdown]) -> str:
         lines = summary_lines(jb)
         out += [f"### {jb.label}", "", f"- {lines[0]}", f"- {lines[1]}", "",
                 breakdown_markdown.render(jb.ranks)]
-        head = ["per step", *[f"rank{r}" for r in range(jb.world_size)]]
-        out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * jb.world_size]
+        head = ["per step", *[f"rank{r}" for r in jb.numbers]]
+        out += ["| " + " | ".join(head) + " |", "|---|" + "---:|" * len(jb.ranks)]
         out += ["| " + " | ".join(row) + " |" for row in communication_rows(jb)]
         out += [""] + [f"- {line}" for line in lines[2:]] + [""]
     return "\n".join(out)
@@ -123,7 +133,7 @@ def render_csv(jobs: list[JobBreakdown]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(("job_id", "rank", *breakdown_csv.COLUMNS))
     for jb in jobs:
-        for rank, b in enumerate(jb.ranks):
+        for rank, b in zip(jb.numbers, jb.ranks):
             rows = list(csv.reader(io.StringIO(breakdown_csv.render([b]))))[1:]
             writer.writerows([jb.job_id, rank, *row] for row in rows)
         writer.writerow([jb.job_id, "job", jb.job_id, None, None, None, None, "", len(jb.job_steps),

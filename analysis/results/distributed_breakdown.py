@@ -6,7 +6,10 @@ slowest inside the collective (DDP's all-reduce in backward), so all step times 
 equal. Skew and straggler are therefore measured on each rank's time NOT spent waiting on
 communication: the step minus the trace's exposed communication where the ranks have traces,
 else (timers only) the step minus each rank's excess over the fastest rank in the phase holding
-the collectives, which is where the fast ranks' wait shows."""
+the collectives, which is where the fast ranks' wait shows.
+
+Where only some ranks are present (sampled ranks, a lone rank), the job step and the skew are
+taken over those: lower bounds of the whole job's, said so; the straggler is not named."""
 from __future__ import annotations
 
 import enum
@@ -17,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.readers import step_rows
-from analysis.model.job import Job, load_job
+from analysis.model.job import Job, load_job, lone_rank
 from analysis.model.locate import JobPlace, locate
 from analysis.model.run import load_run
 from analysis.results.breakdown import Source, breakdown
@@ -44,24 +47,24 @@ class JobBreakdown:
     job_id: str
     label: str
     path: str
-    world_size: int
+    world_size: int                             # the job's processes, present here or not
     backend: str | None
     hosts: dict[int, str | None]
     foreign: bool
-    ranks: list[Breakdown]                      # rank r at index r, labelled rank<r>
+    ranks: list[Breakdown]                      # the ranks present, in rank order, labelled rank<r>
     communication: list[dict | None]            # per rank: Communication.to_json_dict()
     job_step_ms: float                          # mean over steps of the slowest rank's step
     job_step_ci95: Interval | None
-    job_steps: list[tuple[int, float, int]]     # (step number, slowest step ms, its rank)
+    job_steps: list[tuple[int, float, int]]     # (step number, slowest step ms, its rank number)
     job_step_source: str                        # unprofiled timer steps, or traced steps
     wait_source: str
     comm_phase: str | None                      # the phase the fast ranks' wait shows in (timers)
-    wait_ms: list[dict[str, float]]             # per rank, per phase: time waiting on communication
-    busy_ms: list[float]                        # per rank: step - wait
+    wait_ms: list[dict[str, float]]             # per rank present, per phase: time waiting on communication
+    busy_ms: list[float]                        # per rank present: step - wait
     skew_ms: float                              # max - min of busy_ms
     skew_ci95: Interval | None
     step_skew_ms: float                         # max - min of the raw step means (hides stragglers)
-    straggler: int | None                       # rank with the most busy time, beyond noise or not
+    straggler: int | None                       # rank number with the most busy time, beyond noise or not
     straggler_phase: str | None
     straggler_extra_ms: float | None            # its busy time in that phase over the others' mean
     straggler_extra_ci95: Interval | None
@@ -72,6 +75,17 @@ class JobBreakdown:
     threads: str | None = None                  # ranks' threads (environment.threads_of)
     notes: list[str] = field(default_factory=list)
     job_step_replicates: np.ndarray | None = field(default=None, repr=False)
+    rank_numbers: list[int] | None = None       # of `ranks`; None: 0..len-1
+
+    @property
+    def numbers(self) -> list[int]:
+        return list(self.rank_numbers) if self.rank_numbers is not None else list(range(len(self.ranks)))
+
+    @property
+    def complete(self) -> bool:
+        """Every rank of the job present: else the job step and skew are lower bounds (the
+        missing ranks may be slower) and no straggler is named."""
+        return len(self.ranks) == self.world_size
 
     @property
     def skew_within_noise(self) -> bool:
@@ -85,7 +99,7 @@ class JobBreakdown:
         """The job step as parts that add up to it: each phase's busy time (mean over ranks),
         communication waited on (mean over ranks), and skew (what the slowest rank of each step
         costs beyond the mean rank)."""
-        n = self.world_size
+        n = len(self.ranks)
         parts = {p: statistics.fmean(b.phases[p].ms - w.get(p, 0.0)
                                      for b, w in zip(self.ranks, self.wait_ms)) for p in PHASES}
         parts["communication"] = statistics.fmean(self.exposed_ms) if n else 0.0
@@ -96,18 +110,27 @@ class JobBreakdown:
     def to_json_dict(self) -> dict:
         return {
             "job_id": self.job_id, "label": self.label, "path": self.path,
-            "world_size": self.world_size, "backend": self.backend,
+            "world_size": self.world_size, "ranks_present": self.numbers,
+            "complete": self.complete,
+            # Over the ranks present only: a missing rank may be slower (never faster: the
+            # slowest of more ranks is no faster), so these are lower bounds of the job's.
+            "lower_bounds": [] if self.complete else ["job_step_ms", "skew_ms", "step_skew_ms",
+                                                      "decomposition_ms.skew"],
+            "omitted": [] if self.complete else ["straggler", "last_arrival"],
+            "backend": self.backend,
             "hosts": {str(r): h for r, h in self.hosts.items()}, "foreign": self.foreign,
             "job_step_ms": {"mean": _r(self.job_step_ms), "ci95": _ri(self.job_step_ci95),
+                            "lower_bound": not self.complete,
                             "source": self.job_step_source, "steps": len(self.job_steps),
                             "per_step": [{"step": s, "ms": _r(ms), "rank": r}
                                          for s, ms, r in self.job_steps]},
             "samples_per_step": self.samples_per_step,
             "wait_source": self.wait_source, "comm_phase": self.comm_phase,
             "per_rank": [{"rank": r, "step_ms": _r(b.step_stats()["mean"]),
-                          "busy_ms": _r(self.busy_ms[r]),
-                          "waiting_ms": {p: _r(ms) for p, ms in self.wait_ms[r].items()},
-                          "host": self.hosts.get(r)} for r, b in enumerate(self.ranks)],
+                          "busy_ms": _r(self.busy_ms[i]),
+                          "waiting_ms": {p: _r(ms) for p, ms in self.wait_ms[i].items()},
+                          "host": self.hosts.get(r)}
+                         for i, (r, b) in enumerate(zip(self.numbers, self.ranks))],
             "skew_ms": _r(self.skew_ms), "skew_ci95": _ri(self.skew_ci95),
             "skew_within_noise": self.skew_within_noise, "step_skew_ms": _r(self.step_skew_ms),
             "straggler": None if self.straggler is None else {
@@ -125,9 +148,10 @@ class JobBreakdown:
 
 def breakdown_of(path, source: str = Source.AUTO):
     """The breakdown of whatever `path` holds (run directory, folder with a trace, trace file);
-    for a distributed job (job directory, folder of per-rank traces) its JobBreakdown."""
+    for a distributed job (job directory, folder of per-rank traces, or one foreign rank of a
+    larger job) its JobBreakdown."""
     place = locate(path)
-    if isinstance(place, JobPlace):
+    if isinstance(place, JobPlace) or lone_rank(place) is not None:
         return job_breakdown(load_job(place), source)
     return breakdown(load_run(place), source)
 
@@ -139,8 +163,10 @@ def job_breakdown(job: Job, source: str = "auto", workers: int | None = None) ->
 def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
     """The job's figures from its ranks' summaries (pure: no file is read here)."""
     ranks = [s.breakdown for s in summaries]
+    numbers = [s.rank for s in summaries]
     notes = list(job.notes)
     steps, step_source = _job_steps(summaries, job.ranks[0].warmup_steps)
+    steps = [(n, ms, numbers[i]) for n, ms, i in steps]
     values = [ms for _, ms, _ in steps]
     replicates = _mean_replicates(values)
     job_step = statistics.fmean(values)
@@ -153,7 +179,8 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
     wait_ms, wait_source, comm_phase = _waits(compared, comms, [s.traced_step_ms for s in summaries])
     busy = [b.step_stats()["mean"] - sum(w.values()) for b, w in zip(compared, wait_ms)]
     means = [b.step_stats()["mean"] for b in compared]
-    straggler = max(range(len(busy)), key=busy.__getitem__) if len(busy) > 1 else None
+    # Among some ranks only, the slowest present is no straggler of the job.
+    straggler = max(range(len(busy)), key=busy.__getitem__) if len(busy) > 1 and job.complete else None
     fastest = min(range(len(busy)), key=busy.__getitem__)
     skew_ci = _busy_difference(compared, wait_ms, straggler, fastest) if straggler is not None else None
     phase, extra, extra_ci = _straggler_phase(compared, wait_ms, straggler)
@@ -162,8 +189,8 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
         job.foreign, ranks, [c.to_json_dict() if c is not None else None for c in comms],
         job_step, None if replicates is None else percentile_interval(replicates), steps,
         step_source, wait_source, comm_phase, wait_ms, busy, max(busy) - min(busy), skew_ci,
-        max(means) - min(means), straggler, phase, extra, extra_ci, notes=notes,
-        job_step_replicates=replicates)
+        max(means) - min(means), None if straggler is None else numbers[straggler], phase, extra,
+        extra_ci, notes=notes, job_step_replicates=replicates, rank_numbers=numbers)
     _clocks(result, job, summaries)
     result.threads = threads_of(job.ranks[0].manifest)
     if job.batch_size:
@@ -290,7 +317,8 @@ def _clocks(result: JobBreakdown, job: Job, summaries: list[RankSummary]) -> Non
     elif not known:
         result.clocks = "hosts unknown: clocks taken as one"
     result.clock_offsets_us = offsets
-    result.last_arrival = _last_arrival(collectives, offsets)
+    if job.complete:  # the last of some ranks says nothing of who the others waited for
+        result.last_arrival = _last_arrival(collectives, offsets)
 
 
 def _last_arrival(collectives: dict[int, list], offsets: dict[int, float]) -> dict[int, float]:

@@ -95,7 +95,7 @@ def summarize_ranks(job: Job, source: str = "auto", workers: int | None = None) 
     """Every rank's summary in rank order; with more than one worker, a process pool whose
     workers each load one rank at a time and return only its summary."""
     tasks = [(r, run.place, run.label, source, job.hosts.get(r))
-             for r, run in enumerate(job.ranks)]
+             for r, run in zip(job.rank_numbers, job.ranks)]
     count = worker_count(len(tasks), workers)
     if count == 1:
         return [summarize_rank(*task) for task in tasks]

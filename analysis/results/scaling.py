@@ -34,6 +34,7 @@ class Side:
     part_replicates: dict[str, np.ndarray]
     batch_size: int | None              # per rank
     threads: str | None = None          # environment.threads_of each process (None: not recorded)
+    bound: str | None = None            # why step_ms is only a lower bound (ranks missing)
 
     @property
     def samples_per_step(self) -> int | None:
@@ -54,9 +55,11 @@ def job_side(jb: JobBreakdown, batch_size: int | None, threads: str | None = Non
         for i, p in enumerate(PHASES):
             reps[p] = np.mean([b.replicates[:, 1 + i] - w.get(p, 0.0)
                                for b, w in zip(jb.ranks, jb.wait_ms)], axis=0)
+    bound = None if jb.complete else (f"{jb.label}: {len(jb.ranks)} of {jb.world_size} ranks "
+                                      "present: its job step is a lower bound, and so the gap")
     return Side(jb.label, jb.job_id, jb.ranks[0].workload, jb.world_size, jb.job_step_ms,
                 jb.job_step_ci95, jb.job_step_replicates, jb.decomposition(), reps, batch_size,
-                threads)
+                threads, bound)
 
 
 @dataclass
@@ -100,7 +103,7 @@ class Scaling:
 
 def scaling(a: Side, b: Side) -> Scaling:
     """`a` the baseline (usually one process), `b` the job."""
-    warnings = []
+    warnings = [s.bound for s in (a, b) if s.bound]
     if a.workload and b.workload and a.workload != b.workload:
         raise GapscopeInputError(f"cannot compare different workloads: {a.run_id} runs "
                                  f"{a.workload!r}, {b.run_id} runs {b.workload!r}")

@@ -52,7 +52,7 @@ def _ranks(logdir: Path, place: Place, jobs: dict) -> dict[str, RunEntry]:
         return {name: RunEntry(None, None, _reason(exc))}
     jobs[name] = (place.path, job)
     return {f"{name}/rank{r}": RunEntry(f"{job.label} rank{r}", run.located.path, place=run.place)
-            for r, run in enumerate(job.ranks)}
+            for r, run in zip(job.rank_numbers, job.ranks)}
 
 
 def _sessions(logdir: Path, entry: RunEntry) -> dict[str, RunEntry]:

@@ -125,7 +125,7 @@ function jobsSection(doc) {
           html('td', {class: 'num'}, ms(r.busy_ms)));
     });
     return html('div', {class: 'job', 'data-job': job.name},
-        html('h3', {}, `${job.label}: job step ${withInterval(j.job_step_ms.mean, j.job_step_ms.ci95)} ms`),
+        html('h3', {}, `${job.label}: job step ${j.complete === false ? 'at least ' : ''}${withInterval(j.job_step_ms.mean, j.job_step_ms.ci95)} ms`),
         table(['rank', 'host', 'step ms', 'waiting on communication ms', 'not waiting ms'], rows),
         notes(job.lines.slice(2)));
   });
