@@ -13,7 +13,7 @@ from analysis.events.phase_rules import annotation_phase
 from analysis.events.timeline import phase_timeline
 from analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, RUNTIME, STEP, Event, Trace
 from analysis.events.trace_rules import TraceRules, name_pattern, parse_phase
-from analysis.measures.blocking import blocking_calls
+from analysis.measures.blocking import blocking_calls, blocking_notes
 from analysis.model.run import load_run, reading_rules
 from analysis.results.breakdown import breakdown, breakdown_from_trace
 from cli import cli
@@ -203,6 +203,9 @@ def test_item_sync_is_named_in_its_phase():
     assert [(b.what, b.phase) for b in found] == [("sync aten::item", "forward"),
                                                   ("sync cudaDeviceSynchronize", "other")]
     assert [b.ms_per_step for b in found] == pytest.approx([0.300, 0.020])
+    # The note names waits of 5 % of the step or more: not the 20 us sync.
+    assert blocking_notes(trace, phase_timeline(trace)) == [
+        "the host waits for the device: sync aten::item 0.300 ms per step in forward"]
 
 
 # --- no step markers ---------------------------------------------------------------------------
