@@ -104,6 +104,17 @@ def test_option_reaches_the_runs_of_compare_and_trace(runner, tmp_path):
     assert [(e["ts"], e["dur"]) for e in steps] == [(100, 500), (700, 500)]
 
 
+def test_option_reaches_the_workers_that_read_a_jobs_ranks(runner, tmp_path, monkeypatch):
+    text = next(ANNOTATED.glob("*.pt.trace.json")).read_text()
+    for rank in (0, 1):
+        info = json.dumps({"backend": "nccl", "rank": rank, "world_size": 2})
+        (tmp_path / f"worker{rank}.1700000000000.pt.trace.json").write_text(
+            text.replace('"traceEvents"', f'"distributedInfo": {info},\n"traceEvents"', 1))
+    monkeypatch.setenv("GAPSCOPE_JOB_WORKERS", "2")  # a process pool, not this process
+    out = _json(runner, tmp_path, "--phase", "data_load=## sparse_data_dist ##")
+    assert out["job"]["decomposition_ms"]["data_load"] == pytest.approx(0.200)   # not 0.050
+
+
 @pytest.mark.parametrize("name, phase", [
     ("forward", "forward"), ("## forward ##", "forward"), ("Forward", "forward"),
     ("## backward ##", "backward"), ("## optimizer ##", "optimizer"), ("## zero_grad ##", "optimizer"),
