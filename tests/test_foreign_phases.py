@@ -115,6 +115,44 @@ def test_option_reaches_the_workers_that_read_a_jobs_ranks(runner, tmp_path, mon
     assert out["job"]["decomposition_ms"]["data_load"] == pytest.approx(0.200)   # not 0.050
 
 
+def test_real_torch_loop_with_its_own_ranges(tmp_path):
+    """torch.profiler on a real loop that names its phases the TorchRec way: each step's forward
+    is its `## forward ##` range, and the ProfilerStep the schedule leaves open at the end
+    (it begins at the last prof.step() and ends with the profiler) is left out."""
+    import torch
+    from torch import nn
+    from torch.profiler import record_function
+    from torch.utils.data import DataLoader, TensorDataset
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = DataLoader(TensorDataset(torch.randn(160, 32), torch.randint(0, 4, (160,))), batch_size=32)
+    path = tmp_path / "loop.pt.trace.json"
+    # Active past the loop's end: the profiler stops in the step the last prof.step() began.
+    with torch.profiler.profile(schedule=torch.profiler.schedule(wait=0, warmup=1, active=10),
+                                on_trace_ready=lambda p: p.export_chrome_trace(str(path))) as prof:
+        for inputs, targets in data:
+            with record_function("## forward ##"):
+                loss = nn.functional.cross_entropy(model(inputs), targets)
+            with record_function("## backward ##"):
+                loss.backward()
+            with record_function("## optimizer ##"):
+                optimizer.step()
+                optimizer.zero_grad()
+            prof.step()
+    events = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    ranges = sorted((e["ts"], e["dur"]) for e in events if e["name"] == "## forward ##")
+    steps = sorted(e["name"] for e in events if e["name"].startswith("ProfilerStep#"))
+    result = breakdown(load_run(path))
+    result.self_check()
+    assert result.phase_sources == {"data_load": "framework markers", "forward": "annotated",
+                                    "backward": "annotated", "optimizer": "annotated"}
+    assert len(result.steps) == len(ranges) == 4 and len(steps) == 5   # #1-#4, and #5 left open
+    assert [s.phase_ms["forward"] for s in result.steps] == pytest.approx(
+        [dur / 1000 for _, dur in ranges], rel=0.01)
+    assert any(f"last step {steps[-1]} left out" in n for n in result.notes)
+
+
 @pytest.mark.parametrize("name, phase", [
     ("forward", "forward"), ("## forward ##", "forward"), ("Forward", "forward"),
     ("## backward ##", "backward"), ("## optimizer ##", "optimizer"), ("## zero_grad ##", "optimizer"),
