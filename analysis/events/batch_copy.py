@@ -30,12 +30,13 @@ def batch_copies(trace: Trace, data: list[Interval], data_rows: np.ndarray) -> l
     is_copy = np.array([name in COPY_OPS for name in columns.names], bool)[columns.name]
     ops = np.isin(kinds, [code(HOST_OP), code(ANNOTATION)])
     windows = [(end, after) for (_, end), (after, _) in zip(data, data[1:] + [(np.inf, np.inf)])]
+    starts, ends = columns.start_us, columns.start_us + columns.dur_us
     found = []
     for track in np.unique(tracks[data_rows]).tolist():
         rows = np.flatnonzero(ops & (tracks == track))
-        rows = rows[np.lexsort((-columns.dur_us[rows], columns.start_us[rows]))]
-        found += _copies_after(columns.start_us[rows].tolist(), (columns.start_us + columns.dur_us)[rows].tolist(),
-                               is_copy[rows].tolist(), launches.get(track, []), windows)
+        rows = rows[np.lexsort((-columns.dur_us[rows], starts[rows]))]
+        found += _copies_after(starts[rows].tolist(), ends[rows].tolist(), is_copy[rows].tolist(),
+                               launches.get(track, []), windows)
     return found
 
 

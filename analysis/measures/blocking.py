@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from analysis.events.batch_copy import COPY_OPS
 from analysis.events.columns import code
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import HOST_OP, RUNTIME, Trace
@@ -17,8 +18,8 @@ from analysis.events.tracks import track_ids
 # that is not Async (torch's blocking copies call cudaMemcpyAsync then cudaStreamSynchronize).
 WAITS = frozenset(f"{api}{call}" for api in ("cuda", "hip") for call in (
     "StreamSynchronize", "DeviceSynchronize", "EventSynchronize", "Memcpy", "Memcpy2D"))
-# The ops a wait is named after where it runs inside one: a copy, or a read of a device scalar.
-COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})
+# The ops a wait is named after where it runs inside one: a copy (COPY_OPS), or a read of a
+# device scalar.
 SCALAR_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
 SHOWN = 3  # the notes name the longest few
 # A wait under this share of the mean step is named nowhere: a few microseconds of sync in a
