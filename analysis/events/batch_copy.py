@@ -2,8 +2,6 @@
 phases are defined (next batch ready on the device), though the loop runs it outside that range."""
 from __future__ import annotations
 
-import bisect
-
 import numpy as np
 
 from analysis.events.columns import NONE, code
@@ -34,32 +32,46 @@ def batch_copies(trace: Trace, data: list[Interval], data_rows: np.ndarray) -> l
     found = []
     for track in np.unique(tracks[data_rows]).tolist():
         rows = np.flatnonzero(ops & (tracks == track))
-        rows = rows[np.lexsort((-columns.dur_us[rows], starts[rows]))]
-        found += _copies_after(starts[rows].tolist(), ends[rows].tolist(), is_copy[rows].tolist(),
-                               launches.get(track, []), windows)
+        rows = rows[_outer_first(starts[rows], columns.dur_us[rows])]
+        found += _copies_after(starts[rows], ends[rows], is_copy[rows],
+                               np.asarray(launches.get(track, [])), windows)
     return found
 
 
-def _copies_after(starts: list[float], ends: list[float], is_copy: list[bool],
-                  launches: list[float], windows: list[Interval]) -> list[Interval]:
+def _copies_after(starts: np.ndarray, ends: np.ndarray, is_copy: np.ndarray,
+                  launches: np.ndarray, windows: list[Interval]) -> list[Interval]:
     """One thread's ops (sorted by start, outer before inner): per window, the outermost ops
     from its start that are copies launching a memcpy (a start in `launches`), up to the first
-    that is not."""
+    that is not. Only those few ops are looked at, one by one: a 1 GB trace holds millions."""
     found = []
     for lo, hi in windows:
         reach = lo
-        for i in range(bisect.bisect_left(starts, lo), len(starts)):
-            start, end = starts[i], ends[i]
+        for i in range(int(np.searchsorted(starts, lo)), len(starts)):
+            start, end = float(starts[i]), float(ends[i])
             if start >= hi:
                 break
             if start < reach:  # nested in the copy before
                 continue
-            j = bisect.bisect_left(launches, start)
+            j = int(np.searchsorted(launches, start))
             if not (is_copy[i] and j < len(launches) and launches[j] < end):
                 break
             found.append((start, min(end, hi)))
             reach = end
     return found
+
+
+def _outer_first(starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
+    """The order by start, the longer first where two start together (an op and the op it
+    calls): a stable argsort of the nearly sorted starts, and lexsort only on the few ties
+    (lexsort over a thread's every op took 15 ms per 75k ops, the argsort 0.1 ms)."""
+    order = np.argsort(starts, kind="stable")
+    ordered = starts[order]
+    same = ordered[1:] == ordered[:-1]
+    tied = np.flatnonzero(np.r_[False, same] | np.r_[same, False])
+    if len(tied):  # the tied positions hold their starts in order: sorting them in place is enough
+        group = order[tied]
+        order[tied] = group[np.lexsort((-durs[group], starts[group]))]
+    return order
 
 
 def _h2d_launches(columns, kinds: np.ndarray, tracks: np.ndarray) -> dict[int, list[float]]:
