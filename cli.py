@@ -138,6 +138,31 @@ def _session_entries(paths, session: str):
     return [RunEntry(None, Path(paths[0]), place=locate(paths[0], session=session))]
 
 
+def trace_rules_options(command):
+    """--phase and --step-marker, on the commands that read traces: the runs they load read
+    their traces by them."""
+    @functools.wraps(command)
+    def with_rules(*args, phases=(), step_marker=None, **kwargs):
+        from analysis.events.trace_rules import TraceRules, check_step_marker, parse_phase
+        from analysis.model.run import reading_rules
+        rules = TraceRules(tuple(parse_phase(text) for text in phases), check_step_marker(step_marker))
+        with reading_rules(rules):
+            return command(*args, **kwargs)
+    options = [
+        click.option("--phase", "phases", multiple=True, metavar="NAME=PATTERN",
+                     help="Ranges or ops named PATTERN are phase NAME (data_load, forward, "
+                          "backward or optimizer), before the common names gapscope knows "
+                          "('## forward ##', Lightning's hooks, ...). PATTERN matches the whole "
+                          "name: * any text, ? one character, nothing else special. Repeatable.\n"
+                          "e.g. --phase 'data_load=## sparse_data_dist ##'"),
+        click.option("--step-marker", default=None, metavar="NAME",
+                     help="Each range or op named NAME (* and ? as in --phase) is one step, "
+                          "instead of ProfilerStep#N. Without step markers the whole trace is "
+                          "one window."),
+    ]
+    return functools.reduce(lambda c, option: option(c), reversed(options), with_rules)
+
+
 def _breakdown_options(fmt: str, no_legend: bool) -> dict:
     """The terminal table alone has a legend to leave out; other formats take no options."""
     return {"legend": not no_legend} if fmt == "table" else {}
@@ -466,6 +491,7 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
 @format_option()
 @legend_option
 @wide_option
+@trace_rules_options
 def breakdown(paths, source, fmt, quiet, no_legend, session):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
@@ -545,6 +571,7 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
                    "causes).")
 @format_option(registry.COMPARE)
 @wide_option
+@trace_rules_options
 def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions, quiet, verbose,
             fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
@@ -945,6 +972,7 @@ def tensorboard(logdir, host, port, torch_tb_profiler):
 @click.option("--force", is_flag=True,
               help="Replace an --out file that exists (a symlink there is replaced, never written through).")
 @session_option
+@trace_rules_options
 def trace(run, out_file, force, session):
     """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
     gapscope's steps and one track per phase (the five add up to each step) above the
@@ -1002,6 +1030,7 @@ def _refuse_existing(out: Path, force: bool) -> None:
               help="Run the speed ratios refer to: label, run id, matrix row id or path "
                    "(default: the first).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
+@trace_rules_options
 def report(runs, out_file, source, baseline, quiet):
     """Write a report on RUNS (run directories, folders of runs, a matrix folder): environment,
     breakdown tables, comparison, and plots of the phases, the step time over each run and

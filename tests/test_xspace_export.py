@@ -281,10 +281,14 @@ def test_a_tf_profile_gets_the_phase_lines_in_a_session_of_its_own(tmp_path):
     assert find_files(tmp_path).xplanes == [original]
 
 
-def test_a_tf_profile_without_steps_gets_no_session(tmp_path):
+def test_a_tf_profile_without_steps_is_one_window(tmp_path):
+    """No step markers (issue 19): the whole profile, its one op at 10-30 µs, is one step
+    window, as the breakdown reads it, and gets the phase lines as any step does."""
     tf_profile(tmp_path)
-    assert write_xspace(load_run(tmp_path)) is None
-    assert not tmp_path.joinpath(*EXPORTED_XSPACE_DIR).exists()
+    path = write_xspace(load_run(tmp_path))
+    host = parse(path).planes[0]
+    steps = lines_of(host)["Steps"]
+    assert [(n, e.duration_ps) for n, e in zip(named(host, steps), steps.events)] == [("step 0", 20 * PS)]
 
 
 def test_gapscope_trace_writes_one_for_any_trace(fixtures_dir, tmp_path):

@@ -1,4 +1,5 @@
-"""Which phase an event name stands for: gapscope's own marks first, then the frameworks' own."""
+"""Which phase an event name stands for: gapscope's own marks first, then the ranges users'
+own code writes, then the frameworks' own markers."""
 from __future__ import annotations
 
 import enum
@@ -12,6 +13,7 @@ class PhaseOrigin(enum.StrEnum):
     """How a phase was found in a trace, best first."""
 
     MARKED = "gapscope marks"
+    ANNOTATED = "annotated"  # the trace's own record_function ranges: common names or --phase
     FRAMEWORK = "framework markers"
     INFERRED = "inferred"
     MISSING = "not identified"
@@ -34,6 +36,29 @@ _GAPSCOPE_SCOPES = {TF_SCOPE_PREFIX + p: p for p in MARKED_PHASES}
 # hold the same names nested inside that prefix's range, so matching them changes nothing there.
 _TORCH_BACKWARD_NODE = re.compile(r"(?:torch::autograd::AccumulateGrad|[A-Z][A-Za-z0-9]*Backward\d*)$")
 
+# Names users give their own record_function ranges, compared without '#', blanks or case
+# ("## forward ##", "Forward"): the plain names, TorchRec's pipeline ranges (next_batch,
+# copy_batch_to_gpu, wait_for_batch, zero_grad). TorchScript names a scripted module's call
+# `forward` too, which is that forward.
+_ANNOTATED_NAMES = {
+    **dict.fromkeys(("data_load", "dataload", "data_loading", "dataloader", "data_loader",
+                     "load_data", "next_batch", "copy_batch_to_gpu", "wait_for_batch"), "data_load"),
+    **dict.fromkeys(("forward", "model_forward", "forward_pass"), "forward"),
+    **dict.fromkeys(("backward", "model_backward", "backward_pass"), "backward"),
+    **dict.fromkeys(("optimizer", "optimizer_step", "zero_grad", "optimizer_zero_grad"), "optimizer"),
+}
+# PyTorch Lightning's profiler actions, "[Strategy]SingleDeviceStrategy.training_step",
+# "[LightningModule]Model.optimizer_step", "[_TrainingEpochLoop].train_dataloader_next"; its
+# PyTorchProfiler writes them as record_function ranges prefixed "[pl][profile]". Its
+# optimizer_step runs the closure (training_step and backward) inside: those instants go to
+# forward and backward first (timeline.PRIORITY), the rest of it is the optimizer's.
+_LIGHTNING_ACTION = re.compile(r"(?:\[pl\]\[profile\])?\[(?:Strategy|LightningModule|_TrainingEpochLoop)\]"
+                               r"[\w.]*\.(\w+)")
+_LIGHTNING_HOOKS = {"training_step": "forward", "backward": "backward",
+                    "optimizer_step": "optimizer", "optimizer_zero_grad": "optimizer",
+                    "train_dataloader_next": "data_load", "batch_to_device": "data_load",
+                    "transfer_batch_to_device": "data_load"}
+
 
 # Traces repeat a few thousand names over 100k+ events: classify each name once.
 @functools.lru_cache(maxsize=1 << 16)
@@ -53,6 +78,16 @@ def gapscope_phase(name: str) -> str | None:
         if phase:
             return phase
     return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def annotation_phase(name: str) -> str | None:
+    """Phase of a range a user's own code (or Lightning, TorchRec) names after it."""
+    phase = _ANNOTATED_NAMES.get(name.strip("# ").lower())
+    if phase:
+        return phase
+    action = _LIGHTNING_ACTION.fullmatch(name)
+    return _LIGHTNING_HOOKS.get(action.group(1)) if action else None
 
 
 @functools.lru_cache(maxsize=1 << 16)

@@ -3,15 +3,18 @@ attribution, kernels and compile analyzers all read, so they can never disagree 
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from analysis.events import intervals
+from analysis.events.batch_copy import batch_copies
 from analysis.events.columns import code
 from analysis.events.gc_pause import collector_paused
-from analysis.events.phase_rules import PhaseOrigin, framework_phase, gapscope_phase
-from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from analysis.events.phase_rules import PhaseOrigin, annotation_phase, framework_phase, gapscope_phase
+from analysis.events.step_windows import cut_off_last, step_windows
+from analysis.events.trace import ANNOTATION, HOST_OP, Event, Trace
+from analysis.events.trace_rules import TraceRules
 from profilers.phases import MARKED_PHASES
 
 OTHER = "other"
@@ -27,6 +30,8 @@ class PhaseTimeline:
     # Per step: exclusive (start, end, phase) segments, sorted; what no segment covers is `other`.
     segments: list[list[tuple[float, float, str]]]
     origins: dict[str, PhaseOrigin]
+    # What the segmentation itself says about the steps (a whole-trace window, a step left out).
+    notes: list[str] = field(default_factory=list)
 
     def __post_init__(self):
         self._starts = [s.start_us for s in self.steps]
@@ -78,14 +83,14 @@ class PhaseTimeline:
         return found
 
 
-def phase_timeline(trace: Trace) -> PhaseTimeline:
+def phase_timeline(trace: Trace, rules: TraceRules = TraceRules()) -> PhaseTimeline:
     with collector_paused():
-        return _phase_timeline(trace)
+        return _phase_timeline(trace, rules)
 
 
-def _phase_timeline(trace: Trace) -> PhaseTimeline:
-    steps = step_events(trace)
-    by_phase, origins = phase_intervals(trace, steps) if steps else ({}, {})
+def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
+    steps, notes = step_windows(trace, rules)
+    by_phase, origins = phase_intervals(trace, steps, rules) if steps else ({}, {})
     segments = []
     for step in steps:
         taken: list[intervals.Interval] = []
@@ -95,23 +100,21 @@ def _phase_timeline(trace: Trace) -> PhaseTimeline:
             found += [(s, e, phase) for s, e in intervals.subtract(own, taken)]
             taken = intervals.merge(taken + own)
         segments.append(sorted(found))
-    return PhaseTimeline(steps, segments, origins)
+    timeline = PhaseTimeline(steps, segments, origins, notes)
+    cut = cut_off_last(steps, [timeline.phase_ms(i) for i in range(len(steps))])
+    if cut:
+        timeline = PhaseTimeline(steps[:-1], segments[:-1], origins, notes + [cut])
+    return timeline
 
 
-def step_events(trace: Trace) -> list[Event]:
-    columns = trace.columns
-    rows = np.flatnonzero(columns.kind_codes() == code(STEP))
-    return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us)
-
-
-def phase_intervals(trace: Trace, steps: list[Event]):
+def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceRules()):
     """Merged intervals per phase, from the best marker origin the trace has for each.
     Works on the trace's columns: each distinct name is classified once, then every event
     at once by its name id (a 1 GB trace holds millions of events and a few thousand names)."""
     columns = trace.columns
     kinds = columns.kind_codes()
     considered = columns.on_host() & ((kinds == code(ANNOTATION)) | (kinds == code(HOST_OP)))
-    claims = [_claim(name) for name in columns.names]
+    claims = [_claim(name, rules) for name in columns.names]
     keys = sorted({claim for claim in claims if claim is not None})
     index = {claim: i for i, claim in enumerate(keys)}
     name_claim = np.array([-1 if claim is None else index[claim] for claim in claims], np.int32)
@@ -126,13 +129,20 @@ def phase_intervals(trace: Trace, steps: list[Event]):
 
     by_phase, origins = {}, {}
     for phase in MARKED_PHASES:
-        for origin in (PhaseOrigin.MARKED, PhaseOrigin.FRAMEWORK):
+        for origin in (PhaseOrigin.MARKED, PhaseOrigin.ANNOTATED, PhaseOrigin.FRAMEWORK):
             if (phase, origin) in found:
                 by_phase[phase] = intervals.merge_arrays(*found[(phase, origin)])
                 origins[phase] = origin
                 break
         else:
             origins[phase] = PhaseOrigin.MISSING
+    if origins["data_load"] in (PhaseOrigin.ANNOTATED, PhaseOrigin.FRAMEWORK):
+        # gapscope's own data mark holds the copy where the loop put it; elsewhere the batch's
+        # copy right after the loader's range is data_load's (see batch_copy).
+        data_rows = np.flatnonzero(row_claim == index[("data_load", origins["data_load"])])
+        copies = batch_copies(trace, by_phase["data_load"], data_rows)
+        if copies:
+            by_phase["data_load"] = intervals.merge(by_phase["data_load"] + copies)
     if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
         ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
         forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
@@ -145,11 +155,15 @@ def phase_intervals(trace: Trace, steps: list[Event]):
 _UNCLAIMED, _NOT_CONSIDERED = -1, -2  # row claims that are no phase: an unmarked host op, other events
 
 
-def _claim(name: str) -> tuple[str, PhaseOrigin] | None:
-    """The phase an event name marks and how: gapscope's own marks before the framework's."""
+def _claim(name: str, rules: TraceRules) -> tuple[str, PhaseOrigin] | None:
+    """The phase an event name marks and how: gapscope's own marks, then the user's (--phase
+    before the common names), then the framework's."""
     phase = gapscope_phase(name)
     if phase:
         return phase, PhaseOrigin.MARKED
+    phase = rules.user_phase(name) or annotation_phase(name)
+    if phase:
+        return phase, PhaseOrigin.ANNOTATED
     phase = framework_phase(name)
     return (phase, PhaseOrigin.FRAMEWORK) if phase else None
 

@@ -2,6 +2,8 @@
 (manifest, steps, resources, trace, HLO metadata), labelled, and its phase timeline built once."""
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
 import os
 from dataclasses import dataclass, field
@@ -14,6 +16,7 @@ from analysis.readers import run_dir as run_files
 from analysis.readers.run_dir import Located, read_steps
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
+from analysis.events.trace_rules import TraceRules
 from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
 from profilers.executions import warmup_updates
@@ -21,6 +24,29 @@ from profilers.phases import MARKED_PHASES
 from profilers.run_dir import AB_STATE, MATRIX_STATE, effective_status, inside
 
 XLA_DUMP_DIR = "xla_dump"
+# What the command line says about the traces' own names (--phase, --step-marker): set once
+# around a command, so that every run it loads, however deep in an analyzer, reads its trace
+# by them; the job workers take them over with use_rules.
+_RULES: contextvars.ContextVar[TraceRules] = contextvars.ContextVar("trace_rules", default=TraceRules())
+
+
+def current_rules() -> TraceRules:
+    return _RULES.get()
+
+
+def use_rules(rules: TraceRules) -> None:
+    """The rules for the rest of this process (a job worker's initializer)."""
+    _RULES.set(rules)
+
+
+@contextlib.contextmanager
+def reading_rules(rules: TraceRules):
+    """Runs loaded inside read their traces by `rules`."""
+    token = _RULES.set(rules)
+    try:
+        yield
+    finally:
+        _RULES.reset(token)
 
 
 @dataclass
@@ -32,6 +58,7 @@ class Run:
     # The warm-up steps.csv's own `warmup` column records: what a run without manifest uses.
     rows_warmup: int | None = None
     place: RunPlace | None = field(default=None, repr=False)  # as located, for a worker to load again
+    rules: TraceRules = field(default_factory=current_rules)  # --phase, --step-marker
 
     @property
     def path(self) -> Path:
@@ -103,7 +130,7 @@ class Run:
 
     @functools.cached_property
     def timeline(self) -> PhaseTimeline | None:
-        return None if self.trace is None else phase_timeline(self.trace)
+        return None if self.trace is None else phase_timeline(self.trace, self.rules)
 
     @functools.cached_property
     def hlo(self):

@@ -7,9 +7,11 @@ from analysis.results.records import Breakdown, PhaseSource
 from analysis.model.run import unique_labels
 from profilers.phases import PHASES
 
-ORIGIN_MARKS = {PhaseOrigin.INFERRED: "~", PhaseOrigin.MISSING: "?", PhaseOrigin.NOT_APPLICABLE: "-"}
+ORIGIN_MARKS = {PhaseOrigin.INFERRED: "~", PhaseOrigin.MISSING: "?", PhaseOrigin.NOT_APPLICABLE: "-",
+                PhaseOrigin.ANNOTATED: "a"}
 ORIGIN_LEGEND = ("~ inferred, ? not identified in the trace (counted in other), "
                  "- not applicable (inference)")
+ANNOTATED_LEGEND = ", a annotated (the trace's own record_function ranges)"
 
 
 def unit_footer(breakdowns: list[Breakdown]) -> str:
@@ -35,8 +37,10 @@ COMM_LEGEND = ("; communication (a collective's own range in flight: gloo, NCCL 
 
 
 def origin_legend(breakdowns: list[Breakdown]) -> str | None:
-    marked = any(o in ORIGIN_MARKS for b in breakdowns for o in b.phase_sources.values())
-    return ORIGIN_LEGEND if marked else None
+    origins = {o for b in breakdowns for o in b.phase_sources.values()}
+    if not origins & ORIGIN_MARKS.keys():
+        return None
+    return ORIGIN_LEGEND + (ANNOTATED_LEGEND if PhaseOrigin.ANNOTATED in origins else "")
 SOURCE_MARKS = {PhaseSource.TIMERS: "T", PhaseSource.COMPENSATED: "C", PhaseSource.RAW: "R"}
 
 

@@ -12,6 +12,7 @@ from analysis.results.phase_estimate import PhaseSamples, estimate
 from analysis.events.phase_rules import PhaseOrigin
 from analysis.results.records import Breakdown, PhaseSource, StepBreakdown
 from analysis.model.run import Run
+from analysis.measures.blocking import blocking_notes
 from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
@@ -42,7 +43,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
                                        untraced_rank_reason(run.manifest))
     else:
         traced, notes = trace_steps(run)
-        notes = reader_notes(run.trace) + notes
+        notes = trace_notes(run.trace, run.timeline) + notes
         timed = _timed_phases(run.rows, run.warmup_steps) if run.rows and source == Source.AUTO else []
         result = _combined(run, traced, timed, raw=source == Source.TRACE)
         result.notes = notes + result.notes
@@ -64,9 +65,14 @@ def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
     timeline = timeline or phase_timeline(trace)
     steps, origins, notes = _trace_steps(trace, timeline, runs_phases)
     result = _from_samples(PhaseSamples(None, {}, _phase_matrix(steps)), steps, origins,
-                           reader_notes(trace) + notes, raw=True)
+                           trace_notes(trace, timeline) + notes, raw=True)
     result.other_shares = other_shares(trace, timeline)
     return result
+
+
+def trace_notes(trace: Trace, timeline: PhaseTimeline) -> list[str]:
+    """What the reader dropped, how the steps were found, and where the host waits for the device."""
+    return reader_notes(trace) + timeline.notes + blocking_notes(trace, timeline)
 
 
 def reader_notes(trace: Trace) -> list[str]:
@@ -169,10 +175,8 @@ def trace_steps(run: Run) -> tuple[list[StepBreakdown], list[str]]:
 
 
 def _trace_steps(trace: Trace, timeline: PhaseTimeline, runs_phases):
-    if not timeline.steps:
-        raise GapscopeInputError(
-            f"{trace.path}: no training steps found (expected ProfilerStep#N "
-            "or a TF trace with step_num)")
+    if not timeline.steps:  # the timeline's notes say what was looked for
+        raise GapscopeInputError(f"{trace.path}: no training steps found: " + "; ".join(timeline.notes))
     per_step = []
     for index, step in enumerate(timeline.steps):
         number = step.step_num if step.step_num is not None else index
@@ -183,6 +187,9 @@ def _trace_steps(trace: Trace, timeline: PhaseTimeline, runs_phases):
 
 def _origin_notes(origins: dict, runs_phases) -> list[str]:
     notes = []
+    annotated = [p for p in runs_phases if origins.get(p) == PhaseOrigin.ANNOTATED]
+    if annotated:
+        notes.append(f"from the trace's own ranges (record_function): {', '.join(annotated)}")
     if origins.get("forward") == PhaseOrigin.INFERRED:
         notes.append("forward inferred: host ops between data load and the first backward op")
     missing = [p for p in runs_phases if origins.get(p) == PhaseOrigin.MISSING]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from analysis.model.job import Job
 from analysis.model.locate import RunPlace
-from analysis.model.run import Run, load_run
+from analysis.model.run import Run, current_rules, load_run, use_rules
 from analysis.results.records import Breakdown
 from profilers.errors import GapscopeInputError
 
@@ -102,5 +102,6 @@ def summarize_ranks(job: Job, source: str = "auto", workers: int | None = None) 
     # forkserver (spawn where there is none): no copy of this process's memory or threads.
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=count, mp_context=context,  # --phase, --step-marker too
+                             initializer=use_rules, initargs=(current_rules(),)) as pool:
         return list(pool.map(summarize_rank, *zip(*tasks)))

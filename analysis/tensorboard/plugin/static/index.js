@@ -496,7 +496,7 @@ function withInterval(value, interval) {
 
 function originMark(origin) {
   return {'inferred': ' (inferred)', 'not identified': ' (not identified: in other)',
-          'not applicable': ' (not applicable)'}[origin] || '';
+          'not applicable': ' (not applicable)', 'annotated': ' (annotated)'}[origin] || '';
 }
 
 function notes(lines) {

@@ -1,0 +1,86 @@
+"""Where a trace's steps are: the user's --step-marker, else its step events, else the whole trace
+as one window; and the last step, where the profiler stopped inside it."""
+from __future__ import annotations
+
+import re
+import statistics
+
+import numpy as np
+
+from analysis.events.columns import code
+from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from analysis.events.trace_rules import TraceRules
+
+WHOLE_TRACE = "whole trace"
+_MARKER_KINDS = (ANNOTATION, HOST_OP, STEP)
+_NUMBER = re.compile(r"#(\d{1,18})$")
+
+
+def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str]]:
+    """The steps in time order, and the warnings on how they were found (without steps: what
+    was looked for)."""
+    columns = trace.columns
+    if rules.step_marker is not None:
+        steps = marked_steps(trace, rules)
+        if steps:
+            return steps, []
+        why = f"no host event matches --step-marker {rules.step_marker!r}"
+    else:
+        rows = np.flatnonzero(columns.kind_codes() == code(STEP))
+        if len(rows):
+            return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us), []
+        why = "the trace holds no step markers (ProfilerStep#N, a TF step_num)"
+    host = np.flatnonzero(columns.on_host())
+    if not len(host):
+        marker = f" or --step-marker {rules.step_marker!r}" if rules.step_marker is not None else ""
+        return [], [f"looked for ProfilerStep#N, a TF step_num{marker}, then host events to "
+                    "analyse as one window: the trace holds none (device events only?)"]
+    start = float(columns.start_us[host].min())
+    end = float((columns.start_us[host] + columns.dur_us[host]).max())
+    track = columns.wheres[columns.where[host[0]]][1]
+    window = Event(WHOLE_TRACE, STEP, start, end - start, track)
+    return [window], [f"warning: {why}: the whole trace ({(end - start) / 1000:.3f} ms of host "
+                      "events) is analysed as one step; name the range or op that marks a step "
+                      "with --step-marker"]
+
+
+def marked_steps(trace: Trace, rules: TraceRules) -> list[Event]:
+    """Each outermost host range or op named like --step-marker is one step (a marker that also
+    names ranges nested in a step counts that step once); its number is a '#N' the name ends in."""
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    wanted = np.array([rules.is_step_marker(name) for name in columns.names], bool)
+    rows = np.flatnonzero(wanted[columns.name] & columns.on_host()
+                          & np.isin(kinds, [code(k) for k in _MARKER_KINDS]))
+    order = rows[np.lexsort((-columns.dur_us[rows], columns.start_us[rows]))]
+    steps, reach = [], -np.inf
+    for row in order.tolist():
+        event = columns.event(row)
+        if event.start_us < reach:
+            continue
+        number = _NUMBER.search(event.name)
+        steps.append(Event(event.name, STEP, event.start_us, event.dur_us, event.track,
+                           int(number.group(1)) if number else None))
+        reach = event.end_us
+    return steps
+
+
+def cut_off_last(steps: list[Event], phase_ms: list[dict[str, float]]) -> str | None:
+    """Why the last step is one the profiler stopped inside, or None where it is whole. It is
+    cut off where it is under half the median of the other steps AND holds none of a phase
+    (backward, optimizer) that every other step holds: the trace then shows what it misses.
+    A short step that holds every phase (a small last batch), or a trace whose steps show
+    neither phase, keeps its last step: nothing in the trace says it was cut."""
+    if len(steps) < 2:
+        return None
+    last, others = steps[-1], steps[:-1]
+    median = statistics.median(s.dur_us for s in others)
+    if not last.dur_us < median / 2:
+        return None
+    missing = [p for p in ("backward", "optimizer")
+               if phase_ms[-1][p] == 0 and all(ms[p] > 0 for ms in phase_ms[:-1])]
+    if not missing:
+        return None
+    return (f"last step {last.name} left out ({last.dur_us / 1000:.3f} ms against a median of "
+            f"{median / 1000:.3f} ms): it holds no {' or '.join(missing)}, which every other step "
+            "holds, so the profiler stopped inside it")
