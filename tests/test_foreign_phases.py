@@ -309,15 +309,29 @@ def test_step_marker_that_matches_nothing_falls_back_to_one_window():
     assert any("no host event matches --step-marker 'train_stpe'" in n for n in result.notes)
 
 
-def test_trace_with_device_events_only_says_what_was_looked_for(runner, tmp_path):
+def test_trace_with_device_events_only_is_one_window_of_its_device_events(runner, tmp_path):
     path = tmp_path / "gpu_only.pt.trace.json"
     path.write_text(json.dumps({"traceEvents": [
-        {"ph": "X", "cat": "kernel", "name": "volta_sgemm", "pid": 0, "tid": 7, "ts": 10, "dur": 5}]}))
+        {"ph": "X", "cat": "kernel", "name": "volta_sgemm", "pid": 0, "tid": 7, "ts": 10, "dur": 5},
+        {"ph": "X", "cat": "kernel", "name": "volta_sgemm", "pid": 0, "tid": 7, "ts": 30, "dur": 5}]}))
+    result = runner.invoke(cli, ["breakdown", str(path), "--step-marker", "train_step",
+                                 "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["steps"] == 1 and doc["step_ms"]["mean"] == pytest.approx(0.025)
+    (note,) = [n for n in doc["notes"] if "whole trace" in n]
+    assert "no host event matches --step-marker 'train_step'" in note
+    assert "0.025 ms of device events only" in note
+
+
+def test_trace_without_any_event_is_one_line(runner, tmp_path):
+    path = tmp_path / "empty.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "python"}}]}))
     result = runner.invoke(cli, ["breakdown", str(path), "--step-marker", "train_step"])
     assert result.exit_code == 2, result.output
     (line,) = result.stderr.strip().splitlines()
-    assert "no training steps found" in line and "ProfilerStep#N" in line
-    assert "step_num" in line and "--step-marker 'train_step'" in line
+    assert line.startswith("gapscope: error:") and "holds no complete events" in line, line
 
 
 # --- a last step the profiler cut off ----------------------------------------------------------

@@ -325,7 +325,8 @@ def test_the_tensorboard_tab_lists_foreign_traces_by_content(tmp_path):
     assert all(r["problem"] is None for r in runs.values())
     assert [r["framework"] for name, r in runs.items() if name not in tf] == ["torch"] * 4
     assert [runs[name]["breakdown"]["steps"] for name in tf] == [4, 4]
-    assert runs["hta"]["breakdown"]["phases"]["data_load"]["ms"] == pytest.approx(0.250)
+    # The DataLoader ranges (0.250 ms a step) and the batch's copy to the device after them.
+    assert runs["hta"]["breakdown"]["phases"]["data_load"]["ms"] == pytest.approx(0.290)
     assert runs["gz"]["breakdown"]["steps"] == runs["windows/host_7.1700000010000.pt.trace.json"][
         "breakdown"]["steps"] == 2
 
@@ -339,8 +340,13 @@ def test_gapscope_reads_back_its_xspace_export_of_a_torch_trace(tmp_path, runner
     original = json.loads(runner.invoke(cli, ["breakdown", str(fixture), "--format", "json"]).stdout)
     back = json.loads(runner.invoke(cli, ["breakdown", str(out), "--format", "json"]).stdout)
     assert back["steps"] == 2
-    assert {k: v["ms"] for k, v in back["phases"].items()} == \
-        pytest.approx({k: v["ms"] for k, v in original["phases"].items()})
+    read, first = ({k: v["ms"] for k, v in doc["phases"].items()} for doc in (back, original))
+    # The XSpace keeps no link from the batch's copy op to its memcpy (no correlation ids), so
+    # the copy that the original puts in data_load (0.040 ms a step) reads back in forward.
+    moved = first["data_load"] - read["data_load"]
+    assert moved == pytest.approx(0.040)
+    assert read == pytest.approx({**first, "data_load": first["data_load"] - moved,
+                                  "forward": first["forward"] + moved})
     assert back["phase_sources"] == original["phase_sources"]
 
 

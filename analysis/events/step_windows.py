@@ -31,17 +31,20 @@ def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str
             return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us), []
         why = "the trace holds no step markers (ProfilerStep#N, a TF step_num)"
     host = np.flatnonzero(columns.on_host())
-    if not len(host):
+    # A device-only capture still has its kernels and copies to measure: its window is the
+    # span of the device events, and no host phase can be found in it.
+    rows, what = (host, "host events") if len(host) else (np.arange(len(columns.start_us)), "device events only")
+    if not len(rows):
         marker = f" or --step-marker {rules.step_marker!r}" if rules.step_marker is not None else ""
-        return [], [f"looked for ProfilerStep#N, a TF step_num{marker}, then host events to "
-                    "analyse as one window: the trace holds none (device events only?)"]
-    start = float(columns.start_us[host].min())
-    end = float((columns.start_us[host] + columns.dur_us[host]).max())
-    track = columns.wheres[columns.where[host[0]]][1]
+        return [], [f"looked for ProfilerStep#N, a TF step_num{marker}, then any event to "
+                    "analyse as one window: the trace holds none"]
+    start = float(columns.start_us[rows].min())
+    end = float((columns.start_us[rows] + columns.dur_us[rows]).max())
+    track = columns.wheres[columns.where[rows[0]]][1]
     window = Event(WHOLE_TRACE, STEP, start, end - start, track)
-    return [window], [f"warning: {why}: the whole trace ({(end - start) / 1000:.3f} ms of host "
-                      "events) is analysed as one step; name the range or op that marks a step "
-                      "with --step-marker"]
+    return [window], [f"warning: {why}: the whole trace ({(end - start) / 1000:.3f} ms of {what}) "
+                      "is analysed as one step; name the range or op that marks a step with "
+                      "--step-marker"]
 
 
 def marked_steps(trace: Trace, rules: TraceRules) -> list[Event]:
