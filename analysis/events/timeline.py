@@ -90,7 +90,7 @@ def phase_timeline(trace: Trace, rules: TraceRules = TraceRules()) -> PhaseTimel
 
 def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
     steps, notes = step_windows(trace, rules)
-    by_phase, origins = phase_intervals(trace, steps, rules) if steps else ({}, {})
+    by_phase, origins, copies = phase_intervals(trace, steps, rules) if steps else ({}, {}, [])
     segments = []
     for step in steps:
         taken: list[intervals.Interval] = []
@@ -104,7 +104,20 @@ def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
     cut = cut_off_last(steps, [timeline.phase_ms(i) for i in range(len(steps))])
     if cut:
         timeline = PhaseTimeline(steps[:-1], segments[:-1], origins, notes + [cut])
+    if copies:
+        timeline.notes.append(_batch_copy_note(timeline, copies))
     return timeline
+
+
+def _batch_copy_note(timeline: PhaseTimeline, copies: list[intervals.Interval]) -> str:
+    """data_load's two parts where the batch's copy ran after the loader's range, so that the
+    range alone (what torch-tb-profiler calls DataLoader time) can still be read."""
+    n = len(timeline.steps)
+    copy_ms = sum(e - s for step in timeline.steps
+                  for s, e in intervals.clip_merged(copies, step.start_us, step.end_us)) / 1000.0 / n
+    data_ms = sum(timeline.phase_ms(i)["data_load"] for i in range(n)) / n
+    return (f"data_load {data_ms:.3f} ms a step: the data loader's ranges {data_ms - copy_ms:.3f} ms "
+            f"and the batch's copy to the device after them {copy_ms:.3f} ms")
 
 
 def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceRules()):
@@ -143,13 +156,15 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
         copies = batch_copies(trace, by_phase["data_load"], data_rows)
         if copies:
             by_phase["data_load"] = intervals.merge(by_phase["data_load"] + copies)
+    else:
+        copies = []
     if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
         ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
         forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
         if forward:
             by_phase["forward"] = forward
             origins["forward"] = PhaseOrigin.INFERRED
-    return by_phase, origins
+    return by_phase, origins, copies
 
 
 _UNCLAIMED, _NOT_CONSIDERED = -1, -2  # row claims that are no phase: an unmarked host op, other events
