@@ -771,7 +771,8 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
           **settings):
     """Regression check for CI: TARGET's step time against a stored baseline. Exit 1 when it is
     slower by more than --threshold and the 95 % interval of the ratio excludes no change
-    (the two-level interval of `compare --measure`); exit 0 otherwise, also when faster.
+    (the two-level interval of `compare --measure`); exit 3 when other processes took the
+    cores meanwhile (no verdict is a fact then); exit 0 otherwise, also when faster.
 
     TARGET is a configuration WORKLOAD:FRAMEWORK[:VARIANT], measured now in --repeats fresh
     processes without a profiler, or an A/B folder whose runs are reused.
@@ -782,6 +783,7 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
       gapscope check cnn:torch --baseline ci/cnn-torch.json --threshold 5%
       gapscope check traces/ab-cnn-20261125-101500-1a2b --baseline ci/cnn-torch.json
     """
+    from analysis.measures.reliability import busy_machine
     from analysis.results.regression import Baseline, check as check_against, read_baseline
     baseline_path = Path(baseline_file)
     if save and os.path.lexists(baseline_path):
@@ -790,15 +792,20 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
     config, runs, run_settings = _check_runs(target, config_label or (baseline and baseline.config),
                                               repeats, out_dir, quiet, settings)
     means, within, unreliable = _process_means(runs)
+    busy = any(busy_machine(run.manifest) for run in runs)
     machine = _machine()
     if save:
         from profilers.run_dir import write_atomic
-        stored = Baseline(config, means, within, run_settings, machine)
+        # Kept with its busy mark: every check against a busy machine's baseline is inconclusive.
+        stored = Baseline(config, means, within, run_settings, machine, busy)
         write_atomic(baseline_path, strict_json.dumps(stored.to_json_dict(), indent=2) + "\n")
         click.echo(f"baseline written: {baseline_path} ({config}: {sum(means) / len(means):.3f} ms, "
                    f"{len(means)} repeats)")
+        for warning in unreliable + (["checks against this baseline are inconclusive: record "
+                                      "it again on a quiet machine"] if busy else []):
+            click.echo(f"gapscope: warning: {warning}", err=True)
         return
-    result = check_against(baseline, config, means, within, threshold, machine)
+    result = check_against(baseline, config, means, within, threshold, machine, busy)
     result.warnings += unreliable
     if fmt == "json":
         click.echo(strict_json.dumps(result.to_json_dict(), indent=2))

@@ -40,6 +40,11 @@ def reliability_warnings(manifest: dict, step_times_ms: list[float]) -> list[str
     return warnings
 
 
+def busy_machine(manifest: dict) -> bool:
+    """Whether other processes (or other guests) took the cores while the run ran."""
+    return bool(_load_warnings(manifest.get("machine_load")))
+
+
 def _load_warnings(load) -> list[str]:
     if not isinstance(load, dict):
         return []

@@ -21,6 +21,12 @@ class Verdict(enum.StrEnum):
     REGRESSION = "regression"   # slower by more than the threshold, and beyond noise
     FASTER = "faster"           # faster by more than the threshold, and beyond noise
     UNCHANGED = "unchanged"     # within the threshold, or not told apart from noise
+    INCONCLUSIVE = "inconclusive"  # measured on a busy machine: no verdict is a fact
+
+
+# check's exit codes: CI fails on a regression; a busy runner's figure is neither pass nor fail.
+EXIT_REGRESSION = 1
+EXIT_INCONCLUSIVE = 3
 
 
 @dataclass(frozen=True)
@@ -33,10 +39,12 @@ class Baseline:
     within: list[float]
     settings: dict
     machine: dict
+    busy: bool = False             # other processes took the cores while it was measured
 
     def to_json_dict(self) -> dict:
         return {"format": BASELINE_FORMAT, "config": self.config, "step_ms": self.step_ms,
-                "within": self.within, "settings": self.settings, "machine": self.machine}
+                "within": self.within, "settings": self.settings, "machine": self.machine,
+                "busy": self.busy}
 
 
 @dataclass
@@ -51,7 +59,8 @@ class CheckResult:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.verdict == Verdict.REGRESSION else 0
+        return {Verdict.REGRESSION: EXIT_REGRESSION,
+                Verdict.INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(self.verdict, 0)
 
     def line(self) -> str:
         r = self.ratio
@@ -71,13 +80,18 @@ class CheckResult:
 
 
 def check(baseline: Baseline, config: str, step_ms: list[float], within: list[float],
-          threshold: float, machine: dict) -> CheckResult:
+          threshold: float, machine: dict, busy: bool = False) -> CheckResult:
     """Now against the baseline, as in asv: a regression is slower by more than `threshold`
     AND with an interval that excludes no change, so neither a small real drift nor a large
-    noisy one fails CI. Where the two were measured differently, it is said."""
+    noisy one fails CI. Where the two were measured differently, it is said. Measured while
+    other processes took the cores (`busy`, now or for the baseline), no verdict stands: at
+    load 10 an unchanged configuration read 7.4x slower [1.24, 44], and a planted slowdown
+    read unchanged."""
+    busy = busy or baseline.busy
     ratio = repeat_ratio(baseline.step_ms, step_ms, baseline.within, within)
     beyond_noise = ratio.ci95 is not None and not (ratio.ci95[0] <= 1.0 <= ratio.ci95[1])
-    verdict = (Verdict.REGRESSION if beyond_noise and ratio.ratio > 1 + threshold else
+    verdict = (Verdict.INCONCLUSIVE if busy else
+               Verdict.REGRESSION if beyond_noise and ratio.ratio > 1 + threshold else
                Verdict.FASTER if beyond_noise and ratio.ratio < 1 / (1 + threshold) else
                Verdict.UNCHANGED)
     warnings = []
@@ -89,6 +103,8 @@ def check(baseline: Baseline, config: str, step_ms: list[float], within: list[fl
             warnings.append(f"{key} differs from the baseline's: {now} vs {then}")
     if ratio.ci95 is None:
         warnings.append("fewer than two repeats on a side: no interval, no verdict beyond noise")
+    if baseline.busy:
+        warnings.append("the baseline was measured on a busy machine: record it again on a quiet one")
     return CheckResult(config, baseline, step_ms, threshold, ratio, verdict, warnings)
 
 
@@ -114,8 +130,11 @@ def read_baseline(path: str | Path) -> Baseline:
     if not (isinstance(config, str) and config and isinstance(settings, dict)
             and isinstance(machine, dict)):
         raise GapscopeInputError(f"{path}: corrupt baseline: config, settings or machine missing")
+    busy = doc.get("busy", False)  # absent from baselines recorded before it was kept
+    if not isinstance(busy, bool):
+        raise GapscopeInputError(f"{path}: corrupt baseline: busy must be true or false")
     return Baseline(config, [float(v) for v in step_ms], [float(v) for v in within], settings,
-                    {k: v for k, v in machine.items() if isinstance(v, (str, int, float))})
+                    {k: v for k, v in machine.items() if isinstance(v, (str, int, float))}, busy)
 
 
 def _positive_list(values) -> bool:
