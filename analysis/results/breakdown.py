@@ -13,6 +13,7 @@ from analysis.events.phase_rules import PhaseOrigin
 from analysis.results.records import Breakdown, PhaseSource, StepBreakdown
 from analysis.model.run import Run
 from analysis.measures.blocking import blocking_notes
+from analysis.measures.hardware import hardware
 from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
@@ -56,6 +57,8 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
                     + run.notes + variant_notes(run.manifest) + result.notes)
     _label(result, run)
+    if result.device is None and source != Source.TIMERS and run.trace is not None:
+        result.device = hardware(run.manifest, run.trace).device  # a foreign trace's own word on its GPU
     return result
 
 

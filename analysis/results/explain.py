@@ -48,7 +48,6 @@ def explain(run: Run) -> RunExplanation:
     work = find_work(run.trace, timeline, run.hlo)
     work.steps = len(result.steps)  # traced optimizer updates, as the breakdown counts them
     found = hardware(run.manifest, run.trace)
-    result.device = result.device or found.device  # a foreign trace's own word on its GPU
     return RunExplanation(
         breakdown=result,
         attribution=attribute(work, timeline, result),
