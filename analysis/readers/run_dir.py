@@ -136,6 +136,16 @@ def find_torch_traces(folder: Path, keep=None, by_content: bool = True) -> list[
     return sorted(named | {p for p in others if is_kineto_trace(p)})
 
 
+def traces_by_content(files: list[Path]) -> list[Path]:
+    """Of `files`, those named like other tools' traces (*.json, *.json.gz) whose head is a
+    Kineto trace's; none where there are more candidates than find_torch_traces reads."""
+    candidates = [p for p in files if any(p.match(g) for g in CONTENT_GLOBS)
+                  and safe_files.is_readable_regular_file(p)]
+    if len(candidates) > MAX_CANDIDATES:
+        return []
+    return [p for p in candidates if is_kineto_trace(p)]
+
+
 def _session_kind(found: Located) -> str:
     # TF writes one .xplane.pb per host and session; beside torch traces they are not the trace.
     return "torch_traces" if found.torch_traces else "xplanes"

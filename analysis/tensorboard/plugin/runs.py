@@ -8,9 +8,7 @@ from pathlib import Path
 
 from analysis.model.job import is_job, load_job
 from analysis.model.locate import ForeignTrace, Place, locate
-from analysis.readers import safe_files
-from analysis.readers.run_dir import (CONTENT_GLOBS, MAX_CANDIDATES, TORCH_TRACE_GLOBS, XPLANE_GLOB,
-                                      is_kineto_trace, session_files)
+from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB, session_files, traces_by_content
 from analysis.model.run import RunEntry, expand_runs
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
@@ -94,9 +92,7 @@ def _holds_traces(folder: Path, files: list[str]) -> bool:
         return True
     # Other tools' names (HTA's worker0.1629....json, rank-0.json.gz): a trace by its head, as
     # the CLI's finder takes it; a folder of more candidates than it reads is not searched.
-    candidates = [folder / name for name in files if any(Path(name).match(g) for g in CONTENT_GLOBS)]
-    if len(candidates) <= MAX_CANDIDATES and any(
-            safe_files.is_readable_regular_file(p) and is_kineto_trace(p) for p in candidates):
+    if traces_by_content([folder / name for name in files]):
         return True
     profile = folder / PROFILE_DIR
     return profile.is_dir() and next(profile.rglob(XPLANE_GLOB), None) is not None
