@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.measures.kernels import _FUSED
-from analysis.measures.runtime_calls import COPY, LAUNCH, SYNC, call_kind
+from analysis.measures.runtime_calls import COPY, LAUNCH, SYNC, call_kind, waits_for_device
 from analysis.renderers import compare_markdown, compare_table, evidence_text
 from analysis.results.compare import Evidence, EvidenceKind, compare
 from analysis.results.explain import explain_run
@@ -145,6 +145,15 @@ def test_runtime_calls_by_what_they_do():
                                    "cudaMemcpyAsync", "hipMemsetAsync", "cudaStreamSynchronize",
                                    "cudaDeviceSynchronize", "cudaEventRecord")] == [
         LAUNCH, LAUNCH, LAUNCH, COPY, COPY, SYNC, SYNC, None]
+
+
+def test_the_host_waits_in_synchronizes_and_blocking_copies_only():
+    """One classifier for the blocking notes and other's "device wait": a stream waiting on an
+    event is the device's wait (the host call returns at once), an Async copy only queues."""
+    names = ("cudaStreamSynchronize", "hipDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
+             "cudaMemcpy2D", "hipMemcpy", "cudaMemcpyAsync", "hipMemcpyAsync", "cudaStreamWaitEvent",
+             "cudaLaunchKernel")
+    assert [n for n in names if waits_for_device(n)] == list(names[:6])
 
 
 def test_unattributed_kernels_are_worded_per_framework(fixtures_dir):

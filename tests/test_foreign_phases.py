@@ -244,9 +244,9 @@ def test_copy_that_launches_no_h2d_is_not_data_load():
 def test_ops_that_start_together_are_ordered_outer_first():
     import numpy as np
 
-    from analysis.events.batch_copy import _outer_first
+    from analysis.events.tracks import outer_first
     starts, durs = np.array([5.0, 1.0, 5.0, 3.0, 5.0]), np.array([1.0, 9.0, 4.0, 2.0, 2.0])
-    assert _outer_first(starts, durs).tolist() == [1, 3, 2, 4, 0]
+    assert outer_first(starts, durs).tolist() == [1, 3, 2, 4, 0]
 
 
 def test_item_sync_is_named_in_its_phase():

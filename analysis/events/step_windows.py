@@ -10,6 +10,7 @@ import numpy as np
 from analysis.events.columns import code
 from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 from analysis.events.trace_rules import TraceRules
+from analysis.events.tracks import outermost
 
 WHOLE_TRACE = "whole trace"
 _MARKER_KINDS = (ANNOTATION, HOST_OP, STEP)
@@ -55,16 +56,14 @@ def marked_steps(trace: Trace, rules: TraceRules) -> list[Event]:
     wanted = np.array([rules.is_step_marker(name) for name in columns.names], bool)
     rows = np.flatnonzero(wanted[columns.name] & columns.on_host()
                           & np.isin(kinds, [code(k) for k in _MARKER_KINDS]))
-    order = rows[np.lexsort((-columns.dur_us[rows], columns.start_us[rows]))]
-    steps, reach = [], -np.inf
-    for row in order.tolist():
+    # Steps follow one another whichever thread marks them: all markers count as one track.
+    _, kept = outermost(columns, np.zeros(len(kinds), np.int64), rows).get(0, ([], []))
+    steps = []
+    for row in kept:
         event = columns.event(row)
-        if event.start_us < reach:
-            continue
         number = _NUMBER.search(event.name)
         steps.append(Event(event.name, STEP, event.start_us, event.dur_us, event.track,
                            int(number.group(1)) if number else None))
-        reach = event.end_us
     return steps
 
 

@@ -12,12 +12,9 @@ from analysis.events.batch_copy import COPY_OPS
 from analysis.events.columns import code
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import HOST_OP, RUNTIME, Trace
-from analysis.events.tracks import track_ids
+from analysis.events.tracks import outermost, track_ids
+from analysis.measures.runtime_calls import waits_for_device
 
-# Runtime calls that return only once the device is done: the synchronizes, and the memcpy
-# that is not Async (torch's blocking copies call cudaMemcpyAsync then cudaStreamSynchronize).
-WAITS = frozenset(f"{api}{call}" for api in ("cuda", "hip") for call in (
-    "StreamSynchronize", "DeviceSynchronize", "EventSynchronize", "Memcpy", "Memcpy2D"))
 # The ops a wait is named after where it runs inside one: a copy (COPY_OPS), or a read of a
 # device scalar.
 SCALAR_OPS = frozenset({"aten::item", "aten::_local_scalar_dense"})
@@ -44,13 +41,13 @@ def blocking_calls(trace: Trace, timeline: PhaseTimeline) -> list[Blocking]:
         return []
     columns = trace.columns
     kinds = columns.kind_codes()
-    is_wait = np.array([name in WAITS for name in columns.names], bool)
+    is_wait = np.array([waits_for_device(name) for name in columns.names], bool)
     waits = np.flatnonzero((kinds == code(RUNTIME)) & is_wait[columns.name])
     if not len(waits):
         return []
     wrapping = np.array([name in COPY_OPS or name in SCALAR_OPS for name in columns.names], bool)
     tracks = track_ids(columns)
-    outer = _outermost(columns, tracks, np.flatnonzero((kinds == code(HOST_OP)) & wrapping[columns.name]))
+    outer = outermost(columns, tracks, np.flatnonzero((kinds == code(HOST_OP)) & wrapping[columns.name]))
     totals: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0.0, 0])
     counted = set()
     for row in waits.tolist():
@@ -71,22 +68,6 @@ def blocking_calls(trace: Trace, timeline: PhaseTimeline) -> list[Blocking]:
         total[1] += 1
     found = [Blocking(what, phase, ms / steps, n / steps) for (what, phase), (ms, n) in totals.items()]
     return sorted(found, key=lambda b: -b.ms_per_step)
-
-
-def _outermost(columns, tracks: np.ndarray, rows: np.ndarray) -> dict[int, tuple[list[float], list[int]]]:
-    """Per track, the `rows` not nested in another of them: their starts and rows, sorted."""
-    found: dict[int, tuple[list[float], list[int]]] = {}
-    reach: dict[int, float] = {}
-    order = rows[np.lexsort((-columns.dur_us[rows], columns.start_us[rows]))]
-    for row in order.tolist():
-        track, start = int(tracks[row]), float(columns.start_us[row])
-        if start < reach.get(track, -np.inf):
-            continue
-        starts, kept = found.setdefault(track, ([], []))
-        starts.append(start)
-        kept.append(row)
-        reach[track] = start + float(columns.dur_us[row])
-    return found
 
 
 def _around(columns, ops: tuple[list[float], list[int]], t: float) -> int | None:

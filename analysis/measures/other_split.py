@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import enum
-import re
 
 import numpy as np
 
@@ -11,9 +10,7 @@ from analysis.events.columns import code
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import HOST_OP, OTHER, RUNTIME, Trace
 from analysis.measures.collectives import is_collective_range
-
-# Runtime calls in which the host waits for the device instead of working.
-_WAITS = re.compile(r"Synchronize|(?:cuda|hip)Memcpy(?!Async)|(?:cuda|hip)StreamWaitEvent")
+from analysis.measures.runtime_calls import waits_for_device
 
 
 class OtherPart(enum.StrEnum):
@@ -80,7 +77,7 @@ def _categories(columns) -> np.ndarray:
     phases' own marks, a user's annotation: what they leave is the loop's)."""
     kinds = columns.kind_codes()
     host = columns.on_host()
-    waits = np.array([bool(_WAITS.search(n)) for n in columns.names], bool)[columns.name]
+    waits = np.array([waits_for_device(n) for n in columns.names], bool)[columns.name]
     runtime = kinds == code(RUNTIME)
     category = np.full(len(kinds), -1, np.int8)
     collective = np.array([is_collective_range(n) for n in columns.names], bool)[columns.name]

@@ -1,12 +1,19 @@
 """The host's CUDA/HIP runtime calls inside the steps by what they do (launch a kernel, queue a copy, wait for the device), per phase."""
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import Event
 
 LAUNCH, COPY, SYNC = "launch", "copy", "sync"
+
+# The calls that return only once the device is done: every synchronize, and the memcpy that is
+# not Async (cudaMemcpy, cudaMemcpy2D, cudaMemcpyPeer...; torch's blocking copies call
+# cudaMemcpyAsync then cudaStreamSynchronize). A stream waiting on an event is the device's wait,
+# not the host's: cudaStreamWaitEvent returns at once.
+_HOST_WAITS = re.compile(r"Synchronize|(?:cuda|hip)Memcpy(?!Async)")
 
 
 def call_kind(name: str) -> str | None:
@@ -20,6 +27,11 @@ def call_kind(name: str) -> str | None:
     if "Launch" in name:
         return LAUNCH
     return None
+
+
+def waits_for_device(name: str) -> bool:
+    """Whether the host is blocked in this runtime call until the device has caught up."""
+    return bool(_HOST_WAITS.search(name))
 
 
 def queued(calls: list[Event]) -> list[Event]:
