@@ -407,7 +407,8 @@ _CHOOSE = """(doc) => {
 
 # What XProf's Trace Viewer (catapult, in an iframe of XProf's page) has loaded and drawn: per
 # process its name and threads (name, id, slice titles in time order), the track headings from
-# top to bottom with their height, and the size of each canvas; null until its model is loaded.
+# top to bottom with their height, and the size of each canvas; null until its model is loaded
+# and its tracks drawn.
 _TRACE_VIEWER = """(() => {
   const docs = [];
   const frames = (node) => {
@@ -440,6 +441,9 @@ _TRACE_VIEWER = """(() => {
     for (const child of node.childNodes) walk(child);
   };
   walk(doc.documentElement);
+  // The model loads before the tracks are laid out: until a canvas is sized past the browser's
+  // default 300x150, nothing has been drawn yet (a slow machine shows that state for a while).
+  if (!canvases.some(([width, height]) => width > 302 || height > 150)) return null;
   return {processes, headings, canvases, url: doc.location.href};
 })()"""
 
