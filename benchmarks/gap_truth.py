@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 # Usage: python -m benchmarks.gap_truth [--pairs cnn,mlp-compile,mlp-jit] [--trials 5]
-#            [--repeats 3] [--steps N] [--format table|markdown|json] [--quick] [--no-check]
+#            [--repeats 3] [--plain-repeats P] [--steps N] [--format table|markdown|json]
+#            [--quick] [--no-check]
 #
-# For each pair of configurations and each trial: R plain repeats of A and of B (each a fresh
+# For each pair of configurations and each trial: P plain repeats (default R) of A and of B (each a fresh
 # process running benchmarks/plain_loops.py, which imports nothing of gapscope's but its data
 # generators) and one `gapscope compare --measure A B --repeats R`, interleaved in time so that
 # drift of the shared machine hits both alike. The plain ratio of a trial is the mean over its
@@ -171,13 +172,13 @@ def pct(value: float, reference: float) -> float:
     return (value / reference - 1.0) * 100.0
 
 
-def measure_trial(pair: Pair, trial: int, trials: int, repeats: int, steps: int,
-                  gapscope: dict, counts: dict, extra: list[str]) -> dict:
+def measure_trial(pair: Pair, trial: int, trials: int, repeats: int, plain_repeats: int,
+                  steps: int, gapscope: dict, counts: dict, extra: list[str]) -> dict:
     """Plain pairs before and after the gapscope measurement (half each), each pair in
     alternating order (AB, BA, ...) so that a steady drift or an order effect cancels."""
     tag = f"[{pair.name} {trial}/{trials}]"
-    plain_a, plain_b = [None] * repeats, [None] * repeats
-    before = (repeats + 1) // 2
+    plain_a, plain_b = [None] * plain_repeats, [None] * plain_repeats
+    before = (plain_repeats + 1) // 2
     comparison, gapscope_error = None, None
 
     def plain_pair(index: int) -> None:
@@ -186,7 +187,7 @@ def measure_trial(pair: Pair, trial: int, trials: int, repeats: int, steps: int,
             result = run_plain(config, steps)
             verify_parameters(result, config, counts)
             into[index] = result
-            log(f"{tag} plain {config.spec} {index + 1}/{repeats}: {result['step_ms']:.2f} ms "
+            log(f"{tag} plain {config.spec} {index + 1}/{plain_repeats}: {result['step_ms']:.2f} ms "
                 f"({result['process_s']:.0f} s)")
 
     for index in range(before):
@@ -204,11 +205,12 @@ def measure_trial(pair: Pair, trial: int, trials: int, repeats: int, steps: int,
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
             gapscope_error = str(exc)
             log(f"{tag} gapscope A/B failed: {exc}")
-    for index in range(before, repeats):
+    for index in range(before, plain_repeats):
         plain_pair(index)
 
     ratios = [b["step_ms"] / a["step_ms"] for a, b in zip(plain_a, plain_b)]
     row = {"pair": pair.name, "trial": trial, "steps": steps, "repeats": repeats,
+           "plain_repeats": plain_repeats,
            "plain_a_ms": statistics.fmean(r["step_ms"] for r in plain_a),
            "plain_b_ms": statistics.fmean(r["step_ms"] for r in plain_b),
            "plain_ratios": ratios, "plain_ratio": statistics.fmean(ratios),
@@ -228,7 +230,11 @@ def summarise(pair: Pair, rows: list[dict]) -> dict:
     summary = {"pair": pair.name, "ratio": pair.ratio_label, "a": pair.a.spec, "b": pair.b.spec,
                "trials": len(rows), "plain_ratio_median": statistics.median(plain),
                "plain_max_deviation_pct": max(abs(pct(p, statistics.median(plain)))
-                                              for p in plain)}
+                                              for p in plain),
+               # The control for "within 7 % of the plain ratio beside it": how far two plain
+               # measurements of the same pair, minutes apart, lie from each other here.
+               "plain_vs_plain_max_pct": max((abs(pct(b, a)) for a, b in zip(plain, plain[1:])),
+                                             default=None)}
     measured = [r for r in rows if "gapscope_ratio" in r]
     if measured:
         median = statistics.median(r["gapscope_ratio"] for r in measured)
@@ -245,7 +251,8 @@ def summarise(pair: Pair, rows: list[dict]) -> dict:
 ROW_COLUMNS = ("pair", "trial", "plain A ms", "plain B ms", "plain B/A", "gapscope B/A [95% CI]",
                "difference")
 SUMMARY_COLUMNS = ("pair", "ratio", "plain median", "gapscope median",
-                   "max trial deviation", "max |gapscope - plain|", "targets")
+                   "max trial deviation", "max |gapscope - plain|", "targets",
+                   "plain: max trial deviation", "plain vs plain")
 
 
 def row_cells(row: dict) -> list[str]:
@@ -269,17 +276,22 @@ def summary_cells(summary: dict) -> list[str]:
                   f"{summary['max_abs_difference_pct']:.1f} %",
                   "met" if summary["targets_met"] else "MISSED"]
     else:
-        cells += ["n/a", f"(plain {summary['plain_max_deviation_pct']:.1f} %)", "-", "-"]
-    return cells
+        cells += ["n/a", "-", "-", "-"]
+    between = summary.get("plain_vs_plain_max_pct")
+    return cells + [f"{summary['plain_max_deviation_pct']:.1f} %",
+                    "-" if between is None else f"{between:.1f} %"]
 
 
 def footer(rows: list[dict], pairs: list[Pair], settings: dict, gapscope: dict) -> list[str]:
     lines = [f"Step times in ms: mean of the steady steps after {WARMUP_STEPS} warm-up steps, "
-             f"mean over {settings['repeats']} fresh-process repeats per trial; ratio = B/A "
+             f"mean over {settings['repeats']} fresh-process repeats per trial (plain: "
+             f"{settings['plain_repeats']}); ratio = B/A "
              f"({'; '.join(f'{p.name}: A {p.a.spec}, B {p.b.spec}' for p in pairs)}). "
              f"Steps per run: {settings['steps']}.",
              f"Targets: each trial within {MAX_GAP_ERROR_PCT:g} % of the plain ratio beside it; "
-             f"trials within {MAX_TRIAL_SPREAD_PCT:g} % of their median."]
+             f"trials within {MAX_TRIAL_SPREAD_PCT:g} % of their median.",
+             "Control, the plain loop against itself: its own trials' deviation from their "
+             "median, and the largest difference between one trial's plain ratio and the next's."]
     if any(r.get("gapscope_unprofiled") is False for r in rows):
         lines.append("(traced): gapscope had no unprofiled steady steps and timed traced ones; "
                      "give more --steps.")
@@ -324,6 +336,9 @@ def parse_args(argv):
     parser.add_argument("--trials", type=int, default=5, help="A/B measurements per pair")
     parser.add_argument("--repeats", type=int, default=3,
                         help="fresh processes per configuration in one trial (plain and gapscope)")
+    parser.add_argument("--plain-repeats", type=int, default=None,
+                        help="plain processes per configuration in one trial (default: --repeats); "
+                             "more make the reference steadier than what it checks")
     parser.add_argument("--steps", type=int, default=None,
                         help="steps per run, warm-up included (default per pair: cnn 40, "
                              "mlp 200; --quick: cnn 25, mlp 40)")
@@ -341,11 +356,12 @@ def parse_args(argv):
     if unknown:
         parser.error(f"unknown pair(s) {', '.join(unknown)}; known: {', '.join(PAIRS)}")
     if args.quick:
-        args.trials, args.repeats = 1, 1
+        args.trials, args.repeats, args.plain_repeats = 1, 1, 1
+    args.plain_repeats = args.plain_repeats or args.repeats
     if args.steps is not None and args.steps <= WARMUP_STEPS:
         parser.error(f"--steps must exceed the {WARMUP_STEPS} warm-up steps")
-    if min(args.trials, args.repeats) < 1:
-        parser.error("--trials and --repeats must be at least 1")
+    if min(args.trials, args.repeats, args.plain_repeats) < 1:
+        parser.error("--trials, --repeats and --plain-repeats must be at least 1")
     return args
 
 
@@ -354,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [PAIRS[n.strip()] for n in args.pairs.split(",")]
     steps_of = {p.name: args.steps or (p.quick_steps if args.quick else p.steps) for p in pairs}
     settings = {"pairs": [p.name for p in pairs], "trials": args.trials,
-                "repeats": args.repeats, "warmup_steps": WARMUP_STEPS,
+                "repeats": args.repeats, "plain_repeats": args.plain_repeats,
+                "warmup_steps": WARMUP_STEPS,
                 "steps": ", ".join(f"{n} {s}" for n, s in steps_of.items()),
                 "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "python": sys.executable}
@@ -369,8 +386,9 @@ def main(argv: list[str] | None = None) -> int:
     rows, summaries = [], []
     started = time.perf_counter()
     for pair in pairs:
-        pair_rows = [measure_trial(pair, trial, args.trials, args.repeats, steps_of[pair.name],
-                                   gapscope, counts, args.gapscope_args.split())
+        pair_rows = [measure_trial(pair, trial, args.trials, args.repeats, args.plain_repeats,
+                                   steps_of[pair.name], gapscope, counts,
+                                   args.gapscope_args.split())
                      for trial in range(1, args.trials + 1)]
         rows += pair_rows
         summaries.append(summarise(pair, pair_rows))

@@ -25,6 +25,8 @@ class OtherPart(enum.StrEnum):
                                        # executor scheduling, Dynamo guards, kernel launches
     LOOP = "loop and callbacks"        # no framework event at all: the training loop's own Python
                                        # (Keras fit loop, callbacks, a user's code between phases)
+    HOST_UNTRACED = "host not traced"  # a capture of the device's activities alone: the trace
+                                       # holds no host event, so what the host did is unknown
 
 
 # The parts an event can cover, by the category `_categories` gives it; LOOP is what is left.
@@ -68,6 +70,8 @@ def other_shares(trace: Trace, timeline: PhaseTimeline) -> dict[str, float]:
             totals[part] += intervals.total(inside)
             left = intervals.subtract(left, inside)
         totals[OtherPart.LOOP] += intervals.total(left)
+    if not columns.on_host().any():  # no host event anywhere: "the loop's own Python" would be a guess
+        totals[OtherPart.HOST_UNTRACED], totals[OtherPart.LOOP] = totals[OtherPart.LOOP], 0.0
     whole = sum(totals.values())
     return {str(part): value / whole for part, value in totals.items() if value > 0} if whole else {}
 

@@ -25,7 +25,9 @@ def unit_footer(breakdowns: list[Breakdown]) -> str:
             "R trace as recorded (profiler cost inside); step source: U unprofiled steps, "
             "R traced steps" + (PARTS_LEGEND if any(b.other_shares for b in breakdowns) else "")
             + (COMM_LEGEND if any(OtherPart.COMMUNICATION in (b.other_shares or {})
-                                  for b in breakdowns) else ""))
+                                  for b in breakdowns) else "")
+            + (UNTRACED_LEGEND if any(OtherPart.HOST_UNTRACED in (b.other_shares or {})
+                                      for b in breakdowns) else ""))
 
 
 PARTS_LEGEND = (". · other by what the host did meanwhile, in the trace's proportions: ops in no "
@@ -34,6 +36,8 @@ PARTS_LEGEND = (". · other by what the host did meanwhile, in the trace's propo
                 "callbacks (no framework event: the loop's Python, Keras callbacks)")
 COMM_LEGEND = ("; communication (a collective's own range in flight: gloo, NCCL or c10d, the "
                "rank waiting on its peers)")
+UNTRACED_LEGEND = ("; host not traced (the trace holds device events only: what the host did "
+                   "is unknown)")
 
 
 def origin_legend(breakdowns: list[Breakdown]) -> str | None:
