@@ -151,8 +151,8 @@ def test_the_host_waits_in_synchronizes_and_blocking_copies_only():
     """One classifier for the blocking notes and other's "device wait": a stream waiting on an
     event is the device's wait (the host call returns at once), an Async copy only queues."""
     names = ("cudaStreamSynchronize", "hipDeviceSynchronize", "cudaEventSynchronize", "cudaMemcpy",
-             "cudaMemcpy2D", "hipMemcpy", "cudaMemcpyAsync", "hipMemcpyAsync", "cudaStreamWaitEvent",
-             "cudaLaunchKernel")
+             "cudaMemcpy2D", "hipMemcpy", "cudaMemcpyAsync", "hipMemcpyAsync", "cudaMemcpy2DAsync",
+             "cudaMemcpyToSymbolAsync", "cudaStreamWaitEvent", "cudaLaunchKernel")
     assert [n for n in names if waits_for_device(n)] == list(names[:6])
 
 

@@ -10,10 +10,10 @@ from analysis.events.trace import Event
 LAUNCH, COPY, SYNC = "launch", "copy", "sync"
 
 # The calls that return only once the device is done: every synchronize, and the memcpy that is
-# not Async (cudaMemcpy, cudaMemcpy2D, cudaMemcpyPeer...; torch's blocking copies call
-# cudaMemcpyAsync then cudaStreamSynchronize). A stream waiting on an event is the device's wait,
-# not the host's: cudaStreamWaitEvent returns at once.
-_HOST_WAITS = re.compile(r"Synchronize|(?:cuda|hip)Memcpy(?!Async)")
+# not Async (cudaMemcpy, cudaMemcpy2D, cudaMemcpyPeer, but not cudaMemcpy2DAsync; torch's
+# blocking copies call cudaMemcpyAsync then cudaStreamSynchronize). A stream waiting on an event
+# is the device's wait, not the host's: cudaStreamWaitEvent returns at once.
+_HOST_WAITS = re.compile(r"Synchronize|(?:cuda|hip)Memcpy(?!\w*Async)")
 
 
 def call_kind(name: str) -> str | None:
