@@ -1,7 +1,8 @@
 """Per-process spread of the steady step: gapscope's run process against a plain loop, one knob at a time."""
 from __future__ import annotations
 
-# Usage: python -m benchmarks.process_spread [--workload cnn] [--rounds 8] [--steps 60]
+# Usage: python -m benchmarks.process_spread [--workload cnn] [--framework torch|keras]
+#            [--variant default] [--rounds 8] [--steps 60]
 #            [--arms plain,run,run:no-trace,child,child:no-trace:no-sampler,plain:omp1,run:omp1]
 #
 # Every round starts one fresh process per arm, in a rotated order (so that no arm always runs
@@ -73,10 +74,11 @@ class Arm:
         return env
 
 
-def steady_times(arm: Arm, workload: str, steps: int, scratch: Path) -> list[float]:
+def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: int,
+                 scratch: Path) -> list[float]:
     """One fresh process of `arm`; the step times (ms) its steady state is made of."""
     if arm.kind == "plain":
-        command = [sys.executable, "-m", "benchmarks.plain_loops", workload, "torch",
+        command = [sys.executable, "-m", "benchmarks.plain_loops", workload, framework, variant,
                    "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
         if "full-epoch" in arm.knobs:
             command.append("--full-epoch")
@@ -86,8 +88,8 @@ def steady_times(arm: Arm, workload: str, steps: int, scratch: Path) -> list[flo
         raise ValueError("full-epoch goes with the plain kind (gapscope's runs always hold the epoch)")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
     if arm.kind == "run":
-        command = [sys.executable, "-m", "cli", "run", workload, "--framework", "torch",
-                   "--steps", str(steps), "--warmup", str(WARMUP_STEPS), "--quiet", "--out", str(out)]
+        command = [sys.executable, "-m", "cli", "run", workload, "--framework", framework,
+                   "--variant", variant, "--steps", str(steps), "--warmup", str(WARMUP_STEPS), "--quiet", "--out", str(out)]
         if "no-trace" in arm.knobs:
             command.append("--no-trace")
         if "no-sampler" in arm.knobs:
@@ -95,8 +97,10 @@ def steady_times(arm: Arm, workload: str, steps: int, scratch: Path) -> list[flo
         _run(command, arm)
         run_dir = next(p for p in out.iterdir() if p.is_dir())
     else:
+        if variant != "default":  # a variant's settings come from workloads.variants, as the CLI resolves them
+            raise ValueError("the child kind runs the default variant only; use the run kind")
         from workloads.settings import RunSettings
-        settings = RunSettings(workload=workload, framework="torch", steps=steps,
+        settings = RunSettings(workload=workload, framework=framework, variant=variant, steps=steps,
                                warmup_steps=WARMUP_STEPS, trace="no-trace" not in arm.knobs,
                                sample_resources="no-sampler" not in arm.knobs)
         run_dir = out / "run"
@@ -155,6 +159,9 @@ def render(summaries: list[dict], control: dict | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", choices=("cnn", "mlp"), default="cnn")
+    parser.add_argument("--framework", choices=("torch", "keras"), default="torch")
+    parser.add_argument("--variant", default="default",
+                        help="one the plain loops have too (torch: compile; keras: jit)")
     parser.add_argument("--arms", default=DEFAULT_ARMS)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--steps", type=int, default=60)
@@ -175,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
                 # Minor page faults of the process tree: fresh pages the allocator asked the
                 # kernel for, the cost behind the CNN's two step speeds (benchmarks/README.md).
                 faults_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
-                times = steady_times(arm, args.workload, args.steps, Path(scratch))
+                times = steady_times(arm, args.workload, args.framework, args.variant,
+                                     args.steps, Path(scratch))
                 faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults_before
                 mean = statistics.fmean(times)
                 results[arm.name].append({"mean_ms": mean, "within_cv_pct": cv_pct(times),
