@@ -87,7 +87,7 @@ def keras_model(workload: str):
 
 
 def run_torch(workload: str, variant: str, steps: int, device_name: str,
-              full_epoch: bool = False) -> dict:
+              full_epoch: bool = False, bookkeeping: bool = False) -> dict:
     """The textbook loop: DataLoader over a TensorDataset of prepared NCHW tensors (shuffle,
     batch 256, no workers: torch_pipelines' default "tensor-dataset"), zero_grad, forward,
     loss, backward, step; torch.compile wraps the model only, mode="default"."""
@@ -112,16 +112,29 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
     cuda = device.type == "cuda"
 
     clock, times_ns, losses = time.perf_counter_ns, [], []
+    # --bookkeeping: one (phase, start, end) tuple a phase, in one list that grows all run,
+    # as a phase timer keeps them (gapscope's StepTimer before it kept them in blocks).
+    marks, mark = [], (lambda name, begun: marks.append((name, begun, clock()))) if bookkeeping \
+        else (lambda name, begun: None)
     batches = iter(loader)
     for _ in range(steps):
         start = clock()
         inputs, targets = next(batches)
         inputs = inputs.to(device, non_blocking=True)
         targets = targets.to(device, non_blocking=True)
+        mark("data_load", start)
+        begun = clock()
         optimizer.zero_grad(set_to_none=True)
+        mark("optimizer", begun)
+        begun = clock()
         loss = loss_fn(forward(inputs), targets)
+        mark("forward", begun)
+        begun = clock()
         loss.backward()
+        mark("backward", begun)
+        begun = clock()
         optimizer.step()
+        mark("optimizer", begun)
         if cuda:
             torch.cuda.synchronize()  # a host clock only sees the GPU's work after a sync
         times_ns.append(clock() - start)
@@ -199,6 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--full-epoch", action="store_true",
                         help="torch: hold the whole generated epoch, as gapscope's runs do, not "
                              "only the samples the steps use")
+    parser.add_argument("--bookkeeping", action="store_true",
+                        help="torch: keep a (phase, start, end) tuple a phase in one growing "
+                             "list, as a phase timer does")
     args = parser.parse_args(argv)
     if (args.workload, args.framework, args.variant) not in CONFIGS:
         parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
@@ -206,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--steps must exceed --warmup ({args.warmup}): no steady steps otherwise")
     started = time.perf_counter()
     if args.framework == "torch":
-        result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch)
+        result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch,
+                           args.bookkeeping)
     else:
         result = run_keras(args.workload, args.variant, args.steps, args.device)
     result = summarise(result, args.warmup)

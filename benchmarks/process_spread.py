@@ -22,7 +22,10 @@ from __future__ import annotations
 #          malloc-kept (glibc keeps what it freed: fixed mmap threshold, no trim, a 256 MiB top
 #          pad; the steps then take no fresh pages from the kernel),
 #          full-epoch (plain only: hold the whole generated epoch, 60,000 CNN samples, as
-#          gapscope's runs do, not only the 15,360 that 60 steps use)
+#          gapscope's runs do, not only the 15,360 that 60 steps use),
+#          bookkeeping (plain only: keep a (phase, start, end) tuple a phase in one list that
+#          grows all run, as gapscope's step timer does: its storage outgrows Python's small-
+#          object allocator after 64 marks and moves through glibc's heap between steps)
 
 import argparse
 import json
@@ -41,7 +44,7 @@ from profilers.machine_load import load_snapshot
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
-         "full-epoch")
+         "full-epoch", "bookkeeping")
 # Environment each knob sets in the process it starts.
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
@@ -80,12 +83,12 @@ def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: i
     if arm.kind == "plain":
         command = [sys.executable, "-m", "benchmarks.plain_loops", workload, framework, variant,
                    "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
-        if "full-epoch" in arm.knobs:
-            command.append("--full-epoch")
+        command += [f"--{knob}" for knob in ("full-epoch", "bookkeeping") if knob in arm.knobs]
         done = _run(command, arm)
         return last_json_object(done.stdout)["times_ms"][WARMUP_STEPS:]
-    if "full-epoch" in arm.knobs:
-        raise ValueError("full-epoch goes with the plain kind (gapscope's runs always hold the epoch)")
+    if arm.knobs & {"full-epoch", "bookkeeping"}:
+        raise ValueError("full-epoch and bookkeeping go with the plain kind (gapscope's runs "
+                         "always hold the epoch and keep their marks)")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
     if arm.kind == "run":
         command = [sys.executable, "-m", "cli", "run", workload, "--framework", framework,
