@@ -7,8 +7,7 @@ from __future__ import annotations
 # looked for here, so the arms share one process: one Keras model per arm, same architecture,
 # data and optimizer, each compiled once, and `fit` rounds of the arms alternate (the order
 # rotated every round). Arms:
-#   bare      Keras' own train_step, timed by a callback that reads the clock and the loss,
-#             as benchmarks/plain_loops.py does
+#   bare      Keras' own train_step, timed by benchmarks/plain_loops.py's callback
 #   step      gapscope's marked train_step (profilers/keras_marks.py), the bare callback
 #   gapscope  the marked train_step and gapscope's step callback with its StepTimer, as
 #             workloads/runners/keras_runner.py runs them (no trace window)
@@ -19,8 +18,8 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
+from benchmarks.plain_loops import step_times_callback
 from profilers.keras_marks import mark_keras_phases, step_callback
 from profilers.marks import PhaseMarks
 from profilers.timers import HostClock, StepTimer
@@ -45,7 +44,7 @@ class Arm:
         self.model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
                            jit_compile=jit, steps_per_execution=1)
         self.callback = (step_callback(self.timer, None) if name == "gapscope"
-                         else bare_callback(keras))
+                         else step_times_callback())
 
     def round_ms(self, x, y, batch_size: int) -> list[float]:
         """One fit of len(x) / batch_size steps; each step's time, as its callback took it."""
@@ -56,23 +55,6 @@ class Arm:
             return [row["step_ms"] for row in self.timer.rows(timed_phases=())[before:]]
         times, self.callback.times_ns = self.callback.times_ns, []
         return [t / 1e6 for t in times]
-
-
-def bare_callback(keras):
-    class StepTimes(keras.callbacks.Callback):
-        # The plain loop's callback: overriding on_train_batch_end keeps fit from dispatching
-        # callbacks on a thread pool, and the loss is read once a step, as a loop that logs it.
-        def __init__(self):
-            super().__init__()
-            self.times_ns, self.losses, self._start = [], [], None
-
-        def on_train_batch_begin(self, batch, logs=None):
-            self._start = time.perf_counter_ns()
-
-        def on_train_batch_end(self, batch, logs=None):
-            self.times_ns.append(time.perf_counter_ns() - self._start)
-            self.losses.append((logs or {}).get("loss"))
-    return StepTimes()
 
 
 def interleaved_rounds(arms: list[Arm], x, y, batch_size: int, rounds: int) -> list[dict]:

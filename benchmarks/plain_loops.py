@@ -164,6 +164,21 @@ def run_keras(workload: str, variant: str, steps: int, device_name: str) -> dict
                   # Explicit, not Keras' "auto": "auto" turns XLA on where a GPU is seen.
                   jit_compile=variant == "jit", steps_per_execution=1)
 
+    timer = step_times_callback()
+    model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, shuffle=True, verbose=0, callbacks=[timer])
+    parameters = sum(math.prod(w.shape) for w in model.trainable_weights)
+    import tensorflow as tf
+    gpus = tf.config.list_logical_devices("GPU")
+    return {"times_ms": [t / 1e6 for t in timer.times_ns], "losses": timer.losses,
+            "parameters": parameters, "device": "gpu" if gpus else "cpu",
+            "jit_compile": bool(getattr(model, "jit_compile", variant == "jit"))}
+
+
+def step_times_callback():
+    """A Keras callback that times each step as a user would: the clock at the batch's begin and
+    end, and the loss the logs carry, kept in `times_ns` and `losses`."""
+    import keras
+
     class StepTimes(keras.callbacks.Callback):
         # Overriding on_train_batch_end also keeps fit from dispatching callbacks on a
         # thread pool: each step's logs are read before the next step starts.
@@ -177,15 +192,7 @@ def run_keras(workload: str, variant: str, steps: int, device_name: str) -> dict
         def on_train_batch_end(self, batch, logs=None):
             self.times_ns.append(time.perf_counter_ns() - self._start)
             self.losses.append((logs or {}).get("loss"))
-
-    timer = StepTimes()
-    model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, shuffle=True, verbose=0, callbacks=[timer])
-    parameters = sum(math.prod(w.shape) for w in model.trainable_weights)
-    import tensorflow as tf
-    gpus = tf.config.list_logical_devices("GPU")
-    return {"times_ms": [t / 1e6 for t in timer.times_ns], "losses": timer.losses,
-            "parameters": parameters, "device": "gpu" if gpus else "cpu",
-            "jit_compile": bool(getattr(model, "jit_compile", variant == "jit"))}
+    return StepTimes()
 
 
 def summarise(result: dict, warmup: int) -> dict:
