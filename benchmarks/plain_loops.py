@@ -6,7 +6,8 @@ from __future__ import annotations
 # the synthetic data generators are shared (workloads.data / workloads.digits, pure NumPy), so
 # both sides train on the same bytes. Every other setting is written out again below, by hand,
 # from workloads/registry.py, workloads/models/*.py and the runners; gap_truth.py checks the
-# parameter counts against `gapscope list` so a drifted copy is caught.
+# parameter counts against `gapscope list` so a drifted copy is caught. (`--cached`, an
+# experiment of process_spread's, reads the data through gapscope's own data path instead.)
 #
 # Usage: python -m benchmarks.plain_loops WORKLOAD FRAMEWORK [VARIANT] --steps N
 #   WORKLOAD cnn | mlp, FRAMEWORK torch | keras, VARIANT default | compile (torch) | jit (keras)
@@ -35,13 +36,24 @@ CONFIGS = {("cnn", "torch", "default"), ("cnn", "keras", "default"),
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
 
-def training_data(workload: str, steps: int, full_epoch: bool = False):
+def training_data(workload: str, steps: int, full_epoch: bool = False, cached: bool = False):
     """x (channels-last float32) and int64 labels for exactly `steps` batches, made as gapscope's
     workloads.datasets.dataset_for makes them: one epoch generated with the workload's seed,
     repeated if the steps need more, then cut to batch_size * steps samples (or, with
-    `full_epoch`, kept whole when the steps need less, as gapscope's runs keep it)."""
+    `full_epoch`, kept whole when the steps need less, as gapscope's runs keep it). `cached`:
+    read through gapscope's own data path (workloads.data.load_dataset: the `.npz` cache of
+    the epoch, normalised once), whose allocations before the loop are gapscope's, not these."""
     import numpy as np
 
+    if cached:
+        from workloads.data import load_dataset
+        from workloads.registry import get_workload
+        x, y = load_dataset(get_workload(workload))
+        samples = max(BATCH_SIZE * steps, len(x) if full_epoch else 0)
+        if samples > len(x):
+            repeats = -(-samples // len(x))
+            x, y = np.concatenate([x] * repeats), np.concatenate([y] * repeats)
+        return x[:samples], y[:samples]
     shape, classes, _, epoch = WORKLOADS[workload]
     if workload == "cnn":
         from workloads.digits import synthetic_digits
@@ -87,7 +99,7 @@ def keras_model(workload: str):
 
 
 def run_torch(workload: str, variant: str, steps: int, device_name: str,
-              full_epoch: bool = False, bookkeeping: bool = False) -> dict:
+              full_epoch: bool = False, bookkeeping: bool = False, cached: bool = False) -> dict:
     """The textbook loop: DataLoader over a TensorDataset of prepared NCHW tensors (shuffle,
     batch 256, no workers: torch_pipelines' default "tensor-dataset"), zero_grad, forward,
     loss, backward, step; torch.compile wraps the model only, mode="default"."""
@@ -98,7 +110,7 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
     torch.manual_seed(SEED)
     device = torch.device("cuda" if device_name == "auto" and torch.cuda.is_available()
                           else "cpu" if device_name == "auto" else device_name)
-    x, y = training_data(workload, steps, full_epoch)
+    x, y = training_data(workload, steps, full_epoch, cached)
     if x.ndim == 4:
         x = np.ascontiguousarray(x.transpose(0, 3, 1, 2))  # NHWC -> NCHW, once, before the loop
     loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)),
@@ -222,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bookkeeping", action="store_true",
                         help="torch: keep a (phase, start, end) tuple a phase in one growing "
                              "list, as a phase timer does")
+    parser.add_argument("--cached", action="store_true",
+                        help="torch: read the data through gapscope's data path (its .npz cache)")
     args = parser.parse_args(argv)
     if (args.workload, args.framework, args.variant) not in CONFIGS:
         parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
@@ -230,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.framework == "torch":
         result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch,
-                           args.bookkeeping)
+                           args.bookkeeping, args.cached)
     else:
         result = run_keras(args.workload, args.variant, args.steps, args.device)
     result = summarise(result, args.warmup)

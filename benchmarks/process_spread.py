@@ -25,7 +25,9 @@ from __future__ import annotations
 #          gapscope's runs do, not only the 15,360 that 60 steps use),
 #          bookkeeping (plain only: keep a (phase, start, end) tuple a phase in one list that
 #          grows all run, as gapscope's step timer does: its storage outgrows Python's small-
-#          object allocator after 64 marks and moves through glibc's heap between steps)
+#          object allocator after 64 marks and moves through glibc's heap between steps),
+#          cached (plain only: the data comes through gapscope's data path, its .npz cache, so
+#          the allocations before the loop, which set glibc's dynamic thresholds, are gapscope's)
 
 import argparse
 import json
@@ -44,7 +46,7 @@ from profilers.machine_load import load_snapshot
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
-         "full-epoch", "bookkeeping")
+         "full-epoch", "bookkeeping", "cached")
 # Environment each knob sets in the process it starts.
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
@@ -83,12 +85,12 @@ def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: i
     if arm.kind == "plain":
         command = [sys.executable, "-m", "benchmarks.plain_loops", workload, framework, variant,
                    "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
-        command += [f"--{knob}" for knob in ("full-epoch", "bookkeeping") if knob in arm.knobs]
+        command += [f"--{knob}" for knob in ("full-epoch", "bookkeeping", "cached") if knob in arm.knobs]
         done = _run(command, arm)
         return last_json_object(done.stdout)["times_ms"][WARMUP_STEPS:]
-    if arm.knobs & {"full-epoch", "bookkeeping"}:
-        raise ValueError("full-epoch and bookkeeping go with the plain kind (gapscope's runs "
-                         "always hold the epoch and keep their marks)")
+    if arm.knobs & {"full-epoch", "bookkeeping", "cached"}:
+        raise ValueError("full-epoch, bookkeeping and cached go with the plain kind (gapscope's "
+                         "runs always hold the epoch, keep their marks and read the cache)")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
     if arm.kind == "run":
         command = [sys.executable, "-m", "cli", "run", workload, "--framework", framework,
