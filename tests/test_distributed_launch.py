@@ -24,11 +24,11 @@ ROOT = Path(__file__).resolve().parent.parent
 TINY = ["--steps", "12", "--warmup", "3", "--trace-steps", "4", "--batch-size", "16", "-q"]
 
 
-def _gapscope(args: list[str]) -> subprocess.Popen:
+def _gapscope(args: list[str], env: dict | None = None) -> subprocess.Popen:
     """gapscope in its own session, so a signal reaches it alone and the test can end it."""
     return subprocess.Popen([sys.executable, str(ROOT / "cli.py"), *args], cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, env=env)
 
 
 def _finish(process: subprocess.Popen, timeout: float = 240) -> tuple[str, str]:
@@ -331,26 +331,42 @@ def test_keras_nproc_runs_its_workers_into_one_job(tmp_path):
     assert "rank1 not traced: waiting, skew and straggler taken on every rank's step timers" in text
 
 
-def _abort_in_profiler_stop(tmp_path: Path, marker_name: str, attempts: int = 3):
+# Put on the job's PYTHONPATH, this holds rank 0 inside stop_tf_profiler (the marker set, the
+# stop not yet begun) long enough for a signal to land there at any load: the stop itself lasts
+# ~0.1 s, which a poll on a loaded machine missed in 1 of 3 suites even with three attempts.
+_HOLD_RANK0_IN_STOP = """
+import os
+if os.environ.get("RANK") == "0":
+    import time
+    import profilers.written_traces as written
+    _checked_writes = written.checked_writes
+
+    def _held(*args, **kwargs):
+        time.sleep(120)
+        return _checked_writes(*args, **kwargs)
+    written.checked_writes = _held
+"""
+
+
+def _abort_in_profiler_stop(tmp_path: Path, marker_name: str):
     """A two-worker TF job whose rank 0 gets SIGABRT while its profiler stops, run to its end:
-    (process, stderr, out). The stop lasts ~0.1 s: on a loaded machine the poll may not run
-    inside it (the job then simply ends), or the signal may land just after it (the marker is
-    gone, and the job rightly says only that the rank died). Such an attempt proves nothing
-    either way and is made again, in a fresh folder."""
-    for attempt in range(attempts):
-        out = tmp_path / f"attempt{attempt}"
-        process = _gapscope(["run", "mlp", "--framework", "tf", "--nproc", "2", *TINY,
-                             "--out", str(out)])
-        marker = _wait_for(lambda: next(out.glob(f"*/rank0/{marker_name}"), None)
-                           or process.poll() is not None,
-                           what="rank 0 stopping its profiler", poll_s=0.001)
-        if marker is not True:
-            os.kill(_manifest(marker.parent)["pid"], signal.SIGABRT)
-        _, stderr = _finish(process)
-        # Only a process that died inside the stop leaves the marker behind.
-        if marker is not True and marker.exists():
-            return process, stderr, out
-    raise AssertionError(f"rank 0's profiler stop was not caught in {attempts} jobs")
+    (process, stderr, out)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_HOLD_RANK0_IN_STOP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(hook), str(ROOT), os.environ.get("PYTHONPATH")]))}
+    out = tmp_path / "out"
+    process = _gapscope(["run", "mlp", "--framework", "tf", "--nproc", "2", *TINY,
+                         "--out", str(out)], env)
+    marker = _wait_for(lambda: next(out.glob(f"*/rank0/{marker_name}"), None)
+                       or process.poll() is not None, timeout=300,
+                       what="rank 0 stopping its profiler")
+    assert marker is not True, "the job ended before rank 0 stopped its profiler"
+    os.kill(_manifest(marker.parent)["pid"], signal.SIGABRT)
+    _, stderr = _finish(process)
+    assert marker.exists()  # a process that dies inside the stop leaves the marker behind
+    return process, stderr, out
 
 
 def test_a_tf_worker_crashing_in_its_profiler_stop_fails_the_job_naming_it(tmp_path):
