@@ -361,12 +361,16 @@ def test_text_dashboard_shows_the_breakdown_table(browser, tensorboard, artefact
     url, torch_run, keras_run = tensorboard
     open_fresh(browser, url + "#text")
     browser.wait_for_text(["breakdown", "ms per steady-state step"], timeout=60)
+    # The runs' tables are drawn one after the other (a loaded machine read the page between
+    # them): wait for the header of each.
+    headers = ["user-mlp torch user ms", "user-mlp keras user ms"]
+    cells = wait_for_value(browser, f"(() => {{ const cells = {_CELLS}; return "
+                           f"{json.dumps(headers)}.every(h => cells.includes(h)) ? cells : null; }})()",
+                           timeout=60)
     screenshot(browser, artefacts, "text")
-    cells = browser.evaluate(_CELLS)
     # Markdown rendered as tables, one per run: the phases and the step are cells.
     for cell in ("phase", "data_load", "forward", "backward", "optimizer", "other", "step"):
         assert cells.count(cell) >= 2, (cell, cells[:40])
-    assert "user-mlp torch user ms" in cells and "user-mlp keras user ms" in cells
 
 
 @pytest.mark.parametrize("tab,shows", [
