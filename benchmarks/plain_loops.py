@@ -45,17 +45,12 @@ def training_data(workload: str, steps: int, full_epoch: bool = False, cached: b
     the epoch, normalised once), whose allocations before the loop are gapscope's, not these."""
     import numpy as np
 
+    shape, classes, _, epoch = WORKLOADS[workload]
     if cached:
         from workloads.data import load_dataset
         from workloads.registry import get_workload
         x, y = load_dataset(get_workload(workload))
-        samples = max(BATCH_SIZE * steps, len(x) if full_epoch else 0)
-        if samples > len(x):
-            repeats = -(-samples // len(x))
-            x, y = np.concatenate([x] * repeats), np.concatenate([y] * repeats)
-        return x[:samples], y[:samples]
-    shape, classes, _, epoch = WORKLOADS[workload]
-    if workload == "cnn":
+    elif workload == "cnn":
         from workloads.digits import synthetic_digits
         pixels, y = synthetic_digits(epoch, SEED)
         # The same operations in the same order as workloads.data.normalize_images (same bits).
@@ -125,7 +120,7 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
 
     clock, times_ns, losses = time.perf_counter_ns, [], []
     # --bookkeeping: one (phase, start, end) tuple a phase, in one list that grows all run,
-    # as a phase timer keeps them (gapscope's StepTimer before it kept them in blocks).
+    # as gapscope's StepTimer keeps them.
     marks, mark = [], (lambda name, begun: marks.append((name, begun, clock()))) if bookkeeping \
         else (lambda name, begun: None)
     batches = iter(loader)

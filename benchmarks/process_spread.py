@@ -47,6 +47,9 @@ from profilers.machine_load import load_snapshot
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
          "full-epoch", "bookkeeping", "cached")
+# Knobs of the plain loop alone, passed on as its flags (gapscope's runs always hold the epoch,
+# keep their marks and read the cache).
+PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached")
 # Environment each knob sets in the process it starts.
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
@@ -85,12 +88,11 @@ def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: i
     if arm.kind == "plain":
         command = [sys.executable, "-m", "benchmarks.plain_loops", workload, framework, variant,
                    "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
-        command += [f"--{knob}" for knob in ("full-epoch", "bookkeeping", "cached") if knob in arm.knobs]
+        command += [f"--{knob}" for knob in PLAIN_FLAGS if knob in arm.knobs]
         done = _run(command, arm)
         return last_json_object(done.stdout)["times_ms"][WARMUP_STEPS:]
-    if arm.knobs & {"full-epoch", "bookkeeping", "cached"}:
-        raise ValueError("full-epoch, bookkeeping and cached go with the plain kind (gapscope's "
-                         "runs always hold the epoch, keep their marks and read the cache)")
+    if arm.knobs & set(PLAIN_FLAGS):
+        raise ValueError(f"{', '.join(PLAIN_FLAGS)} go with the plain kind only")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
     if arm.kind == "run":
         command = [sys.executable, "-m", "cli", "run", workload, "--framework", framework,
