@@ -68,10 +68,14 @@ def test_torch_steps_and_dataloader_share_match_torch_tb_profiler(torch_run, tmp
     assert by_markers.to_json_dict()["phases"]["data_load"]["share"] == pytest.approx(tb_share, rel=0.02)
 
     # gapscope's own data_load range also holds the `.to(device)` calls and the `next()` call
-    # around DataLoader's range: it contains it, and is a little longer (~2 % here).
+    # around DataLoader's range: it contains it (how much longer it is depends on the load: a
+    # preempted step made it 25 % longer on a loaded machine, where a quiet one gives ~2 %).
+    ranges = [(e.start_us, e.start_us + e.dur_us) for e in trace.events if e.name == "gapscope/data_load"]
+    loader = [e for e in trace.events if e.name.startswith(DATALOADER)]
+    assert loader and all(any(a <= e.start_us and e.start_us + e.dur_us <= b for a, b in ranges)
+                          for e in loader)
     for step in ours.steps:
-        extra = step.phase_ms["data_load"] * 1000 - tb_data[step.step]
-        assert 0 <= extra <= 0.25 * tb_data[step.step]
+        assert step.phase_ms["data_load"] * 1000 >= tb_data[step.step]
 
 
 def test_tf_step_times_match_xprof_input_pipeline(keras_run):
