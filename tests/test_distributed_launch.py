@@ -385,6 +385,33 @@ def test_a_tf_worker_crashing_in_its_profiler_stop_fails_the_job_naming_it(tmp_p
     assert rank1["error"] == "interrupted" or rank1["error"].startswith("PeerLost:"), rank1["error"]
 
 
+def test_a_rank_torchrun_had_to_kill_is_not_blamed_for_the_rank_that_failed_first(tmp_path):
+    # Seen on a loaded machine: rank 1 killed (-9) while rank 0 still waited in the process
+    # group's start-up, where Python cannot take torchrun's SIGTERM; 30 s later torchrun killed
+    # it too. Both ended -9 without a word, and the job blamed rank 0, the lower rank.
+    from workloads.distributed_launch import _record
+    job = tmp_path / "job"
+    for rank, pid in ((0, 4100), (1, 4101)):
+        (job / f"rank{rank}").mkdir(parents=True)
+        (job / f"rank{rank}" / "manifest.json").write_text(json.dumps(
+            {"run_id": f"rank{rank}", "rank": rank, "status": "running", "pid": pid,
+             "host": socket.gethostname(), "started_at": "2026-01-01T00:00:00"}))
+    (job / "manifest.json").write_text(json.dumps({"run_id": "job", "status": "running"}))
+    output = ("W1126 torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process 4100 "
+              "closing signal SIGTERM\n"
+              "W1126 torch.distributed.elastic.multiprocessing.api: [WARNING] Unable to shutdown "
+              "process 4100 via Signals.SIGTERM, forcefully exiting via Signals.SIGKILL\n"
+              "Failures:\n[1]:\n  time      : 2026-11-26_05:20:01\n  host      : h\n"
+              "  rank      : 1 (local_rank: 1)\n  exitcode  : -9 (pid: 4101)\n"
+              "Root Cause (first observed failure):\n[0]:\n  time      : 2026-11-26_05:20:01\n"
+              "  host      : h\n  rank      : 0 (local_rank: 0)\n  exitcode  : -9 (pid: 4100)\n")
+    outcome = _record(job, RunSettings("mlp", "torch", nproc=2), 1, output, interrupted=False)
+    assert (outcome.status, outcome.error) == (
+        "failed", "rank 1: rank process exited with code -9 before recording its end")
+    assert _manifest(job / "rank0")["error"] == ("stopped by torchrun (SIGTERM) after another rank "
+                                                "failed, and exited with code -9 before recording its end")
+
+
 def test_a_worker_tensorflow_aborted_in_its_profiler_stop_is_named_so(tmp_path):
     # What a TF 2.21 worker leaves when TensorFlow aborts it inside the profiler's stop: its
     # manifest `running` with a pid that is gone, and the marker stop_tf_profiler had set.

@@ -8,7 +8,7 @@ import math
 import tempfile
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from analysis.results.breakdown import breakdown
@@ -102,6 +102,9 @@ def test_any_manifest_is_read_or_refused_in_one_line(text, fields):
 @SETTINGS
 @given(st.sampled_from(["matrix.json", "ab.json", "sweep.json"]), raw_texts,
        _fields(["rows", "configs", "runs", "status", "repeats", "points", "axis", "workload"]))
+# Found by this test on a loaded machine: a config indexing a list of runs (IndexError).
+@example("ab.json", "NaN", {"configs": [False], "runs": []})
+@example("ab.json", "{}", {"configs": ["a"], "runs": {"a": "not a list"}})
 def test_any_state_file_is_read_or_refused_in_one_line(name, text, fields):
     with tempfile.TemporaryDirectory() as folder:
         folder = Path(folder)

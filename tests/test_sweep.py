@@ -76,7 +76,10 @@ def test_sweep_over_width_runs_every_point_and_reports_it(tmp_path):
     for point in doc["points"]:
         base, other = point["configs"]
         assert base["samples_per_s"] == pytest.approx(1000 * 256 / base["step_ms"], rel=1e-3)
-        assert other["ratio"] == pytest.approx(other["step_ms"] / base["step_ms"], rel=1e-3)
+        # The ratio is kept to 4 decimals: a loaded machine made it 0.0403 (torch eager 25x
+        # slower than preloaded), where rel=1e-3 alone is finer than the rounding.
+        assert other["ratio"] == pytest.approx(other["step_ms"] / base["step_ms"], rel=1e-3,
+                                               abs=5e-5)
         assert sum(other["phase_share"].values()) == pytest.approx(1.0, abs=3e-4)
     (folder,) = out.glob("sweep-mlp-*")
     assert (folder / "sweep.png").stat().st_size > 10_000

@@ -17,8 +17,8 @@ from typing import Callable
 
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
-from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
-                               start_job, wait_for_ranks)
+from profilers.job_dir import (RANKS_WAIT_S, STOPPED_BY_TORCHRUN, create_job_dir, finish_job,
+                               job_id_parts, rank_dir, start_job, wait_for_ranks)
 from profilers.nvml import gpu_count
 from profilers.run_lifecycle import INTERRUPTED, RunLifecycle
 from workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
@@ -30,6 +30,9 @@ from workloads.runners.step_report import parse
 _TEE_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
 # torchrun's failure summary: "rank : 1 (local_rank: 1)" then "exitcode : -9 (pid: 4321)".
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
+# torchrun's warning for each worker it stops because another failed (then, 30 s later, SIGKILL
+# for one still there): such a rank followed the failure, whatever its exit code says.
+_CLOSING = re.compile(r"Sending process (\d+) closing signal (\w+)")
 _PR_SET_PDEATHSIG = 1
 # The backend recorded for Keras/TF jobs: MultiWorkerMirroredStrategy's collectives.
 TF_BACKEND = "tf-collective"
@@ -173,6 +176,7 @@ def _record(job_dir: Path, settings: RunSettings, exit_code: int, output: str,
     node = settings.node_rank
     _write_logs(job_dir, settings, output)
     codes = {int(rank): int(code) for rank, code in _FAILURE.findall(output)}
+    closed = {int(pid): signame for pid, signame in _CLOSING.findall(output)}
     local_ranks = range(node * settings.nproc, (node + 1) * settings.nproc)
     for rank in local_ranks:
         directory = rank_dir(job_dir, rank)
@@ -181,9 +185,18 @@ def _record(job_dir: Path, settings: RunSettings, exit_code: int, output: str,
         run = RunLifecycle.reopen(directory)
         if run.status == "running":  # killed outright, or stopped before it could say so
             code = codes.get(rank)
-            run.end_unrecorded(INTERRUPTED if interrupted else
-                               f"rank process exited with code {code if code is not None else '?'}"
-                               f" before recording its end")
+            code = code if code is not None else "?"
+            stopped_by = closed.get(run.manifest.data.get("pid"))
+            if interrupted:
+                error = INTERRUPTED
+            elif stopped_by:
+                # Stuck where Python cannot take the signal (a store wait at start-up, on a
+                # loaded machine), it ends by SIGKILL like the rank that really failed.
+                error = (f"{STOPPED_BY_TORCHRUN} ({stopped_by}) after another rank failed, and "
+                         f"exited with code {code} before recording its end")
+            else:
+                error = f"rank process exited with code {code} before recording its end"
+            run.end_unrecorded(error)
     if node == 0:
         if settings.nnodes > 1:
             wait_for_ranks(job_dir, range(settings.world_size), RANKS_WAIT_S)

@@ -279,6 +279,11 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
     try:
         state = state_json.load(folder / AB_STATE)
         configs, runs = state["configs"], state["runs"]
+        # Shapes first: a list indexed by a config (`runs: []`, `configs: [false]`) raised
+        # IndexError past this check (found by test_property_run_files).
+        if not (isinstance(configs, list) and isinstance(runs, dict)
+                and all(isinstance(c, str) and isinstance(runs.get(c), list) for c in configs)):
+            raise ValueError("configs must name lists of runs")
         names = [[str(n) for n in runs[c]] for c in configs]
     except (OSError, ValueError, KeyError, TypeError):
         raise GapscopeInputError(f"{folder / AB_STATE}: corrupt A/B state") from None
