@@ -16,11 +16,11 @@ RANK_PREFIX = "rank"
 # How long the job's finaliser waits for ranks it did not start (other nodes, other processes
 # of a user's script) to record their end, once its own are done.
 RANKS_WAIT_S = 60.0
+# How the launcher words a rank that torchrun stopped because another rank had failed.
+STOPPED_BY_TORCHRUN = "stopped by torchrun"
 # Errors a rank gets because ANOTHER rank went away: a collective whose peer closed its socket,
 # a store whose host died, a timeout waiting on a peer, the SIGTERM torchrun sends the
 # survivors. Such a rank is not the root cause while a rank with any other error exists.
-# How the launcher words a rank that torchrun stopped because another rank had failed.
-STOPPED_BY_TORCHRUN = "stopped by torchrun"
 _SECONDARY = re.compile(
     r"interrupted|connection (closed|reset)|by peer|remote worker|broken pipe|DistBackendError|"
     r"DistNetworkError|DistStoreError|timed out|timeout|Gloo|NCCL|ProcessGroup|TCPStore|"

@@ -184,8 +184,7 @@ def _record(job_dir: Path, settings: RunSettings, exit_code: int, output: str,
             continue
         run = RunLifecycle.reopen(directory)
         if run.status == "running":  # killed outright, or stopped before it could say so
-            code = codes.get(rank)
-            code = code if code is not None else "?"
+            code = codes.get(rank, "?")
             stopped_by = closed.get(run.manifest.data.get("pid"))
             if interrupted:
                 error = INTERRUPTED
