@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import time
@@ -94,7 +95,8 @@ def keras_model(workload: str):
 
 
 def run_torch(workload: str, variant: str, steps: int, device_name: str,
-              full_epoch: bool = False, bookkeeping: bool = False, cached: bool = False) -> dict:
+              full_epoch: bool = False, bookkeeping: bool = False, cached: bool = False,
+              faults: bool = False) -> dict:
     """The textbook loop: DataLoader over a TensorDataset of prepared NCHW tensors (shuffle,
     batch 256, no workers: torch_pipelines' default "tensor-dataset"), zero_grad, forward,
     loss, backward, step; torch.compile wraps the model only, mode="default"."""
@@ -123,8 +125,13 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
     # as gapscope's StepTimer keeps them.
     marks, mark = [], (lambda name, begun: marks.append((name, begun, clock()))) if bookkeeping \
         else (lambda name, begun: None)
+    # --faults: each step's minor page faults, read as gapscope's step timer reads them.
+    step_faults = []
+    minor_faults = (lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt) if faults \
+        else (lambda: 0)
     batches = iter(loader)
     for _ in range(steps):
+        faults_before = minor_faults()
         start = clock()
         inputs, targets = next(batches)
         inputs = inputs.to(device, non_blocking=True)
@@ -145,11 +152,13 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
         if cuda:
             torch.cuda.synchronize()  # a host clock only sees the GPU's work after a sync
         times_ns.append(clock() - start)
+        step_faults.append(minor_faults() - faults_before)
         # Read after the clock, as a loop that logs its loss would; on a CPU it is ready.
         losses.append(loss.item())
     parameters = sum(p.numel() for p in model.parameters() if p.requires_grad)
     return {"times_ms": [t / 1e6 for t in times_ns], "losses": losses, "parameters": parameters,
-            "device": str(device), "threads": torch.get_num_threads()}
+            "device": str(device), "threads": torch.get_num_threads(),
+            **({"minor_faults": step_faults} if faults else {})}
 
 
 def run_keras(workload: str, variant: str, steps: int, device_name: str) -> dict:
@@ -231,6 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                              "list, as a phase timer does")
     parser.add_argument("--cached", action="store_true",
                         help="torch: read the data through gapscope's data path (its .npz cache)")
+    parser.add_argument("--faults", action="store_true",
+                        help="torch: count each step's minor page faults (one getrusage a step)")
     args = parser.parse_args(argv)
     if (args.workload, args.framework, args.variant) not in CONFIGS:
         parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
@@ -239,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     if args.framework == "torch":
         result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch,
-                           args.bookkeeping, args.cached)
+                           args.bookkeeping, args.cached, args.faults)
     else:
         result = run_keras(args.workload, args.variant, args.steps, args.device)
     result = summarise(result, args.warmup)

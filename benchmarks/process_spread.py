@@ -27,7 +27,9 @@ from __future__ import annotations
 #          grows all run, as gapscope's step timer does: its storage outgrows Python's small-
 #          object allocator after 64 marks and moves through glibc's heap between steps),
 #          cached (plain only: the data comes through gapscope's data path, its .npz cache, so
-#          the allocations before the loop, which set glibc's dynamic thresholds, are gapscope's)
+#          the allocations before the loop, which set glibc's dynamic thresholds, are gapscope's),
+#          faults (plain only: count each step's page faults, one getrusage a step, as gapscope's
+#          step timer does; gapscope's runs always count them)
 
 import argparse
 import json
@@ -46,10 +48,10 @@ from profilers.machine_load import load_snapshot
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
-         "full-epoch", "bookkeeping", "cached")
+         "full-epoch", "bookkeeping", "cached", "faults")
 # Knobs of the plain loop alone, passed on as its flags (gapscope's runs always hold the epoch,
 # keep their marks and read the cache).
-PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached")
+PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached", "faults")
 # Environment each knob sets in the process it starts.
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
@@ -83,14 +85,16 @@ class Arm:
 
 
 def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: int,
-                 scratch: Path) -> list[float]:
-    """One fresh process of `arm`; the step times (ms) its steady state is made of."""
+                 scratch: Path) -> tuple[list[float], list[float] | None]:
+    """One fresh process of `arm`; the step times (ms) its steady state is made of, and the
+    page faults of each of those steps where the process counted them."""
     if arm.kind == "plain":
         command = [sys.executable, "-m", "benchmarks.plain_loops", workload, framework, variant,
                    "--steps", str(steps), "--warmup", str(WARMUP_STEPS)]
         command += [f"--{knob}" for knob in PLAIN_FLAGS if knob in arm.knobs]
-        done = _run(command, arm)
-        return last_json_object(done.stdout)["times_ms"][WARMUP_STEPS:]
+        done = last_json_object(_run(command, arm).stdout)
+        faults = done.get("minor_faults")
+        return done["times_ms"][WARMUP_STEPS:], faults and faults[WARMUP_STEPS:]
     if arm.knobs & set(PLAIN_FLAGS):
         raise ValueError(f"{', '.join(PLAIN_FLAGS)} go with the plain kind only")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
@@ -117,11 +121,11 @@ def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: i
     return _unprofiled_steady(run_dir / "steps.csv")
 
 
-def _unprofiled_steady(steps_csv: Path) -> list[float]:
+def _unprofiled_steady(steps_csv: Path) -> tuple[list[float], list[float]]:
     import csv
     with open(steps_csv, newline="") as handle:
-        return [float(r["step_ms"]) for r in csv.DictReader(handle)
-                if r["warmup"] == "0" and r["traced"] == "0"]
+        rows = [r for r in csv.DictReader(handle) if r["warmup"] == "0" and r["traced"] == "0"]
+    return [float(r["step_ms"]) for r in rows], [float(r["minor_faults"]) for r in rows]
 
 
 def _run(command: list[str], arm: Arm) -> subprocess.CompletedProcess:
@@ -138,15 +142,25 @@ def cv_pct(values: list[float]) -> float | None:
 
 def summarise(arm: Arm, processes: list[dict]) -> dict:
     means = [p["mean_ms"] for p in processes]
+    per_step = [p["faults_per_step"] for p in processes if p["faults_per_step"] is not None]
     return {"arm": arm.name, "processes": len(means), "mean_ms": statistics.fmean(means),
             "min_ms": min(means), "max_ms": max(means), "cv_pct": cv_pct(means),
             "within_cv_pct": statistics.median(p["within_cv_pct"] for p in processes),
-            "minor_faults": statistics.median(p["minor_faults"] for p in processes)}
+            "minor_faults": statistics.median(p["minor_faults"] for p in processes),
+            "faults_per_step": (min(per_step), max(per_step)) if per_step else None,
+            "time_faults_r": _correlation(means, [p["faults_per_step"] for p in processes])}
+
+
+def _correlation(means: list[float], per_step: list) -> float | None:
+    """How far the processes' speed follows their page faults per step (Pearson r)."""
+    if len(means) < 3 or any(f is None for f in per_step) or len(set(per_step)) < 2:
+        return None
+    return statistics.correlation(means, per_step)
 
 
 def render(summaries: list[dict], control: dict | None) -> str:
     header = ("arm", "processes", "mean ms", "min ms", "max ms", "CV between", "CV within",
-              "CV / plain", "minor faults")
+              "CV / plain", "minor faults", "faults / steady step", "r(ms, faults)")
     rows = []
     for s in summaries:
         ratio = (f"{s['cv_pct'] / control['cv_pct']:.2f}" if control and s["cv_pct"] is not None
@@ -154,12 +168,16 @@ def render(summaries: list[dict], control: dict | None) -> str:
         rows.append((s["arm"], str(s["processes"]), f"{s['mean_ms']:.2f}", f"{s['min_ms']:.2f}",
                      f"{s['max_ms']:.2f}",
                      "-" if s["cv_pct"] is None else f"{s['cv_pct']:.1f} %",
-                     f"{s['within_cv_pct']:.1f} %", ratio, f"{s['minor_faults'] / 1e3:.0f}k"))
+                     f"{s['within_cv_pct']:.1f} %", ratio, f"{s['minor_faults'] / 1e3:.0f}k",
+                     "-" if s["faults_per_step"] is None
+                     else "{:,.0f} to {:,.0f}".format(*s["faults_per_step"]),
+                     "-" if s["time_faults_r"] is None else f"{s['time_faults_r']:.2f}"))
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     lines.append("CV between: spread of the per-process steady means; CV within: median over "
                  "processes of the spread of their own steps; minor faults: median per process "
-                 "(its whole life, start-up included).")
+                 "(its whole life, start-up included); faults / steady step: the range of the "
+                 "processes' means; r: across processes, their mean step against their faults a step.")
     return "\n".join(lines)
 
 
@@ -189,15 +207,19 @@ def main(argv: list[str] | None = None) -> int:
                 # Minor page faults of the process tree: fresh pages the allocator asked the
                 # kernel for, the cost behind the CNN's two step speeds (benchmarks/README.md).
                 faults_before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt
-                times = steady_times(arm, args.workload, args.framework, args.variant,
-                                     args.steps, Path(scratch))
+                times, step_faults = steady_times(arm, args.workload, args.framework, args.variant,
+                                                  args.steps, Path(scratch))
                 faults = resource.getrusage(resource.RUSAGE_CHILDREN).ru_minflt - faults_before
                 mean = statistics.fmean(times)
+                per_step = statistics.fmean(step_faults) if step_faults else None
                 results[arm.name].append({"mean_ms": mean, "within_cv_pct": cv_pct(times),
                                           "steps": len(times), "minor_faults": faults,
+                                          "faults_per_step": per_step, "step_ms": times,
+                                          "step_faults": step_faults,
                                           "load_before": before, "load_after": load_snapshot()})
+                counted = "" if per_step is None else f", {per_step:,.0f} a steady step"
                 log(f"round {round_index + 1}/{args.rounds} {arm.name}: {mean:.2f} ms, "
-                    f"{faults / 1e3:.0f}k minor faults (load {before['loadavg_1m']:.2f})")
+                    f"{faults / 1e3:.0f}k minor faults{counted} (load {before['loadavg_1m']:.2f})")
     summaries = [summarise(a, results[a.name]) for a in arms]
     control = next((s for s in summaries if s["arm"] == "plain"), None)
     print(render(summaries, control))

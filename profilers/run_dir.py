@@ -30,7 +30,7 @@ FAILED_MARKER = "run.failed"
 UNRECORDED_FAILURE = "failed, and the reason could not be written (disk full?)"
 
 STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
-                "backward_ms", "optimizer_ms", "loss")
+                "backward_ms", "optimizer_ms", "loss", "minor_faults")
 
 
 def new_run_id(*parts: str) -> str:

@@ -53,6 +53,7 @@ class RunSettings:
     num_workers: int = 0
     pageable: bool = False              # GPU: DataLoader batches not pinned (the pageable variant)
     inference: bool = False
+    malloc_keep: bool = False           # glibc keeps what it frees (workloads.runners.malloc_keep)
     # Distributed (torch: torchrun): processes on this node, nodes, this node's rank, the
     # rendezvous host:port, and the job id every node names the shared job directory with.
     nproc: int = 1

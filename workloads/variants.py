@@ -6,6 +6,7 @@ silently changed."""
 from __future__ import annotations
 
 import os
+import platform
 import re
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ class Variant:
     description: str
     settings: dict = field(default_factory=dict)
     needs_cuda: bool = False
+    needs_glibc: bool = False
 
 
 _FIXED = (
@@ -72,6 +74,12 @@ _FIXED = (
             {"pipeline": "numpy"}),
     Variant("inference", (TORCH, KERAS, KERAS_TORCH), "forward only, no gradients",
             {"inference": True}),
+    # An allocator setting, not a framework one: a CPU step that frees tens of MB and takes them
+    # again pays a page fault per 4 KiB each time (the torch CNN here: 19 % of its step).
+    Variant("malloc-keep", (TORCH, KERAS, KERAS_TORCH, TF),
+            "glibc keeps the memory it frees (mallopt: mmap threshold 32 MiB, trim threshold "
+            "1 GiB, top pad 256 MiB): steps take no fresh pages from the kernel",
+            {"malloc_keep": True}, needs_glibc=True),
 )
 # Parametrised names: spe512 (Keras steps_per_execution), nw6 (DataLoader num_workers),
 # cache64 (torch._dynamo.config.cache_size_limit).
@@ -120,6 +128,9 @@ def resolve(framework: str, combination: str, cuda_available: bool) -> tuple[str
                 f"variant {name!r} does not apply to {framework} (only {', '.join(variant.frameworks)})")
         if variant.needs_cuda and not cuda_available:
             raise UnsupportedVariantError(f"variant {name!r} needs a CUDA GPU; none is present")
+        if variant.needs_glibc and platform.libc_ver()[0] != "glibc":
+            raise UnsupportedVariantError(f"variant {name!r} sets glibc's allocator; this "
+                                          f"Python runs on {platform.libc_ver()[0] or 'another C library'}")
         for key, value in variant.settings.items():
             if key in settings and settings[key] != value:
                 raise UnsupportedVariantError(

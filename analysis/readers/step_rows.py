@@ -28,6 +28,7 @@ ABSURD = "time over a day"
 PHASE_OVER_STEP = "phases over the step"
 DUPLICATE_STEP = "duplicate step"
 BAD_FLAG = "warmup/traced not 0 or 1"
+BAD_FAULTS = "page-fault count negative or not finite"
 
 
 def checked_rows(path, raw_rows) -> tuple[list[dict], Counter]:
@@ -76,6 +77,9 @@ def _row(raw: dict) -> tuple[dict | None, str | None]:
     for flag in _FLAGS:
         if row.get(flag) not in (None, 0, 1):
             return None, BAD_FLAG
+    faults = row.get("minor_faults")
+    if faults is not None and not (math.isfinite(faults) and faults >= 0):
+        return None, BAD_FAULTS
     if isinstance(row.get("loss"), float) and not math.isfinite(row["loss"]):
         row["loss"] = None  # a diverged loss is a fact about training, not a bad row
     times = [row["step_ms"]] + [row.get(f"{p}_ms") for p in MARKED_PHASES]

@@ -4,6 +4,7 @@ from __future__ import annotations
 from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
+from analysis.measures.page_faults import FAULT_COST_US
 from analysis.measures.stats import REPEAT_METHOD
 from analysis.results.suggestions import Rule, Suggestion
 
@@ -49,6 +50,8 @@ def suggestion(s: Suggestion) -> str:
         Rule.RECOMPILES: lambda: f"{f['compile_in_window_ms']:.1f} ms compiling in steady steps",
         Rule.COMPUTE: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
         Rule.FP32_GPU: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
+        Rule.PAGE_FAULTS: lambda: (f"{f['minor_faults_per_step']:,.0f} page faults per step, about "
+                                   f"{f['estimated_ms']:.1f} ms, {100 * f['estimated_share']:.0f} %"),
     }[s.rule]()
     of_step = "" if s.rule in (Rule.SMALL_KERNELS, Rule.RECOMPILES) else " of the step"
     if s.already is not None:
@@ -200,10 +203,21 @@ def _unattributed(e: Evidence, a_label: str, b_label: str) -> str:
             f"{why}: unattributed")
 
 
+def _page_faults(e: Evidence, a_label: str, b_label: str) -> str:
+    def say(label, f):
+        # Repeats far apart took their pages in different allocator states, each for its life.
+        low, high = f["min"], f["max"]
+        spread = f" (repeats {low:,.0f} to {high:,.0f})" if high > 1.5 * max(low, 1.0) else ""
+        return f"{label} {f['minor_faults_per_step']:,.0f}{spread}"
+    return (f"page faults per step: {say(a_label, e.a)} vs {say(b_label, e.b)}, about "
+            f"{_signed(e.delta_ms)} ms at {FAULT_COST_US} µs each: fresh pages taken from the "
+            "kernel again after the allocator gave them back")
+
+
 _SAY = {EvidenceKind.KERNELS: _kernels, EvidenceKind.DISPATCH: _dispatch,
         EvidenceKind.TRANSFERS: _transfers, EvidenceKind.FUSION: _fusion,
         EvidenceKind.COMPILE: _compile, EvidenceKind.MIXED_FUSION: _mixed,
-        EvidenceKind.UNATTRIBUTED: _unattributed}
+        EvidenceKind.UNATTRIBUTED: _unattributed, EvidenceKind.PAGE_FAULTS: _page_faults}
 
 
 def _signed(ms: float) -> str:

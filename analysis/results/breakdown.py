@@ -17,6 +17,7 @@ from analysis.measures.hardware import hardware
 from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
+from analysis.measures import page_faults
 from analysis.measures.reliability import reliability_warnings
 from analysis.measures.variant_notes import variant_notes
 from profilers.errors import GapscopeInputError
@@ -54,8 +55,11 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
                             "ended inside a compiled call of several updates (steps_per_execution)")
     result.reliability_warnings = reliability_warnings(run.manifest, result.step_times_ms)
+    result.minor_faults_per_step = page_faults.faults_per_step(run.rows, run.warmup_steps)
+    faults = page_faults.note(result.minor_faults_per_step, result.step_stats()["mean"],
+                              run.manifest.get("variant"))
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
-                    + run.notes + variant_notes(run.manifest) + result.notes)
+                    + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else []))
     _label(result, run)
     if result.device is None and source != Source.TIMERS and run.trace is not None:
         result.device = hardware(run.manifest, run.trace).device  # a foreign trace's own word on its GPU

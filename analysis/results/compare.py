@@ -6,6 +6,7 @@ import enum
 import statistics
 from dataclasses import dataclass, field
 
+from analysis.measures.page_faults import MANY_PER_STEP, estimated_cost_ms
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.results.cause import Cause, biggest_cause
 from analysis.results.explain import RunExplanation
@@ -52,6 +53,7 @@ class EvidenceKind(enum.StrEnum):
     FUSION = "fusion"              # kernels per step and their fused share
     MIXED_FUSION = "mixed_fusion"  # fused ops spanning phases, counted in none
     UNATTRIBUTED = "unattributed"  # kernels from no phase scope
+    PAGE_FAULTS = "page_faults"    # fresh pages the steps took from the kernel (steps.csv)
 
 
 @dataclass
@@ -223,8 +225,12 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
                            _ratio(db["other"], da["other"]), None))
     for g in phases:
         g.share_of_gap = round(g.delta_ms / gap, 4) if gap else None
+    evidence = _evidence(a, b, phases, gap)
+    faults = _page_faults(*sides)
+    if faults is not None:
+        evidence.append(faults)
     pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, a.breakdown.name, b.breakdown.name,
-                          a_step, b_step, gap, phases, _evidence(a, b, phases, gap),
+                          a_step, b_step, gap, phases, evidence,
                           _devices_differ(a, b), ratio=_ratio(b_step, a_step),
                           repeats=len(sides[0]),
                           unprofiled=all(x.unprofiled for side in sides for x in side))
@@ -317,6 +323,24 @@ def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap:
     if not any(e.kind == EvidenceKind.TRANSFERS for e in found):
         found.append(_transfers(a, b, None))
     return found
+
+
+def _page_faults(side_a: list[Breakdown], side_b: list[Breakdown]) -> Evidence | None:
+    """Each side's page faults per step (mean over its repeats, with their range): said where
+    either side takes enough to cost time. A process's allocator state decides how many it
+    takes, so repeats that differ in them differ in speed for that reason."""
+    def facts(side):
+        counts = [b.minor_faults_per_step for b in side]
+        if any(c is None for c in counts):
+            return None
+        return {"minor_faults_per_step": round(statistics.fmean(counts), 1),
+                "min": round(min(counts), 1), "max": round(max(counts), 1), "repeats": len(counts),
+                "estimated_ms": round(estimated_cost_ms(statistics.fmean(counts)), 3)}
+    fa, fb = facts(side_a), facts(side_b)
+    if fa is None or fb is None or max(fa["minor_faults_per_step"], fb["minor_faults_per_step"]) < MANY_PER_STEP:
+        return None
+    return Evidence(EvidenceKind.PAGE_FAULTS, None, fa, fb,
+                    round(fb["estimated_ms"] - fa["estimated_ms"], _DIGITS))
 
 
 def _phase_kernels(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:

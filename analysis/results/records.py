@@ -79,6 +79,8 @@ class Breakdown:
     # Reasons not to take the step time as a fact (a busy machine, steps in two levels):
     # each is also a note, so every view shows it; the JSON marks the figures unreliable.
     reliability_warnings: list[str] = field(default_factory=list)
+    # Mean minor page faults of the steps step_times_ms come from (None: not counted).
+    minor_faults_per_step: float | None = None
     # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);
     # row 0 is the estimate itself. Kept for the intervals of differences between runs.
     replicates: np.ndarray | None = field(default=None, repr=False)
@@ -139,6 +141,7 @@ class Breakdown:
             "notes": self.notes,
             "reliable": not self.reliability_warnings,
             "reliability_warnings": self.reliability_warnings,
+            "minor_faults_per_step": _round(self.minor_faults_per_step, 1),
             "per_step": [finite(asdict(s)) for s in self.steps],
         }
 

@@ -5,6 +5,8 @@ import enum
 import re
 from dataclasses import dataclass, field
 
+from analysis.measures.page_faults import costly, estimated_cost_ms
+
 # Thresholds: a phase that is a fifth of the step is worth a variant that targets it; below
 # that the variant's own cost and the noise of one run usually hide what it saves.
 _DATA_LOAD_SHARE = 0.15
@@ -30,6 +32,7 @@ class Rule(enum.StrEnum):
     RECOMPILES = "recompiles"
     COMPUTE = "compute-bound"
     FP32_GPU = "fp32 compute on a GPU"
+    PAGE_FAULTS = "fresh pages every step"
 
 
 @dataclass
@@ -118,6 +121,11 @@ def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
         add(Rule.COMPUTE, _compiled(b.framework, variants), {"compute_share": compute})
         if run.attribution.device_kind != "cpu":
             add(Rule.FP32_GPU, _lower_precision(b.framework, variants), {"compute_share": compute})
+    faults = b.minor_faults_per_step
+    if costly(faults, step_ms) and "malloc-keep" not in variants:
+        add(Rule.PAGE_FAULTS, variants + ["malloc-keep"],
+            {"minor_faults_per_step": faults, "estimated_ms": estimated_cost_ms(faults),
+             "estimated_share": estimated_cost_ms(faults) / step_ms})
     return found
 
 

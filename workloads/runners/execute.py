@@ -14,6 +14,7 @@ from profilers.machine_load import MachineLoad
 from profilers.run_lifecycle import exit_code_of, signals_interrupt, stop_with_parent
 from profilers.samplers import ResourceSampler
 from workloads.runners.after_run import RunWithViews
+from workloads.runners.malloc_keep import keep_freed_memory
 from workloads.registry import get_workload
 from workloads.settings import RunSettings
 from workloads.runners.step_report import StepReporter
@@ -27,13 +28,15 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
     with signals_interrupt() as stop_request:
         try:
             settings.check_lengths()  # again where the workers fork: settings may come from anywhere
+            # First: glibc's thresholds must be fixed before the run's own allocations move them.
+            malloc = keep_freed_memory() if settings.malloc_keep else None
             spec = get_workload(settings.workload).sized(settings.batch_size, settings.width)
             run = RunWithViews.start(run_dir, {
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
                 "device": None, "versions": None, "omp_num_threads": omp_num_threads(),
-                **(rank_fields or {}),
+                **({"malloc_settings": malloc} if malloc else {}), **(rank_fields or {}),
             })
         except BaseException as exc:  # no run to record (stopped, a full disk): the launcher does
             if not isinstance(exc, KeyboardInterrupt):

@@ -1,0 +1,52 @@
+"""Minor page faults per steady step (steps.csv): fresh pages the kernel had to map because the allocator gave memory back."""
+from __future__ import annotations
+
+import statistics
+
+from analysis.readers import step_rows
+
+# Below this a step's faults cost too little to be a reason (about 1.5 ms at the cost below):
+# a GPU or Keras step takes tens to hundreds, a torch CPU CNN step that trims its heap ~13,000.
+MANY_PER_STEP = 1000
+# What one fault cost, measured (benchmarks/README.md, 25 Nov): glibc keeping its memory took the
+# torch CNN from 97.0 to 78.2 ms a step and from ~13,000 to ~1,000 faults a step, ~1.5 µs each
+# (the kernel's fault and the zeroing of a 4 KiB page). Used to tell when faults are worth a try.
+FAULT_COST_US = 1.5
+# Faults whose estimated cost is this share of the step: keeping the memory is worth a try.
+COSTLY_SHARE = 0.05
+
+
+def faults_per_step(rows: list[dict] | None, warmup_steps: int) -> float | None:
+    """Mean minor page faults of the steady steps the step time comes from (the unprofiled
+    ones where there are any); None where steps.csv does not count them (older runs, foreign
+    traces) or a step lacks the count."""
+    if not rows:
+        return None
+    steady = step_rows.steady(rows, warmup_steps)
+    chosen = [r for r in steady if not r.get("traced")] or steady
+    counts = [r.get("minor_faults") for r in chosen]
+    if not counts or any(c is None for c in counts):
+        return None
+    return statistics.fmean(counts)
+
+
+def estimated_cost_ms(faults: float) -> float:
+    return faults * FAULT_COST_US / 1000.0
+
+
+def costly(faults: float | None, step_ms: float) -> bool:
+    """Whether a step's faults are many and their estimated cost a share of it worth a try
+    of the malloc-keep variant."""
+    return (faults is not None and faults >= MANY_PER_STEP and step_ms > 0
+            and estimated_cost_ms(faults) >= COSTLY_SHARE * step_ms)
+
+
+def note(faults: float | None, step_ms: float, variant: str | None) -> str | None:
+    """The breakdown's line on costly faults, naming the variant that removes them."""
+    if not costly(faults, step_ms) or "malloc-keep" in (variant or "").split(","):
+        return None
+    cost = estimated_cost_ms(faults)
+    return (f"steady steps took {faults:,.0f} minor page faults each, about {cost:.1f} ms "
+            f"({100 * cost / step_ms:.0f} % of the step) at {FAULT_COST_US} µs each: the allocator "
+            "gives memory back to the kernel and takes it again every step; the malloc-keep "
+            "variant keeps it")
