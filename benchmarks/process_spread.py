@@ -221,7 +221,8 @@ def main(argv: list[str] | None = None) -> int:
                 log(f"round {round_index + 1}/{args.rounds} {arm.name}: {mean:.2f} ms, "
                     f"{faults / 1e3:.0f}k minor faults{counted} (load {before['loadavg_1m']:.2f})")
     summaries = [summarise(a, results[a.name]) for a in arms]
-    control = next((s for s in summaries if s["arm"] == "plain"), None)
+    # The control: the first plain arm (`plain`, or the plain loop with a knob such as faults).
+    control = next((s for s, a in zip(summaries, arms) if a.kind == "plain"), None)
     print(render(summaries, control))
     loads = [p["load_before"]["loadavg_1m"] for ps in results.values() for p in ps]
     print(f"load (1-min average) before each process: {min(loads):.2f} to {max(loads):.2f}; "

@@ -3,6 +3,7 @@ steps.csv carries and validates them, the breakdown and compare say them, and th
 variant makes glibc keep the memory a step frees (a real allocator, in a fresh process)."""
 from __future__ import annotations
 
+import copy
 import json
 import mmap
 import subprocess
@@ -101,8 +102,8 @@ def test_compare_says_the_faults_of_each_side_with_the_spread_of_its_repeats():
     # (9000 - 1100) faults at 1.5 µs each.
     assert evidence.delta_ms == pytest.approx(11.85)
     text = evidence_text._page_faults(evidence, "A", "B")
-    assert text.startswith("page faults per step: A 1,100 vs B 9,000 (repeats 3,000 to 15,000), "
-                           "about +11.850 ms")
+    assert text.startswith("page faults per unprofiled step: A 1,100 vs B 9,000 (repeats 3,000 to "
+                           "15,000), about +11.850 ms")
     # Few faults on both sides, or a side not counted (an older run): nothing to say.
     assert _page_faults([_breakdown(500.0)], [_breakdown(900.0)]) is None
     assert _page_faults([_breakdown(None)], [_breakdown(15000.0)]) is None
@@ -125,9 +126,42 @@ def test_costly_faults_get_a_breakdown_note_and_a_suggestion(torch_explained_cop
     assert "13,000 page faults per step, about 19.5 ms, 20 % of the step" in evidence_text.suggestion(found)
 
 
+def _repeats(run, step_ms: float, faults: list[float]) -> list[Breakdown]:
+    side = []
+    for count in faults:
+        repeat = copy.copy(run.breakdown)
+        repeat.step_times_ms = [step_ms * (1 + i / 1000) for i in range(10)]
+        repeat.minor_faults_per_step = count
+        side.append(repeat)
+    return side
+
+
+def test_faults_that_carry_the_gap_lead_the_evidence_and_join_the_headline(torch_explained_copy):
+    from analysis.results.compare import Comparison, compare_pair
+    from analysis.renderers.compare_columns import verdict_lines
+    run = torch_explained_copy
+    # B's steps average 100.45 ms against A's 80.36 (a 20.09 ms gap) and take 13,133.3 faults
+    # against 300: 12,833.3 more, about 19.25 ms at 1.5 µs each, 96 % of the gap.
+    pair = compare_pair(run, run, (_repeats(run, 80.0, [300.0] * 3),
+                                   _repeats(run, 100.0, [13000.0, 13600.0, 12800.0])))
+    first = pair.evidence[0]
+    assert first.kind == EvidenceKind.PAGE_FAULTS
+    assert first.delta_ms == pytest.approx(19.25)
+    assert first.share_of_gap == pytest.approx(19.25 / 20.09, abs=1e-4)
+    assert pair.faults_behind_gap is first
+    (headline, *_) = verdict_lines(Comparison([run, run], [pair], []))
+    assert "12,833 more page faults per step (about +19.250 ms)" in headline
+    # The suggestion gives the repeats' figure, as the evidence does.
+    (fresh,) = [s for s in pair.suggestions if s.figures.get("minor_faults_per_step")]
+    assert fresh.figures["minor_faults_per_step"] == 13133.3
+    # Faults that do not move with the gap (each side alike) stay last and out of the headline.
+    pair = compare_pair(run, run, (_repeats(run, 80.0, [13000.0] * 3),
+                                   _repeats(run, 100.0, [13000.0] * 3)))
+    assert pair.evidence[-1].kind == EvidenceKind.PAGE_FAULTS and pair.faults_behind_gap is None
+
+
 @pytest.fixture
 def torch_explained_copy(torch_run):
-    import copy
     from analysis.results.explain import explain
     from analysis.model.run import load_run
     run = explain(load_run(torch_run))

@@ -77,9 +77,11 @@ def _where(pair) -> str:
     top = pair.leading_phase
     if top is None:
         return ""
+    faults = pair.faults_behind_gap
+    faults = f"; {evidence_text.faults_cause(faults)}" if faults else ""
     if pair.cause is not None:
-        return f"; {100 * top.share_of_gap:.0f} % of it in {evidence_text.cause(pair.cause)}"
-    return f"; {100 * top.share_of_gap:.0f} % of it in {top.phase} ({top.delta_ms:+.3f} ms)"
+        return f"; {100 * top.share_of_gap:.0f} % of it in {evidence_text.cause(pair.cause)}{faults}"
+    return f"; {100 * top.share_of_gap:.0f} % of it in {top.phase} ({top.delta_ms:+.3f} ms){faults}"
 
 
 def header(comparison: Comparison, sep: str = " ") -> list[str]:

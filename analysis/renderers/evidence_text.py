@@ -4,7 +4,7 @@ from __future__ import annotations
 from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
-from analysis.measures.page_faults import FAULT_COST_US
+from analysis.measures.page_faults import FAULT_COST_US, MANY_PER_STEP
 from analysis.measures.stats import REPEAT_METHOD
 from analysis.results.suggestions import Rule, Suggestion
 
@@ -207,11 +207,19 @@ def _page_faults(e: Evidence, a_label: str, b_label: str) -> str:
     def say(label, f):
         # Repeats far apart took their pages in different allocator states, each for its life.
         low, high = f["min"], f["max"]
-        spread = f" (repeats {low:,.0f} to {high:,.0f})" if high > 1.5 * max(low, 1.0) else ""
+        spread = (f" (repeats {low:,.0f} to {high:,.0f})"
+                  if high >= MANY_PER_STEP and high > 1.5 * low else "")
         return f"{label} {f['minor_faults_per_step']:,.0f}{spread}"
-    return (f"page faults per step: {say(a_label, e.a)} vs {say(b_label, e.b)}, about "
-            f"{_signed(e.delta_ms)} ms at {FAULT_COST_US} µs each: fresh pages taken from the "
-            "kernel again after the allocator gave them back")
+    return (f"page faults per unprofiled step: {say(a_label, e.a)} vs {say(b_label, e.b)}, about "
+            f"{_signed(e.delta_ms)} ms at {FAULT_COST_US} µs each{_share(e)}: fresh pages taken "
+            "from the kernel again after the allocator gave them back")
+
+
+def faults_cause(e: Evidence) -> str:
+    """'16,392 fewer page faults per step (about -24.588 ms)': the headline's words for them."""
+    delta = e.b["minor_faults_per_step"] - e.a["minor_faults_per_step"]
+    return (f"{abs(delta):,.0f} {'more' if delta > 0 else 'fewer'} page faults per step "
+            f"(about {_signed(e.delta_ms)} ms)")
 
 
 _SAY = {EvidenceKind.KERNELS: _kernels, EvidenceKind.DISPATCH: _dispatch,

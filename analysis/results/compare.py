@@ -23,6 +23,9 @@ _DIGITS = 6
 # Phases whose delta is explained line by line: the biggest, down to this share of the gap.
 _EVIDENCE_SHARE = 0.10
 _EVIDENCE_PHASES = 3
+# A step-level finding (page faults) named in the headline beside the leading phase: a quarter
+# of the gap is as much as a phase's cause usually carries there.
+_HEADLINE_SHARE = 0.25
 
 
 @dataclass
@@ -117,6 +120,12 @@ class PairComparison:
     @property
     def within_noise(self) -> bool:
         return contains_zero(self.gap_ci95)
+
+    @property
+    def faults_behind_gap(self) -> Evidence | None:
+        """The page faults, where their estimated cost carries a headline's share of the gap."""
+        return next((e for e in self.evidence if e.kind == EvidenceKind.PAGE_FAULTS
+                     and _explains(e, _HEADLINE_SHARE)), None)
 
     def to_json_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "a_label": self.a_label, "b_label": self.b_label,
@@ -228,7 +237,10 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     evidence = _evidence(a, b, phases, gap)
     faults = _page_faults(*sides)
     if faults is not None:
-        evidence.append(faults)
+        faults.share_of_gap = round(faults.delta_ms / gap, 4) if gap else None
+        # Faults that carry a share of the gap come first: they are why the ops below them
+        # took longer (a fault lands inside whichever op touches the fresh page).
+        evidence.insert(0 if _explains(faults, _EVIDENCE_SHARE) else len(evidence), faults)
     pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, a.breakdown.name, b.breakdown.name,
                           a_step, b_step, gap, phases, evidence,
                           _devices_differ(a, b), ratio=_ratio(b_step, a_step),
@@ -255,8 +267,12 @@ def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> 
     gaps = {g.phase: (g.delta_ms if b_slower else -g.delta_ms) for g in pair.phases
             if not g.within_noise}
     phase_ms = {g.phase: g.b_ms if b_slower else g.a_ms for g in pair.phases}
+    # The faults as the evidence says them (over the repeats), so both lines give one figure.
+    faults = next((e.b if b_slower else e.a for e in pair.evidence
+                   if e.kind == EvidenceKind.PAGE_FAULTS), None)
     return suggest(b if b_slower else a, phase_ms, gaps,
-                   pair.b_step_ms if b_slower else pair.a_step_ms)
+                   pair.b_step_ms if b_slower else pair.a_step_ms,
+                   faults and faults["minor_faults_per_step"])
 
 
 def _mean_figures(breakdowns: list[Breakdown]) -> dict[str, float]:
@@ -323,6 +339,11 @@ def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap:
     if not any(e.kind == EvidenceKind.TRANSFERS for e in found):
         found.append(_transfers(a, b, None))
     return found
+
+
+def _explains(e: Evidence, share: float) -> bool:
+    """Whether a finding's time moves with the gap and carries at least `share` of it."""
+    return e.share_of_gap is not None and e.share_of_gap >= share
 
 
 def _page_faults(side_a: list[Breakdown], side_b: list[Breakdown]) -> Evidence | None:

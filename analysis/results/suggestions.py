@@ -80,10 +80,11 @@ def same_config(a: str | None, b: str | None) -> bool:
 
 
 def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
-            step_ms: float) -> list[Suggestion]:
+            step_ms: float, faults_per_step: float | None = None) -> list[Suggestion]:
     """Suggestions for `run` (a RunExplanation, the slower of its pair) whose step and phases
     take `step_ms` and `phase_ms`. `gaps`: how much slower than the other run each phase is
-    (ms; only phases whose gap is not noise)."""
+    (ms; only phases whose gap is not noise). `faults_per_step`: the page faults its steps
+    took (over its repeats); by default its own breakdown's."""
     b = run.breakdown
     if not (b.workload and b.framework) or step_ms <= 0:
         return []  # a foreign trace: no configuration to change
@@ -121,7 +122,7 @@ def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
         add(Rule.COMPUTE, _compiled(b.framework, variants), {"compute_share": compute})
         if run.attribution.device_kind != "cpu":
             add(Rule.FP32_GPU, _lower_precision(b.framework, variants), {"compute_share": compute})
-    faults = b.minor_faults_per_step
+    faults = b.minor_faults_per_step if faults_per_step is None else faults_per_step
     if costly(faults, step_ms) and "malloc-keep" not in variants:
         add(Rule.PAGE_FAULTS, variants + ["malloc-keep"],
             {"minor_faults_per_step": faults, "estimated_ms": estimated_cost_ms(faults),
