@@ -73,22 +73,29 @@ class StepTimer:
         self.add_phase = self.phase_marks.append
         # (first phase mark index, start, end, loss, minor page faults) per step.
         self._steps: list[tuple[int, object, object, object, int]] = []
-        self._step_begin: tuple[int, object, int] | None = None
+        self._step_begin: tuple[int, object] | None = None
+        # The page-fault counter at the last step's end: one reading a step (a system call, ~1 µs),
+        # so a step's faults run from the end of the one before, as a Keras step's time does.
+        self._faults_at_end: int | None = None
 
     def begin_step(self) -> None:
-        self._step_begin = (len(self.phase_marks), self.now(), _minor_faults())
+        self._step_begin = (len(self.phase_marks), self.now())
+        if self._faults_at_end is None:
+            self._faults_at_end = _minor_faults()
 
     def begin_step_at(self, start) -> None:
-        """Begin a step at an earlier mark (work between two calls that belongs to the next);
-        its page faults are counted from now, the counter having no earlier reading."""
-        self._step_begin = (len(self.phase_marks), start, _minor_faults())
+        """Begin a step at an earlier mark (work between two calls that belongs to the next)."""
+        self._step_begin = (len(self.phase_marks), start)
+        if self._faults_at_end is None:
+            self._faults_at_end = _minor_faults()
 
     def end_step(self, loss=None) -> None:
         """loss may be a tensor; on a GPU it is read after the run, so it never stalls a step."""
         end = self.now()
-        faults = _minor_faults()
-        first, start, faults_before = self._step_begin
-        self._steps.append((first, start, end, self._keep_loss(loss), faults - faults_before))
+        faults, before = _minor_faults(), self._faults_at_end
+        self._faults_at_end = faults
+        first, start = self._step_begin
+        self._steps.append((first, start, end, self._keep_loss(loss), faults - before))
 
     def __len__(self) -> int:
         return len(self._steps)
