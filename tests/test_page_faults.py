@@ -151,6 +151,11 @@ def test_faults_that_carry_the_gap_lead_the_evidence_and_join_the_headline(torch
     assert pair.faults_behind_gap is first
     (headline, *_) = verdict_lines(Comparison([run, run], [pair], []))
     assert "12,833 more page faults per step (about +19.250 ms)" in headline
+    # The JSON (and the TensorBoard tab, which shows it) says the same.
+    from analysis.renderers import compare_json
+    (doc,) = compare_json.document(Comparison([run, run], [pair], []))["comparisons"]
+    assert doc["faults_behind_gap"]["text"] == "12,833 more page faults per step (about +19.250 ms)"
+    assert doc["evidence"][0]["text"].startswith("page faults per unprofiled step:")
     # The suggestion gives the repeats' figure, as the evidence does.
     (fresh,) = [s for s in pair.suggestions if s.figures.get("minor_faults_per_step")]
     assert fresh.figures["minor_faults_per_step"] == 13133.3
@@ -158,6 +163,22 @@ def test_faults_that_carry_the_gap_lead_the_evidence_and_join_the_headline(torch
     pair = compare_pair(run, run, (_repeats(run, 80.0, [13000.0] * 3),
                                    _repeats(run, 100.0, [13000.0] * 3)))
     assert pair.evidence[-1].kind == EvidenceKind.PAGE_FAULTS and pair.faults_behind_gap is None
+
+
+def test_repeats_in_different_allocator_states_are_warned_of(torch_explained_copy):
+    from analysis.results.compare import compare
+    run = torch_explained_copy
+    steady = _repeats(run, 100.0, [14400.0, 15200.0, 16000.0])   # within 1.5x of each other
+    apart = _repeats(run, 120.0, [14400.0, 30200.0, 16000.0])    # the trial gap_truth met
+    warnings = compare([run, run], [steady, apart]).warnings
+    # (30,200 - 14,400) faults at 1.5 µs: 23.7 ms between the repeats' estimated costs.
+    assert [w for w in warnings if "allocator states" in w] == [
+        f"{run.breakdown.name}: its repeats took 14,400 to 30,200 page faults a step (about 23.7 ms "
+        "apart at 1.5 µs each): their processes sat in different allocator states, which spreads "
+        "its step time; more repeats average it out, and the malloc-keep variant removes it (the "
+        "loop then keeps its memory, which is another configuration)"]
+    assert page_faults.states_warning("x", [300.0, 900.0]) is None       # too few to cost time
+    assert page_faults.states_warning("x", [14400.0, None]) is None      # one not counted
 
 
 @pytest.fixture

@@ -8,12 +8,17 @@ from analysis.readers import step_rows
 # Below this a step's faults cost too little to be a reason (about 1.5 ms at the cost below):
 # a GPU or Keras step takes tens to hundreds, a torch CPU CNN step that trims its heap ~13,000.
 MANY_PER_STEP = 1000
-# What one fault cost, measured (benchmarks/README.md, 25 Nov): glibc keeping its memory took the
-# torch CNN from 97.0 to 78.2 ms a step and from ~13,000 to ~1,000 faults a step, ~1.5 µs each
-# (the kernel's fault and the zeroing of a 4 KiB page). Used to tell when faults are worth a try.
+# What one fault costs, measured on the torch CNN (benchmarks/README.md): glibc keeping its memory
+# took the step from 97.0 to 78.2 ms and from ~13,000 faults to ~1,000 (~1.5 µs each); step by
+# step within a process, time rose 1.40-1.43 µs a fault (the kernel's fault and the zeroing of a
+# 4 KiB page). Used to estimate what faults cost a step, and so when they are worth a try.
 FAULT_COST_US = 1.5
 # Faults whose estimated cost is this share of the step: keeping the memory is worth a try.
 COSTLY_SHARE = 0.05
+# Repeats of one configuration whose faults a step differ by this factor sat in different
+# allocator states (glibc sets its thresholds from what a process freed before): seen here as
+# 14,400 against 30,200 a step in one trial of the torch CNN, the slower repeat 40 % slower.
+STATES_APART = 1.5
 
 
 def faults_per_step(rows: list[dict] | None, warmup_steps: int) -> float | None:
@@ -50,3 +55,18 @@ def note(faults: float | None, step_ms: float, variant: str | None) -> str | Non
             f"({100 * cost / step_ms:.0f} % of the step) at {FAULT_COST_US} µs each: the allocator "
             "gives memory back to the kernel and takes it again every step; the malloc-keep "
             "variant keeps it")
+
+
+def states_warning(label: str, counts: list[float | None]) -> str | None:
+    """A warning where the repeats of one configuration took their pages in different allocator
+    states: the spread of its step time is then that, as much as the configuration."""
+    if len(counts) < 2 or any(c is None for c in counts):
+        return None
+    low, high = min(counts), max(counts)
+    if high < MANY_PER_STEP or high <= STATES_APART * low:
+        return None
+    return (f"{label}: its repeats took {low:,.0f} to {high:,.0f} page faults a step (about "
+            f"{estimated_cost_ms(high - low):.1f} ms apart at {FAULT_COST_US} µs each): their "
+            "processes sat in different allocator states, which spreads its step time; more "
+            "repeats average it out, and the malloc-keep variant removes it (the loop then keeps "
+            "its memory, which is another configuration)")

@@ -6,7 +6,7 @@ import enum
 import statistics
 from dataclasses import dataclass, field
 
-from analysis.measures.page_faults import MANY_PER_STEP, estimated_cost_ms
+from analysis.measures import page_faults
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.results.cause import Cause, biggest_cause
 from analysis.results.explain import RunExplanation
@@ -145,7 +145,11 @@ class PairComparison:
                 "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
                 "suggestions": [x.to_json_dict() for x in self.suggestions],
                 "devices_differ": self.devices_differ,
-                "cause": self.cause.to_json_dict() if self.cause else None}
+                "cause": self.cause.to_json_dict() if self.cause else None,
+                # The page faults the headline names beside the cause (their facts are in evidence).
+                "faults_behind_gap": None if self.faults_behind_gap is None else {
+                    "delta_ms": self.faults_behind_gap.delta_ms,
+                    "share_of_gap": self.faults_behind_gap.share_of_gap}}
 
 
 @dataclass
@@ -187,6 +191,7 @@ def compare(runs: list[RunExplanation],
              for i, other in enumerate(runs[1:], start=1)]
     _already_measured(runs, pairs)
     warnings += _reliability(runs, repeats)
+    warnings += _allocator_states(runs, repeats)
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
                         "and the gap may have the wrong size")
@@ -217,6 +222,13 @@ def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | No
         return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings]
     return [f"{run.breakdown.name} repeat {i}: {w}" for run, side in zip(runs, repeats)
             for i, b in enumerate(side, start=1) for w in b.reliability_warnings]
+
+
+def _allocator_states(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
+    """Each configuration whose repeats sat in different allocator states, named by run."""
+    found = (page_faults.states_warning(run.breakdown.name, [b.minor_faults_per_step for b in side])
+             for run, side in zip(runs, repeats or []))
+    return [w for w in found if w]
 
 
 def compare_pair(a: RunExplanation, b: RunExplanation,
@@ -356,9 +368,10 @@ def _page_faults(side_a: list[Breakdown], side_b: list[Breakdown]) -> Evidence |
             return None
         return {"minor_faults_per_step": round(statistics.fmean(counts), 1),
                 "min": round(min(counts), 1), "max": round(max(counts), 1), "repeats": len(counts),
-                "estimated_ms": round(estimated_cost_ms(statistics.fmean(counts)), 3)}
+                "estimated_ms": round(page_faults.estimated_cost_ms(statistics.fmean(counts)), 3)}
     fa, fb = facts(side_a), facts(side_b)
-    if fa is None or fb is None or max(fa["minor_faults_per_step"], fb["minor_faults_per_step"]) < MANY_PER_STEP:
+    if (fa is None or fb is None
+            or max(fa["minor_faults_per_step"], fb["minor_faults_per_step"]) < page_faults.MANY_PER_STEP):
         return None
     return Evidence(EvidenceKind.PAGE_FAULTS, None, fa, fb,
                     round(fb["estimated_ms"] - fa["estimated_ms"], _DIGITS))
