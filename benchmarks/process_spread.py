@@ -29,7 +29,9 @@ from __future__ import annotations
 #          cached (plain only: the data comes through gapscope's data path, its .npz cache, so
 #          the allocations before the loop, which set glibc's dynamic thresholds, are gapscope's),
 #          faults (plain only: count each step's page faults, one getrusage a step, as gapscope's
-#          step timer does; gapscope's runs always count them)
+#          step timer does; gapscope's runs always count them),
+#          no-cache (gapscope's data cache unusable, so the run process generates its data as
+#          the plain loop does)
 
 import argparse
 import json
@@ -48,7 +50,7 @@ from profilers.machine_load import load_snapshot
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
-         "full-epoch", "bookkeeping", "cached", "faults")
+         "full-epoch", "bookkeeping", "cached", "faults", "no-cache")
 # Knobs of the plain loop alone, passed on as its flags (gapscope's runs always hold the epoch,
 # keep their marks and read the cache).
 PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached", "faults")
@@ -56,6 +58,8 @@ PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached", "faults")
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
             "arena1": {"MALLOC_ARENA_MAX": "1"},
+            # A cache folder under a file: it can be neither read nor made.
+            "no-cache": {"GAPSCOPE_CACHE": "/dev/null/gapscope-cache"},
             "malloc-kept": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
                             "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
                             "MALLOC_TOP_PAD_": str(256 << 20)}}
