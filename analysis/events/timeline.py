@@ -18,6 +18,10 @@ from analysis.events.trace_rules import TraceRules
 from profilers.phases import MARKED_PHASES
 
 OTHER = "other"
+# No trace clock is finer than a nanosecond: a shorter stretch between two segments is float
+# noise of the µs times, and an `other` drawn for it would be an event whose ends round to the
+# same nanosecond (zero length), which XProf's Trace Viewer does not draw.
+CLOCK_RESOLUTION_US = 1e-3
 # Where host work of two phases overlaps (TF runs ops on several threads), the instant goes
 # to the first phase in this order: compute before input, since input work that overlaps
 # compute (prefetch) does not cost step time. Each instant counts once, so phases add up.
@@ -67,11 +71,11 @@ class PhaseTimeline:
         window = self.steps[step]
         found, cursor = [], window.start_us
         for start, end, phase in self.segments[step]:
-            if start > cursor:
+            if start - cursor >= CLOCK_RESOLUTION_US:
                 found.append((cursor, start, OTHER))
             found.append((start, end, phase))
             cursor = max(cursor, end)
-        if cursor < window.end_us:
+        if window.end_us - cursor >= CLOCK_RESOLUTION_US:
             found.append((cursor, window.end_us, OTHER))
         return found
 
