@@ -47,6 +47,7 @@ from pathlib import Path
 
 from benchmarks.gap_truth import OUT_DIR, ROOT, WARMUP_STEPS, child_env, last_json_object, log, tail
 from profilers.machine_load import load_snapshot
+from workloads.runners.malloc_keep import SETTINGS as MALLOC_KEEP
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
@@ -60,9 +61,9 @@ KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "arena1": {"MALLOC_ARENA_MAX": "1"},
             # A cache folder under a file: it can be neither read nor made.
             "no-cache": {"GAPSCOPE_CACHE": "/dev/null/gapscope-cache"},
-            "malloc-kept": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20),
-                            "MALLOC_TRIM_THRESHOLD_": str(1 << 30),
-                            "MALLOC_TOP_PAD_": str(256 << 20)}}
+            # The malloc-keep variant's values, set from the environment at the process's start.
+            "malloc-kept": {f"MALLOC_{name[2:]}_": str(value)
+                            for name, (_, value) in MALLOC_KEEP.items()}}
 DEFAULT_ARMS = "plain,run,child,child:no-trace:no-sampler"
 PROCESS_TIMEOUT_S = 15 * 60
 

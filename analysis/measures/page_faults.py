@@ -5,6 +5,8 @@ import statistics
 
 from analysis.readers import step_rows
 
+# The variant that keeps freed memory (workloads/variants.py), named in the notes and suggestions.
+VARIANT = "malloc-keep"
 # Below this a step's faults cost too little to be a reason (about 1.5 ms at the cost below):
 # a GPU or Keras step takes tens to hundreds, a torch CPU CNN step that trims its heap ~13,000.
 MANY_PER_STEP = 1000
@@ -48,12 +50,12 @@ def costly(faults: float | None, step_ms: float) -> bool:
 
 def note(faults: float | None, step_ms: float, variant: str | None) -> str | None:
     """The breakdown's line on costly faults, naming the variant that removes them."""
-    if not costly(faults, step_ms) or "malloc-keep" in (variant or "").split(","):
+    if not costly(faults, step_ms) or VARIANT in (variant or "").split(","):
         return None
     cost = estimated_cost_ms(faults)
     return (f"steady steps took {faults:,.0f} minor page faults each, about {cost:.1f} ms "
             f"({100 * cost / step_ms:.0f} % of the step) at {FAULT_COST_US} µs each: the allocator "
-            "gives memory back to the kernel and takes it again every step; the malloc-keep "
+            f"gives memory back to the kernel and takes it again every step; the {VARIANT} "
             "variant keeps it")
 
 
@@ -68,5 +70,5 @@ def states_warning(label: str, counts: list[float | None]) -> str | None:
     return (f"{label}: its repeats took {low:,.0f} to {high:,.0f} page faults a step (about "
             f"{estimated_cost_ms(high - low):.1f} ms apart at {FAULT_COST_US} µs each): their "
             "processes sat in different allocator states, which spreads its step time; more "
-            "repeats average it out, and the malloc-keep variant removes it (the loop then keeps "
+            f"repeats average it out, and the {VARIANT} variant removes it (the loop then keeps "
             "its memory, which is another configuration)")

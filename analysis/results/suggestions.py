@@ -5,7 +5,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from analysis.measures.page_faults import costly, estimated_cost_ms
+from analysis.measures.page_faults import VARIANT as MALLOC_KEEP, costly, estimated_cost_ms
 
 # Thresholds: a phase that is a fifth of the step is worth a variant that targets it; below
 # that the variant's own cost and the noise of one run usually hide what it saves.
@@ -123,8 +123,8 @@ def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
         if run.attribution.device_kind != "cpu":
             add(Rule.FP32_GPU, _lower_precision(b.framework, variants), {"compute_share": compute})
     faults = b.minor_faults_per_step if faults_per_step is None else faults_per_step
-    if costly(faults, step_ms) and "malloc-keep" not in variants:
-        add(Rule.PAGE_FAULTS, variants + ["malloc-keep"],
+    if costly(faults, step_ms) and MALLOC_KEEP not in variants:
+        add(Rule.PAGE_FAULTS, variants + [MALLOC_KEEP],
             {"minor_faults_per_step": faults, "estimated_ms": estimated_cost_ms(faults),
              "estimated_share": estimated_cost_ms(faults) / step_ms})
     return found

@@ -10,7 +10,7 @@ from profilers.errors import UnsupportedVariantError
 # mapped and unmapped each step), a trim threshold no step reaches, and a top pad that grows
 # the heap in steps of 256 MiB. Fixing them also stops glibc adjusting the thresholds to what
 # a process freed before (which made processes of one loop differ: benchmarks/README.md).
-_SETTINGS = {"M_MMAP_THRESHOLD": (-3, 32 << 20), "M_TRIM_THRESHOLD": (-1, 1 << 30),
+SETTINGS = {"M_MMAP_THRESHOLD": (-3, 32 << 20), "M_TRIM_THRESHOLD": (-1, 1 << 30),
              "M_TOP_PAD": (-2, 256 << 20)}
 
 
@@ -20,7 +20,7 @@ def keep_freed_memory() -> dict[str, int]:
     if mallopt is None:
         raise UnsupportedVariantError("variant 'malloc-keep': this C library has no mallopt")
     mallopt.argtypes, mallopt.restype = (ctypes.c_int, ctypes.c_int), ctypes.c_int
-    for name, (parameter, value) in _SETTINGS.items():
+    for name, (parameter, value) in SETTINGS.items():
         if mallopt(parameter, value) != 1:  # glibc returns 1 on success
             raise UnsupportedVariantError(f"variant 'malloc-keep': mallopt({name}, {value}) was refused")
-    return {name: value for name, (_, value) in _SETTINGS.items()}
+    return {name: value for name, (_, value) in SETTINGS.items()}
