@@ -1,6 +1,7 @@
 """What benchmarks.gpu_check runs on a GPU, and the checks it makes of each finished run."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -10,6 +11,8 @@ from profilers.phases import MARKED_PHASES
 # Short runs: enough steady steps after warm-up and the trace window to compare timers with.
 STEPS, WARMUP, TRACE_STEPS = 30, 5, 10
 SEED_MATRIX = "seed-4060ti"
+# Variant parts that change which kernels an eager step launches (autocast casts, the scaler's checks).
+_KERNEL_PARTS = frozenset({"amp-fp16", "amp-bf16", "scaler"})
 # Rough seconds per run on one H100 host, start-up and compile included: only for ordering the
 # runs (longest first) and for the dry run's estimate; never a measurement.
 COST_S = {"eager": 15, "amp": 15, "pageable": 15, "nccl": 35, "compile": 45,
@@ -62,11 +65,24 @@ def seed_rows() -> list[Planned]:
     for row in load_matrix(SEED_MATRIX).rows:
         if row.framework != "torch" or row.needs != "cuda":
             continue
-        compiled = "compile" in row.variant
         rows.append(Planned(f"seed:{row.id}", row.workload, row.variant, f"{SEED_MATRIX}: {row.config}",
-                            eager_of=f"{row.workload}-eager" if compiled else None,
                             memory=None if "preload" in row.variant else "pinned"))
-    return rows
+    return [dataclasses.replace(r, eager_of=_eager_of(r, rows)) if "compile" in r.variant else r
+            for r in rows]
+
+
+def _precision(variant: str) -> frozenset:
+    return frozenset(part for part in variant.split(",") if part in _KERNEL_PARTS)
+
+
+def _eager_of(compiled: Planned, seeds: list[Planned]) -> str | None:
+    """The eager run that launches the kernels a compiled seed row would without Inductor: same
+    workload and AMP settings (autocast adds a cast kernel per op), else none to compare with."""
+    for seed in seeds:
+        if ("compile" not in seed.variant and seed.workload == compiled.workload
+                and _precision(seed.variant) == _precision(compiled.variant)):
+            return seed.id
+    return f"{compiled.workload}-eager" if not _precision(compiled.variant) else None
 
 
 def settings_of(planned: Planned):
@@ -85,9 +101,10 @@ def analysed_dir(run_dir: Path, planned: Planned) -> Path:
 
 
 def evaluate(run_dir: Path, planned: Planned, cuda: bool):
-    """(checks, KernelStats or None) of one complete run, each check from gapscope's analyzers."""
+    """(checks, gpu_checks.FusionFigures or None) of one complete run, each check from gapscope's
+    analyzers."""
     from analysis.results.breakdown import breakdown
-    from analysis.measures.kernels import find_work, kernel_stats
+    from analysis.measures.kernels import find_work
     from analysis.measures.resources import resource_stats
     from analysis.model.run import load_run
     from analysis.tensorboard.xspace_export import write_xspace
@@ -110,7 +127,7 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     work.steps = len(timeline.steps)
     checks.append(C.transfers_in_data_load(work, planned.memory))
     checks.append(C.xprof_opens(write_xspace(run)))
-    return checks, kernel_stats(work)
+    return checks, C.FusionFigures.of(work)
 
 
 def _backend(manifest: dict, expected: str) -> C.Check:
