@@ -31,10 +31,15 @@ from __future__ import annotations
 #          faults (plain only: count each step's page faults, one getrusage a step, as gapscope's
 #          step timer does; gapscope's runs always count them),
 #          no-cache (gapscope's data cache unusable, so the run process generates its data as
-#          the plain loop does)
+#          the plain loop does),
+#          gc-off (Python's cyclic garbage collector disabled from the interpreter's start, through
+#          a sitecustomize module: when collections run, and what they free, then no longer
+#          depends on which thread allocated what and when)
 
 import argparse
+import functools
 import json
+import os
 import resource
 import statistics
 import subprocess
@@ -51,7 +56,7 @@ from workloads.runners.malloc_keep import SETTINGS as MALLOC_KEEP
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
-         "full-epoch", "bookkeeping", "cached", "faults", "no-cache")
+         "full-epoch", "bookkeeping", "cached", "faults", "no-cache", "gc-off")
 # Knobs of the plain loop alone, passed on as its flags (gapscope's runs always hold the epoch,
 # keep their marks and read the cache).
 PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached", "faults")
@@ -86,7 +91,17 @@ class Arm:
         env = child_env()
         for knob in self.knobs:
             env.update(KNOB_ENV.get(knob, {}))
+        if "gc-off" in self.knobs:
+            env["PYTHONPATH"] = os.pathsep.join([_gc_off_site(), env["PYTHONPATH"]])
         return env
+
+
+@functools.cache
+def _gc_off_site() -> str:
+    """A folder whose sitecustomize module disables the garbage collector at start-up."""
+    folder = tempfile.mkdtemp(prefix="gapscope-gc-off-")
+    Path(folder, "sitecustomize.py").write_text("import gc\ngc.disable()\n")
+    return folder
 
 
 def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: int,
