@@ -90,7 +90,7 @@ _GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its siz
 # torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
 # for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
 # whole session's range, read as other, as today's).
-_DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
+DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
                       "gpu_user_annotation": ANNOTATION,
                       "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
 _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
@@ -384,9 +384,9 @@ class _Reader:
         if cat in _EXPORT_VIEWS:
             where = self._tracks[(cat, pid, tid)] = (None, None, None, False)
             return where
-        device = cat in _DEVICE_CATEGORIES or cat in _EXPORTED_DEVICE or (
+        device = cat in DEVICE_CATEGORIES or cat in _EXPORTED_DEVICE or (
             cat == "annotation" and pid in self._device_pids)
-        kind = (_DEVICE_CATEGORIES.get(cat) or _EXPORTED_DEVICE.get(cat) or _HOST_CATEGORIES.get(cat)
+        kind = (DEVICE_CATEGORIES.get(cat) or _EXPORTED_DEVICE.get(cat) or _HOST_CATEGORIES.get(cat)
                 or _EXPORTED_HOST.get(cat, OTHER))
         track = f"{'device' if device else 'host'}/{pid}/{tid}"
         where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), device)

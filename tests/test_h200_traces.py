@@ -1,0 +1,101 @@
+"""gapscope's CUDA paths on two real traces from an H200 (benchmarks.gpu_check, 26 November 2026,
+torch 2.11.0+cu130): the mlp eager and under torch.compile, cut to two steps with
+benchmarks.cut_trace. Every count was read off the traces' kernel names by hand, so a machine
+without a GPU still checks kernel, fusion and copy attribution on real CUPTI output."""
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from analysis.measures.kernels import DEVICE_KERNELS, find_work
+from analysis.model.run import load_run
+from analysis.results.breakdown import breakdown
+from benchmarks import cut_trace, gpu_checks as C
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "tests" / "fixtures" / "h200"
+
+
+def _work(name: str):
+    run = load_run(H200 / f"mlp-{name}.pt.trace.json.gz")
+    work = find_work(run.trace, run.timeline, run.hlo)
+    work.steps = len(run.timeline.steps)
+    return run, work
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return _work("eager")
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return _work("compile")
+
+
+def _per_phase(work) -> dict:
+    counts = Counter((k.phase, k.fused) for k in work.kernels())
+    return {key: n / work.steps for key, n in sorted(counts.items())}
+
+
+def test_every_kernel_lands_in_its_phase(eager, compiled):
+    _, eager_work = eager
+    _, compiled_work = compiled
+    assert eager_work.source == compiled_work.source == DEVICE_KERNELS
+    assert eager_work.steps == compiled_work.steps == 2
+    # Eager: forward's 7 (3 GEMM kernels and their epilogue, the activation, the loss's softmax
+    # and NLL), backward's 12, the optimizer's 5 multi_tensor_apply kernels; nothing unplaced.
+    assert _per_phase(eager_work) == {("backward", False): 12.0, ("forward", False): 7.0,
+                                      ("optimizer", False): 5.0}
+    # Compiled: Inductor's Triton kernels in forward (3) and backward (5) only.
+    assert _per_phase(compiled_work) == {("backward", False): 9.0, ("backward", True): 5.0,
+                                         ("forward", False): 7.0, ("forward", True): 3.0,
+                                         ("optimizer", False): 5.0}
+
+
+def test_the_fusion_check_on_the_real_pair(eager, compiled):
+    check = C.triton_fusion(C.FusionFigures.of(compiled[1]), C.FusionFigures.of(eager[1]))
+    assert check.status == C.PASS, check.detail
+    # More kernels in all (29 against 24), fewer of ATen's own in the model (16 against 19).
+    assert check.detail.startswith("forward and backward 8 Triton + 16 other kernels/step against "
+                                   "eager's 19; all phases 29 against 24; fused share 28 %")
+    assert "top Triton kernel triton_" in check.detail
+
+
+def test_the_batch_copies_are_pinned_and_in_data_load(eager, compiled):
+    for _, work in (eager, compiled):
+        check = C.transfers_in_data_load(work, "pinned")
+        assert check.status == C.PASS, check.detail
+        assert check.detail == "H2D 2/step (pinned) all in data_load; no D2H"
+
+
+def test_the_breakdown_adds_up_on_both(eager, compiled):
+    for run, _ in (eager, compiled):
+        result = breakdown(run).to_json_dict()
+        phases = sum(p["ms"] for p in result["phases"].values())
+        assert phases == pytest.approx(result["step_ms"]["mean"], abs=1e-3)
+        assert result["phases"]["forward"]["ms"] > 0 and result["phases"]["optimizer"]["ms"] > 0
+
+
+def test_cut_trace_keeps_the_launched_device_events(tmp_path):
+    """The cut of a cut: one step of the two, its kernels found by correlation."""
+    with gzip.open(H200 / "mlp-eager.pt.trace.json.gz", "rt") as handle:
+        document = json.load(handle)
+    one = cut_trace.cut(document, 1, 1)
+    names = [e["name"] for e in one["traceEvents"] if e.get("name", "").startswith("ProfilerStep#")]
+    assert len(names) == 1
+    assert sum(e.get("cat") == "kernel" for e in one["traceEvents"]) == 24
+    with pytest.raises(ValueError, match="2 ProfilerStep spans"):
+        cut_trace.cut(document, 1, 2)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = subprocess.run([sys.executable, "-m", "benchmarks.cut_trace", str(bad), str(tmp_path / "o.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and done.stderr.startswith("cut_trace: ") and "Traceback" not in done.stderr
+    assert not (tmp_path / "o.json").exists()
