@@ -1,4 +1,4 @@
-"""Cuts a real torch.profiler trace down to a few consecutive steps, for a test fixture small enough to commit.
+"""Cuts a real torch.profiler trace down to a few consecutive steps: a test fixture small enough to commit.
 
     python -m benchmarks.cut_trace SRC DST [--first 3] [--steps 2]
 
@@ -23,8 +23,8 @@ def _open(path: str, mode: str):
 def cut(document: dict, first: int, count: int) -> dict:
     """A copy of `document` (a trace's JSON) holding steps first..first+count-1 only."""
     events = document["traceEvents"]
-    steps = sorted((e for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")),
-                   key=lambda e: e["ts"])
+    steps = sorted((e for e in events if e.get("ph") == "X"
+                    and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
     if first < 0 or count < 1 or first + count > len(steps):
         raise ValueError(f"the trace has {len(steps)} ProfilerStep spans: steps {first} to "
                          f"{first + count - 1} are not all there")
@@ -37,14 +37,17 @@ def cut(document: dict, first: int, count: int) -> dict:
             or (e.get("ph") == "X" and e.get("cat") in _DEVICE
                 and (e.get("args") or {}).get("correlation") in launched)
             or (e.get("ph") in ("s", "f") and e.get("id") in launched)]
-    return {**document, "traceEvents": sorted(kept + host, key=lambda e: (e.get("ph") != "M", e.get("ts", 0)))}
+    ordered = sorted(kept + host, key=lambda e: (e.get("ph") != "M", e.get("ts", 0)))  # metadata first
+    return {**document, "traceEvents": ordered}
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.cut_trace", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.cut_trace",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("src")
     parser.add_argument("dst")
-    parser.add_argument("--first", type=int, default=3, help="index of the first step kept (0: the trace's first)")
+    parser.add_argument("--first", type=int, default=3,
+                        help="index of the first step kept (0: the trace's first)")
     parser.add_argument("--steps", type=int, default=2)
     args = parser.parse_args(argv)
     try:

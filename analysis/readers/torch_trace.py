@@ -91,8 +91,8 @@ _GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its siz
 # for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
 # whole session's range, read as other, as today's).
 DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-                      "gpu_user_annotation": ANNOTATION,
-                      "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
+                     "gpu_user_annotation": ANNOTATION,
+                     "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
 _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
                     "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
                     "Operator": HOST_OP, "Runtime": RUNTIME}
