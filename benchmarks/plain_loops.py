@@ -161,9 +161,13 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
             **({"minor_faults": step_faults} if faults else {})}
 
 
-def run_keras(workload: str, variant: str, steps: int, device_name: str) -> dict:
+def run_keras(workload: str, variant: str, steps: int, device_name: str,
+              gapscope_step: bool = False) -> dict:
     """model.fit on NumPy arrays (fit shuffles: keras_runner's default "numpy" pipeline),
-    jit_compile set explicitly as gapscope does, steps timed by a callback as a user would."""
+    jit_compile set explicitly as gapscope does, steps timed by a callback as a user would.
+    `gapscope_step`: gapscope's instrumentation instead, in this otherwise plain process: the
+    train_step marked by phase and gapscope's step callback with its StepTimer, as
+    workloads/runners/keras_runner.py runs them (no trace window)."""
     os.environ["KERAS_BACKEND"] = "tensorflow"  # before Keras is imported: fixed at import
     import math
 
@@ -175,17 +179,28 @@ def run_keras(workload: str, variant: str, steps: int, device_name: str) -> dict
     keras.utils.set_random_seed(SEED)
     x, y = training_data(workload, steps)
     model = keras_model(workload)
+    if gapscope_step:
+        from profilers.keras_marks import mark_keras_phases, step_callback
+        from profilers.marks import PhaseMarks
+        from profilers.timers import HostClock, StepTimer
+        step_timer = StepTimer(HostClock())
+        mark_keras_phases(model, PhaseMarks(step_timer, uses_torch=False))
     model.compile(optimizer=keras.optimizers.RMSprop(learning_rate=LEARNING_RATE),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   # Explicit, not Keras' "auto": "auto" turns XLA on where a GPU is seen.
                   jit_compile=variant == "jit", steps_per_execution=1)
 
-    timer = step_times_callback()
+    timer = step_callback(step_timer, None) if gapscope_step else step_times_callback()
     model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, shuffle=True, verbose=0, callbacks=[timer])
+    if gapscope_step:
+        rows = step_timer.rows(timed_phases=())
+        times_ms, losses = [r["step_ms"] for r in rows], [r["loss"] for r in rows]
+    else:
+        times_ms, losses = [t / 1e6 for t in timer.times_ns], timer.losses
     parameters = sum(math.prod(w.shape) for w in model.trainable_weights)
     import tensorflow as tf
     gpus = tf.config.list_logical_devices("GPU")
-    return {"times_ms": [t / 1e6 for t in timer.times_ns], "losses": timer.losses,
+    return {"times_ms": times_ms, "losses": losses,
             "parameters": parameters, "device": "gpu" if gpus else "cpu",
             "jit_compile": bool(getattr(model, "jit_compile", variant == "jit"))}
 
@@ -242,9 +257,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="torch: read the data through gapscope's data path (its .npz cache)")
     parser.add_argument("--faults", action="store_true",
                         help="torch: count each step's minor page faults (one getrusage a step)")
+    parser.add_argument("--gapscope-step", action="store_true",
+                        help="keras: gapscope's marked train_step and step callback in this process")
     args = parser.parse_args(argv)
     if (args.workload, args.framework, args.variant) not in CONFIGS:
         parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
+    # A flag the loop would ignore must not pass for a measured difference.
+    ignored = [f"--{name.replace('_', '-')}" for name in
+               (("full_epoch", "bookkeeping", "cached", "faults") if args.framework == "keras"
+                else ("gapscope_step",)) if getattr(args, name)]
+    if ignored:
+        parser.error(f"{', '.join(ignored)} does not apply to the {args.framework} loop")
     if args.steps <= args.warmup:
         parser.error(f"--steps must exceed --warmup ({args.warmup}): no steady steps otherwise")
     started = time.perf_counter()
@@ -252,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch,
                            args.bookkeeping, args.cached, args.faults)
     else:
-        result = run_keras(args.workload, args.variant, args.steps, args.device)
+        result = run_keras(args.workload, args.variant, args.steps, args.device, args.gapscope_step)
     result = summarise(result, args.warmup)
     result.update(workload=args.workload, framework=args.framework, variant=args.variant,
                   steps=args.steps, wall_s=round(time.perf_counter() - started, 3))

@@ -32,6 +32,8 @@ from __future__ import annotations
 #          step timer does; gapscope's runs always count them),
 #          no-cache (gapscope's data cache unusable, so the run process generates its data as
 #          the plain loop does),
+#          gapscope-step (plain Keras only: gapscope's marked train_step and step callback in
+#          the plain process, the rest of it plain),
 #          gc-off (Python's cyclic garbage collector disabled from the interpreter's start, through
 #          a sitecustomize module: when collections run, and what they free, then no longer
 #          depends on which thread allocated what and when)
@@ -56,10 +58,10 @@ from workloads.runners.malloc_keep import SETTINGS as MALLOC_KEEP
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
-         "full-epoch", "bookkeeping", "cached", "faults", "no-cache", "gc-off")
+         "full-epoch", "bookkeeping", "cached", "faults", "no-cache", "gc-off", "gapscope-step")
 # Knobs of the plain loop alone, passed on as its flags (gapscope's runs always hold the epoch,
 # keep their marks and read the cache).
-PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached", "faults")
+PLAIN_FLAGS = ("full-epoch", "bookkeeping", "cached", "faults", "gapscope-step")
 # Environment each knob sets in the process it starts.
 KNOB_ENV = {"omp1": {"OMP_NUM_THREADS": "1"}, "omp2": {"OMP_NUM_THREADS": "2"},
             "mmap-fixed": {"MALLOC_MMAP_THRESHOLD_": str(32 << 20)},
