@@ -59,13 +59,18 @@ def note(faults: float | None, step_ms: float, variant: str | None) -> str | Non
             "variant keeps it")
 
 
+def states_apart(low: float, high: float) -> bool:
+    """Whether repeats that took `low` and `high` faults a step sat in different allocator states."""
+    return high >= MANY_PER_STEP and high > STATES_APART * low
+
+
 def states_warning(label: str, counts: list[float | None]) -> str | None:
     """A warning where the repeats of one configuration took their pages in different allocator
     states: the spread of its step time is then that, as much as the configuration."""
     if len(counts) < 2 or any(c is None for c in counts):
         return None
     low, high = min(counts), max(counts)
-    if high < MANY_PER_STEP or high <= STATES_APART * low:
+    if not states_apart(low, high):
         return None
     return (f"{label}: its repeats took {low:,.0f} to {high:,.0f} page faults a step (about "
             f"{estimated_cost_ms(high - low):.1f} ms apart at {FAULT_COST_US} µs each): their "

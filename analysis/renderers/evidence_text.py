@@ -4,7 +4,7 @@ from __future__ import annotations
 from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
-from analysis.measures.page_faults import FAULT_COST_US, MANY_PER_STEP
+from analysis.measures.page_faults import FAULT_COST_US, states_apart
 from analysis.measures.stats import REPEAT_METHOD
 from analysis.results.suggestions import Rule, Suggestion
 
@@ -207,8 +207,7 @@ def _page_faults(e: Evidence, a_label: str, b_label: str) -> str:
     def say(label, f):
         # Repeats far apart took their pages in different allocator states, each for its life.
         low, high = f["min"], f["max"]
-        spread = (f" (repeats {low:,.0f} to {high:,.0f})"
-                  if high >= MANY_PER_STEP and high > 1.5 * low else "")
+        spread = f" (repeats {low:,.0f} to {high:,.0f})" if states_apart(low, high) else ""
         return f"{label} {f['minor_faults_per_step']:,.0f}{spread}"
     return (f"page faults per unprofiled step: {say(a_label, e.a)} vs {say(b_label, e.b)}, about "
             f"{_signed(e.delta_ms)} ms at {FAULT_COST_US} µs each{_share(e)}: fresh pages taken "
