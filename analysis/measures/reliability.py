@@ -45,6 +45,17 @@ def busy_machine(manifest: dict) -> bool:
     return bool(_load_warnings(manifest.get("machine_load")))
 
 
+def busy_reason(manifest: dict) -> str | None:
+    """The load that made the run's machine busy, in a few words; None on a quiet machine."""
+    load = manifest.get("machine_load")
+    if not busy_machine(manifest):
+        return None
+    others, steal = _number(load.get("others_cpu_pct")), _number(load.get("steal_pct"))
+    if others is not None and others > BUSY_OTHERS_PCT:
+        return f"busy machine (other processes used {others:.0f} % of the cores)"
+    return f"busy host ({steal:.0f} % steal)"
+
+
 def _load_warnings(load) -> list[str]:
     if not isinstance(load, dict):
         return []
