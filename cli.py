@@ -12,7 +12,7 @@ import click
 
 from profilers import strict_json
 from profilers.environment import threads_of
-from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
+from profilers.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError
 from analysis.renderers import registry
 from workloads.devices import DEVICES
 from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
@@ -581,6 +581,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     RUNS are run directories, or one A/B folder, or with --measure configurations to run now.
     Between two ordinary runs the interval is the noise within each run only; --measure
     repeats both, interleaved, and the interval includes the drift between processes.
+    Exit 3 (INCONCLUSIVE, no verdict and no suggestion) when other processes took the cores
+    while a run ran.
 
     \b
     Example:
@@ -626,6 +628,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)
+    if comparison.inconclusive:
+        sys.exit(EXIT_INCONCLUSIVE)
 
 
 def _compare_scaling(paths, fmt: str) -> None:

@@ -47,3 +47,13 @@ def tf_profile(run_dir: Path) -> Path:
     from analysis.readers.run_dir import find_files
     (path,) = find_files(run_dir).xplanes  # the reader's own finder leaves gapscope's session out
     return path
+
+
+def compare_exit_code(*run_dirs: Path) -> int:
+    """What `compare` of real runs must exit with: 3 (inconclusive) where a run ran beside other
+    work (the suite under load), else 0. The load is the machine's, not the feature's."""
+    import json
+
+    from analysis.measures.reliability import busy_machine
+    busy = any(busy_machine(json.loads((Path(d) / "manifest.json").read_text())) for d in run_dirs)
+    return 3 if busy else 0

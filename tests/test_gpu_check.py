@@ -171,7 +171,8 @@ def test_busy_reason_names_the_load():
     assert busy_reason({}) is None
     assert busy_reason({"machine_load": {"others_cpu_pct": 96.4, "cores": 2}}) == \
         "busy machine (other processes used 96 % of the cores)"
-    assert busy_reason({"machine_load": {"others_cpu_pct": 1.0, "steal_pct": 12.0}}) == "busy host (12 % steal)"
+    assert busy_reason({"machine_load": {"others_cpu_pct": 1.0, "steal_pct": 12.0}}) == \
+        "busy machine (other guests took 12 % of the CPU time (steal))"
 
 
 def test_timers_agree_on_literal_steps():

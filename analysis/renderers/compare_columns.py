@@ -39,7 +39,11 @@ def verdict_lines(comparison: Comparison) -> list[str]:
     for pair in comparison.pairs:
         if pair.ratio is None:
             continue
-        if pair.within_noise:
+        if pair.inconclusive:
+            # No "x faster" here, not even qualified: that figure is what gets quoted.
+            lines.append(f"INCONCLUSIVE: {pair.b_label} vs {pair.a_label}, {pair.inconclusive}: "
+                         f"its gap ({delta(pair.gap_ms, pair.gap_ci95)} ms per step) is no verdict")
+        elif pair.within_noise:
             lines.append(f"{pair.b_label} vs {pair.a_label}: within noise "
                          f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
         else:

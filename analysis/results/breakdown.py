@@ -18,7 +18,7 @@ from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
 from analysis.measures import page_faults
-from analysis.measures.reliability import reliability_warnings
+from analysis.measures.reliability import busy_load, reliability_warnings
 from analysis.measures.variant_notes import variant_notes
 from profilers.errors import GapscopeInputError
 from profilers.executions import updates_in_call
@@ -55,6 +55,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
                             "ended inside a compiled call of several updates (steps_per_execution)")
     result.reliability_warnings = reliability_warnings(run.manifest, result.step_times_ms)
+    result.busy_load = busy_load(run.manifest)
     result.minor_faults_per_step = page_faults.faults_per_step(run.rows, run.warmup_steps)
     faults = page_faults.note(result.minor_faults_per_step, result.step_stats()["mean"],
                               run.manifest.get("variant"))

@@ -7,6 +7,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from analysis.measures import page_faults
+from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.results.cause import Cause, biggest_cause
 from analysis.results.explain import RunExplanation
@@ -92,6 +93,10 @@ class PairComparison:
     suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
     repeat_ratio: RepeatRatio | None = None   # with repeats: pair ratios, spread, repeats needed
     cause: Cause | None = None   # the biggest cause inside the leading phase's delta
+    # Why the pair's step times are no fact (a side ran on a busy machine): then no verdict.
+    inconclusive: str | None = None
+    # A side's step time cannot be trusted (a busy machine, steps in two levels).
+    untrusted: bool = False
 
     @property
     def leading_phase(self) -> PhaseGap | None:
@@ -133,7 +138,7 @@ class PairComparison:
                 "gap_ci95": _rounded(self.gap_ci95), "ratio": self.ratio,
                 "ratio_ci95": _rounded(self.ratio_ci95, 4), "within_noise": self.within_noise,
                 "interval_method": self.interval_method and str(self.interval_method), "repeats": self.repeats,
-                "unprofiled": self.unprofiled,
+                "unprofiled": self.unprofiled, "inconclusive": self.inconclusive,
                 "pair_ratios": [round(r, 4) for r in self.pair_ratios],
                 "pairs_agreeing": self.pairs_agreeing if self.pair_ratios else None,
                 "repeats_to_decide": self.repeats_to_decide,
@@ -157,6 +162,11 @@ class Comparison:
     runs: list[RunExplanation]
     pairs: list[PairComparison]  # the first run against each other one
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def inconclusive(self) -> bool:
+        """A pair's step times are no fact (a busy machine): the command says so in its exit code."""
+        return any(p.inconclusive for p in self.pairs)
 
     def to_json_dict(self) -> dict:
         return {"baseline": self.pairs[0].a if self.pairs else None,
@@ -190,7 +200,9 @@ def compare(runs: list[RunExplanation],
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
              for i, other in enumerate(runs[1:], start=1)]
     _already_measured(runs, pairs)
-    warnings += _reliability(runs, repeats)
+    sides = [[b.breakdown] for b in runs] if not repeats else repeats
+    busy = _busy_machine(runs, sides, pairs)
+    warnings += ([busy] if busy else []) + _reliability(runs, repeats)
     warnings += _allocator_states(runs, repeats)
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
@@ -217,11 +229,39 @@ def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -
 
 
 def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
-    """Each run's (or repeat's) reasons not to trust its step time, named by run."""
+    """Each run's (or repeat's) reasons not to trust its step time, named by run; the
+    machine's load is said once for all runs, by _busy_machine."""
     if not repeats:
-        return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings]
+        return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings
+                if not is_load_warning(w)]
     return [f"{run.breakdown.name} repeat {i}: {w}" for run, side in zip(runs, repeats)
-            for i, b in enumerate(side, start=1) for w in b.reliability_warnings]
+            for i, b in enumerate(side, start=1) for w in b.reliability_warnings if not is_load_warning(w)]
+
+
+def _busy_machine(runs: list[RunExplanation], sides: list[list[Breakdown]],
+                  pairs: list[PairComparison]) -> str | None:
+    """One warning naming every run (and how many of its repeats) that ran while other
+    processes took the cores. Each pair with such a side is inconclusive and suggests nothing:
+    on 2 busy cores a 1.5 ms MLP step took 50-230 ms, and a verdict, a cause's size or a
+    'try compile' drawn from that is about the neighbours, not the configuration."""
+    loads = [[b.busy_load for b in side] for side in sides]
+    named = []
+    for run, side_loads in zip(runs, loads):
+        busy = [x for x in side_loads if x]
+        if busy:
+            many = f" ({len(busy)} of {len(side_loads)} repeats)" if len(side_loads) > 1 else ""
+            named.append(f"{run.breakdown.name}{many}")
+    if not named:
+        return None
+    words = load_words([x for side_loads in loads for x in side_loads if x])
+    for i, pair in enumerate(pairs, start=1):
+        which = [n for n, side_loads in ((pair.a_label, loads[0]), (pair.b_label, loads[i]))
+                 if any(side_loads)]
+        if which:
+            pair.inconclusive = f"busy machine while {' and '.join(which)} ran"
+    return (f"busy machine while {', '.join(named)} ran: {words}, so those step times, and every "
+            f"ratio, cause and suggestion drawn from them, are no fact about the configurations; "
+            f"measure on a quiet machine ({THREADS_ADVICE})")
 
 
 def _allocator_states(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
@@ -262,6 +302,7 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
         _repeat_intervals(pair, *sides)
     else:
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
+    pair.untrusted = any(x.reliability_warnings or x.busy_load for side in sides for x in side)
     pair.suggestions = _suggestions(pair, a, b)
     leading = pair.leading_phase
     if leading is not None:
@@ -272,8 +313,9 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
 def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:
     """For the slower run (by its mean step), from the phases it is slower in beyond noise
     only: a step gap within noise can still hold one phase that is clearly slower (with
-    three repeats a t-interval is wide), and that phase is worth a hypothesis."""
-    if pair.gap_ms == 0:
+    three repeats a t-interval is wide), and that phase is worth a hypothesis. A suggestion is
+    a hypothesis drawn from the step times: none from a side that cannot be trusted."""
+    if pair.gap_ms == 0 or pair.untrusted:
         return []
     b_slower = pair.gap_ms > 0
     gaps = {g.phase: (g.delta_ms if b_slower else -g.delta_ms) for g in pair.phases

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from analysis.measures.stats import RepeatRatio, repeat_ratio
 from profilers import state_json
-from profilers.errors import GapscopeInputError
+from profilers.errors import EXIT_INCONCLUSIVE, GapscopeInputError
 from profilers.state_json import StateFileError
 
 BASELINE_FORMAT = "gapscope-baseline/1"
@@ -26,7 +26,6 @@ class Verdict(enum.StrEnum):
 
 # check's exit codes: CI fails on a regression; a busy runner's figure is neither pass nor fail.
 EXIT_REGRESSION = 1
-EXIT_INCONCLUSIVE = 3
 
 
 @dataclass(frozen=True)
