@@ -96,7 +96,8 @@ def check(baseline: Baseline, config: str, step_ms: list[float], within: list[fl
     warnings = []
     if config != baseline.config:
         warnings.append(f"the baseline measured {baseline.config}, this check {config}")
-    for key in ("host", "cpu", "torch", "tensorflow"):
+    # OMP_NUM_THREADS changes a CPU step several-fold (threads that wait on each other).
+    for key in ("host", "cpu", "torch", "tensorflow", "OMP_NUM_THREADS"):
         then, now = baseline.machine.get(key), machine.get(key)
         if then is not None and now is not None and then != now:
             warnings.append(f"{key} differs from the baseline's: {now} vs {then}")
