@@ -37,6 +37,16 @@ class _Percent(click.ParamType):
 
 PERCENT = _Percent()
 
+
+class _FiniteRange(click.FloatRange):
+    """A FloatRange that refuses nan, which compares false with both bounds and so passed them."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
+
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter (oneDNN, CPU features, absl) and the Python warnings of
 # TensorFlow and absl would bury gapscope's own output in every command; errors still show.
@@ -233,7 +243,7 @@ def size_options(command):
     options = [
         click.option("--batch-size", type=click.IntRange(1, MAX_BATCH), default=None,
                      help="Samples per step instead of the workload's own (see `gapscope list`)."),
-        click.option("--width", type=click.FloatRange(MIN_WIDTH, MAX_WIDTH), default=None,
+        click.option("--width", type=_FiniteRange(MIN_WIDTH, MAX_WIDTH), default=None,
                      help="Hidden layer widths times this (MLP units, the CNN's dense layer, "
                           "LSTM units), e.g. 2 for twice as wide; the manifest has the model."),
     ]
@@ -549,8 +559,8 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
 @click.option("--precision", type=PERCENT, default=None, metavar="PCT",
               help="With --measure: add interleaved repeats until every ratio's 95 % interval "
                    "is within ±PCT (e.g. 3%), or --budget is spent; says why it stopped.")
-@click.option("--budget", type=click.FloatRange(0.5, 24 * 60), default=10.0, show_default=True,
-              metavar="MINUTES", help="With --precision: time the measurement may take.")
+@click.option("--budget", type=_FiniteRange(0.5, 24 * 60), default=None, metavar="MINUTES",
+              help="With --precision: time the measurement may take [default: 10].")
 @click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
               help="With --measure: steps per run (warm-up and traced steps included).")
 @click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
@@ -598,6 +608,9 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     from analysis.model.run import Runs, is_measurement, load_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
+    if budget is not None and precision is None:
+        raise GapscopeInputError("--budget goes with --precision (a budget for reaching it)")
+    budget = 10.0 if budget is None else budget
     from workloads.ab import DEFAULT_REPEATS
     repeats = repeats or (50 if precision is not None else DEFAULT_REPEATS)
     stopped: list[str] = []

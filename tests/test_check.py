@@ -62,6 +62,10 @@ def test_a_different_machine_or_configuration_is_said():
      ' "settings": {}, "machine": {}}', "corrupt baseline"),
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
      ' "settings": {}, "machine": {}, "busy": "no"}', "busy must be true or false"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [1e300], "within": [0],'
+     ' "settings": {}, "machine": {}}', "step times of 0.001 to 8.64e[+]07 ms"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [1e-9], "within": [0],'
+     ' "settings": {}, "machine": {}}', "corrupt baseline"),
     ('{"format": "something else"}', "not a gapscope baseline"),
     ("[" * 100_000, "not a gapscope baseline"),
     ("not json", "not a gapscope baseline"),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.measures.stats import RepeatRatio, repeat_ratio
+from analysis.readers.step_rows import MAX_STEP_MS
 from profilers import state_json
 from profilers.errors import EXIT_INCONCLUSIVE, GapscopeInputError
 from profilers.state_json import StateFileError
@@ -15,6 +16,8 @@ BASELINE_FORMAT = "gapscope-baseline/1"
 # A baseline is a few hundred bytes; anything far larger is not one.
 MAX_BASELINE_BYTES = 1 << 20
 MAX_REPEATS = 1000
+# No training step is shorter than a microsecond (a kernel launch alone takes several).
+MIN_STEP_MS = 1e-3
 
 
 class Verdict(enum.StrEnum):
@@ -125,7 +128,8 @@ def read_baseline(path: str | Path) -> Baseline:
     if not (_positive_list(step_ms) and isinstance(within, list) and len(within) == len(step_ms)
             and all(_number(v) and v >= 0 for v in within)):
         raise GapscopeInputError(f"{path}: corrupt baseline: step_ms must be 1 to {MAX_REPEATS} "
-                                 "positive finite figures, within as many non-negative ones")
+                                 f"step times of {MIN_STEP_MS:g} to {MAX_STEP_MS:g} ms, within as many "
+                                 "non-negative ones")
     config, settings, machine = doc.get("config"), doc.get("settings"), doc.get("machine")
     if not (isinstance(config, str) and config and isinstance(settings, dict)
             and isinstance(machine, dict)):
@@ -138,8 +142,10 @@ def read_baseline(path: str | Path) -> Baseline:
 
 
 def _positive_list(values) -> bool:
+    """1 to MAX_REPEATS step figures a step can take: 1e300 printed a 300-digit figure and 1e-9
+    ms an '88268236869x' ratio, so a baseline holds what steps.csv may (step_rows)."""
     return (isinstance(values, list) and 1 <= len(values) <= MAX_REPEATS
-            and all(_number(v) and v > 0 for v in values))
+            and all(_number(v) and MIN_STEP_MS <= v <= MAX_STEP_MS for v in values))
 
 
 def _number(value) -> bool:
