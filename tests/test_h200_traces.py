@@ -93,9 +93,31 @@ def test_cut_trace_keeps_the_launched_device_events(tmp_path):
     assert sum(e.get("cat") == "kernel" for e in one["traceEvents"]) == 24
     with pytest.raises(ValueError, match="2 ProfilerStep spans"):
         cut_trace.cut(document, 1, 2)
+
+
+def _cut(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.cut_trace", *map(str, args)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_cut_trace_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    done = subprocess.run([sys.executable, "-m", "benchmarks.cut_trace", str(bad), str(tmp_path / "o.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and done.stderr.startswith("cut_trace: ") and "Traceback" not in done.stderr
+    no_ts = tmp_path / "no_ts.json"
+    no_ts.write_text('{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "dur": 5}]}')
+    source = H200 / "mlp-eager.pt.trace.json.gz"
+    cases = [((bad, tmp_path / "o.json"), f"cut_trace: {bad}: "),
+             (("/dev/zero", tmp_path / "o.json"), "cut_trace: /dev/zero: cannot read"),  # no endless read
+             ((no_ts, tmp_path / "o.json"), f"cut_trace: {no_ts}: a complete event"),
+             ((source, tmp_path / "missing" / "o.json"), f"cut_trace: {tmp_path / 'missing' / 'o.json'}: no folder")]
+    for args, says in cases:
+        done = _cut(*args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(says), (args, done.stderr)
+    assert not (tmp_path / "o.json").exists() and not (tmp_path / "missing").exists()
+    # And a good cut, gzipped by its name, read back by the reader.
+    done = _cut(source, tmp_path / "cut.json.gz", "--first", "0", "--steps", "1")
+    assert done.returncode == 0, done.stderr
+    with gzip.open(tmp_path / "cut.json.gz", "rt") as handle:
+        assert sum(e.get("name", "").startswith("ProfilerStep#") for e in json.load(handle)["traceEvents"]) == 1
     assert not (tmp_path / "o.json").exists()
