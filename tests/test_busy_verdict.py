@@ -64,3 +64,16 @@ def test_two_quiet_runs_keep_their_verdict_and_exit_0(quiet_and_busy, keras_run,
     assert result.exit_code == 0, result.output
     (pair,) = json.loads(result.stdout)["comparisons"]
     assert pair["inconclusive"] is None
+
+
+def test_the_profilers_cost_is_no_figure_where_the_machine_made_it(quiet_and_busy):
+    from analysis.results.breakdown import _overhead_unmeasured
+    quiet = {"machine_load": {"others_cpu_pct": 1.0}}
+    assert _overhead_unmeasured(27.0, quiet) is None
+    assert _overhead_unmeasured(-4.0, quiet) is None            # within the steps' own spread
+    assert "faster with the profiler" in _overhead_unmeasured(-58.0, quiet)
+    assert "on a busy machine" in _overhead_unmeasured(29533.0, {"machine_load": LOAD})
+    _, busy, _ = quiet_and_busy
+    doc = json.loads(CliRunner().invoke(cli, ["breakdown", str(busy), "--format", "json"]).stdout)
+    assert doc["trace_overhead_pct"] is None
+    assert any(n.endswith("on a busy machine: no measure of the profiler's own cost") for n in doc["notes"])
