@@ -31,6 +31,9 @@ def pairs_line(pair: PairComparison) -> str | None:
     side = "slower" if (pair.ratio or 1) > 1 else "faster"
     text = (f"pair ratios {', '.join(f'{r:.2f}' for r in pair.pair_ratios)} "
             f"({pair.pairs_agreeing}/{len(pair.pair_ratios)} pairs agree: {side})")
+    if pair.within_noise and pair.pairs_agreeing == len(pair.pair_ratios):
+        # All pairs on one side yet within noise: few pairs agree by chance that often.
+        text += f", as {len(pair.pair_ratios)} coin flips would 1 time in {2 ** (len(pair.pair_ratios) - 1)}"
     needed = pair.repeats_to_decide
     if needed is not None:
         text += f"; about {needed} repeats a side would tell a gap this size from noise"
