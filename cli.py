@@ -574,6 +574,9 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
 @click.option("--check-suggestions", is_flag=True,
               help="Measure each suggested variant against the configuration it changes (A/B, "
                    "--repeats interleaved runs of --steps into --out) and say whether it helped.")
+@click.option("--different-workloads", is_flag=True,
+              help="Compare runs of different workloads (or own loops captured under different "
+                   "names) on purpose.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @click.option("--verbose", "-v", is_flag=True,
               help="The table format's evidence too: the phase table, host vs device time, "
@@ -582,8 +585,8 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
 @format_option(registry.COMPARE)
 @wide_option
 @trace_rules_options
-def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions, quiet, verbose,
-            fmt, **settings):
+def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions,
+            different_workloads, quiet, verbose, fmt, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -633,7 +636,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
         loaded = Runs()
-        comparison = compare_runs(explain_all([loaded.load(p) for p in places]))
+        comparison = compare_runs(explain_all([loaded.load(p) for p in places]),
+                                  different_workloads=different_workloads)
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all

@@ -68,8 +68,10 @@ def _one_process(comparison: Comparison, pair) -> str | None:
         return None
     runs = {r.breakdown.name: r.breakdown for r in comparison.runs}
     configs = [config_of(runs[label]) for label in (pair.a_label, pair.b_label)]
-    command = (f"`gapscope compare --measure {' '.join(configs)}`" if all(configs)
-               else "`gapscope compare --measure A B`")
+    if not all(configs):  # a foreign trace or the user's own loop: nothing gapscope can rerun
+        return ("one process each: the drift between processes is not in this interval; run each "
+                "side again in fresh processes before taking the gap as a fact")
+    command = f"`gapscope compare --measure {' '.join(configs)}`"
     return (f"one process each: the drift between processes is not in this interval; "
             f"{command} repeats both and decides")
 

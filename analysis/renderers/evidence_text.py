@@ -10,8 +10,9 @@ from analysis.results.suggestions import Rule, Suggestion
 
 INTERVAL_METHODS = {
     None: "none: a run has too few steps for an interval",
-    IntervalMethod.BOOTSTRAP: ("95 % bootstrap over the steps of each run; drift between processes "
-                               "is not in it: measure with `gapscope compare --measure ... --repeats N`"),
+    # How to get the drift in is said beside the verdict (compare_columns._one_process), where
+    # the runs are known: a user's own loop has no `--measure` command.
+    IntervalMethod.BOOTSTRAP: "95 % bootstrap over the steps of each run; drift between processes is not in it",
     IntervalMethod.REPEATS: ("95 % " + REPEAT_METHOD.replace("interleaved repeats",
                                                              "{repeats} interleaved repeats")
                              + "; ratio = geometric mean over the repeats"),

@@ -176,10 +176,12 @@ class Comparison:
 
 
 def compare(runs: list[RunExplanation],
-            repeats: list[list[Breakdown]] | None = None) -> Comparison:
+            repeats: list[list[Breakdown]] | None = None,
+            different_workloads: bool = False) -> Comparison:
     """The first run is the baseline. `repeats`: for each run, the breakdowns of its
     interleaved repeats (A/B measurement), which then give the step times and intervals;
-    the runs themselves (one traced repeat each) give the evidence."""
+    the runs themselves (one traced repeat each) give the evidence. Runs of different
+    workloads are refused unless `different_workloads` asks for them on purpose."""
     if len(runs) < 2:
         raise GapscopeInputError("compare needs at least two runs")
     base = runs[0]
@@ -187,9 +189,12 @@ def compare(runs: list[RunExplanation],
     for other in runs[1:]:
         wa, wb = base.breakdown.workload, other.breakdown.workload
         if wa and wb and wa != wb:
-            raise GapscopeInputError(
-                f"cannot compare different workloads: {base.breakdown.run_id} runs {wa!r}, "
-                f"{other.breakdown.run_id} runs {wb!r}")
+            if not different_workloads:
+                raise GapscopeInputError(
+                    f"{base.breakdown.run_id} runs {wa!r}, {other.breakdown.run_id} runs {wb!r}: a "
+                    "gap between different models (or captures named differently) is no "
+                    "framework's; name the captures alike, or --different-workloads to compare them")
+            warnings.append(f"different workloads compared on purpose: {wa!r} and {wb!r}")
         if not (wa and wb):
             warnings.append(f"workload of {other.breakdown.run_id if wa else base.breakdown.run_id} "
                             "unknown (not a gapscope run directory): make sure both ran the same model")

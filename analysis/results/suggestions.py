@@ -150,10 +150,15 @@ def _config(b, variants: list[str]) -> str:
 
 
 def config_of(b) -> str | None:
-    """WORKLOAD:FRAMEWORK[:VARIANT] of a breakdown's run; None for a foreign trace."""
-    if not (b.workload and b.framework):
+    """WORKLOAD:FRAMEWORK[:VARIANT] of a breakdown's run; None for a foreign trace and for a
+    user's own loop (gapscope cannot run it: a command naming it would fail)."""
+    if not (b.workload and b.framework) or _USER_VARIANT in (b.variant or "").split(","):
         return None
     return _config(b, [v for v in (b.variant or "default").split(",") if v != "default"])
+
+
+# The variant gapscope.capture and capture_keras record (gapscope/user_run.py: USER_VARIANT).
+_USER_VARIANT = "user"
 
 
 def _faster_input(framework: str, variants: list[str]) -> list[str] | None:
