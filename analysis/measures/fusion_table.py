@@ -127,8 +127,10 @@ def _what(name: str, kind: FusedKind) -> str:
         activation = _ACTIVATIONS.get(last)
         if activation:
             return f"{kind.fuses}+{activation}"
-        if last.startswith(("add", "fusedbatchnorm")):
-            return f"{kind.fuses}+{'add' if last.startswith('add') else 'batchnorm'}"
+        if last.startswith("fusedbatchnorm"):  # conv + batchnorm: the norm takes the bias's place
+            return f"{kind.anchor}+batchnorm"
+        if last.startswith("add"):
+            return f"{kind.fuses}+add"
         return kind.fuses
     if kind.fuses:
         return kind.fuses
@@ -137,7 +139,14 @@ def _what(name: str, kind: FusedKind) -> str:
     found = re.search(r"fused_(\w+?)(?:_\d+)?$", name) or re.search(r"(\w+?)_fusion", name)
     if found:
         return "+".join(p for p in found.group(1).strip("_").split("_") if p)
-    return name.rsplit(":", 1)[-1].split("::")[-1].lstrip("_")
+    op = name.rsplit("::", 1)[-1].rsplit(":", 1)[-1].lstrip("_")
+    if op.endswith("_pointwise"):  # oneDNN: the primitive with its post-op
+        return f"{_ONEDNN_ANCHORS.get(op[:-len('_pointwise')], op[:-len('_pointwise')])}+post-op"
+    return op
+
+
+_ONEDNN_ANCHORS = {"convolution": "conv", "qconv2d": "conv", "linear": "dense", "qlinear": "dense",
+                   "convolution_transpose": "transposed conv"}
 
 
 def compiled_graph() -> Fused:
