@@ -32,7 +32,10 @@ CNN = Path(__file__).resolve().parent / "fixtures" / "cnn_cpu"
     ("void cublasLt::epilogue::impl::globalKernel<8, 32, float, float, float, true, true, 1>(int)",
      "dense+bias", T.FRAMEWORK),
     ("aten::_addmm_activation", "dense+bias+activation", T.FRAMEWORK),
-    ("cudnn_generated_fort_native_conv_bias_relu", "conv+bias+activation", T.FRAMEWORK),
+    ("sm80_xmma_fprop_implicit_gemm_f32f32_tf32f32_f32_nhwckrsc_nhwc_bias_relu_kernel",
+     "conv+bias+activation", T.FRAMEWORK),
+    ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", "attention+softmax", T.FRAMEWORK),
+    ("cudnn_generated_fort_native_pointwise_kernel", "cuDNN runtime fusion", T.FRAMEWORK),
     ("triton_poi_fused_addmm_relu_0", "addmm+relu", T.COMPILER),
     ("graph_0_cpp_fused_add_0", "add", T.COMPILER),
     ("subtract_exponential_fusion", "subtract+exponential", T.COMPILER),
@@ -50,6 +53,20 @@ def test_the_table_says_what_each_name_fused(name, fuses, by):
 ])
 def test_ops_that_fused_nothing_are_not_in_the_table(name):
     assert T.classify(name) is None
+
+
+def test_a_compiled_runs_fusions_set_against_ops_run_apart():
+    """Inductor's names list ATen ops (addmm, relu): the same parts as Keras' dense and Relu."""
+    fast = {"forward": {"fusions": [{"fuses": "addmm+relu", "per_step": 2.0}], "fused_per_step": 2.0,
+                        "fused_ms_per_step": 0.5, "share_of_time": 0.25}}
+    slow = {"forward": {"fusions": [], "apart": [
+        {"part": "dense", "per_step": 2.0, "ms_per_step": 3.0}, {"part": "ReLU", "per_step": 2.0, "ms_per_step": 1.25},
+        {"part": "conv", "per_step": 4.0, "ms_per_step": 9.0}]}}
+    from analysis.measures.fusion import fused_apart
+    fast_facts, slow_facts, extra = fused_apart(fast, slow, "forward")
+    # dense is the anchor (it runs in both); the separate ReLUs are what the fusion saves.
+    assert extra == 1.25 and slow_facts["apart_per_step"] == 4.0 and slow_facts["extra_parts"] == ["ReLU"]
+    assert fused_apart(fast, slow, "backward") is None and fused_apart(slow, fast, "forward") is None
 
 
 def test_parts_run_apart_are_named_by_what_they_do():

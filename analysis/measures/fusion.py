@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.measures.fusion_table import apart_part
+from analysis.measures.fusion_table import apart_part, part
 from profilers.phases import PHASES
 
 # Names listed per fusion kind and per part run apart: enough to recognise, short to read.
@@ -71,8 +71,8 @@ def fused_apart(fast: dict, slow: dict, phase: str) -> tuple[dict, dict, float] 
     f, s = fast.get(phase), slow.get(phase)
     if not f or not s or not f["fusions"]:
         return None
-    parts = {p for row in f["fusions"] for p in row["fuses"].split("+")}
-    anchors = {row["fuses"].split("+")[0] for row in f["fusions"]}  # conv of conv+bias+ReLU
+    parts = {part(p) for row in f["fusions"] for p in row["fuses"].split("+")}
+    anchors = {part(row["fuses"].split("+")[0]) for row in f["fusions"]}  # conv of conv+bias+ReLU
     apart = [row for row in s["apart"] if row["part"] in parts]
     if not apart:
         return None

@@ -20,6 +20,8 @@ post-ops, cuBLASLt's GEMM epilogues and cuDNN's fused convolutions. Sources of t
 - cuDNN: kernels of its runtime-fusion engines (`cudnn_generated_*`) and implicit-GEMM
   convolution kernels whose names carry a bias or activation (`*_fprop_*_relu*`); name
   patterns, not yet seen in a gapscope run (benchmarks/gpu_checks.py counts them on a GPU).
+  Fused attention kernels (cuDNN `*sdpa*`, FlashAttention `flash_fwd`/`flash_bwd`, `fmha`,
+  memory-efficient attention) are listed apart from them.
 - Inductor (torch/_inductor/codegen): `triton_{poi,red,per,tem}_fused_*`, `triton_<n>`,
   `triton__0d1d...` (torch 2.0), `cpp_fused_*` / `graph_<n>_cpp_fused_*` on the CPU.
 - XLA: HLO fusion instructions (`fusion.3`, `loop_add_fusion`, `input_reduce_fusion`).
@@ -77,8 +79,13 @@ TABLE: tuple[FusedKind, ...] = (
           "cuBLASLt epilogue (ATen)"),
     _kind(r"cublasLt::epilogue::", "cuda", "gpu", FRAMEWORK, "dense", "dense+bias",
           "cuBLASLt epilogue (bias, and an activation where the GEMM call asks for one)"),
-    _kind(r"^cudnn_generated_|_(?:fprop|dgrad|wgrad)\w*_(?:bias|relu|gelu|swish|sigmoid)", "cuda", "gpu",
+    # Fused attention: cuDNN's SDPA engines, FlashAttention, memory-efficient attention.
+    _kind(r"sdpa|flash_(?:fwd|bwd)|fmha|efficient_attention", "cuda", "gpu", FRAMEWORK, "attention",
+          "attention+softmax", "fused attention kernel names (cuDNN, FlashAttention, xFormers)"),
+    _kind(r"_(?:fprop|dgrad|wgrad)\w*_(?:bias|relu|gelu|swish|sigmoid)", "cuda", "gpu",
           FRAMEWORK, "conv", "conv+bias+activation", "cuDNN fused kernel names"),
+    _kind(r"^cudnn_generated_", "cuda", "gpu", FRAMEWORK, "", "cuDNN runtime fusion",
+          "cuDNN fused kernel names"),
     # Inductor: every kernel it generates stands for a group of ops (see kernels.py's history).
     _kind(r"cpp_fused", "torch", "cpu", COMPILER, "", "", "Inductor (C++)"),
     _kind(r"^triton_|triton_\w*fused", "torch", "gpu", COMPILER, "", "", "Inductor (Triton)"),
@@ -89,10 +96,14 @@ TABLE: tuple[FusedKind, ...] = (
 _ACTIVATIONS = {"relu6": "ReLU6", "relu": "ReLU", "leakyrelu": "LeakyReLU", "elu": "ELU",
                 "gelu": "GELU", "tanh": "tanh", "sigmoid": "sigmoid", "mish": "Mish",
                 "swish": "swish", "silu": "swish"}
-# The parts a fused name lists, each as the op that runs apart without the fusion.
-PART_WORDS = {"bias": "bias", "biasadd": "bias", "add": "add", "addmm": "dense", "mm": "dense",
-              "relu": "ReLU", "convolution": "conv", "gelu": "GELU", "tanh": "tanh",
-              "sigmoid": "sigmoid", "mul": "mul", "native_batch_norm": "batchnorm"}
+# Generated names list ATen's ops (triton_poi_fused_addmm_relu_0): each as the part apart_part names.
+_PART_WORDS = {"biasadd": "bias", "addmm": "dense", "mm": "dense", "linear": "dense", "relu": "ReLU",
+               "convolution": "conv", "gelu": "GELU"}
+
+
+def part(word: str) -> str:
+    """A fused name's part in apart_part's words: addmm is dense, relu is ReLU."""
+    return _PART_WORDS.get(word.lower(), word)
 
 
 @dataclass(frozen=True)
