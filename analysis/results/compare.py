@@ -6,8 +6,9 @@ import enum
 import statistics
 from dataclasses import dataclass, field
 
-from analysis.measures import fusion, page_faults
+from analysis.measures import page_faults
 from analysis.measures.runtime_calls import LAUNCH, SYNC
+from analysis.measures.fusion import fused_apart, summary as fusion_summary
 from analysis.results.cause import MIN_SHARE, Cause, biggest_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
@@ -442,7 +443,7 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
                 "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
                 "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS),
                 "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source,
-                "by_phase": fusion.summary(k.fusion_by_phase)}
+                "by_phase": fusion_summary(k.fusion_by_phase)}
     return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
 
 
@@ -451,7 +452,7 @@ def _fused_ops(a: RunExplanation, b: RunExplanation, g: PhaseGap, gap: float) ->
     apart; delta_ms: the time of the slower's apart bias and activation ops (+ when b is slower)."""
     slower_b = g.delta_ms > 0
     fast, slow = (a, b) if slower_b else (b, a)
-    found = fusion.fused_apart(fast.kernels.fusion_by_phase, slow.kernels.fusion_by_phase, g.phase)
+    found = fused_apart(fast.kernels.fusion_by_phase, slow.kernels.fusion_by_phase, g.phase)
     if found is None:
         return None
     fast_facts, slow_facts, extra = found
