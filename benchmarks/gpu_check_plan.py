@@ -128,6 +128,8 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     work = find_work(run.trace, timeline, run.hlo)
     work.steps = len(timeline.steps)
     checks.append(C.transfers_in_data_load(work, planned.memory))
+    if cuda and planned.variant == "eager" and not planned.nproc:
+        checks.append(C.framework_fusion(work, planned.workload))
     checks.append(C.xprof_opens(write_xspace(run)))
     return checks, C.FusionFigures.of(work)
 

@@ -170,17 +170,21 @@ class FusionFigures:
     @classmethod
     def of(cls, work) -> "FusionFigures":
         """`work`: analysis.measures.kernels.Work of the traced steps."""
+        from analysis.measures.fusion_table import COMPILER
         kernels = work.kernels()
         steps = max(work.steps, 1)
         model = [k for k in kernels if k.phase in _COMPILED_PHASES]
-        fused = [k for k in kernels if k.fused]
+        # Inductor's kernels only: eager's cuBLASLt epilogues are fused too, by no compiler.
+        def compiled(k):
+            return k.fusion is not None and k.fusion.kind.by == COMPILER
+        fused = [k for k in kernels if compiled(k)]
         busy = {}
         for k in fused:
             busy[k.name] = busy.get(k.name, 0.0) + k.busy_us
         return cls(per_step=len(kernels) / steps,
                    fused_share=len(fused) / len(kernels) if kernels else None,
                    model_per_step=len(model) / steps,
-                   model_fused_per_step=sum(k.fused for k in model) / steps,
+                   model_fused_per_step=sum(compiled(k) for k in model) / steps,
                    stray_fused_per_step=sum(k.phase not in MARKED_PHASES for k in fused) / steps,
                    top_triton=max(busy, key=lambda n: (busy[n], n)) if busy else None)
 
@@ -207,6 +211,37 @@ def triton_fusion(compiled: FusionFigures, eager: FusionFigures | None) -> Check
               f"{compiled.per_step:g} against {eager.per_step:g}; fused share "
               f"{(compiled.fused_share or 0) * 100:.0f} %; top Triton kernel {compiled.top_triton or 'none'}")
     return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
+
+
+# Eager workloads whose forward must hold a cuBLASLt epilogue kernel on CUDA: the mlp's
+# aten::addmm (seen on an H200: one cublasLt::epilogue::impl::globalKernel per step).
+EPILOGUE_WORKLOADS = frozenset({"mlp"})
+
+
+def framework_fusion(work, workload: str) -> Check:
+    """An eager run's fused kernels that no compiler made (analysis.measures.fusion_table):
+    cuBLASLt epilogues and cuDNN fused convolutions, each counted as fused and placed in a
+    phase. The mlp must show its epilogue in forward; elsewhere the counts are figures (the
+    eager cnn adds its convolutions' bias in cuDNN's own kernels, fused or not by its choice)."""
+    from analysis.measures.fusion_table import FRAMEWORK
+    name = "framework fused kernels"
+    found = [k for k in work.kernels() if k.fusion is not None and k.fusion.kind.by == FRAMEWORK]
+    steps = max(work.steps, 1)
+    by_source = {}
+    for k in found:
+        key = (k.fusion.kind.source.split(" (")[0], k.phase)
+        by_source[key] = by_source.get(key, 0) + 1
+    figures = ", ".join(f"{source} {n / steps:g}/step in {phase}"
+                        for (source, phase), n in sorted(by_source.items())) or "none"
+    problems = []
+    stray = [k for k in found if k.phase not in MARKED_PHASES]
+    if stray:
+        problems.append(f"{len(stray) / steps:g} fused kernels/step in no phase ({stray[0].phase})")
+    epilogues = [k for k in found if k.phase == "forward" and "cuBLASLt" in k.fusion.kind.source]
+    if workload in EPILOGUE_WORKLOADS and not epilogues:
+        problems.append(f"no cuBLASLt epilogue kernel counted as fused in {workload}'s forward")
+    detail = f"{figures}; {len(found) / steps:g} of {len(work.kernels()) / steps:g} kernels/step fused"
+    return Check(name, FAIL if problems else PASS, "; ".join(problems + [detail]))
 
 
 def xprof_opens(xplane: Path | None) -> Check:

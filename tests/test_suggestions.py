@@ -133,7 +133,8 @@ def test_suggestions_of_a_real_pair_come_from_its_phases_beyond_noise(torch_run,
     b_slower = pair.gap_ms > 0
     triggers = {Rule.DATA_LOAD: {"data_load"}, Rule.DISPATCH: {"other"},
                 Rule.STEPS_PER_CALL: {"other"}, Rule.COMPUTE: {"forward", "backward"},
-                Rule.SMALL_KERNELS: {"forward", "backward", "optimizer"}}
+                Rule.SMALL_KERNELS: {"forward", "backward", "optimizer"},
+                Rule.FUSED_APART: {"forward", "backward", "optimizer"}}
     for s in pair.suggestions:
         assert s.run_label == (pair.b_label if b_slower else pair.a_label)
         assert any(not g.within_noise and (g.delta_ms if b_slower else -g.delta_ms) > 0

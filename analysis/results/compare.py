@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from analysis.measures import page_faults
 from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
 from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.results.cause import Cause, biggest_cause
+from analysis.measures.fusion import fused_apart, summary as fusion_summary
+from analysis.results.cause import MIN_SHARE, Cause, biggest_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results.records import Breakdown
@@ -55,6 +56,7 @@ class EvidenceKind(enum.StrEnum):
     DISPATCH = "dispatch"          # host time not overlapped by kernel work (other)
     COMPILE = "compile"            # one-time warm-up cost
     FUSION = "fusion"              # kernels per step and their fused share
+    FUSED_OPS = "fused_ops"        # a phase's fused ops in the faster run, run apart in the slower
     MIXED_FUSION = "mixed_fusion"  # fused ops spanning phases, counted in none
     UNATTRIBUTED = "unattributed"  # kernels from no phase scope
     PAGE_FAULTS = "page_faults"    # fresh pages the steps took from the kernel (steps.csv)
@@ -127,6 +129,15 @@ class PairComparison:
         return contains_zero(self.gap_ci95)
 
     @property
+    def fusion_behind_gap(self) -> Evidence | None:
+        """The leading phase's fused ops run apart in the slower run, where the apart ops' time
+        carries a cause's share of the phase's delta (cause.MIN_SHARE)."""
+        top = self.leading_phase
+        return next((e for e in self.evidence if top and e.kind == EvidenceKind.FUSED_OPS
+                     and e.phase == top.phase and e.delta_ms * top.delta_ms > 0
+                     and abs(e.delta_ms) >= MIN_SHARE * abs(top.delta_ms)), None)
+
+    @property
     def faults_behind_gap(self) -> Evidence | None:
         """The page faults, where their estimated cost carries a headline's share of the gap."""
         return next((e for e in self.evidence if e.kind == EvidenceKind.PAGE_FAULTS
@@ -151,6 +162,8 @@ class PairComparison:
                 "suggestions": [x.to_json_dict() for x in self.suggestions],
                 "devices_differ": self.devices_differ,
                 "cause": self.cause.to_json_dict() if self.cause else None,
+                "fusion_behind_gap": None if self.fusion_behind_gap is None else {
+                    "phase": self.fusion_behind_gap.phase, "delta_ms": self.fusion_behind_gap.delta_ms},
                 # The page faults the headline names beside the cause (their facts are in evidence).
                 "faults_behind_gap": None if self.faults_behind_gap is None else {
                     "delta_ms": self.faults_behind_gap.delta_ms,
@@ -331,7 +344,20 @@ def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> 
                    if e.kind == EvidenceKind.PAGE_FAULTS), None)
     return suggest(b if b_slower else a, phase_ms, gaps,
                    pair.b_step_ms if b_slower else pair.a_step_ms,
-                   faults and faults["minor_faults_per_step"])
+                   faults and faults["minor_faults_per_step"], _fused_apart_figures(pair, b_slower))
+
+
+def _fused_apart_figures(pair: PairComparison, b_slower: bool) -> dict[str, float] | None:
+    """The slower run's biggest fused-ops finding, in a phase it is slower in beyond noise."""
+    noise = {g.phase for g in pair.phases if g.within_noise}
+    found = [e for e in pair.evidence if e.kind == EvidenceKind.FUSED_OPS and e.phase not in noise
+             and (e.delta_ms > 0) == b_slower and e.delta_ms]
+    if not found:
+        return None
+    e = max(found, key=lambda x: abs(x.delta_ms))
+    fast, slow = (e.a, e.b) if b_slower else (e.b, e.a)
+    return {"fused_per_step": fast["fused_per_step"], "apart_per_step": slow["apart_per_step"],
+            "extra_ms": slow["extra_ms_per_step"]}
 
 
 def _mean_figures(breakdowns: list[Breakdown]) -> dict[str, float]:
@@ -389,6 +415,7 @@ def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap:
             found.append(_dispatch(a, b, g))
         else:
             found.append(_phase_kernels(a, b, g))
+            found += [e for e in [_fused_ops(a, b, g, gap)] if e]
         if g.phase == "data_load":
             found.append(_transfers(a, b, g))
     found.append(_fusion(a, b))
@@ -462,8 +489,24 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
         return {"kernels_per_step": round(k.per_step, 3), "fused_share": k.fused_share,
                 "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
                 "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS),
-                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source}
+                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source,
+                "by_phase": fusion_summary(k.fusion_by_phase)}
     return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
+
+
+def _fused_ops(a: RunExplanation, b: RunExplanation, g: PhaseGap, gap: float) -> Evidence | None:
+    """The faster run's fused ops in the phase against the slower's ops of the same parts run
+    apart; delta_ms: the time of the slower's apart bias and activation ops (+ when b is slower)."""
+    slower_b = g.delta_ms > 0
+    fast, slow = (a, b) if slower_b else (b, a)
+    found = fused_apart(fast.kernels.fusion_by_phase, slow.kernels.fusion_by_phase, g.phase)
+    if found is None:
+        return None
+    fast_facts, slow_facts, extra = found
+    delta = extra if slower_b else -extra
+    facts_a, facts_b = (fast_facts, slow_facts) if slower_b else (slow_facts, fast_facts)
+    return Evidence(EvidenceKind.FUSED_OPS, g.phase, facts_a, facts_b, round(delta, _DIGITS),
+                    round(delta / gap, 4) if gap else None)
 
 
 def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
