@@ -28,11 +28,13 @@ def _command(*args, env=None):
                           env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})})
 
 
-def test_without_cuda_it_says_so_and_exits_0(tmp_path):
+def test_without_cuda_it_says_so_and_exits_4_unless_told_that_is_fine(tmp_path):
     done = _command("--out", str(tmp_path / "out"))
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 4, done.stderr   # a CI runner that lost its GPU is not green
     assert done.stdout == "no CUDA device: nothing to check\n"
     assert not (tmp_path / "out").exists()  # nothing written, nothing run
+    allowed = _command("--out", str(tmp_path / "out"), "--no-gpu-ok")
+    assert allowed.returncode == 0 and allowed.stdout == done.stdout
 
 
 def test_dry_run_lists_every_cuda_path_and_imports_no_framework():
