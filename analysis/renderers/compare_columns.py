@@ -32,6 +32,15 @@ def ratio_text(pair) -> str:
     return ratio_interval(pair.ratio, pair.ratio_ci95)
 
 
+def _factor_text(pair) -> str:
+    """'144.93x [120.10, 170.20]' in the verdict's direction: a faster run's 0.01x [0.01, 0.01]
+    said nothing the eye could read."""
+    if pair.ratio > 1:
+        return ratio_text(pair)
+    interval = pair.ratio_ci95 and (1 / pair.ratio_ci95[1], 1 / pair.ratio_ci95[0])
+    return ratio_interval(1 / pair.ratio, interval)
+
+
 def verdict_lines(comparison: Comparison) -> list[str]:
     """One line per pair: how much slower or faster, with its interval, or that it is noise;
     with repeats, a second line with the pair ratios they came from."""
@@ -48,10 +57,9 @@ def verdict_lines(comparison: Comparison) -> list[str]:
                          f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
         else:
             slower = pair.ratio > 1
-            factor = pair.ratio if slower else 1 / pair.ratio
-            lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
-                         f"{pair.a_label} (ratio {ratio_text(pair)}; gap "
-                         f"{delta(pair.gap_ms, pair.gap_ci95)} ms per step){_where(pair)}")
+            lines.append(f"{pair.b_label} is {_factor_text(pair)} {'slower' if slower else 'faster'} "
+                         f"than {pair.a_label} (gap {delta(pair.gap_ms, pair.gap_ci95)} ms per step)"
+                         f"{_where(pair)}")
         pairs = evidence_text.pairs_line(pair) or _one_process(comparison, pair)
         if pairs:
             lines.append(f"  {pairs}")
