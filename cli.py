@@ -599,7 +599,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
 
     \b
     Example:
-      gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* --format markdown
+      gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* \\
+          --format markdown
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
       gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
@@ -805,7 +806,7 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
     Example:
       gapscope check cnn:torch --baseline ci/cnn-torch.json --save
       gapscope check cnn:torch --baseline ci/cnn-torch.json --threshold 5%
-      gapscope check traces/ab-cnn-20261125-101500-1a2b --baseline ci/cnn-torch.json
+      gapscope check traces/ab-cnn-20261125-1015-1a2b --baseline ci/cnn-torch.json
     """
     from analysis.measures.reliability import busy_machine
     from analysis.results.regression import Baseline, check as check_against, read_baseline
@@ -1037,7 +1038,8 @@ def trace(run, out_file, force, session):
     \b
     Example:
       gapscope trace traces/<run-id> --out mlp-torch.trace.json
-      gapscope trace user-profile --out user-profile/plugins/profile/gapscope/me.xplane.pb
+      gapscope trace user-profile \\
+          --out user-profile/plugins/profile/gapscope/me.xplane.pb
     """
     import gzip
 
@@ -1091,7 +1093,8 @@ def report(runs, out_file, source, baseline, quiet):
 
     \b
     Example:
-      gapscope report traces/mlp-torch-default-* traces/mlp-keras-default-* --out report/mlp.md
+      gapscope report traces/mlp-torch-default-* traces/mlp-keras-default-* \\
+          --out report/mlp.md
     """
     from rich.console import Console
 
