@@ -604,12 +604,12 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
       gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
-    from analysis.results.breakdown import breakdown as breakdown_run
     from analysis.results.compare import compare as compare_runs
-    from analysis.results.explain import explain, explain_all
+    from analysis.results.explain import explain_all
+    from analysis.results.measured import compare_measurement
     from analysis.model.job import is_job
     from analysis.model.locate import locate
-    from analysis.model.run import Runs, is_measurement, load_measurement
+    from analysis.model.run import Runs, is_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
     if budget is not None and precision is None:
@@ -625,9 +625,7 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     measured = len(runs) == 1 and is_measurement(runs[0])
     places = [] if measured else [locate(r) for r in runs]  # each run's manifest read here, once
     if measured:
-        evidence, repeat_breakdowns, left_out = _measured(load_measurement(runs[0]))
-        comparison = compare_runs([explain(r) for r in evidence], repeat_breakdowns)
-        comparison.warnings += left_out
+        comparison = compare_measurement(runs[0])
         if precision is not None and stopped and not stopped[0].startswith("precision reached"):
             comparison.warnings.append(f"precision ±{100 * precision:g} % not reached: {stopped[0]}")
     elif any(is_job(p) for p in places):
@@ -698,25 +696,6 @@ def _check_suggestions(comparison, repeats: int, out_dir: str, quiet: bool, sett
                 comparison.warnings.append(f"{suggestion.suggested} not checked: {problem}")
                 continue
             suggestion.check = measured(folder)
-
-
-def _measured(per_config):
-    """From an A/B folder's runs: the run of each configuration that gives the evidence, the
-    breakdowns of the repeats, and a warning per repeat left out. A repeat that cannot be
-    analysed (no steady steps, an unreadable trace) takes its pair with it, not the whole
-    measurement: pairs ran side by side, so both sides keep the same repeats."""
-    from analysis.results.breakdown import breakdown
-    left_out, kept = [], []
-    for i in range(len(per_config[0])):
-        try:
-            kept.append((i, [breakdown(config_runs[i]) for config_runs in per_config]))
-        except GapscopeInputError as exc:
-            left_out.append(f"repeat {i + 1} left out (every configuration's): {exc}")
-    if not kept:
-        raise GapscopeInputError(f"no repeat of the measurement could be analysed: {left_out[0]}")
-    first = kept[0][0]
-    sides = zip(*(breakdowns for _, breakdowns in kept))
-    return [config_runs[first] for config_runs in per_config], [list(s) for s in sides], left_out
 
 
 def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,

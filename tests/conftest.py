@@ -57,3 +57,18 @@ def compare_exit_code(*run_dirs: Path) -> int:
     from analysis.measures.reliability import busy_machine
     busy = any(busy_machine(json.loads((Path(d) / "manifest.json").read_text())) for d in run_dirs)
     return 3 if busy else 0
+
+
+@pytest.fixture(scope="session")
+def ab_folder(tmp_path_factory) -> Path:
+    """A small finished A/B measurement: linreg in torch against its preloaded data, 2 repeats."""
+    from click.testing import CliRunner
+
+    from cli import cli
+    out = tmp_path_factory.mktemp("ab")
+    result = CliRunner().invoke(cli, ["compare", "--measure", "linreg:torch", "linreg:torch:preload",
+                                      "--repeats", "2", "--steps", "10", "--warmup", "2",
+                                      "--trace-steps", "2", "--out", str(out), "-q"])
+    assert result.exit_code in (0, 3), result.output   # 3: measured beside other work
+    (folder,) = out.glob("ab-*")
+    return folder
