@@ -515,6 +515,7 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
     from analysis.results.breakdown import breakdown as breakdown_run
     from analysis.results.distributed_breakdown import breakdown_of
     from analysis.model.job import is_job
+    from analysis.model.locate import nested_folders
     from analysis.model.run import Runs, expand_runs
     entries = expand_runs(paths) if session is None else _session_entries(paths, session)
     runs = Runs()
@@ -544,6 +545,10 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
             click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
     for problem in problems:
         click.echo(f"gapscope: skipped {problem}", err=True)
+    for path in paths:
+        for folder, kind in nested_folders(path):
+            click.echo(f"gapscope: note: {folder} is {kind}, not broken down with the runs "
+                       f"beside it: gapscope breakdown {folder}", err=True)
     if problems:
         sys.exit(EXIT_RUN_FAILED)
 
