@@ -94,7 +94,8 @@ class Views:
             documents.append(document)
         with self._lock:
             jobs = [self._job(name, path, job) for name, (path, job) in found_jobs.items()]
-        return {"logdir": str(self.logdir), "phases": list(PHASES), "colours": PHASE_COLOURS,
+        # The logdir's name only: the machine's paths are not the page's to give away.
+        return {"logdir": self.logdir.name, "phases": list(PHASES), "colours": PHASE_COLOURS,
                 "runs": documents, "jobs": jobs}
 
     def _job(self, name: str, path: Path, job) -> dict:
