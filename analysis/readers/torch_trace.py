@@ -11,7 +11,7 @@ import msgspec
 from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import NONE, ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
-from analysis.readers import safe_files, validate
+from analysis.readers import lenient_decode, safe_files, validate
 from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
@@ -145,7 +145,7 @@ def read_torch_trace(path: str | Path) -> Trace:
     reader.sizes_from_runtime()
     columns = reader.columns.build()
     dropped = reader.dropped
-    if not len(columns) and not dropped:
+    if not len(columns) and not dropped and not reader.dropped_fields:
         raise TraceFormatError(f"{path}: torch profiler trace holds no complete events")
     validate.refuse_mostly_garbage(path, len(columns), dropped)
     steps = [step for _, step in reader.steps]
@@ -160,6 +160,8 @@ def read_torch_trace(path: str | Path) -> Trace:
         metadata["distributed_info"] = distributed
     if dropped:
         metadata["dropped_events"] = dict(dropped)
+    if reader.dropped_fields:
+        metadata["dropped_fields"] = dict(reader.dropped_fields)
     if step_problems:
         metadata["step_problems"] = step_problems
     return Trace("torch", str(path), None, metadata, columns=columns)
@@ -188,6 +190,7 @@ class _Reader:
         self.max_events, self._decoded = max_events, 0
         self.columns = ColumnsBuilder()
         self.dropped: Counter = Counter()
+        self.dropped_fields: Counter = Counter()  # JSON path -> values of a wrong type left out
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
         self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
@@ -209,8 +212,7 @@ class _Reader:
                 if eof:
                     # No array where torch writes it: decode what there is, for the decoder's
                     # own word on what is wrong (or a valid but unusual layout).
-                    contents = buf.contents()
-                    whole = (_SHAPED_DECODER if _GLOO in contents else _DECODER).decode(contents)
+                    whole = self._decode_trace(buf.contents())
                     self._keep(whole.traceEvents)
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
@@ -220,7 +222,7 @@ class _Reader:
             # means the match was not the top-level key (one nested in an earlier value) or
             # the head is not JSON; the next match is tried.
             try:
-                head = _HEADER_DECODER.decode(bytes(buf.data[:match.start()]) + b'"traceEvents": []}')
+                head = self._decode_header(bytes(buf.data[:match.start()]) + b'"traceEvents": []}')
                 break
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
@@ -231,8 +233,7 @@ class _Reader:
             if not eof:
                 self._decode_chunk(buf)
         # The rest: the last events, "]", and the keys after the array.
-        contents = b'{"traceEvents":' + buf.contents()
-        tail = (_SHAPED_DECODER if _GLOO in contents else _DECODER).decode(contents)
+        tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
         self._keep(tail.traceEvents)
         if not head.deviceProperties:
             head.deviceProperties = tail.deviceProperties
@@ -241,6 +242,32 @@ class _Reader:
         if not len(head.distributedInfo):
             head.distributedInfo = tail.distributedInfo
         return head
+
+    def _decode_trace(self, contents: bytes) -> _RawTrace:
+        """A whole trace object (or the array's tail and the keys after it): typed, and leniently
+        where a field has the wrong type; the strict decoder's error where neither reads it."""
+        shaped = _GLOO in contents
+        try:
+            return (_SHAPED_DECODER if shaped else _DECODER).decode(contents)
+        except msgspec.ValidationError as exc:
+            try:
+                return lenient_decode.decode_trace(contents, _ShapedRawTrace if shaped else _RawTrace,
+                                                   self.dropped_fields, self.dropped)
+            except msgspec.DecodeError:
+                raise exc from None
+
+    def _decode_header(self, contents: bytes) -> _Header:
+        try:
+            return _HEADER_DECODER.decode(contents)
+        except msgspec.ValidationError as exc:
+            try:
+                value = msgspec.json.decode(contents)
+            except msgspec.DecodeError:
+                raise exc from None
+            if not isinstance(value, dict):
+                raise exc from None
+            value["traceEvents"] = msgspec.Raw(b"[]")
+            return lenient_decode.to_struct(value, _Header, self.dropped_fields)
 
     def _fill(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
         """Read until `buf` holds `size` bytes; True at the end of the stream."""
@@ -270,9 +297,19 @@ class _Reader:
             data[close + 1] = 0x5D
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
+                    shaped = data.find(_GLOO, 0, close + 2) >= 0
                     try:
-                        shaped = data.find(_GLOO, 0, close + 2) >= 0
                         raws = (_SHAPED_EVENTS_DECODER if shaped else _EVENTS_DECODER).decode(events)
+                    except msgspec.ValidationError as exc:
+                        # Valid JSON with a wrongly typed field (checked only now, so the
+                        # usual decode pays nothing for it), or a cut inside a string.
+                        try:
+                            raws = lenient_decode.decode_events(
+                                events, _ShapedRawEvent if shaped else _RawEvent,
+                                self.dropped_fields, self.dropped)
+                        except msgspec.DecodeError:
+                            error = exc
+                            continue
                     except msgspec.DecodeError as exc:
                         error = exc
                         continue

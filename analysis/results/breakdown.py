@@ -89,6 +89,10 @@ def reader_notes(trace: Trace) -> list[str]:
     if dropped:
         notes.append(f"{sum(dropped.values()):,} invalid trace event(s) dropped: "
                      + ", ".join(f"{n:,} {why}" for why, n in dropped.items()))
+    fields = trace.metadata.get("dropped_fields")
+    if fields:
+        notes.append(f"{sum(fields.values()):,} trace field value(s) of the wrong type left out: "
+                     + ", ".join(f"{n:,} {path}" for path, n in fields.items()))
     problems = trace.metadata.get("step_problems")
     if problems:
         notes.append("step events flagged: " + ", ".join(f"{n:,} {why}" for why, n in problems.items())
