@@ -462,7 +462,7 @@ class _Window:
 
 # Events whose args say what a collective moved: gloo's ranges and the c10d dispatcher ops on
 # the CPU, NCCL's kernels and host ranges on the GPU, and record_param_comms for either.
-_COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+_COMM_PREFIXES = ("gloo:", "nccl:", "hccl:", "c10d::", "record_param_comms")
 
 
 def is_comm_name(name: str) -> bool:
