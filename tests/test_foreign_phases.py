@@ -368,3 +368,19 @@ def _steps(*spec):
 ])
 def test_cut_off_rule(spec, kept):
     assert len(phase_timeline(_steps(*spec)).steps) == kept
+
+
+DDP_FORWARD = FOREIGN / "ddp_forward"
+
+
+@pytest.mark.parametrize("wrapper,forward_ms,origin", [
+    ("DistributedDataParallel.forward", 0.45, "framework markers"),
+    ("FullyShardedDataParallel.forward", 0.45, "framework markers"),
+    ("SomeOtherWrapper.forward", 0.2, "inferred")])
+def test_a_distributed_wrappers_range_is_forward_with_the_loss_after_it(tmp_path, wrapper, forward_ms, origin):
+    text = next(DDP_FORWARD.glob("*.pt.trace.json")).read_text().replace("DistributedDataParallel.forward", wrapper)
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(text)
+    result = breakdown(load_run(path))
+    assert result.phases["forward"].ms == pytest.approx(forward_ms)
+    assert result.phase_sources["forward"] == origin

@@ -162,12 +162,16 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
             by_phase["data_load"] = intervals.merge(by_phase["data_load"] + copies)
     else:
         copies = []
-    if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
+    # A framework's forward is a wrapper's range (DistributedDataParallel.forward): the loss
+    # computed after it is forward's too, found as an unmarked forward is.
+    if origins["forward"] in (PhaseOrigin.MISSING, PhaseOrigin.FRAMEWORK) \
+            and origins["backward"] != PhaseOrigin.MISSING:
         ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
         forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
         if forward:
-            by_phase["forward"] = forward
-            origins["forward"] = PhaseOrigin.INFERRED
+            by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
+            if origins["forward"] == PhaseOrigin.MISSING:
+                origins["forward"] = PhaseOrigin.INFERRED
     return by_phase, origins, copies
 
 
