@@ -11,6 +11,7 @@ from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.results.cause import Cause, biggest_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.events.step_windows import single_window_warnings
 from analysis.results.records import Breakdown
 from analysis.model.run import unique_labels
 from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
@@ -157,6 +158,9 @@ class Comparison:
     runs: list[RunExplanation]
     pairs: list[PairComparison]  # the first run against each other one
     warnings: list[str] = field(default_factory=list)
+    # Warnings that change how the verdict reads (a run analysed as one window): said before
+    # it, and first among the warnings.
+    headline: list[str] = field(default_factory=list)
 
     def to_json_dict(self) -> dict:
         return {"baseline": self.pairs[0].a if self.pairs else None,
@@ -195,7 +199,8 @@ def compare(runs: list[RunExplanation],
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
                         "and the gap may have the wrong size")
-    return Comparison(runs, pairs, warnings)
+    headline = single_window_warnings([r.breakdown for r in runs])
+    return Comparison(runs, pairs, headline + warnings, headline)
 
 
 def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -> None:
