@@ -358,3 +358,18 @@ def test_gapscope_reads_back_its_xspace_export_of_a_torch_trace(tmp_path, runner
                                       ("Memcpy DtoD (Device -> Device)", "D2D"), ("FillBuffer", "other")])
 def test_rocm_copy_names_have_their_direction(name, way):
     assert direction(name) == way
+
+
+def test_a_folder_of_json_files_that_are_no_trace_names_each_and_why(tmp_path):
+    """A folder's .json files that are no torch trace are skipped, and the refusal says which
+    and why: another tool's Chrome trace, JSON that is no object, traceEvents past the head."""
+    (tmp_path / "tf_viewer.json").write_text(json.dumps(
+        {"traceEvents": [{"ph": "X", "name": "MatMul", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "late.json").write_text('{"metadata": "' + "x" * (300 << 10) + '", "traceEvents": []}')
+    result = CliRunner().invoke(cli, ["breakdown", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "holds no trace file; skipped" in result.output
+    assert "tf_viewer.json (traceEvents without Kineto's keys or event categories" in result.output
+    assert "list.json (not a JSON object)" in result.output
+    assert "late.json (no traceEvents in its first 256 kB)" in result.output

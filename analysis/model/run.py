@@ -114,6 +114,12 @@ class Run:
             if unreadable:  # named as a trace, so meant as one: say why it cannot be read
                 path, why = unreadable[0]
                 raise TraceFormatError(f"{path}: cannot read ({why})")
+            skipped = self.located.skipped
+            if skipped and not self.manifest and self.rows is None:  # a folder of .json files
+                raise TraceFormatError(
+                    f"{self.path}: holds no trace file; skipped " + "; ".join(
+                        f"{p.name} ({why})" for p, why in skipped[:5])
+                    + (f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""))
             return None
         if unreadable:
             self.notes.append(f"skipped {len(unreadable)} file(s) named like traces that cannot "
