@@ -373,3 +373,24 @@ def test_a_folder_of_json_files_that_are_no_trace_names_each_and_why(tmp_path):
     assert "tf_viewer.json (traceEvents without Kineto's keys or event categories" in result.output
     assert "list.json (not a JSON object)" in result.output
     assert "late.json (no traceEvents in its first 256 kB)" in result.output
+
+
+MTIA = Path(__file__).parent / "fixtures" / "foreign" / "mtia"
+
+
+@pytest.mark.parametrize("process,device_ops", [("MTIA 0", 4), ("XPU 0", 4), ("python worker", 0)])
+def test_device_events_are_known_by_their_track_not_their_names(tmp_path, process, device_ops):
+    """A device category the reader has no name for counts as device work on a process named
+    after a device; elsewhere it is no kernel."""
+    doc = json.loads(next(MTIA.glob("*.pt.trace.json")).read_text())
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "mtia_ccp_events":
+            event["cat"] = "accelerator_op"
+        if event["ph"] == "M" and event["pid"] == 1:
+            event["args"]["name"] = process
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    trace = read_torch_trace(path)
+    kernels = [e for e in trace.events if e.kind == "kernel"]
+    assert len(kernels) == device_ops
+    assert all(e.track == "device/1/3" for e in kernels)

@@ -90,12 +90,18 @@ _GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its siz
 # torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
 # for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
 # whole session's range, read as other, as today's).
+# Other accelerators: MTIA's device work is mtia_ccp_events, its calls mtia_runtime (and XPU's,
+# PrivateUse1's: xpu_runtime, privateuse1_runtime); any `*_runtime`/`*_driver` is a runtime call.
 DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-                     "gpu_user_annotation": ANNOTATION,
+                     "gpu_user_annotation": ANNOTATION, "mtia_ccp_events": KERNEL,
                      "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
 _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
                     "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
                     "Operator": HOST_OP, "Runtime": RUNTIME}
+_RUNTIME_SUFFIXES = ("_runtime", "_driver")
+# A process Kineto names after a device ("GPU 0", "MTIA 1", "XPU 0", a `gapscope trace` export's
+# "device 0"): whatever the categories of its events, they ran on the device.
+_DEVICE_PROCESS = re.compile(r"(?:device|gpu|mtia|xpu|hpu|npu|tpu|ipu|accelerator)\b", re.IGNORECASE)
 # ROCm traces use the same categories (Kineto's roctracer logger writes cuda_runtime for the HIP
 # calls, kernel and gpu_memcpy for the device side); only the names differ (hipLaunchKernel).
 # `gapscope trace` writes the neutral kinds as categories: read back as what they were. Its
@@ -143,6 +149,7 @@ def read_torch_trace(path: str | Path) -> Trace:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
     reader.sizes_from_runtime()
+    reader.device_tracks()
     columns = reader.columns.build()
     dropped = reader.dropped
     if not len(columns) and not dropped and not reader.dropped_fields:
@@ -195,6 +202,7 @@ class _Reader:
         self._tracks: dict[tuple, tuple] = {}
         self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
         self._device_pids: set = set()  # processes an export names "device ..."
+        self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
 
@@ -416,6 +424,26 @@ class _Reader:
         name = raw.args.name if raw.args is not None else None
         if isinstance(name, str) and name.startswith("device "):
             self._device_pids.add(raw.pid)
+        if isinstance(name, str) and _DEVICE_PROCESS.match(name):
+            self._named_devices.add(raw.pid)
+
+    def device_tracks(self) -> None:
+        """Events of categories the reader does not know (another accelerator's) are the device's
+        where their process is one: named after a device, or holding device events of known
+        categories. Done once the whole file is read, as Kineto names its processes last."""
+        wheres = self.columns.wheres
+        device_pids = self._named_devices | {pid for (cat, pid, _), where in self._tracks.items()
+                                             if where[3] and cat in DEVICE_CATEGORIES}
+        moved = {}
+        for (cat, pid, tid), (kind, track, where_id, device) in self._tracks.items():
+            if kind == OTHER and not device and pid in device_pids:
+                lowered = cat.lower()
+                kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
+                key = (kind, f"device/{pid}/{tid}")
+                if key not in wheres and key not in moved.values():
+                    moved[where_id] = key
+        if moved:
+            self.columns.wheres = {moved.get(i, key): i for key, i in wheres.items()}
 
     def _track(self, cat: str, pid, tid) -> tuple:
         if cat in _EXPORT_VIEWS:
@@ -424,7 +452,7 @@ class _Reader:
         device = cat in DEVICE_CATEGORIES or cat in _EXPORTED_DEVICE or (
             cat == "annotation" and pid in self._device_pids)
         kind = (DEVICE_CATEGORIES.get(cat) or _EXPORTED_DEVICE.get(cat) or _HOST_CATEGORIES.get(cat)
-                or _EXPORTED_HOST.get(cat, OTHER))
+                or _EXPORTED_HOST.get(cat) or (RUNTIME if cat.endswith(_RUNTIME_SUFFIXES) else OTHER))
         track = f"{'device' if device else 'host'}/{pid}/{tid}"
         where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), device)
         return where
