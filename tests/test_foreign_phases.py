@@ -448,3 +448,12 @@ def test_compare_of_single_window_traces_says_so_first(runner, tmp_path):
     assert doc["warnings"][0].startswith("nw0 has no steps") and doc["warnings"][1].startswith("nw4 has no steps")
     markdown = runner.invoke(cli, args + ["--format", "markdown"]).stdout
     assert markdown.startswith("**warning: nw0 has no steps")
+
+
+def test_two_trace_files_of_one_name_are_labelled_by_their_folders(runner):
+    files = [str(next((ITERATIONS / side).glob("*.pt.trace.json"))) for side in ("nw0", "nw4")]
+    assert Path(files[0]).name == Path(files[1]).name
+    doc = json.loads(runner.invoke(cli, ["compare", *files, "--format", "json"]).stdout)
+    name = Path(files[0]).name
+    pair = doc["comparisons"][0]
+    assert [pair["a_label"], pair["b_label"]] == [f"nw0/{name}", f"nw4/{name}"]

@@ -394,3 +394,18 @@ def test_device_events_are_known_by_their_track_not_their_names(tmp_path, proces
     kernels = [e for e in trace.events if e.kind == "kernel"]
     assert len(kernels) == device_ops
     assert all(e.track == "device/1/3" for e in kernels)
+
+
+def test_device_work_past_the_last_host_event_gets_a_note(tmp_path):
+    """The last backward op's device op made to run to 3520 µs, the host's last event ending at
+    3000: 0.52 ms of device time after it, said in the kernels' notes."""
+    doc = json.loads(next(MTIA.glob("*.pt.trace.json")).read_text())
+    (last,) = [e for e in doc["traceEvents"] if e.get("name") == "fc_bwd_kernel" and e["ts"] == 2520]
+    last["dur"] = 1000
+    (tmp_path / "w.pt.trace.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path), str(MTIA), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert "1 device event(s) run past the last host event: 0.520 ms of device time after it" \
+        in " ".join(runs[0]["kernels"]["notes"])
+    assert not any("past the last host event" in n for n in runs[1]["kernels"]["notes"])

@@ -222,12 +222,20 @@ def run_label(manifest: dict | None, path: Path) -> str:
     return " ".join(str(p) for p in parts if p and p not in ("default",))
 
 
-def unique_labels(labels: list[str], ids: list[str]) -> list[str]:
+def unique_labels(labels: list[str], ids: list[str], files: list | None = None) -> list[str]:
     """Two runs of the same configuration: their ids' random tails tell them apart, and a
-    number where even those agree (the same trace named twice)."""
+    number where even those agree (the same trace named twice). Two trace files of one name
+    (`files`: each run's trace file), labelled by that name, are told apart by their folders."""
     def counted(names):
         return {n: names.count(n) for n in names}
     counts = counted(labels)
+    if files:
+        folders = [Path(f).parent.name if f else "" for f in files]
+        by_folder = [f"{folder}/{label}" if counts[label] > 1 and f and Path(f).name == label
+                     and folder else label for label, f, folder in zip(labels, files, folders)]
+        if len(set(by_folder)) > len(set(labels)):
+            labels = by_folder
+            counts = counted(labels)
     tailed = [f"{label} #{str(run_id).rsplit('-', 1)[-1]}" if counts[label] > 1 else label
               for label, run_id in zip(labels, ids)]
     counts = counted(tailed)

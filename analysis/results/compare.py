@@ -188,7 +188,8 @@ def compare(runs: list[RunExplanation],
             warnings.append(f"workload of {other.breakdown.run_id if wa else base.breakdown.run_id} "
                             "unknown (not a gapscope run directory): make sure both ran the same model")
         warnings += _hardware_warnings(base, other)
-    labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs])
+    labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs],
+                           [r.trace_file for r in runs])
     for run, label in zip(runs, labels):
         run.breakdown.label = label
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
