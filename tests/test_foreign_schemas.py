@@ -20,6 +20,7 @@ from analysis.model.locate import ForeignRanks, ForeignTrace, locate
 from analysis.model.run import load_run
 from analysis.readers.run_dir import find_files
 from analysis.readers.torch_trace import read_torch_trace
+from analysis.results.breakdown import breakdown
 from analysis.results.distributed_breakdown import breakdown_of
 from cli import cli
 from profilers.errors import GapscopeInputError
@@ -409,3 +410,18 @@ def test_device_work_past_the_last_host_event_gets_a_note(tmp_path):
     assert "1 device event(s) run past the last host event: 0.520 ms of device time after it" \
         in " ".join(runs[0]["kernels"]["notes"])
     assert not any("past the last host event" in n for n in runs[1]["kernels"]["notes"])
+
+
+def test_xspace_steps_from_group_ids_where_no_steps_line(tmp_path):
+    """Without the device's Steps line, the group_id the profiler gave each host event of a step
+    makes the steps: each spans its group's host events (1000-1900 and 2000-2900 µs)."""
+    import importlib.util
+    make = Path(__file__).parent / "fixtures" / "foreign" / "xspace_steps" / "make.py"
+    spec = importlib.util.spec_from_file_location("xspace_steps_make", make)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "worker0.xplane.pb"
+    path.write_bytes(module.space(with_steps_line=False).SerializeToString())
+    result = breakdown(load_run(path))
+    assert [(s.step, s.step_ms) for s in result.steps] == [(1, pytest.approx(0.9)), (2, pytest.approx(0.9))]
+    assert result.phases["backward"].ms == pytest.approx(0.28)
