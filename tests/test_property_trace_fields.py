@@ -151,3 +151,10 @@ def test_what_is_not_json_is_still_refused(tmp_path):
     path.write_text(json.dumps(_trace())[:-20])
     with pytest.raises(TraceFormatError, match="not a torch profiler trace"):
         read_torch_trace(path)
+
+
+def test_a_correlation_past_64_bits_links_nothing():
+    """msgspec reads 2**70 as an int; the columns hold 64 bits: the copy keeps its row, unlinked."""
+    trace = _read(_trace(args={"correlation": 2 ** 70}))
+    assert _summary(trace)[:3] == BASE[:3]
+    assert [e.correlation for e in trace.events][-1] is None
