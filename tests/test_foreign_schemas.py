@@ -425,3 +425,24 @@ def test_xspace_steps_from_group_ids_where_no_steps_line(tmp_path):
     result = breakdown(load_run(path))
     assert [(s.step, s.step_ms) for s in result.steps] == [(1, pytest.approx(0.9)), (2, pytest.approx(0.9))]
     assert result.phases["backward"].ms == pytest.approx(0.28)
+
+
+def test_a_jax_xspace_is_labelled_jax(tmp_path):
+    """JAX's jitted call (PjitFunction(train_step)) and its XLA module jit_train_step mark the
+    XSpace as JAX's, not TensorFlow's; a TF XSpace stays tensorflow."""
+    from xspace_builder import PlaneBuilder, new_space
+    space = new_space()
+    host = PlaneBuilder(space, 1, "/host:CPU")
+    python = host.line(10, "python3")
+    for base in (0, 100):
+        host.event(python, "PjitFunction(train_step)", base, 90)
+        host.event(python, "dot.1", base + 10, 50, hlo_op="dot.1", hlo_module="jit_train_step")
+    path = tmp_path / "jax" / "host.xplane.pb"
+    path.parent.mkdir()
+    path.write_bytes(space.SerializeToString())
+    result = CliRunner().invoke(cli, ["breakdown", str(path.parent), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["framework"] == "jax"
+    tf = CliRunner().invoke(cli, ["breakdown", str(Path(__file__).parent / "fixtures" / "foreign"
+                                                    / "xspace_steps"), "--format", "json"])
+    assert json.loads(tf.stdout)["framework"] == "tensorflow"

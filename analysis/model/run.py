@@ -100,7 +100,11 @@ class Run:
             return framework
         if self.located.torch_traces:
             return "torch"
-        return "tensorflow" if self.located.xplanes else None
+        if not self.located.xplanes:
+            return None
+        # An XSpace is TensorFlow's unless its reader found JAX's marks (once it has been read).
+        trace = self.__dict__.get("trace")
+        return (trace.metadata.get("framework") if trace is not None else None) or "tensorflow"
 
     @property
     def trace_file(self) -> Path | None:

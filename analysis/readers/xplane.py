@@ -23,6 +23,8 @@ PHASES_LINE = "gapscope phases"
 _TORCH_THREAD = re.compile(r"^thread \S+ \(process \S+\)$")
 _TORCH_RUNTIME = ("cuda", "hip")
 _TORCH_SESSION = "PyTorch Profiler"
+_JAX_CALLS = ("PjitFunction(", "PmapFunction(")
+_JAX_MODULES = ("jit_", "pmap_")
 # A device plane's line of steps (XProf's "Steps"), when the host events carry no step_num.
 STEPS_LINE = "Steps"
 _MEMCPY_SIZE = re.compile(r"\bsize:(\d+)")
@@ -86,6 +88,8 @@ def _trace_of(path: Path, space) -> Trace:
                 "planes": [p.name for p in planes], "hlo_protos": hlo_protos}
     if devices:
         metadata["device_properties"] = devices
+    if _is_jax(events):
+        metadata["framework"] = "jax"
     if dropped:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
@@ -230,6 +234,13 @@ def _device_events(plane, origin_ns, steps: list | None = None):
                     correlation=_int_or_none(correlation), nbytes=_copy_size(stats),
                     hlo_op=str(stats["hlo_op"]) if stats.get("hlo_op") else None,
                     hlo_module=str(stats["hlo_module"]) if stats.get("hlo_module") else None)
+
+
+def _is_jax(events: list[Event]) -> bool:
+    """An XSpace JAX wrote: its jitted calls' TraceMes (PjitFunction(f)) or XLA modules named
+    jit_f / pmap_f (TF names its modules a_inference_… or cluster_…)."""
+    return any(e.name.startswith(_JAX_CALLS) or (e.hlo_module or "").startswith(_JAX_MODULES)
+               for e in events)
 
 
 def _group_steps(groups: dict) -> list[Event]:
