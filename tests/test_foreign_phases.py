@@ -457,3 +457,17 @@ def test_two_trace_files_of_one_name_are_labelled_by_their_folders(runner):
     name = Path(files[0]).name
     pair = doc["comparisons"][0]
     assert [pair["a_label"], pair["b_label"]] == [f"nw0/{name}", f"nw4/{name}"]
+
+
+def test_keras_optimizer_ops_between_backward_ops_are_one_boundary():
+    """A TF optimizer runs one op per variable: the ops of one update, with no backward op
+    between them, end one iteration together (three updates: two iterations of 1000 µs)."""
+    events = []
+    for base in (0, 1000, 2000):
+        events += [_host("sequential/dense/MatMul:MatMul", HOST_OP, base + 100, 200),
+                   _host("gradient_tape/sequential/dense/MatMul_1:MatMul", HOST_OP, base + 400, 300),
+                   _host("sgd/AssignSubVariableOp:AssignSubVariableOp", HOST_OP, base + 750, 50),
+                   _host("sgd/AssignSubVariableOp_1:AssignSubVariableOp", HOST_OP, base + 850, 50)]
+    timeline = phase_timeline(Trace("xplane", "keras", events))
+    assert [(s.start_us, s.dur_us) for s in timeline.steps] == [(900, 1000), (1900, 1000)]
+    assert timeline.phase_ms(0)["optimizer"] == pytest.approx(0.1)

@@ -27,8 +27,8 @@ BOUNDARY_COVER = 0.5
 def is_optimizer_step(name: str) -> bool:
     if name.startswith(_TORCH_STEP) or _LIGHTNING_STEP.fullmatch(name):
         return True
-    if name.strip("# ").lower() in ("optimizer_step", "optimizer.step", "optimizer"):
-        return annotation_phase(name) == "optimizer"
+    if name.strip("# ").lower() in ("optimizer_step", "optimizer"):  # a user's own range
+        return True
     return ":" in name and framework_phase(name) == "optimizer"
 
 
