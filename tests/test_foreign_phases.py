@@ -471,3 +471,24 @@ def test_keras_optimizer_ops_between_backward_ops_are_one_boundary():
     timeline = phase_timeline(Trace("xplane", "keras", events))
     assert [(s.start_us, s.dur_us) for s in timeline.steps] == [(900, 1000), (1900, 1000)]
     assert timeline.phase_ms(0)["optimizer"] == pytest.approx(0.1)
+
+
+@pytest.fixture(scope="module")
+def stepless_torch_trace(tmp_path_factory):
+    import user_loops
+    return user_loops.torch_profile_without_steps(tmp_path_factory.mktemp("stepless"))
+
+
+def test_a_real_loop_without_prof_step_is_cut_at_its_optimizer_steps(stepless_torch_trace):
+    """torch.profiler around six iterations, no prof.step(): five iterations, each from one
+    Optimizer.step's end to the next's, the first left out as warm-up; every phase found."""
+    doc = json.loads((stepless_torch_trace / "worker0.pt.trace.json").read_text())
+    ends = sorted(e["ts"] + e["dur"] for e in doc["traceEvents"]
+                  if e.get("ph") == "X" and e["name"].startswith("Optimizer.step#"))
+    assert len(ends) == 6
+    result = breakdown(load_run(stepless_torch_trace))
+    result.self_check()
+    assert [s.step_ms for s in result.steps] == pytest.approx(
+        [(b - a) / 1000 for a, b in zip(ends, ends[1:])], abs=1e-6)
+    assert result.unidentified_phases == []
+    assert any("5 iteration(s) taken between optimizer steps" in n for n in result.notes)
