@@ -446,3 +446,22 @@ def test_a_jax_xspace_is_labelled_jax(tmp_path):
     tf = CliRunner().invoke(cli, ["breakdown", str(Path(__file__).parent / "fixtures" / "foreign"
                                                     / "xspace_steps"), "--format", "json"])
     assert json.loads(tf.stdout)["framework"] == "tensorflow"
+
+
+def test_xspace_steps_lines_of_two_gpus_are_the_steps_once(tmp_path):
+    """MirroredStrategy: each GPU plane carries the same Steps line; the job has its steps once."""
+    import importlib.util
+    from xspace_builder import PlaneBuilder
+    make = Path(__file__).parent / "fixtures" / "foreign" / "xspace_steps" / "make.py"
+    spec = importlib.util.spec_from_file_location("xspace_steps_make", make)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    space = module.space()
+    second = PlaneBuilder(space, 3, "/device:GPU:1")
+    steps = second.line(1, "Steps")
+    for group, base in ((1, 1000), (2, 2000)):
+        second.event(steps, str(group), base + 5, 990, group_id=group)
+    path = tmp_path / "worker0.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    result = breakdown(load_run(path))
+    assert [(s.step, s.step_ms) for s in result.steps] == [(1, pytest.approx(1.0)), (2, pytest.approx(1.0))]

@@ -78,7 +78,7 @@ def _trace_of(path: Path, space) -> Trace:
     if not any(e.kind == STEP for e in events):
         # TF 2.x XSpaces may group steps only on the device's Steps line, or by the group_id
         # the profiler gave every host event of a step (as XProf reads them).
-        events += device_steps or _group_steps(groups)
+        events += _one_device(device_steps) or _group_steps(groups)
     events, dropped = _valid_times(events)
     if not events and not dropped:
         raise TraceFormatError(f"{path}: XSpace profile holds no host or device events")
@@ -241,6 +241,13 @@ def _is_jax(events: list[Event]) -> bool:
     jit_f / pmap_f (TF names its modules a_inference_… or cluster_…)."""
     return any(e.name.startswith(_JAX_CALLS) or (e.hlo_module or "").startswith(_JAX_MODULES)
                for e in events)
+
+
+def _one_device(steps: list[Event]) -> list[Event]:
+    """The Steps line of the first device plane that has one: under MirroredStrategy every GPU
+    plane carries the same steps, which are the job's steps once."""
+    first = steps[0].track.split("/")[1] if steps else None
+    return [s for s in steps if s.track.split("/")[1] == first]
 
 
 def _group_steps(groups: dict) -> list[Event]:
