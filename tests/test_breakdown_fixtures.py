@@ -103,3 +103,33 @@ def test_the_step_after_the_trace_window_is_not_an_unprofiled_step():
     marked = mark_rows(calls, 0, {2}, "execution_first_step")
     assert [r["step"] for r in marked if r["traced"]] == [2, 3, 4, 5]
     assert recorded_rows(marked, [2, 3], steps_per_execution=2) == [r for r in marked if r["traced"]]
+
+
+def test_steps_that_hold_none_of_the_work_are_said(fixtures_dir, tmp_path):
+    """Hardening: ProfilerStep spans of 1 ns gave 'step 0.000 ms', exit 0 and no note."""
+    from analysis.events.timeline import phase_timeline
+    from analysis.results.breakdown import outside_steps
+    trace = Trace("torch", "hand-made", [
+        Event("ProfilerStep#1", STEP, 0, 0.001, "host/1/1", step_num=1),
+        Event("ProfilerStep#2", STEP, 100, 0.001, "host/1/1", step_num=2),
+        _op("aten::addmm", 10, 40), _op("aten::relu", 60, 20), _op("aten::mm", 120, 30)])
+    # Between the first step and the last (0 to 100 µs) 60 µs of ops, 0.001 µs inside a step.
+    note = outside_steps(trace, phase_timeline(trace))
+    assert note.startswith("warning: 100 % of the host ops' time lies outside every step")
+    # Steps that follow each other and hold their ops: nothing to say.
+    tiled = Trace("torch", "hand-made", [
+        Event("ProfilerStep#1", STEP, 0, 100, "host/1/1", step_num=1),
+        Event("ProfilerStep#2", STEP, 100, 100, "host/1/1", step_num=2),
+        _op("aten::addmm", 10, 40), _op("aten::mm", 120, 30), _op("aten::cold", -5000, 4000)])
+    assert outside_steps(tiled, phase_timeline(tiled)) is None
+    # Through the command: the real fixture with its steps shrunk to 1 ns says so.
+    doc = json.loads((fixtures_dir / "marked_two_steps.pt.trace.json").read_text())
+    for e in doc["traceEvents"]:
+        if str(e.get("name", "")).startswith("ProfilerStep#"):
+            e["dur"] = 0.001
+    (tmp_path / "ns.pt.trace.json").write_text(json.dumps(doc))
+    from click.testing import CliRunner
+
+    from cli import cli
+    out = CliRunner().invoke(cli, ["breakdown", str(tmp_path / "ns.pt.trace.json"), "--format", "json"])
+    assert any("lies outside every step" in n for n in json.loads(out.stdout)["notes"])

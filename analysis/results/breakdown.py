@@ -16,6 +16,8 @@ from analysis.measures.blocking import blocking_notes
 from analysis.measures.hardware import hardware
 from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
+from analysis.events.event import EventKind
+from analysis.events.intervals import clip_merged, merge, total
 from analysis.events.trace import Trace
 from analysis.measures import page_faults
 from analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
@@ -27,6 +29,9 @@ from profilers.phases import MARKED_PHASES, PHASES
 # Traced steps faster than unprofiled ones by more than this: the machine changed between them
 # (a quiet process's steps spread about 4 % here), since a profiler only adds work.
 _LEAST_OVERHEAD_PCT = -10.0
+# Host-op time outside every step beyond this share, from the first step to the last: the
+# steps are not where the work ran (steps that follow each other leave next to nothing out).
+_MOST_OUTSIDE = 0.5
 
 
 class Source(enum.StrEnum):
@@ -84,7 +89,29 @@ def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
 
 def trace_notes(trace: Trace, timeline: PhaseTimeline) -> list[str]:
     """What the reader dropped, how the steps were found, and where the host waits for the device."""
-    return reader_notes(trace) + timeline.notes + blocking_notes(trace, timeline)
+    outside = outside_steps(trace, timeline)
+    return reader_notes(trace) + timeline.notes + ([outside] if outside else []) + blocking_notes(trace, timeline)
+
+
+def outside_steps(trace: Trace, timeline: PhaseTimeline) -> str | None:
+    """A warning where most host-op time lies outside every step: steps of 1 ns (or 1e-300)
+    gave 'step 0.000 ms' and exit 0 while every op ran beside them, so the step figures are
+    about the markers, not the work."""
+    steps = timeline.steps
+    if not any(e.kind == EventKind.STEP for e in trace.events):
+        return None  # iterations found between optimizer steps leave the cold first one out by design
+    ops = merge([(e.start_us, e.end_us) for e in trace.events if e.kind == EventKind.HOST_OP])
+    if len(steps) > 1:  # between the first step and the last: a cold iteration left out before is no fault
+        ops = clip_merged(ops, steps[0].start_us, max(s.end_us for s in steps))
+    busy = total(ops)
+    if not steps or busy <= 0:
+        return None
+    inside = total(merge([i for s in steps for i in clip_merged(ops, s.start_us, s.end_us)]))
+    share = 1 - inside / busy
+    if share <= _MOST_OUTSIDE:
+        return None
+    return (f"warning: {100 * share:.0f} % of the host ops' time lies outside every step: the "
+            f"step events do not hold the work, so the step figures are not the run's")
 
 
 def reader_notes(trace: Trace) -> list[str]:
