@@ -81,6 +81,13 @@ def test_phase_option_names_a_range_of_the_users_own(runner):
     # A glob: `*` any text; the brackets of a name are plain characters.
     out = _json(runner, ANNOTATED, "--phase", "forward=## s*dist ##")
     assert out["phases"]["forward"]["ms"] == pytest.approx(0.300)
+    assert not any("--phase" in n for n in out["notes"])
+    # A pattern that changed nothing is said: it matched no name, or an earlier one took all.
+    out = _json(runner, ANNOTATED, "--phase", "forward=## fwd ##", "--phase", "data_load=## s*",
+                "--phase", "optimizer=## sparse_data_dist ##")
+    assert "--phase forward='## fwd ##' matched no name in the trace" in out["notes"]
+    assert ("--phase optimizer='## sparse_data_dist ##' changed nothing: every name it matched was "
+            "taken by an earlier --phase ('## s*')") in out["notes"]
 
 
 def test_table_marks_annotated_phases(runner):

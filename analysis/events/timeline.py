@@ -14,7 +14,7 @@ from analysis.events.gc_pause import collector_paused
 from analysis.events.phase_rules import PhaseOrigin, annotation_phase, framework_phase, gapscope_phase
 from analysis.events.step_windows import cut_off_last, step_windows
 from analysis.events.trace import ANNOTATION, HOST_OP, Event, Trace
-from analysis.events.trace_rules import TraceRules
+from analysis.events.trace_rules import TraceRules, unused_patterns
 from profilers.phases import MARKED_PHASES
 
 OTHER = "other"
@@ -94,6 +94,8 @@ def phase_timeline(trace: Trace, rules: TraceRules = TraceRules()) -> PhaseTimel
 
 def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
     steps, notes = step_windows(trace, rules)
+    if rules.phases:
+        notes = notes + unused_patterns(rules, {e.name for e in trace.events})
     by_phase, origins, copies = phase_intervals(trace, steps, rules) if steps else ({}, {}, [])
     segments = []
     for step in steps:

@@ -27,6 +27,23 @@ class TraceRules:
         return self.step_marker is not None and bool(name_pattern(self.step_marker).fullmatch(name))
 
 
+def unused_patterns(rules: TraceRules, names) -> list[str]:
+    """A note per --phase pattern that changed nothing: it matched no name of the trace, or an
+    earlier pattern took every name it matched (the first that matches wins)."""
+    notes = []
+    for i, (phase, pattern) in enumerate(rules.phases):
+        matched = [n for n in names if name_pattern(pattern).fullmatch(n)]
+        if not matched:
+            notes.append(f"--phase {phase}={pattern!r} matched no name in the trace")
+            continue
+        taken = {pat for _, pat in rules.phases[:i]
+                 if any(name_pattern(pat).fullmatch(n) for n in matched)}
+        if all(any(name_pattern(pat).fullmatch(n) for _, pat in rules.phases[:i]) for n in matched):
+            notes.append(f"--phase {phase}={pattern!r} changed nothing: every name it matched was "
+                         f"taken by an earlier --phase ({', '.join(repr(t) for t in sorted(taken))})")
+    return notes
+
+
 @functools.lru_cache(maxsize=256)
 def name_pattern(pattern: str) -> re.Pattern:
     """A glob where only `*` (any text) and `?` (one character) are special: range names hold
