@@ -269,3 +269,14 @@ def test_every_reader_of_gapscopes_own_files_goes_through_the_one_loader():
                     if "json.load" in line and ("read_" in line or "open(" in line):
                         offenders.append(f"{path.relative_to(root)}: {line.strip()}")
     assert offenders == []
+
+
+@pytest.mark.parametrize("repeats", [1e40, 1, "2", True])
+def test_an_ab_state_with_repeats_it_cannot_have_is_one_line(ab_folder, tmp_path, repeats):
+    import shutil
+    folder = tmp_path / "ab"
+    shutil.copytree(ab_folder, folder)
+    state = json.loads((folder / "ab.json").read_text())
+    (folder / "ab.json").write_text(json.dumps({**state, "repeats": repeats}))   # 2 runs a side
+    result = CliRunner().invoke(cli, ["compare", str(folder)])
+    _one_line(result.exit_code, result.stderr, "corrupt A/B state (repeats must be a whole number from 2")

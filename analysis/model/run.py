@@ -299,6 +299,10 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
             for config, repeat_names in zip(configs, names)]
 
 
+# Far above what `compare --measure --repeats` allows (200): room for a hand-made folder.
+MAX_AB_REPEATS = 10_000
+
+
 def measurement_names(folder: str | Path) -> tuple[list[str], list[list[str]]]:
     """An A/B folder's configurations, and per configuration its runs' folder names in repeat
     order; one line where its state is corrupt or the measurement did not finish."""
@@ -319,6 +323,13 @@ def measurement_names(folder: str | Path) -> tuple[list[str], list[list[str]]]:
                                  f"({state.get('error') or state.get('status')})")
     if len({len(n) for n in names}) != 1 or not names[0]:
         raise GapscopeInputError(f"{folder}: configurations have different numbers of repeats")
+    repeats = state.get("repeats")
+    # The repeats asked for (or made, when stopped early): no fewer than the runs listed, and
+    # a count a measurement can reach (1e40 was taken as it stood).
+    if not (isinstance(repeats, int) and not isinstance(repeats, bool)
+            and len(names[0]) <= repeats <= MAX_AB_REPEATS):
+        raise GapscopeInputError(f"{folder / AB_STATE}: corrupt A/B state (repeats must be a whole "
+                                 f"number from {len(names[0])} to {MAX_AB_REPEATS}, not {repeats!r})")
     return configs, names
 
 
