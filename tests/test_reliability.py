@@ -102,3 +102,13 @@ def test_a_run_beside_busy_processes_is_marked_in_json_table_and_compare(busy_ma
 def test_a_dataloader_alternating_ready_and_waiting_batches_is_no_machine_state():
     steps = [0.85, 1.55, 0.9, 1.5, 0.84, 1.6, 1.52, 0.88] * 3   # 1.8x apart, interleaved
     assert two_levels(steps) is None and level_shift(steps) is None
+
+
+def test_one_state_change_seen_two_ways_is_one_warning():
+    # Slow first, fast after: two levels and a shift, both of the same change of state.
+    steps = [125.0, 130.0, 128.0, 126.0, 127.0] + [12.0, 11.9, 12.1, 12.0, 11.8]
+    assert two_levels(steps) and level_shift(steps)
+    (warning,) = reliability_warnings({}, steps)
+    assert warning.startswith("steady steps fall into two levels (5 near 12.000 ms, 5 near 127.000 ms)"
+                              " and shifted from 127.000 to 12.000 ms at the 6th steady step")
+    assert warning.endswith(": the machine changed state during the run")

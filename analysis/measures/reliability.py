@@ -27,16 +27,17 @@ LEVEL_MIN_STEPS = 3
 def reliability_warnings(manifest: dict, step_times_ms: list[float]) -> list[str]:
     """One line per reason not to take the step time as a fact; empty when none is seen."""
     warnings = _load_warnings(manifest.get("machine_load"))
+    seen = []   # one state change, said in one line however many ways it shows
     split = two_levels(step_times_ms)
     if split:
         (n_low, low), (n_high, high) = split
-        warnings.append(f"steady steps fall into two levels ({n_low} near {low:.3f} ms, {n_high} "
-                        f"near {high:.3f} ms): the machine changed state during the run")
+        seen.append(f"fall into two levels ({n_low} near {low:.3f} ms, {n_high} near {high:.3f} ms)")
     shift = level_shift(step_times_ms)
     if shift:
         at, before, after = shift
-        warnings.append(f"steady steps shifted from {before:.3f} to {after:.3f} ms at the "
-                        f"{_ordinal(at + 1)} steady step: the machine changed state during the run")
+        seen.append(f"shifted from {before:.3f} to {after:.3f} ms at the {_ordinal(at + 1)} steady step")
+    if seen:
+        warnings.append(f"steady steps {' and '.join(seen)}: the machine changed state during the run")
     return warnings
 
 

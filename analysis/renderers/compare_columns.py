@@ -60,28 +60,31 @@ def verdict_lines(comparison: Comparison) -> list[str]:
             lines.append(f"{pair.b_label} is {_factor_text(pair)} {'slower' if slower else 'faster'} "
                          f"than {pair.a_label} (gap {delta(pair.gap_ms, pair.gap_ci95)} ms per step)"
                          f"{_where(pair)}")
-        pairs = evidence_text.pairs_line(pair) or _one_process(comparison, pair)
+        pairs = evidence_text.pairs_line(pair)
         if pairs:
             lines.append(f"  {pairs}")
+    caveat = _one_process(comparison)
+    if caveat:
+        lines.append(f"  {caveat}")
     for pair in comparison.pairs[:1]:
         lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines
 
 
-def _one_process(comparison: Comparison, pair) -> str | None:
-    """Two runs, one process each: their interval holds the steps' noise only, while the next
-    processes may differ by 10 % and more. Said beside the verdict, with the command that
-    gives the one that `compare --measure` would, so that the two never read as two answers."""
-    if pair.interval_method != IntervalMethod.BOOTSTRAP:
+def _one_process(comparison: Comparison) -> str | None:
+    """Runs of one process each: their interval holds the steps' noise only, while the next
+    processes may differ by 10 % and more. Said once beside the verdicts, with the command
+    that gives the answer `compare --measure` would, so that the two never read as two."""
+    if not any(p.interval_method == IntervalMethod.BOOTSTRAP for p in comparison.pairs):
         return None
-    runs = {r.breakdown.name: r.breakdown for r in comparison.runs}
-    configs = [config_of(runs[label]) for label in (pair.a_label, pair.b_label)]
-    if not all(configs):  # a foreign trace or the user's own loop: nothing gapscope can rerun
+    configs = list(dict.fromkeys(config_of(r.breakdown) for r in comparison.runs))
+    # A foreign trace or the user's own loop, or one configuration twice: no `--measure` runs it.
+    if not all(configs) or len(configs) < 2:
         return ("one process each: the drift between processes is not in this interval; run each "
                 "side again in fresh processes before taking the gap as a fact")
     command = f"`gapscope compare --measure {' '.join(configs)}`"
     return (f"one process each: the drift between processes is not in this interval; "
-            f"{command} repeats both and decides")
+            f"{command} repeats {'both' if len(configs) == 2 else 'each'} and decides")
 
 
 def _where(pair) -> str:
