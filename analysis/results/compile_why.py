@@ -96,6 +96,17 @@ class CompileWhy:
                 "unseen": self.unseen, "torch": self.torch_version, "line": self.line()}
 
 
+def run_compile_why(run) -> CompileWhy | None:
+    """The run's compile record against its step timers; None when it kept none (not compiled)."""
+    from analysis.readers.compile_records import read_compile_records
+    from analysis.results.breakdown import compile_ms
+    records = read_compile_records(run.path) if run.path.is_dir() else None
+    if records is None:
+        return None
+    measured = compile_ms(run.rows, run.warmup_steps) if run.rows else None
+    return compile_why(records, measured, run.warmup_steps)
+
+
 def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
     """`records`: read_compile_records' document; `measured_ms`: the warm-up excess of the run's
     step timers (breakdown.compile_ms), which the stages of the warm-up's compiles add up to."""
