@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from pathlib import Path
 
@@ -108,6 +109,9 @@ class DynamoRecorder:
 
     def __exit__(self, *exc) -> None:
         logging.getLogger(_SEEN_LOGGER).removeHandler(self._handler)
+        if "TORCH_LOGS" not in os.environ:  # back to torch's default logging (tests run on)
+            import torch
+            torch._logging.set_logs()
         self.end_step(self.step)  # a compile in a step that raised
         import torch
         write_atomic(self.run_dir / COMPILE_JSON, strict_json.dumps({

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from analysis.measures import page_faults
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.results.cause import Cause, biggest_cause
+from analysis.results.amortisation import amortisation
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results.records import Breakdown
@@ -420,7 +421,12 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
 
 
 def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
-    return Evidence(EvidenceKind.COMPILE, None, a.compile.to_json_dict(), b.compile.to_json_dict())
+    # Each side's compile record (compile_why) and the pair's amortisation point, on both sides.
+    pays = amortisation(a.breakdown, b.breakdown)
+    return Evidence(EvidenceKind.COMPILE, None, *(
+        {**run.compile.to_json_dict(), "amortisation": pays,
+         **({"why": run.breakdown.compile_why.to_json_dict()} if run.breakdown.compile_why else {})}
+        for run in (a, b)))
 
 
 def _mixed(run: RunExplanation, side: str) -> Evidence | None:
