@@ -46,7 +46,7 @@ def planted(tmp_path_factory):
     import torch._dynamo
 
     from analysis.readers.compile_records import read_compile_records
-    from profilers.dynamo_records import DynamoRecorder
+    from workloads.runners.dynamo_records import DynamoRecorder
     run_dir = tmp_path_factory.mktemp("planted")
     torch._dynamo.reset()
     model = torch.compile(_planted_model(), backend="aot_eager")

@@ -1,11 +1,11 @@
-"""Reads a run directory's compile.json (profilers.dynamo_records): the compiles, graph breaks
+"""Reads a run directory's compile.json (workloads.runners.dynamo_records): the compiles, graph breaks
 and what the torch of the run could not record, refused in one line when malformed."""
 from __future__ import annotations
 
 from pathlib import Path
 
 from profilers import state_json
-from profilers.dynamo_records import COMPILE_JSON
+from profilers.run_dir import COMPILE_JSON
 from profilers.errors import GapscopeInputError
 
 

@@ -59,7 +59,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     result.minor_faults_per_step = page_faults.faults_per_step(run.rows, run.warmup_steps)
     faults = page_faults.note(result.minor_faults_per_step, result.step_stats()["mean"],
                               run.manifest.get("variant"))
-    result.compile_why = run_compile_why(run)
+    result.compile_why = run_compile_why(run, compile_ms(run.rows, run.warmup_steps) if run.rows else None)
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
                     + ([result.compile_why.line()] if result.compile_why else []) + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else []))
     _label(result, run)

@@ -7,7 +7,9 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-# Disjoint stages from Dynamo's nested per-compile timers (profilers.dynamo_records.TIMER_FIELDS).
+from analysis.readers.compile_records import read_compile_records
+
+# Disjoint stages from Dynamo's nested per-compile timers (workloads.runners.dynamo_records.TIMER_FIELDS).
 STAGES = ("dynamo", "aot_autograd", "inductor", "codegen_and_kernel_compile")
 STAGE_NAMES = {"dynamo": "Dynamo", "aot_autograd": "AOT autograd", "inductor": "Inductor",
                "codegen_and_kernel_compile": "codegen+C++/Triton compile"}
@@ -96,15 +98,13 @@ class CompileWhy:
                 "unseen": self.unseen, "torch": self.torch_version, "line": self.line()}
 
 
-def run_compile_why(run) -> CompileWhy | None:
-    """The run's compile record against its step timers; None when it kept none (not compiled)."""
-    from analysis.readers.compile_records import read_compile_records
-    from analysis.results.breakdown import compile_ms
+def run_compile_why(run, measured_ms: float | None) -> CompileWhy | None:
+    """The run's compile record against its step timers' warm-up excess (breakdown.compile_ms);
+    None when it kept none (not compiled)."""
     records = read_compile_records(run.path) if run.path.is_dir() else None
     if records is None:
         return None
-    measured = compile_ms(run.rows, run.warmup_steps) if run.rows else None
-    return compile_why(records, measured, run.warmup_steps)
+    return compile_why(records, measured_ms, run.warmup_steps)
 
 
 def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from pathlib import Path
 
-from profilers.dynamo_records import DynamoRecorder
+from workloads.runners.dynamo_records import DynamoRecorder
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows

@@ -10,9 +10,8 @@ import re
 from pathlib import Path
 
 from profilers import strict_json
-from profilers.run_dir import write_atomic
+from profilers.run_dir import COMPILE_JSON, write_atomic
 
-COMPILE_JSON = "compile.json"
 FORMAT_VERSION = 1
 # Dynamo's per-compile timers (CompilationMetrics, torch 2.6+), each nested in the one before:
 # the whole frame, AOT autograd with the backend under it, Inductor, its code generation, and
