@@ -201,3 +201,30 @@ def test_compare_eager_against_compiled_gives_the_amortisation_point_of_the_two_
     gain = pays["gain_ms_per_step"]
     assert pays["steps"] == (math.ceil(pays["extra_ms"] / gain) if gain > 0 else None)
     assert evidence["b"]["why"]["graph_breaks"][0]["reason"] == "Data-dependent branching"
+
+
+def test_a_tf_function_called_with_a_new_python_scalar_retraces_with_its_reason(tmp_path):
+    """A real tf.function: the framework's own tracing count and the recorded traces agree."""
+    import tensorflow as tf
+
+    from analysis.readers.compile_records import read_compile_records
+    from workloads.runners.tf_traces import TraceLog
+    log = TraceLog()
+
+    def scale(x, factor):
+        return x * factor
+
+    function = log.watch(tf.function(log.wrap(scale)))
+    for step, (rows, factor) in enumerate([(4, 0.1), (4, 0.1), (4, 0.2), (6, 0.2)]):
+        log.step = step
+        function(tf.ones([rows, 3]), factor)
+    log.write(tmp_path, jit_compile=False)
+    records = read_compile_records(tmp_path)
+    assert records["tf_tracing_counts"] == {"scale": 3}
+    why = compile_why(records, None, warmup_steps=10)
+    assert why.tf_traces == {"scale": 3}
+    assert [(r.step, r.reason) for r in why.retraces] == [
+        (2, "Python value changed: arg 1 0.1 → 0.2"),
+        (3, "new input signature: arg 0 shape [4, 3] → [6, 3]")]
+    assert "scale traced 3 times (retrace of scale at step 2: Python value changed" in why.line()
+    assert not any("gapscope saw" in line for line in why.unseen)

@@ -12,7 +12,8 @@ from analysis.readers.compile_records import read_compile_records
 # Disjoint stages from Dynamo's nested per-compile timers (workloads.runners.dynamo_records.TIMER_FIELDS).
 STAGES = ("dynamo", "aot_autograd", "inductor", "codegen_and_kernel_compile")
 STAGE_NAMES = {"dynamo": "Dynamo", "aot_autograd": "AOT autograd", "inductor": "Inductor",
-               "codegen_and_kernel_compile": "codegen+C++/Triton compile"}
+               "codegen_and_kernel_compile": "codegen+C++/Triton compile",
+               "tf_trace": "tf.function trace (Python)"}
 # Reasons Dynamo gives for any unsupported call: the explanation under them says which call.
 _GENERIC_REASON = re.compile(r"^Encountered graph break when attempting to trace")
 _REASON_CHARS = 90
@@ -42,6 +43,13 @@ class Recompile:
 
 
 @dataclass
+class Retrace:
+    function: str
+    step: int
+    reason: str           # "new input signature: …" or "Python value changed: …"
+
+
+@dataclass
 class CompiledGraph:
     compile_id: str | None
     function: str | None
@@ -61,6 +69,9 @@ class CompileWhy:
     recompiles: list[Recompile]
     unseen: list[str] = field(default_factory=list)   # one line per stage or record not seen
     torch_version: str | None = None
+    # tf.function: traces by function (the framework's own count where it gave one), retraces.
+    tf_traces: dict[str, int] = field(default_factory=dict)
+    retraces: list[Retrace] = field(default_factory=list)
 
     @property
     def attributed_ms(self) -> float:
@@ -79,6 +90,12 @@ class CompileWhy:
         breaks = ", ".join(f"{_short(b)} at {b.place}" for b in self.graph_breaks)
         guards = ", ".join(f"{r.guard} in {r.function}" for r in self.recompiles[:3]) + \
             (", …" if len(self.recompiles) > 3 else "")
+        if self.tf_traces:
+            traced = ", ".join(f"{name} traced {_count(n, 'time')}" for name, n in self.tf_traces.items())
+            retraces = "; ".join(f"retrace of {r.function} at step {r.step}: {r.reason}"
+                                 for r in self.retraces[:3])
+            return (f"compile {_s(total)} once: {', '.join(stages) or 'no stage recorded'}; {traced}"
+                    + (f" ({retraces})" if retraces else ", no retrace"))
         return (f"compile {_s(total)} once: {', '.join(stages) or 'no stage recorded'}; "
                 f"{_count(len(self.graphs), 'graph')}, "
                 f"{_count(len(self.graph_breaks), 'graph break')}{f' ({breaks})' if breaks else ''}, "
@@ -95,6 +112,7 @@ class CompileWhy:
                 "graphs": [asdict(g) for g in self.graphs],
                 "graph_breaks": [{**asdict(b), "place": b.place} for b in self.graph_breaks],
                 "recompiles": [asdict(r) for r in self.recompiles],
+                "tf_traces": self.tf_traces, "retraces": [asdict(r) for r in self.retraces],
                 "unseen": self.unseen, "torch": self.torch_version, "line": self.line()}
 
 
@@ -110,6 +128,8 @@ def run_compile_why(run, measured_ms: float | None) -> CompileWhy | None:
 def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
     """`records`: read_compile_records' document; `measured_ms`: the warm-up excess of the run's
     step timers (breakdown.compile_ms), which the stages of the warm-up's compiles add up to."""
+    if isinstance(records.get("tf_traces"), list):
+        return _tf_why(records, measured_ms, warmup_steps)
     compiles = records["compiles"]
     stages = dict.fromkeys(STAGES, 0.0)
     later = 0.0
@@ -129,6 +149,62 @@ def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> 
                   for c in forward if c.get("recompile_reason")]
     return CompileWhy(measured_ms, stages, later, graphs, graph_breaks(records["graph_breaks"]),
                       recompiles, unseen_lines(compiles, records), records.get("torch"))
+
+
+def _tf_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
+    """tf.function: the Python trace of each trace timed; what follows it (graph optimisation,
+    XLA) is in the unattributed rest."""
+    traces = [t for t in records["tf_traces"] if isinstance(t, dict)]
+    early = [t for t in traces if _int(t.get("step"), 0) < warmup_steps]
+    later = [t for t in traces if _int(t.get("step"), 0) >= warmup_steps]
+    counts: dict[str, int] = {}
+    for t in traces:
+        counts[str(t.get("function"))] = counts.get(str(t.get("function")), 0) + 1
+    own = records.get("tf_tracing_counts") or {}
+    unseen = list(records.get("unavailable") or [])
+    for name, n in own.items():
+        if isinstance(n, int) and n != counts.get(name, 0):
+            unseen.append(f"{name}: TensorFlow counts {n} traces, gapscope saw {counts.get(name, 0)}")
+    return CompileWhy(measured_ms, {"tf_trace": sum(float(t.get("trace_ms") or 0.0) for t in early)},
+                      sum(float(t.get("trace_ms") or 0.0) for t in later), [], [], [], unseen,
+                      tf_traces=counts, retraces=retraces(traces))
+
+
+def retraces(traces: list[dict]) -> list[Retrace]:
+    """Each trace after a function's first, with what differs from the trace before it."""
+    found, last, first_step = [], {}, {}
+    for t in traces:
+        name, step = str(t.get("function")), _int(t.get("step"), 0)
+        signature = t.get("signature") or []
+        if name in last:
+            reason = retrace_reason(last[name], signature)
+            first_retrace = not any(r.function == name for r in found)
+            if step == first_step[name] and first_retrace and reason.startswith("same signature"):
+                reason = ("traced again within its first call: the first trace created variables, "
+                          "and TensorFlow traces once more without creating them")
+            found.append(Retrace(name, step, reason))
+        last[name] = signature
+        first_step.setdefault(name, step)
+    return found
+
+
+def retrace_reason(before: list[dict], after: list[dict]) -> str:
+    """"new input signature: arg 0 shape [4, 3] → [6, 3]" / "Python value changed: arg 1 0.1 → 0.2"."""
+    old = {a.get("arg"): a for a in before}
+    shapes, values = [], []
+    for a in after:
+        b = old.get(a.get("arg"))
+        if b is None or a.get("kind") != b.get("kind"):
+            shapes.append(f"arg {a.get('arg')} new")
+        elif a.get("kind") == "python" and a.get("value") != b.get("value"):
+            values.append(f"arg {a.get('arg')} {b.get('value')} → {a.get('value')}")
+        elif a.get("kind") == "tensor":
+            for key in ("shape", "dtype"):
+                if a.get(key) != b.get(key):
+                    shapes.append(f"arg {a.get('arg')} {key} {b.get(key)} → {a.get(key)}")
+    parts = ([f"Python value changed: {', '.join(values)}"] if values else []) + \
+        ([f"new input signature: {', '.join(shapes)}"] if shapes else [])
+    return "; ".join(parts) or "same signature as the trace before (a cache evicted, or a new tf.function)"
 
 
 def stage_split(c: dict) -> dict[str, float]:
