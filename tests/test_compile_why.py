@@ -228,3 +228,20 @@ def test_a_tf_function_called_with_a_new_python_scalar_retraces_with_its_reason(
         (3, "new input signature: arg 0 shape [4, 3] → [6, 3]")]
     assert "scale traced 3 times (retrace of scale at step 2: Python value changed" in why.line()
     assert not any("gapscope saw" in line for line in why.unseen)
+
+
+def test_the_gpu_days_compile_check_passes_on_the_real_compiled_run_and_fails_without_records(dynamic_runs):
+    from benchmarks import gpu_checks as C
+    from benchmarks.gpu_check_plan import Planned, evaluate
+    from analysis.model.run import load_run
+    from analysis.results.breakdown import breakdown
+    doc = breakdown(load_run(dynamic_runs["compiled"])).to_json_dict()
+    check = C.compile_recorded(doc)
+    assert check.status == C.PASS, check.detail
+    assert "1 graph break (Data-dependent branching at dynamic.py:" in check.detail
+    assert C.compile_recorded({k: v for k, v in doc.items() if k != "compile"}).status == C.FAIL
+    broken = {**doc, "compile": {**doc["compile"], "unattributed_ms": doc["compile"]["unattributed_ms"] + 5}}
+    assert C.compile_recorded(broken).detail.startswith("stages + unattributed")
+    checks, _ = evaluate(dynamic_runs["compiled"], Planned("dynamic-compile", "dynamic", "compile", "test"),
+                         cuda=False)
+    assert [c.status for c in checks if c.name == "compile stages and breaks"] == [C.PASS]
