@@ -133,6 +133,9 @@ def test_amortisation_point_by_hand():
     slower = amortisation(eager, _hand_breakdown(11.0, 9100.0, "compile"))
     assert slower["steps"] is None and "never at this size" in amortisation_line(slower)
     assert amortisation(eager, _hand_breakdown(9.0, 50.0, "default")) is None
+    # Keras under XLA against Keras' default graph: the same rule (jit is the compiled side).
+    keras_jit = amortisation(_hand_breakdown(8.0, 1500.0, "jit"), _hand_breakdown(9.0, 500.0, "default"))
+    assert keras_jit["steps"] == 1000 and keras_jit["compiled"] == "jit"
 
 
 @pytest.fixture(scope="module")
@@ -245,3 +248,11 @@ def test_the_gpu_days_compile_check_passes_on_the_real_compiled_run_and_fails_wi
     checks, _ = evaluate(dynamic_runs["compiled"], Planned("dynamic-compile", "dynamic", "compile", "test"),
                          cuda=False)
     assert [c.status for c in checks if c.name == "compile stages and breaks"] == [C.PASS]
+
+
+def test_where_compiling_never_pays_the_line_names_the_dynamo_guard_time():
+    from analysis.results.amortisation import amortisation, amortisation_line
+    eager, compiled = _hand_breakdown(10.0, 100.0, "default"), _hand_breakdown(11.0, 9100.0, "compile")
+    pays = amortisation(compiled, eager, guard_ms=(0.4, 0.0))
+    assert pays["guard_ms_per_step"] == 0.4 and pays["gain_ms_per_step"] == -1.0
+    assert amortisation_line(pays).endswith("Dynamo guards 0.400 ms a step")

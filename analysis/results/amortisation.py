@@ -14,14 +14,16 @@ def is_compiled(b: Breakdown) -> bool:
         part.startswith(_COMPILED_VARIANTS) for part in (b.variant or "").split(","))
 
 
-def amortisation(a: Breakdown, b: Breakdown) -> dict | None:
+def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.0, 0.0)) -> dict | None:
     """Facts for a pair where one side compiles and the other does not; None otherwise.
     extra_ms: the compiled side's warm-up excess beyond the eager side's own; gain_ms: eager
     step − compiled step (means of the steady steps); steps: ceil(extra ÷ gain), None when the
-    compiled step is not faster (never at this size)."""
+    compiled step is not faster (never at this size). `guard_ms`: each side's Dynamo guard time
+    a step (compile_overhead), named where compiling does not pay."""
     if is_compiled(a) == is_compiled(b):
         return None
     eager, compiled = (b, a) if is_compiled(a) else (a, b)
+    guards = guard_ms[0] if compiled is a else guard_ms[1]
     if compiled.compile_ms is None:
         return None
     extra = max(compiled.compile_ms - (eager.compile_ms or 0.0), 0.0)
@@ -32,7 +34,8 @@ def amortisation(a: Breakdown, b: Breakdown) -> dict | None:
             "steps": math.ceil(extra / gain) if gain > 0 else None,
             "graph_breaks": [f"{b.reason} at {b.place}" for b in why.graph_breaks] if why else [],
             "graphs": len(why.graphs) if why else None,
-            "recompiles": [f"{r.guard} in {r.function}" for r in why.recompiles] if why else []}
+            "recompiles": [f"{r.guard} in {r.function}" for r in why.recompiles] if why else [],
+            "guard_ms_per_step": round(guards, 6)}
 
 
 def amortisation_line(f: dict) -> str:
@@ -51,4 +54,6 @@ def amortisation_line(f: dict) -> str:
     if f["recompiles"]:
         reasons.append(f"{len(f['recompiles'])} recompile{'s' if len(f['recompiles']) > 1 else ''} "
                        f"({'; '.join(f['recompiles'][:3])})")
+    if f.get("guard_ms_per_step"):
+        reasons.append(f"Dynamo guards {f['guard_ms_per_step']:.3f} ms a step")
     return text + (": " + ", ".join(reasons) if reasons else "")

@@ -422,7 +422,7 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
 
 def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
     # Each side's compile record (compile_why) and the pair's amortisation point, on both sides.
-    pays = amortisation(a.breakdown, b.breakdown)
+    pays = amortisation(a.breakdown, b.breakdown, (a.compile.guard_ms_per_step, b.compile.guard_ms_per_step))
     return Evidence(EvidenceKind.COMPILE, None, *(
         {**run.compile.to_json_dict(), "amortisation": pays,
          **({"why": run.breakdown.compile_why.to_json_dict()} if run.breakdown.compile_why else {})}
