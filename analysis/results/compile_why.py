@@ -180,8 +180,8 @@ def retraces(traces: list[dict]) -> list[Retrace]:
             reason = retrace_reason(last[name], signature)
             first_retrace = not any(r.function == name for r in found)
             if step == first_step[name] and first_retrace and reason.startswith("same signature"):
-                reason = ("traced again within its first call: the first trace created variables, "
-                          "and TensorFlow traces once more without creating them")
+                reason = ("traced twice in its first call with the same signature, as tf.function "
+                          "does when its first trace creates variables")
             found.append(Retrace(name, step, reason))
         last[name] = signature
         first_step.setdefault(name, step)

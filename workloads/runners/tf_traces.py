@@ -34,19 +34,21 @@ class TraceLog:
     """`wrap(fn)` before tf.function: fn's Python body runs only when TensorFlow traces it, so
     each call of the wrapper is one trace. `step` is set by the loop before each call."""
 
-    def __init__(self):
+    def __init__(self, step_of=None):
         self.step = 0
+        self._step_of = step_of  # Keras: the updates its callback counted, read at trace time
         self.traces: list[dict] = []
         self.functions: list = []   # the tf.functions, for their own tracing count
 
-    def wrap(self, fn):
+    def wrap(self, fn, name: str | None = None):
         @functools.wraps(fn)
         def traced(*args, **kwargs):
             started = time.perf_counter()
             try:
                 return fn(*args, **kwargs)
             finally:
-                self.traces.append({"function": fn.__name__, "step": self.step,
+                step = self._step_of() if self._step_of is not None else self.step
+                self.traces.append({"function": name or fn.__name__, "step": step,
                                     "signature": signature_of(args, kwargs),
                                     "trace_ms": round((time.perf_counter() - started) * 1000.0, 3)})
         return traced
