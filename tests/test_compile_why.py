@@ -256,3 +256,17 @@ def test_where_compiling_never_pays_the_line_names_the_dynamo_guard_time():
     pays = amortisation(compiled, eager, guard_ms=(0.4, 0.0))
     assert pays["guard_ms_per_step"] == 0.4 and pays["gain_ms_per_step"] == -1.0
     assert amortisation_line(pays).endswith("Dynamo guards 0.400 ms a step")
+
+
+def test_a_keras_run_keeps_each_trace_of_its_train_step_with_the_input_signature(keras_run):
+    """The session's Keras run (shared with other tests): fit traced the marked train_step."""
+    from analysis.readers.compile_records import read_compile_records
+    from workloads.registry import get_workload
+    records = read_compile_records(keras_run)
+    first = records["tf_traces"][0]
+    assert first["function"] == "train_step" and first["step"] == 0
+    spec = get_workload("mlp")
+    x = next(a for a in first["signature"] if a["arg"] == "0.0")
+    assert x["kind"] == "tensor" and x["shape"][1:] == list(spec.input_shape) and x["dtype"] == "float32"
+    why = compile_why(records, None, warmup_steps=3)
+    assert why.tf_traces["train_step"] == len(records["tf_traces"])

@@ -18,7 +18,16 @@ def signature_of(args: tuple, kwargs: dict) -> list[dict]:
     """One entry per argument: a tensor's shape and dtype (what a new trace is keyed on), or a
     Python value's text (tf.function traces again for each new one)."""
     named = [(str(i), a) for i, a in enumerate(args)] + sorted(kwargs.items())
-    return [_arg(name, value) for name, value in named]
+    return [entry for name, value in named for entry in _flat(name, value)]
+
+
+def _flat(name: str, value) -> list[dict]:
+    """Tuples, lists and dicts (Keras passes `(x, y)` as one argument) by their parts: arg 0.1."""
+    if isinstance(value, (tuple, list)):
+        return [e for i, v in enumerate(value) for e in _flat(f"{name}.{i}", v)]
+    if isinstance(value, dict):
+        return [e for k, v in sorted(value.items(), key=lambda kv: str(kv[0])) for e in _flat(f"{name}.{k}", v)]
+    return [_arg(name, value)]
 
 
 def _arg(name: str, value) -> dict:
