@@ -270,3 +270,16 @@ def test_a_keras_run_keeps_each_trace_of_its_train_step_with_the_input_signature
     assert x["kind"] == "tensor" and x["shape"][1:] == list(spec.input_shape) and x["dtype"] == "float32"
     why = compile_why(records, None, warmup_steps=3)
     assert why.tf_traces["train_step"] == len(records["tf_traces"])
+
+
+def test_a_compile_suggestion_already_measured_names_where_that_run_breaks_its_graph():
+    from analysis.renderers.evidence_text import suggestion
+    from analysis.results.suggestions import Rule, Suggestion
+    s = Suggestion(Rule.DISPATCH, "dynamic torch", "dynamic:torch", "dynamic:torch:compile",
+                   {"other_ms": 2.0, "other_share": 0.5},
+                   already={"run": "dynamic torch compile", "ratio": 2.5,
+                            "graph_breaks": ["Data-dependent branching at dynamic.py:24"]})
+    assert suggestion(s) == (
+        "dynamic:torch:compile: already measured here: 2.50x slower than dynamic torch (dynamic "
+        "torch compile; per-step overhead: other 2.000 ms, 50 % of the step); it breaks its graph: "
+        "Data-dependent branching at dynamic.py:24")

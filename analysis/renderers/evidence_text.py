@@ -59,8 +59,10 @@ def suggestion(s: Suggestion) -> str:
         ratio = s.already["ratio"]
         how = (f"{ratio:.2f}x slower than" if ratio > 1 else f"{1 / ratio:.2f}x faster than"
                if 0 < ratio < 1 else "as fast as")
+        breaks = s.already.get("graph_breaks")
         return (f"{s.suggested}: already measured here: {how} {s.run_label} "
-                f"({s.already['run']}; {s.rule}: {why}{of_step})")
+                f"({s.already['run']}; {s.rule}: {why}{of_step})"
+                + (f"; it breaks its graph: {'; '.join(breaks[:3])}" if breaks else ""))
     text = f"try {s.suggested} ({s.rule}: {why}{of_step}, {s.run_label})"
     if s.check is None:
         return text

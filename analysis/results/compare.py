@@ -215,6 +215,9 @@ def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -
             current = steps[names.index(s.run_label)]
             if current:
                 s.already = {"run": names[found], "ratio": round(steps[found] / current, 4)}
+                why = runs[found].breakdown.compile_why  # a compiled run says where its graph broke
+                if why is not None and why.graph_breaks:
+                    s.already["graph_breaks"] = [f"{b.reason} at {b.place}" for b in why.graph_breaks]
 
 
 def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
