@@ -26,6 +26,8 @@ def test_every_command_has_help_with_an_example(runner, name):
     result = runner.invoke(cli, [name, "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output
+    # Example lines are kept as written (\b): they must fit a terminal by themselves.
+    assert max(map(len, result.output.splitlines())) <= 80, result.output
 
 
 def test_list_json(runner):
