@@ -185,6 +185,7 @@ def test_compare_eager_against_compiled_gives_the_amortisation_point_of_the_two_
     from click.testing import CliRunner
 
     from cli import cli
+    from profilers.errors import EXIT_INCONCLUSIVE
     runner = CliRunner()
     figures = {}
     for name, path in dynamic_runs.items():
@@ -194,7 +195,8 @@ def test_compare_eager_against_compiled_gives_the_amortisation_point_of_the_two_
         figures[name] = (doc["step_ms"]["mean"], doc["compile_ms"])
     result = runner.invoke(cli, ["compare", str(dynamic_runs["eager"]), str(dynamic_runs["compiled"]),
                                  "--format", "json"])
-    assert result.exit_code == 0, result.output
+    # 3: a busy machine makes the verdict inconclusive; the evidence is there all the same.
+    assert result.exit_code in (0, EXIT_INCONCLUSIVE), result.output
     doc = json.loads(result.stdout)
     evidence = next(e for e in doc["comparisons"][0]["evidence"] if e["kind"] == "compile")
     pays = evidence["b"]["amortisation"]
