@@ -115,6 +115,8 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
         checks.append(_backend(run.manifest, "nccl" if cuda else "gloo"))
     result = breakdown(run).to_json_dict()
     checks.append(C.phases_add_up(run.rows or [], run.warmup_steps, result))
+    if run.settings.get("compile_mode") or run.settings.get("compile_backend"):
+        checks.append(C.compile_recorded(result))
     if run.trace is None:
         return checks + [C.Check("trace", C.FAIL, "the run wrote no torch trace")], None
     timeline = run.timeline

@@ -244,6 +244,28 @@ def framework_fusion(work, workload: str) -> Check:
     return Check(name, FAIL if problems else PASS, "; ".join(problems + [detail]))
 
 
+def compile_recorded(breakdown_json: dict) -> Check:
+    """A torch.compile run (on CUDA: Triton kernels) kept Dynamo's records: compile time by stage
+    that, with the unattributed rest, is the measured warm-up excess; the graphs; and the
+    graph-break and recompile lists (empty lists are a record too)."""
+    name = "compile stages and breaks"
+    why = breakdown_json.get("compile")
+    if not why:
+        return Check(name, FAIL, "no compile record (compile.json missing or unread)")
+    stages = why.get("stages") or {}
+    problems = [f"{s} {stages.get(s)} ms" for s in ("dynamo", "aot_autograd") if not (stages.get(s) or 0) > 0]
+    if not why.get("graphs"):
+        problems.append("no compiled graph recorded")
+    if not all(isinstance(why.get(k), list) for k in ("graph_breaks", "recompiles")):
+        problems.append("graph_breaks/recompiles lists missing")
+    measured, rest = why.get("measured_ms"), why.get("unattributed_ms")
+    if measured is not None and rest is not None and abs(sum(stages.values()) + rest - measured) > SUM_TOL_MS:
+        problems.append(f"stages + unattributed {sum(stages.values()) + rest:.3f} ms != measured {measured:.3f} ms")
+    share = f"; stages {sum(stages.values()) / measured:.0%} of the measured compile" if measured else ""
+    detail = f"{why.get('line')}{share}; not seen: {' | '.join(why.get('unseen') or []) or 'nothing'}"
+    return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
+
+
 def xprof_opens(xplane: Path | None) -> Check:
     name = "xplane opens in XProf"
     if xplane is None:

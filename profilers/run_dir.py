@@ -24,6 +24,8 @@ STEPS_CSV = "steps.csv"
 MATRIX_STATE = "matrix.json"
 AB_STATE = "ab.json"
 SWEEP_STATE = "sweep.json"
+# What torch.compile did in a run (workloads.runners.dynamo_records writes it).
+COMPILE_JSON = "compile.json"
 # Where a run whose manifest could not be written (a full disk) leaves why it failed: an empty
 # file needs no data block, so it is made even when the reason cannot be written into it.
 FAILED_MARKER = "run.failed"

@@ -1,6 +1,7 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
+from analysis.results.amortisation import amortisation_line
 from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
@@ -65,8 +66,10 @@ def suggestion(s: Suggestion) -> str:
         ratio = s.already["ratio"]
         how = (f"{ratio:.2f}x slower than" if ratio > 1 else f"{1 / ratio:.2f}x faster than"
                if 0 < ratio < 1 else "as fast as")
+        breaks = s.already.get("graph_breaks")
         return (f"{s.suggested}: already measured here: {how} {s.run_label} "
-                f"({s.already['run']}; {s.rule}: {why}{of_step})")
+                f"({s.already['run']}; {s.rule}: {why}{of_step})"
+                + (f"; it breaks its graph: {'; '.join(breaks[:3])}" if breaks else ""))
     text = f"try {s.suggested} ({s.rule}: {why}{of_step}, {s.run_label})"
     if s.check is None:
         return text
@@ -220,7 +223,10 @@ def _compile(e: Evidence, a_label: str, b_label: str) -> str:
         if c["compile_in_window_ms"]:
             details.append(f"recompiled {_ms(c['compile_in_window_ms'])} inside traced steps")
         return f"{label} {once}" + (f" ({'; '.join(details)})" if details else "")
-    return f"compile: {say(a_label, e.a)} vs {say(b_label, e.b)}; excluded from steps"
+    text = f"compile: {say(a_label, e.a)} vs {say(b_label, e.b)}; excluded from steps"
+    why = [f"{label}: {c['why']['line']}" for label, c in ((a_label, e.a), (b_label, e.b)) if c.get("why")]
+    pays = e.a.get("amortisation")
+    return "; ".join([text, *why, *([amortisation_line(pays)] if pays else [])])
 
 
 def _mixed(e: Evidence, a_label: str, b_label: str) -> str:

@@ -10,6 +10,7 @@ from analysis.measures import page_faults
 from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.measures.fusion import fused_apart, summary as fusion_summary
+from analysis.results.amortisation import amortisation
 from analysis.results.cause import MIN_SHARE, Cause, biggest_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
@@ -250,6 +251,9 @@ def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -
             current = steps[names.index(s.run_label)]
             if current:
                 s.already = {"run": names[found], "ratio": round(steps[found] / current, 4)}
+                why = runs[found].breakdown.compile_why  # a compiled run says where its graph broke
+                if why is not None and why.graph_breaks:
+                    s.already["graph_breaks"] = [f"{b.reason} at {b.place}" for b in why.graph_breaks]
 
 
 def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
@@ -516,7 +520,12 @@ def _fused_ops(a: RunExplanation, b: RunExplanation, g: PhaseGap, gap: float) ->
 
 
 def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
-    return Evidence(EvidenceKind.COMPILE, None, a.compile.to_json_dict(), b.compile.to_json_dict())
+    # Each side's compile record (compile_why) and the pair's amortisation point, on both sides.
+    pays = amortisation(a.breakdown, b.breakdown, (a.compile.guard_ms_per_step, b.compile.guard_ms_per_step))
+    return Evidence(EvidenceKind.COMPILE, None, *(
+        {**run.compile.to_json_dict(), "amortisation": pays,
+         **({"why": run.breakdown.compile_why.to_json_dict()} if run.breakdown.compile_why else {})}
+        for run in (a, b)))
 
 
 def _mixed(run: RunExplanation, side: str) -> Evidence | None:

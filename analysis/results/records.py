@@ -87,6 +87,8 @@ class Breakdown:
     # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);
     # row 0 is the estimate itself. Kept for the intervals of differences between runs.
     replicates: np.ndarray | None = field(default=None, repr=False)
+    # What torch.compile did and why (compile_why.CompileWhy), where the run kept compile.json.
+    compile_why: object | None = field(default=None, repr=False)
 
     def self_check(self, tolerance_ms: float = 1e-6) -> None:
         """Assert that every step's phases add up to the step, and the phases to the mean
@@ -146,6 +148,7 @@ class Breakdown:
             "reliability_warnings": self.reliability_warnings,
             "minor_faults_per_step": _round(self.minor_faults_per_step, 1),
             "per_step": [finite(asdict(s)) for s in self.steps],
+            **({"compile": self.compile_why.to_json_dict()} if self.compile_why else {}),
         }
 
 

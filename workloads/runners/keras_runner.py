@@ -12,6 +12,7 @@ from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
 from profilers.timers import CudaEventClock, HostClock, StepTimer
 from profilers.trace_window import TraceWindow
+from workloads.runners.tf_traces import TraceLog
 from workloads.datasets import dataset_for
 from workloads.models.params import keras_parameters
 from workloads.runners.execution_rows import expand_executions
@@ -71,6 +72,12 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                              tf_logdir=run_dir if traced and not on_torch else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
                              steps_per_call=settings.steps_per_execution)
+    # On TF, the train_step's Python body runs only when Keras' tf.function traces it: each
+    # trace, with its input signature and the update it came at, goes to compile.json.
+    trace_log = None
+    if not on_torch and not settings.inference:
+        trace_log = TraceLog(step_of=lambda: callback.updates)
+        model.train_step = trace_log.wrap(model.train_step, name="train_step")
     if profiler is not None:
         profiler.start()
     try:
@@ -84,6 +91,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     finally:
         if profiler is not None:
             profiler.stop()
+        if trace_log is not None:
+            trace_log.write(run_dir, jit_compile=bool(getattr(model, "jit_compile", False)))
     if callback.updates < steps:
         # Keras ends fit quietly on an OutOfRangeError from anywhere in a step, taking it for
         # the end of the data: a short run is a failure, not a result.

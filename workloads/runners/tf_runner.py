@@ -12,6 +12,7 @@ from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
 from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
+from workloads.runners.tf_traces import TraceLog
 from workloads.datasets import dataset_for
 from workloads.runners.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
@@ -83,8 +84,11 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                 # This rank's own batch loss, whole again; no collective for the figure.
                 return strategy.experimental_local_results(per_replica)[0] * world
 
-        if settings.tf_mode != "eager":
-            train_step = tf.function(train_step, jit_compile=settings.tf_mode == "xla")
+        # Each trace of the step function (its input signature, the step), for compile.json.
+        trace_log = TraceLog() if settings.tf_mode != "eager" else None
+        if trace_log is not None:
+            train_step = trace_log.watch(tf.function(trace_log.wrap(train_step),
+                                                     jit_compile=settings.tf_mode == "xla"))
         epoch, iterator, epochs_of_steps = 0, iter(batches), []
         try:
             for step in range(steps):
@@ -95,6 +99,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                     if batch is None:
                         epoch, iterator = epoch + 1, iter(batches)
                         batch = next(iterator)
+                if trace_log is not None:
+                    trace_log.step = step
                 with peer_failures() if strategy is not None else nullcontext():
                     loss = train_step(*batch)
                 timer.end_step(loss)
@@ -103,6 +109,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
             session.finish()
         finally:
             session.stop()
+            if trace_log is not None:
+                trace_log.write(run_dir, jit_compile=settings.tf_mode == "xla")
 
     # A compiled step is one call: its phases are in the trace, not in host timers.
     timed = ("data_load", "forward", "backward", "optimizer") if settings.tf_mode == "eager" else ("data_load",)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from pathlib import Path
 
+from workloads.runners.dynamo_records import DynamoRecorder
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
@@ -55,9 +56,12 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
 
     if settings.inference:
         model.eval()
-    with profiler or nullcontext(), (torch.inference_mode() if settings.inference else nullcontext()):
+    # What Dynamo compiled, broke and recompiled, step by step, into compile.json.
+    recorder = DynamoRecorder(run_dir) if forward is not trained and script is None else None
+    with recorder or nullcontext(), profiler or nullcontext(), \
+            (torch.inference_mode() if settings.inference else nullcontext()):
         epoch, epoch_batches = 0, iter(batches)
-        for _ in range(steps):
+        for step in range(steps):
             marks.begin_step()
             with marks.phase("data_load"):
                 batch = next(epoch_batches, None)
@@ -73,6 +77,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                 loss = _train_step(marks, forward, loss_fn, optimizer, scaler, autocast,
                                    inputs, targets)
             marks.end_step(loss)
+            if recorder is not None:
+                recorder.end_step(step)
             step_epochs.append(epoch)
             if profiler is not None:
                 profiler.step()

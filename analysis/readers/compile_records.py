@@ -1,0 +1,26 @@
+"""Reads a run directory's compile.json (workloads.runners.dynamo_records): the compiles, graph breaks
+and what the torch of the run could not record, refused in one line when malformed."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from profilers import state_json
+from profilers.run_dir import COMPILE_JSON
+from profilers.errors import GapscopeInputError
+
+
+def read_compile_records(run_dir: str | Path) -> dict | None:
+    """{"torch", "compiles": [...], "graph_breaks": [...], "unavailable": [...]}; None when the run
+    has no compile.json (it compiled nothing, or an older gapscope wrote it)."""
+    path = Path(run_dir) / COMPILE_JSON
+    try:
+        data = state_json.load(path)
+    except FileNotFoundError:
+        return None
+    lists = ("compiles", "graph_breaks", "unavailable")
+    if not isinstance(data, dict) or not all(isinstance(data.get(k), list) for k in lists):
+        raise GapscopeInputError(f"{path}: no gapscope compile record (needs the lists {', '.join(lists)})")
+    for key in ("compiles", "graph_breaks"):
+        if not all(isinstance(item, dict) for item in data[key]):
+            raise GapscopeInputError(f"{path}: {key} holds an entry that is no object")
+    return data
