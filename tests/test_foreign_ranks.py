@@ -271,3 +271,26 @@ def test_an_hccl_range_is_communication_in_other(tmp_path):
     path.write_text(json.dumps(doc))
     parts = breakdown(load_run(path)).to_json_dict()["phases"]["other"]["parts"]
     assert parts.get("communication", 0) == pytest.approx(0.3)
+
+
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_distributed_info_after_the_events_is_found(tmp_path, gzipped):
+    """Newer Kineto writes distributedInfo after traceEvents, past what the head read holds:
+    the sampled ranks were then no job at all."""
+    import gzip
+    folder = tmp_path / "tail"
+    folder.mkdir()
+    for source, rank in zip(sorted(SAMPLED.glob("*.json")), (0, 1)):
+        doc = json.loads(source.read_text())
+        info = {**doc.pop("distributedInfo"), "rank": rank, "world_size": 128}
+        # Events first, then 300 kB of metadata, then the info: beyond a 256 kB head.
+        text = json.dumps({"traceEvents": doc.pop("traceEvents"), **doc, "padding": "x" * 300_000,
+                           "distributedInfo": info})
+        name = folder / f"trace_{rank}.pt.trace.json"
+        if gzipped:
+            Path(f"{name}.gz").write_bytes(gzip.compress(text.encode()))
+        else:
+            name.write_text(text)
+    jb = breakdown_of(folder)
+    assert jb.world_size == 128 and jb.numbers == [0, 1]
+    assert any("missing 2-127;" in note for note in jb.notes)

@@ -209,16 +209,20 @@ def rank_from_name(trace: Path, root: Path) -> int | None:
 
 
 def distributed_info(trace: Path) -> dict | None:
-    """The trace's `distributedInfo` object (backend, rank, world_size), read from its head."""
-    try:
-        head = safe_files.read_head(trace, HEAD_BYTES)
-    except GapscopeInputError:
-        return None
-    match = _INFO.search(head)
-    if not match:
-        return None
-    try:
-        info, _ = json.JSONDecoder().raw_decode(head[match.end():].decode("utf-8", "replace"))
-    except ValueError:
-        return None
-    return info if isinstance(info, dict) else None
+    """The trace's `distributedInfo` object (backend, rank, world_size), read from its head,
+    else from its tail: newer Kineto writes it after traceEvents, and a lone or sampled rank
+    was missed there."""
+    for read in (safe_files.read_head, safe_files.read_tail):
+        try:
+            part = read(trace, HEAD_BYTES)
+        except GapscopeInputError:
+            return None
+        match = _INFO.search(part)
+        if not match:
+            continue
+        try:
+            info, _ = json.JSONDecoder().raw_decode(part[match.end():].decode("utf-8", "replace"))
+        except ValueError:
+            return None
+        return info if isinstance(info, dict) else None
+    return None

@@ -23,6 +23,8 @@ MAX_DECOMPRESSED_BYTES = 32 << 30
 # manifest.json, steps.csv, matrix.json: a few MB even for a million steps.
 MAX_SIDE_FILE_BYTES = 512 << 20
 _GZIP_MAGIC = b"\x1f\x8b"
+# A gzip trace inflated whole for its tail only up to this size (about 1 s here).
+MAX_TAIL_GZIP_BYTES = 32 << 20
 _KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"), (stat.S_ISDIR, "a folder"))
 
@@ -104,6 +106,29 @@ def read_head(path: str | Path, nbytes: int) -> bytes:
                 return stream.read(nbytes)
         except (OSError, EOFError, zlib.error) as exc:
             raise TraceFormatError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
+
+
+def read_tail(path: str | Path, nbytes: int, max_gzip_bytes: int = MAX_TAIL_GZIP_BYTES) -> bytes:
+    """The last `nbytes` of the file's content: a seek for a plain file; a gzip file is
+    inflated through (the reader's own limits apply), keeping only its end, where it is at
+    most `max_gzip_bytes` (else b""): a gzip has no end to seek to, and a look at a folder
+    must not cost a full read of every large trace in it. Kineto writes some keys after
+    traceEvents (distributedInfo among them)."""
+    with open_regular(path) as handle:
+        try:
+            size = os.fstat(handle.fileno()).st_size
+            if handle.peek(2)[:2] != _GZIP_MAGIC:
+                handle.seek(max(0, size - nbytes))
+                return handle.read(nbytes)
+        except OSError as exc:
+            raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if size > max_gzip_bytes:
+        return b""
+    kept = b""
+    with open_stream(path) as stream:
+        while block := read_block(stream, 1 << 20, path):
+            kept = (kept + block)[-nbytes:]
+    return kept
 
 
 def open_stream(path: str | Path, max_bytes: int | None = None,
