@@ -170,3 +170,26 @@ def test_an_ab_folder_reports_the_clis_comparison(ab_folder, tmp_path):
     assert "pair ratios" in printed and "pair ratios" in text
     assert "linreg:torch #1" in text and "linreg:torch:preload #2" in text
     assert "left out above" not in text   # 4 runs, but one comparison of 2 configurations
+
+
+def test_a_run_100x_faster_keeps_a_visible_bar_in_the_phase_chart():
+    """Issue 35: to scale, a 1 ms step beside a 100 ms one drew no bar at all."""
+    from analysis.renderers.plots import phase_bars
+    from analysis.results.breakdown import breakdown_from_timers
+
+    def run(step_ms):
+        rows = [{"step": i, "warmup": i < 1, "traced": False, "step_ms": step_ms,
+                 "data_load_ms": step_ms / 10, "forward_ms": step_ms / 2, "backward_ms": step_ms / 5,
+                 "optimizer_ms": step_ms / 10, "loss": 1.0} for i in range(6)]
+        return breakdown_from_timers(rows, warmup_steps=1)
+    for slow, shares in ((100.0, True), (10.0, False)):
+        ax = phase_bars(["slow", "fast"], [run(slow), run(1.0)]).axes[0]
+        ends = {}
+        for bar in ax.patches:   # the fast run is drawn at y 0, the slow one at y 1
+            y = round(bar.get_y() + bar.get_height() / 2)
+            ends[y] = max(ends.get(y, 0.0), bar.get_x() + bar.get_width())
+        if shares:   # each bar its own step: both run to 100 %
+            assert ends == pytest.approx({0: 100.0, 1: 100.0})
+            assert ax.get_xlabel().startswith("% of each run's step (steps 100x apart")
+        else:        # 10x apart: to scale, in ms
+            assert ends == pytest.approx({0: 1.0, 1: 10.0})

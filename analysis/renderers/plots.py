@@ -29,27 +29,39 @@ class StepSeries:
     traced: list[bool]
 
 
+# A bar under this fraction of the longest is too thin to read: the chart shows shares instead.
+_VANISHING = 20
+
+
 def phase_bars(labels: list[str], breakdowns: list[Breakdown]):
-    """A horizontal stacked bar per run: its five phases in ms per steady-state step."""
+    """A horizontal stacked bar per run: its five phases in ms per steady-state step. Where one
+    run's step is under 1/20 of another's its bar would vanish at that scale: then each bar is
+    its own step (100 %), its step time written at its end."""
     fig, ax = _figure(height=1.4 + 0.55 * len(breakdowns))
     means = [b.to_json_dict() for b in breakdowns]
     y = list(range(len(breakdowns)))[::-1]
-    widest = max(d["step_ms"]["mean"] for d in means) or 1.0
+    steps = [d["step_ms"]["mean"] for d in means]
+    widest = max(steps) or 1.0
+    shares = min(steps) < widest / _VANISHING
+    scales = [100.0 / (step or 1.0) if shares else 1.0 for step in steps]
+    full = 100.0 if shares else widest
     for phase in PHASES:
-        left = [sum(max(0.0, d["phases"][p]["ms"]) for p in PHASES[:PHASES.index(phase)]) for d in means]
-        width = [max(0.0, d["phases"][phase]["ms"]) for d in means]
+        left = [k * sum(max(0.0, d["phases"][p]["ms"]) for p in PHASES[:PHASES.index(phase)])
+                for d, k in zip(means, scales)]
+        width = [k * max(0.0, d["phases"][phase]["ms"]) for d, k in zip(means, scales)]
         ax.barh(y, width, left=left, color=PHASE_COLOURS[phase], label=phase, height=0.6,
                 edgecolor="white", linewidth=0.5)
         for yi, lo, w, d in zip(y, left, width, means):
             share = d["phases"][phase]["share"]
-            if w / widest > 0.07:  # label only segments wide enough to hold it
+            if w / full > 0.07:  # label only segments wide enough to hold it
                 ax.text(lo + w / 2, yi, f"{100 * share:.0f}%", ha="center", va="center", fontsize=8)
-    for yi, d in zip(y, means):
-        ax.text(d["step_ms"]["mean"] + widest * 0.01, yi, f"{d['step_ms']['mean']:.3g} ms",
-                va="center", fontsize=9)
+    for yi, step, k in zip(y, steps, scales):
+        ax.text(step * k + full * 0.01, yi, f"{step:.3g} ms", va="center", fontsize=9)
     ax.set_yticks(y, labels)
-    ax.set_xlim(0, widest * 1.15)
-    ax.set_xlabel("ms per steady-state step (mean); phases add up to the step")
+    ax.set_xlim(0, full * 1.15)
+    ax.set_xlabel(f"% of each run's step (steps {widest / (min(steps) or 1.0):.0f}x apart: to scale, "
+                  "the shortest would not show)" if shares
+                  else "ms per steady-state step (mean); phases add up to the step")
     ax.set_title("Where each step's time goes")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower center", ncols=5,
                frameon=False, fontsize=9)
