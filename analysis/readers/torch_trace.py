@@ -12,6 +12,7 @@ from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import NONE, ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
 from analysis.readers import safe_files, validate
+from profilers.layer_ranges import LAYER_RANGE_PREFIX
 from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
@@ -34,6 +35,9 @@ class _Args(msgspec.Struct, gc=False):
     # A `gapscope trace` export: a step's number, and a process's name in its "M" event.
     step_num: int | float | str | None = None
     name: str | int | float | None = None
+    # The autograd sequence number that links a backward node to the forward op that made it
+    # (per-layer backward time); kept once the trace has shown a layer range.
+    sequence: int | float | str | None = msgspec.field(default=None, name="Sequence number")
 
 
 class _ShapedArgs(_Args, gc=False):
@@ -191,6 +195,7 @@ class _Reader:
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
         self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
+        self._keep_sequences = False  # set at the first layer range: other traces keep none
         self._device_pids: set = set()  # processes an export names "device ..."
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
@@ -327,6 +332,8 @@ class _Reader:
                 name_id = columns.name_id(name)
                 if is_comm_name(name):
                     self._comm_names.add(name_id)
+                if not self._keep_sequences and is_layer_range(name):
+                    self._keep_sequences = True
             key = (raw.cat, raw.pid, raw.tid)
             if key != last_key:  # runs of events on one track: most events skip the lookup
                 where = tracks.get(key)
@@ -342,6 +349,10 @@ class _Reader:
                 kept = _comm_stats(args)
                 if kept:
                     columns.stats[len(columns.start_us)] = kept
+            if self._keep_sequences and args is not None and args.sequence is not None:
+                sequence = _count(args.sequence)
+                if sequence is not None:
+                    columns.stats.setdefault(len(columns.start_us), {})[SEQUENCE] = sequence
             if device:
                 if args is not None and args.nbytes is not None:
                     columns.nbytes[len(columns.start_us)] = args.nbytes
@@ -426,6 +437,15 @@ class _Window:
 # Events whose args say what a collective moved: gloo's ranges and the c10d dispatcher ops on
 # the CPU, NCCL's kernels and host ranges on the GPU, and record_param_comms for either.
 _COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+
+
+# Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
+LAYER_RANGE_PREFIXES = (LAYER_RANGE_PREFIX, "nn.Module: ")
+SEQUENCE = "sequence"  # the Event.stats key of an autograd sequence number
+
+
+def is_layer_range(name: str) -> bool:
+    return name.startswith(LAYER_RANGE_PREFIXES)
 
 
 def is_comm_name(name: str) -> bool:

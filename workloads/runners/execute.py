@@ -35,6 +35,7 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
+                "layers": _layer_fields(spec),
                 "device": None, "versions": None, "omp_num_threads": omp_num_threads(),
                 **({"malloc_settings": malloc} if malloc else {}), **(rank_fields or {}),
             })
@@ -83,6 +84,12 @@ def _runner(framework: str):
 def _spec_fields(spec) -> dict:
     from dataclasses import asdict
     return asdict(spec)
+
+
+def _layer_fields(spec) -> list[dict] | None:
+    """The layers' one naming and shapes: the analyzers' layer names and FLOP counts."""
+    layers = spec.layers()
+    return None if layers is None else [layer.to_dict() for layer in layers]
 
 
 def main(argv: list[str]) -> int:

@@ -6,6 +6,7 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from profilers.environment import torch_device_name
+from profilers.layer_ranges import LayerRanges
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
 from profilers.timers import CudaEventClock, HostClock, StepTimer
@@ -51,13 +52,16 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     marks = PhaseMarks(StepTimer(CudaEventClock() if cuda else HostClock()))
     window = TraceWindow.at_end(settings.warmup_steps, settings.trace_steps, steps)
     profiler = torch_profiler(run_dir, window, cuda) if settings.trace else None
+    layer_ranges = _layer_ranges(spec, model, loss_fn) if profiler and forward is trained else None
     step_epochs = []
 
     if settings.inference:
         model.eval()
     with profiler or nullcontext(), (torch.inference_mode() if settings.inference else nullcontext()):
         epoch, epoch_batches = 0, iter(batches)
-        for _ in range(steps):
+        for step in range(steps):
+            if layer_ranges is not None and step == window.first:
+                layer_ranges.attach()
             marks.begin_step()
             with marks.phase("data_load"):
                 batch = next(epoch_batches, None)
@@ -74,6 +78,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                                    inputs, targets)
             marks.end_step(loss)
             step_epochs.append(epoch)
+            if layer_ranges is not None and step == window.last:
+                layer_ranges.detach()
             if profiler is not None:
                 profiler.step()
 
@@ -88,6 +94,16 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                   "trace_window": [window.first, window.last] if profiler else None,
                   **(script.facts if script is not None else {}),
                   **({"ddp": _ddp_facts(trained)} if group is not None else {})}
+
+
+def _layer_ranges(spec: WorkloadSpec, model, loss_fn) -> LayerRanges | None:
+    """Ranges around the spec's named layers, for eager torch only: a compiled or scripted
+    forward would trace the hooks into its graph."""
+    layers = spec.layers()
+    if layers is None:
+        return None
+    modules = {layer.name: getattr(model, layer.name) for layer in layers if layer.kind != "loss"}
+    return LayerRanges({**modules, "loss": loss_fn})
 
 
 def _process_group() -> tuple[int, int] | None:
