@@ -12,7 +12,7 @@ from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import NONE, ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
 from analysis.readers import safe_files, validate
-from profilers.layer_ranges import LAYER_RANGE_PREFIX
+from profilers.phases import LAYER_RANGE_PREFIX
 from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 

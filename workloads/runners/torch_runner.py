@@ -6,7 +6,6 @@ from contextlib import nullcontext
 from pathlib import Path
 
 from profilers.environment import torch_device_name
-from profilers.layer_ranges import LayerRanges
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
 from profilers.timers import CudaEventClock, HostClock, StepTimer
@@ -19,6 +18,7 @@ from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.shards import rank_shard
 from workloads.runners.torch_pipelines import make_batches
+from workloads.runners.layer_ranges import LayerRanges
 from workloads.runners.torchscript import LazyTorchScript
 
 
