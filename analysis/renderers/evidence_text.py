@@ -79,6 +79,15 @@ _WAYS = {"H2D": "host-to-device copies", "D2H": "device-to-host copies",
          "other": "copies"}
 
 
+def layer_cause(c, a_label: str, b_label: str) -> str:
+    """'backward +23.200 ms: 61 % in conv4 (cnn torch 14.1 vs cnn keras 5.2 ms, 31 vs 83
+    GFLOP/s)': the layer that carries the leading phase, slower run first."""
+    rate = ("" if c.a_gflops is None or c.b_gflops is None
+            else f", {c.b_gflops:.0f} vs {c.a_gflops:.0f} GFLOP/s")
+    return (f"{c.phase} {_signed(c.phase_delta_ms)} ms: {100 * c.share:.0f} % in {c.layer} "
+            f"({b_label} {c.b_ms:.1f} vs {a_label} {c.a_ms:.1f} ms{rate})")
+
+
 def cause(c: Cause) -> str:
     """'forward +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)': the
     headline's cause, the same words in every format."""

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 
 from analysis.measures import page_faults
 from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.results.cause import Cause, biggest_cause
+from analysis.results.cause import Cause, CauseKind, biggest_cause
+from analysis.results.layers import LayerCause, layer_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.results.records import Breakdown
@@ -92,6 +93,7 @@ class PairComparison:
     suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
     repeat_ratio: RepeatRatio | None = None   # with repeats: pair ratios, spread, repeats needed
     cause: Cause | None = None   # the biggest cause inside the leading phase's delta
+    layer: LayerCause | None = None  # the layer carrying >= 40 % of the leading phase's delta
 
     @property
     def leading_phase(self) -> PhaseGap | None:
@@ -127,6 +129,16 @@ class PairComparison:
         return next((e for e in self.evidence if e.kind == EvidenceKind.PAGE_FAULTS
                      and _explains(e, _HEADLINE_SHARE)), None)
 
+    @property
+    def layer_leads(self) -> bool:
+        """Whether the verdict names the layer: not where a cause outside layers (copies,
+        launches, syncs, page faults) moved more time; ops/kernels are the layers' own time."""
+        if self.layer is None:
+            return False
+        outside = [self.faults_behind_gap and self.faults_behind_gap.delta_ms,
+                   self.cause and self.cause.kind != CauseKind.KERNELS and self.cause.delta_ms]
+        return all(not ms or abs(ms) <= abs(self.layer.delta_ms) for ms in outside)
+
     def to_json_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "a_label": self.a_label, "b_label": self.b_label,
                 "a_step_ms": self.a_step_ms, "b_step_ms": self.b_step_ms, "gap_ms": self.gap_ms,
@@ -145,7 +157,7 @@ class PairComparison:
                 "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
                 "suggestions": [x.to_json_dict() for x in self.suggestions],
                 "devices_differ": self.devices_differ,
-                "cause": self.cause.to_json_dict() if self.cause else None,
+                "cause": _with_layer(self.cause.to_json_dict() if self.cause else None, self.layer),
                 # The page faults the headline names beside the cause (their facts are in evidence).
                 "faults_behind_gap": None if self.faults_behind_gap is None else {
                     "delta_ms": self.faults_behind_gap.delta_ms,
@@ -266,7 +278,17 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     leading = pair.leading_phase
     if leading is not None:
         pair.cause = biggest_cause(a, b, leading.phase, leading.delta_ms)
+        pair.layer = layer_cause(a.layers, b.layers, leading.phase, leading.delta_ms)
     return pair
+
+
+def _with_layer(cause: dict | None, layer: LayerCause | None) -> dict | None:
+    """The cause's JSON with its `layer` where one carries the phase (kept out otherwise, so a
+    comparison of runs without layers reads as before)."""
+    if layer is None:
+        return cause
+    return {**(cause or {"phase": layer.phase, "phase_delta_ms": layer.phase_delta_ms}),
+            "layer": layer.to_json_dict()}
 
 
 def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:

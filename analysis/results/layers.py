@@ -121,7 +121,8 @@ class LayerCause:
     """The layer that carries most of a phase's delta between two runs."""
 
     phase: str
-    phase_delta_ms: float
+    phase_delta_ms: float    # the breakdown's delta (what the verdict names)
+    traced_delta_ms: float   # the same phase's delta in the traced steps, the layers' own basis
     layer: str
     a_ms: float
     b_ms: float
@@ -134,16 +135,19 @@ class LayerCause:
 
     @property
     def share(self) -> float:
-        return round(self.delta_ms / self.phase_delta_ms, 4)
+        """Of the phase's traced delta: layer times and that delta come from the same steps."""
+        return round(self.delta_ms / self.traced_delta_ms, 4)
 
     def to_json_dict(self) -> dict:
         return {"name": self.layer, "phase": self.phase, "a_ms": self.a_ms, "b_ms": self.b_ms,
-                "delta_ms": self.delta_ms, "share_of_phase_delta": self.share,
+                "delta_ms": self.delta_ms, "traced_phase_delta_ms": round(self.traced_delta_ms, _DIGITS),
+                "share_of_phase_delta": self.share,
                 "a_gflops": _round(self.a_gflops), "b_gflops": _round(self.b_gflops)}
 
 
 def matched_layers(a: LayerBreakdown | None, b: LayerBreakdown | None) -> list[str]:
-    """Layer names both runs have, in the first run's order (the spec gives both one naming)."""
+    """Layer names both runs have, in the first run's order (the spec gives both one naming).
+    Runs without one naming (foreign traces of different models) line up no layer."""
     if not a or not b:
         return []
     theirs = {r.name for r in b.rows}
@@ -153,18 +157,22 @@ def matched_layers(a: LayerBreakdown | None, b: LayerBreakdown | None) -> list[s
 def layer_cause(a: LayerBreakdown | None, b: LayerBreakdown | None, phase: str,
                 phase_delta_ms: float) -> LayerCause | None:
     """The matched layer whose time moved most in the phase's direction, where it carries at
-    least LAYER_CAUSE_SHARE of the phase's delta. The layers' ms are the traced ones and the
-    phase's delta the breakdown's (compensated), so a share is an estimate: said in the docs."""
-    if phase not in LAYER_PHASES or not phase_delta_ms:
+    least LAYER_CAUSE_SHARE of the phase's delta in the traced steps (the breakdown's delta is
+    compensated for the profiler's cost; the layers' times are traced, so both sides of the
+    share come from the traced steps). None where the traced delta points the other way."""
+    if phase not in LAYER_PHASES or not phase_delta_ms or not matched_layers(a, b):
+        return None
+    traced = b.phase_ms[phase] - a.phase_ms[phase]
+    if traced * phase_delta_ms <= 0:
         return None
     best = None
     for name in matched_layers(a, b):
         ra, rb = a.row(name), b.row(name)
         delta = rb.ms(phase) - ra.ms(phase)
-        if delta * phase_delta_ms > 0 and (best is None or abs(delta) > abs(best[0])):
+        if delta * traced > 0 and (best is None or abs(delta) > abs(best[0])):
             best = (delta, ra, rb)
-    if best is None or abs(best[0]) < LAYER_CAUSE_SHARE * abs(phase_delta_ms):
+    if best is None or abs(best[0]) < LAYER_CAUSE_SHARE * abs(traced):
         return None
     _, ra, rb = best
-    return LayerCause(phase, phase_delta_ms, ra.name, ra.ms(phase), rb.ms(phase),
+    return LayerCause(phase, phase_delta_ms, traced, ra.name, ra.ms(phase), rb.ms(phase),
                       ra.gflops(phase), rb.gflops(phase))
