@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from analysis.events import intervals
 from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import ANNOTATION, HOST_OP, Trace
+from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 
 LAYER_PHASES = ("forward", "backward")
@@ -77,7 +77,9 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for e in trace.events:
-        if e.kind == ANNOTATION and e.name.startswith(LAYER_RANGE_PREFIXES):
+        # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
+        if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
+                and e.name.startswith(LAYER_RANGE_PREFIXES):
             name = _layer_name(e.name)
             found[name]["forward"].append((e.start_us, e.end_us))
             ranges[e.track].append((e.start_us, e.end_us, name))
