@@ -17,6 +17,7 @@ from cli import cli
 from workloads.registry import WORKLOADS
 
 CNN_RUN = dict(steps=8, warmup_steps=3, trace_steps=2, batch_size=32)
+LSTM_RUN = dict(steps=7, warmup_steps=3, trace_steps=2, batch_size=32)
 
 
 def _layer(kind, dims, activation=None, input_grad=True):
@@ -82,16 +83,25 @@ def test_flops_agree_with_torchs_profiler():
         assert counted[op] == pytest.approx(flops.gemm_forward, rel=0.01)
 
 
-@pytest.fixture(scope="module")
-def cnn_runs(runs_dir):
+def _runs(workload, runs_dir, settings):
     from workloads.launch import launch
     from workloads.settings import RunSettings
     found = {}
     for framework in ("torch", "keras"):
-        outcome = launch(RunSettings("cnn", framework, **CNN_RUN), runs_dir / "layers")
+        outcome = launch(RunSettings(workload, framework, **settings), runs_dir / "layers")
         assert outcome.status == "complete", outcome.error
         found[framework] = outcome.run_dir
     return found
+
+
+@pytest.fixture(scope="module")
+def cnn_runs(runs_dir):
+    return _runs("cnn", runs_dir, CNN_RUN)
+
+
+@pytest.fixture(scope="module")
+def lstm_runs(runs_dir):
+    return _runs("lstm", runs_dir, LSTM_RUN)
 
 
 def _spec_names(name):
@@ -125,13 +135,24 @@ def test_cnn_layers_add_up_to_the_phases(cnn_runs, framework):
     assert sum(r.backward_ms for r in convs) > 0.5 * layers.phase_ms["backward"]
     # FLOPs from the run's own shapes and batch (32): conv2 = 32 * 24*24*32 * 9*32 * 2 + 2 per output.
     assert layers.batch == 32
-    assert layers.row("conv2").forward_gflop == pytest.approx((32 * 576 * 32 * 288 * 2 + 2 * 32 * 576 * 32) / 1e9)
+    conv2 = 32 * 576 * 32 * 288 * 2 + 2 * 32 * 576 * 32
+    assert layers.row("conv2").forward_gflop == pytest.approx(conv2 / 1e9, abs=1e-6)
 
 
 @pytest.mark.parametrize("framework", ["torch", "keras"])
 def test_mlp_layers_add_up_to_the_phases(request, framework):
     run_dir = request.getfixturevalue(f"{framework}_run")
     _check_adds_up(run_dir, _spec_names("mlp"), True)
+
+
+@pytest.mark.parametrize("framework", ["torch", "keras"])
+def test_lstm_layers_add_up_to_the_phases(lstm_runs, framework):
+    layers = _check_adds_up(lstm_runs[framework], _spec_names("lstm"), True)
+    # The recurrence carries most of both phases (32 steps of 64 units against a 64 -> 1 head).
+    lstm = layers.row("lstm")
+    assert lstm.forward_ms > layers.row("output").forward_ms
+    assert lstm.backward_ms > 0.5 * layers.phase_ms["backward"]
+    assert lstm.forward_gflop == pytest.approx(32 * 32 * (8 * 64 * 65 + 13 * 64) / 1e9, abs=1e-6)
 
 
 def test_torch_layer_ranges_only_in_the_traced_steps(cnn_runs):
