@@ -204,13 +204,43 @@ def test_layer_cause_names_the_layer_that_carries_the_phase():
     assert (cause.layer, cause.delta_ms, cause.share) == ("conv4", 10.0, round(10 / 13, 4))
     assert cause.a_gflops == pytest.approx(1.0 / 0.005) and cause.b_gflops == pytest.approx(1.0 / 0.015)
     assert text(cause, "keras", "torch") == ("backward +20.000 ms: 77 % in conv4 (torch 15.0 vs "
-                                             "keras 5.0 ms, 67 vs 200 GFLOP/s)")
+                                             "keras 5.0 ms, 66.7 vs 200 GFLOP/s)")
     assert cause.to_json_dict()["name"] == "conv4"
+    # conv3 the other way (4 -> 1 ms): conv4's +10 ms is more than the traced delta (+7 ms).
+    other_way = layer_cause(a, _side("torch", 15.0, 1.0, outside=1.0), "backward", 20.0)
+    assert text(other_way, "keras", "torch") == (
+        "backward +20.000 ms: conv4 +10.000 ms, more than the phase's traced +7.000 ms (torch "
+        "15.0 vs keras 5.0 ms, 66.7 vs 200 GFLOP/s)")
     # Spread: traced delta (8+7.5+4.5) - (5+4+1) = 10 ms, conv4 +3 (30 %), conv3 +3.5 (35 %),
     # outside +3.5: no layer carries 40 %, none is named.
     assert layer_cause(a, _side("b", 8.0, 7.5, outside=4.5), "backward", 10.0) is None
     # The traced delta the other way than the breakdown's: no layer is named.
     assert layer_cause(a, b, "backward", -3.0) is None
+
+
+@pytest.fixture(scope="module")
+def wide_mlp_run(runs_dir):
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    outcome = launch(RunSettings("mlp", "torch", steps=12, warmup_steps=3, trace_steps=4, width=16),
+                     runs_dir / "layers")
+    assert outcome.status == "complete", outcome.error
+    return outcome.run_dir
+
+
+def test_a_wider_hidden_layer_is_named_as_the_cause(torch_run, wide_mlp_run):
+    """The MLP with a 16x wider hidden layer (100 -> 2048): dense1's backward grows by 105 M
+    multiply-add FLOPs against the logits' 21 M, so it carries the backward's delta; compare's
+    JSON holds both runs' layers, and its cause names dense1 wherever it names a layer."""
+    a, b = (layer_breakdown(load_run(path)) for path in (torch_run, wide_mlp_run))
+    assert b.row("dense1").backward_gflop == pytest.approx(256 * 2048 * (2 * 100 + 2) / 1e9, abs=1e-6)
+    cause = layer_cause(a, b, "backward", b.phase_ms["backward"] - a.phase_ms["backward"])
+    assert cause.layer == "dense1" and cause.share >= 0.4
+    result = CliRunner().invoke(cli, ["compare", "--format", "json", str(torch_run), str(wide_mlp_run)])
+    document = json.loads(result.stdout)
+    assert [r["layers"]["layers"][0]["name"] for r in document["runs"]] == ["dense1", "dense1"]
+    named = (document["comparisons"][0]["cause"] or {}).get("layer")
+    assert named is None or named["name"] == "dense1"
 
 
 def test_foreign_trace_layers_from_module_ranges_or_one_line(tmp_path, fixtures_dir):
