@@ -255,12 +255,16 @@ def test_foreign_trace_layers_from_module_ranges_or_one_line(tmp_path, fixtures_
     # Step 1's forward 1025-1055: Linear_0 holds the linear op 1026-1046 (20 µs).
     events.insert(7, {"ph": "X", "cat": "python_function", "name": "nn.Module: Linear_0", "pid": 1,
                       "tid": 1, "ts": 1026, "dur": 20})
+    # The engine runs a parameter's AccumulateGrad right after the node that made its gradient.
+    events.append({"ph": "X", "cat": "cpu_op", "pid": 1, "tid": 1, "ts": 1081, "dur": 3,
+                   "name": "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad"})
     with_modules = tmp_path / "modules.pt.trace.json"
     with_modules.write_text(json.dumps(source))
     layers = layer_breakdown(load_run(with_modules))
     (row,) = layers.rows
-    # Two steps: forward 20 µs in step 1 only, backward node 1056-1081 (25 µs) in step 1.
-    assert (row.name, row.forward_ms, row.backward_ms) == ("Linear_0", 0.01, 0.0125)
+    # Two steps: forward 20 µs in step 1 only; backward the node 1056-1081 and its
+    # AccumulateGrad 1081-1084 (28 µs) in step 1.
+    assert (row.name, row.forward_ms, row.backward_ms) == ("Linear_0", 0.01, 0.014)
     assert row.forward_gflop is None and "no FLOPs" in " ".join(layers.notes)
     plain = tmp_path / "plain"
     plain.mkdir()

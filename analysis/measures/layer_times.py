@@ -14,6 +14,7 @@ from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 
 LAYER_PHASES = ("forward", "backward")
 _BACKWARD_NODE = "autograd::engine::evaluate_function: "
+_ACCUMULATE_NODE = _BACKWARD_NODE + "torch::autograd::AccumulateGrad"
 _TF_FORWARD = "gapscope_forward/"
 _TF_BACKWARD = "gradient_tape/"
 _TF_LOSS_SCOPE = "compile_loss"
@@ -72,11 +73,17 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
 
 def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     """Forward: each layer range. Backward: each autograd node whose sequence number is that of
-    a forward op inside a layer range (innermost range on the op's thread)."""
+    a forward op inside a layer range (innermost range on the op's thread), and each
+    AccumulateGrad node (it has no sequence number) with the node that ran just before it on
+    its thread: the engine runs AccumulateGrad first of all ready nodes (highest priority), so
+    right after the node that made the parameter's gradient."""
     columns = trace.columns
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    accumulate = []
     for e in trace.events:
+        if e.name == _ACCUMULATE_NODE:
+            accumulate.append(e)
         # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
         if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
                 and e.name.startswith(LAYER_RANGE_PREFIXES):
@@ -102,12 +109,21 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
             if layer is not None:
                 made_by[sequence] = layer
     unlinked = 0
+    ran: dict[str, list[tuple[float, str | None]]] = defaultdict(list)  # track -> (start, layer)
     for sequence, e in backward_nodes:
         layer = made_by.get(sequence)
+        ran[e.track].append((e.start_us, layer))
         if layer is None:
             unlinked += 1
             continue
         found[layer]["backward"].append((e.start_us, e.end_us))
+    for track in ran.values():
+        track.sort()
+    for e in accumulate:
+        before = ran.get(e.track, [])
+        i = bisect.bisect_left(before, (e.start_us,)) - 1
+        if i >= 0 and before[i][1] is not None:
+            found[before[i][1]]["backward"].append((e.start_us, e.end_us))
     notes = []
     if backward_nodes and unlinked == len(backward_nodes):
         notes.append("no backward node links to a layer's forward op (no autograd sequence "
