@@ -155,6 +155,15 @@ def test_lstm_layers_add_up_to_the_phases(lstm_runs, framework):
     assert lstm.forward_gflop == pytest.approx(32 * 32 * (8 * 64 * 65 + 13 * 64) / 1e9, abs=1e-6)
 
 
+def test_raw_tf_loop_layers_add_up_to_the_phases(runs_dir):
+    """gapscope's raw TF loop: the Keras layers' scopes, and its loss in the gapscope_loss scope."""
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    outcome = launch(RunSettings("mlp", "tf", steps=8, warmup_steps=3, trace_steps=2), runs_dir / "layers")
+    assert outcome.status == "complete", outcome.error
+    _check_adds_up(outcome.run_dir, _spec_names("mlp"), True)
+
+
 def test_torch_layer_ranges_only_in_the_traced_steps(cnn_runs):
     """The hooks are attached for the traced window only: one range per layer per traced step."""
     (path,) = cnn_runs["torch"].glob("*.pt.trace.json.gz")
@@ -271,3 +280,14 @@ def test_foreign_trace_layers_from_module_ranges_or_one_line(tmp_path, fixtures_
     shutil.copy(fixtures_dir / "marked_two_steps.pt.trace.json", plain)
     bare = layer_breakdown(load_run(plain / "marked_two_steps.pt.trace.json"))
     assert bare.rows == [] and len(bare.notes) == 1 and "carries no layers" in bare.notes[0]
+
+
+def test_a_compiled_torch_run_says_why_it_has_no_layers(tmp_path, fixtures_dir):
+    from analysis.results.layers import COMPILED
+    run = tmp_path / "mlp-torch-compile-20260101-000000-aaaa"
+    run.mkdir()
+    shutil.copy(fixtures_dir / "marked_two_steps.pt.trace.json", run)
+    (run / "manifest.json").write_text(json.dumps({
+        "run_id": run.name, "workload": "mlp", "framework": "torch", "variant": "compile",
+        "settings": {"compile_mode": "default"}, "status": "complete", "warmup_steps": 0}))
+    assert layer_breakdown(load_run(run)).notes == [COMPILED]

@@ -11,13 +11,14 @@ from analysis.events import intervals
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
+from profilers.phases import LOSS_SCOPE
 
 LAYER_PHASES = ("forward", "backward")
 _BACKWARD_NODE = "autograd::engine::evaluate_function: "
 _ACCUMULATE_NODE = _BACKWARD_NODE + "torch::autograd::AccumulateGrad"
 _TF_FORWARD = "gapscope_forward/"
 _TF_BACKWARD = "gradient_tape/"
-_TF_LOSS_SCOPE = "compile_loss"
+_TF_LOSS_SCOPES = ("compile_loss", LOSS_SCOPE)  # Keras' train_step, gapscope's raw TF loop
 _SCOPE_SUFFIX = re.compile(r"(_\d+)+$")  # TF makes a reused scope unique: conv1 -> conv1_1
 
 
@@ -174,7 +175,7 @@ def _scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
         return None
     phase = "backward" if head.endswith(_TF_BACKWARD) else "forward"
     parts = rest.split("/")
-    if parts[0].startswith(_TF_LOSS_SCOPE):
+    if parts[0].startswith(_TF_LOSS_SCOPES):
         return "loss", phase
     if len(parts) < 3:  # model/op: an op of the model itself, in no layer
         return None

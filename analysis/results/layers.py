@@ -17,6 +17,9 @@ SOURCE = "trace, raw"
 NO_LAYERS = ("carries no layers: no layer ranges (gapscope_layer/<name> or with_modules' "
              "'nn.Module: …') and no Keras layer scopes in its op names")
 
+COMPILED = ("no layers: gapscope marks layers in eager torch only (in a compiled or scripted "
+            "forward its hooks would be traced into the graph)")
+
 
 @dataclass
 class LayerRow:
@@ -86,6 +89,12 @@ def _round(value):
     return round(value, _DIGITS) if isinstance(value, float) else value
 
 
+def _compiled_torch(manifest: dict) -> bool:
+    settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
+    return manifest.get("framework") == "torch" and any(
+        settings.get(key) for key in ("compile_mode", "compile_backend", "torchscript"))
+
+
 def layer_breakdown(run: Run, label: str | None = None) -> LayerBreakdown:
     """The run's layers; no rows (and a note saying why) where its trace names none."""
     label = label or run.label
@@ -97,8 +106,10 @@ def layer_breakdown(run: Run, label: str | None = None) -> LayerBreakdown:
     names = [s["name"] for s in specs] if specs else None
     found = layer_times(run.trace, run.timeline, names)
     if found is None:
+        why = (COMPILED if _compiled_torch(run.manifest) else
+               f"{run.trace_file.name} {NO_LAYERS}")
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
-                              notes=[f"{run.trace_file.name} {NO_LAYERS}"])
+                              notes=[why])
     by_name = {s["name"]: s for s in specs or ()}
     rows, notes = [], list(found.notes)
     for name, times in found.layers.items():
