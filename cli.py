@@ -529,7 +529,8 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
                 run = runs.load(entry.place, entry.label)
                 results.append(breakdown_run(run, source))
                 if layers:
-                    layer_results.append(layer_breakdown(run, results[-1].name))
+                    layer_results.append(layer_breakdown(run, results[-1].name,
+                                                         len(results[-1].steps)))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise

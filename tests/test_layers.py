@@ -164,6 +164,22 @@ def test_raw_tf_loop_layers_add_up_to_the_phases(runs_dir):
     _check_adds_up(outcome.run_dir, _spec_names("mlp"), True)
 
 
+def test_keras_steps_per_execution_gives_layers_per_update(runs_dir):
+    """spe4: one traced call runs 4 updates; the layers are per update, as the breakdown's phases."""
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    outcome = launch(RunSettings("mlp", "keras", variant="spe4", steps=24, warmup_steps=8,
+                                 trace_steps=8), runs_dir / "layers")
+    assert outcome.status == "complete", outcome.error
+    run = load_run(outcome.run_dir)
+    traced = breakdown(run, "trace")
+    layers = layer_breakdown(run, updates=len(traced.steps))
+    assert (len(run.timeline.steps), layers.steps) == (2, 8)
+    for phase in ("forward", "backward"):
+        inside = sum(r.ms(phase) for r in layers.rows) + layers.outside_ms(phase)
+        assert inside == pytest.approx(traced.phases[phase].ms, rel=0.05)
+
+
 def test_torch_layer_ranges_only_in_the_traced_steps(cnn_runs):
     """The hooks are attached for the traced window only: one range per layer per traced step."""
     (path,) = cnn_runs["torch"].glob("*.pt.trace.json.gz")

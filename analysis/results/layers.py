@@ -89,14 +89,26 @@ def _round(value):
     return round(value, _DIGITS) if isinstance(value, float) else value
 
 
+def _per_update(found, updates: int):
+    """Per-call means made per-update means: the traced calls ran `updates` updates in all."""
+    scale = found.steps / updates
+    found.layers = {name: {p: ms * scale for p, ms in times.items()}
+                    for name, times in found.layers.items()}
+    found.phase_ms = {p: ms * scale for p, ms in found.phase_ms.items()}
+    found.steps = updates
+    return found
+
+
 def _compiled_torch(manifest: dict) -> bool:
     settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
     return manifest.get("framework") == "torch" and any(
         settings.get(key) for key in ("compile_mode", "compile_backend", "torchscript"))
 
 
-def layer_breakdown(run: Run, label: str | None = None) -> LayerBreakdown:
-    """The run's layers; no rows (and a note saying why) where its trace names none."""
+def layer_breakdown(run: Run, label: str | None = None, updates: int | None = None) -> LayerBreakdown:
+    """The run's layers; no rows (and a note saying why) where its trace names none.
+    `updates`: the optimizer updates the traced steps ran (the breakdown's count), where one
+    traced call runs several (Keras steps_per_execution): the figures are then per update."""
     label = label or run.label
     specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
     batch = (run.manifest.get("workload_spec") or {}).get("batch_size")
@@ -110,6 +122,10 @@ def layer_breakdown(run: Run, label: str | None = None) -> LayerBreakdown:
                f"{run.trace_file.name} {NO_LAYERS}")
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=[why])
+    settings = run.manifest.get("settings") if isinstance(run.manifest.get("settings"), dict) else {}
+    per_call = settings.get("steps_per_execution") or 1
+    if per_call > 1 and updates and updates != found.steps:
+        found = _per_update(found, updates)
     by_name = {s["name"]: s for s in specs or ()}
     rows, notes = [], list(found.notes)
     for name, times in found.layers.items():
