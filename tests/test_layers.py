@@ -180,6 +180,23 @@ def test_keras_steps_per_execution_gives_layers_per_update(runs_dir):
         assert inside == pytest.approx(traced.phases[phase].ms, rel=0.05)
 
 
+def test_gemm_peak_keeps_the_fastest_and_layers_read_as_its_share(cnn_runs, tmp_path, monkeypatch):
+    from workloads.runners import gemm_peak
+    monkeypatch.setenv("GAPSCOPE_CACHE", str(tmp_path))
+    first = gemm_peak.measured_peak("torch")
+    (key,) = json.loads((tmp_path / gemm_peak.CACHE_FILE).read_text())
+    again = gemm_peak.measured_peak("torch")
+    assert again["gflops"] == max(first["gflops"], again["now_gflops"]) > 0
+    assert json.loads((tmp_path / gemm_peak.CACHE_FILE).read_text()) == {key: again["gflops"]}
+    # The CNN run measured one after its steps; each layer's share is its GFLOP/s over it.
+    layers = layer_breakdown(load_run(cnn_runs["torch"]))
+    document = layers.to_json_dict()
+    conv2 = next(r for r in document["layers"] if r["name"] == "conv2")
+    assert layers.peak_gflops > 0
+    assert conv2["backward_peak_share"] == pytest.approx(conv2["backward_gflops"] / layers.peak_gflops,
+                                                         rel=1e-4)
+
+
 def test_torch_layer_ranges_only_in_the_traced_steps(cnn_runs):
     """The hooks are attached for the traced window only: one range per layer per traced step."""
     (path,) = cnn_runs["torch"].glob("*.pt.trace.json.gz")

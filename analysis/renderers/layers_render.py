@@ -56,7 +56,19 @@ def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
 
 
 def _notes(lb: LayerBreakdown) -> list[str]:
-    return [f"{lb.label}: {note}" for note in lb.notes]
+    return [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
+
+
+def _peak(lb: LayerBreakdown) -> list[str]:
+    """The phases' share of the measured peak, where the run measured one (CPU runs)."""
+    if lb.peak_gflops is None or not lb.rows:
+        return []
+    shares = [f"{p} {100 * share:.0f} %" for p in ("forward", "backward")
+              if (share := lb.peak_share(lb.phase_gflops(p))) is not None]
+    if not shares:
+        return []
+    return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s peak ({lb.peak.get('method')}): "
+            + ", ".join(shares)]
 
 
 def render_table(breakdowns: list[LayerBreakdown]) -> str:

@@ -53,6 +53,15 @@ class LayerBreakdown:
     batch: int | None = None
     source: str = SOURCE
     notes: list[str] = field(default_factory=list)
+    peak: dict | None = None   # the CPU's measured GEMM peak: gflops and method (the manifest's)
+
+    @property
+    def peak_gflops(self) -> float | None:
+        value = (self.peak or {}).get("gflops")
+        return value if isinstance(value, (int, float)) and value > 0 else None
+
+    def peak_share(self, gflops: float | None) -> float | None:
+        return None if gflops is None or self.peak_gflops is None else gflops / self.peak_gflops
 
     def outside_ms(self, phase: str) -> float:
         return round(self.phase_ms[phase] - sum(r.ms(phase) for r in self.rows), _DIGITS)
@@ -72,9 +81,15 @@ class LayerBreakdown:
                 "phase_ms": {p: round(v, _DIGITS) for p, v in self.phase_ms.items()},
                 "outside_ms": {p: self.outside_ms(p) for p in self.phase_ms},
                 "phase_gflops": {p: _round(self.phase_gflops(p)) for p in self.phase_ms},
+                "peak": self.peak,
+                "phase_peak_share": {p: _round(self.peak_share(self.phase_gflops(p)))
+                                     for p in self.phase_ms},
                 "layers": [{**{k: _round(v) for k, v in asdict(r).items()},
                             "forward_gflops": _round(r.gflops("forward")),
-                            "backward_gflops": _round(r.gflops("backward"))} for r in self.rows],
+                            "backward_gflops": _round(r.gflops("backward")),
+                            "forward_peak_share": _round(self.peak_share(r.gflops("forward"))),
+                            "backward_peak_share": _round(self.peak_share(r.gflops("backward")))}
+                           for r in self.rows],
                 "notes": self.notes}
 
     @classmethod
@@ -82,7 +97,7 @@ class LayerBreakdown:
         rows = [LayerRow(r["name"], r["forward_ms"], r["backward_ms"], r.get("forward_gflop"),
                          r.get("backward_gflop")) for r in d["layers"]]
         return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
-                   d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])))
+                   d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"))
 
 
 def _round(value):
@@ -140,7 +155,9 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         notes.append("optimizer per layer: TF's update ops run per variable without the layer's "
                      "name (rm_sprop/Mul_27), so the optimizer is not split by layer")
     phase_ms = {p: round(ms, _DIGITS) for p, ms in found.phase_ms.items()}
-    return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes)
+    peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
+    return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
+                          peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")})
 
 
 @dataclass
