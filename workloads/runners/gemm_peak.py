@@ -10,7 +10,7 @@ from pathlib import Path
 from profilers.environment import cpu_name, host, omp_num_threads
 
 SIZE = 1024          # 2·1024³ = 2.1 GFLOP a GEMM: well above cache sizes, under a second here
-REPEATS = 5          # timed after 2 untimed ones; the fastest counts
+REPEATS = 3          # timed after an untimed one; the fastest counts
 CACHE_FILE = "gemm_peak.json"
 
 
@@ -34,8 +34,7 @@ def measured_peak(framework: str) -> dict:
     """Times the GEMM now and keeps the fastest ever seen under this key: load on a shared
     machine only slows a GEMM, so the maximum over runs is the best estimate of the peak."""
     run, op = _gemm(framework)
-    for _ in range(2):
-        run()
+    run()
     best = min(_timed(run) for _ in range(REPEATS))
     gflops = 2 * SIZE ** 3 / best / 1e9
     key = f"{host()}|{cpu_name()}|{op}|OMP_NUM_THREADS={omp_num_threads()}"
