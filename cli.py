@@ -12,7 +12,7 @@ import click
 
 from profilers import strict_json
 from profilers.environment import threads_of
-from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
+from profilers.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError
 from analysis.renderers import registry
 from workloads.devices import DEVICES
 from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
@@ -36,6 +36,16 @@ class _Percent(click.ParamType):
 
 
 PERCENT = _Percent()
+
+
+class _FiniteRange(click.FloatRange):
+    """A FloatRange that refuses nan, which compares false with both bounds and so passed them."""
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if number != number:
+            self.fail(f"{value!r} is not a number", param, ctx)
+        return number
 
 DEFAULT_OUT = os.environ.get("GAPSCOPE_OUT", "traces")
 # TensorFlow's C++ start-up chatter (oneDNN, CPU features, absl) and the Python warnings of
@@ -240,7 +250,7 @@ def size_options(command):
     options = [
         click.option("--batch-size", type=click.IntRange(1, MAX_BATCH), default=None,
                      help="Samples per step instead of the workload's own (see `gapscope list`)."),
-        click.option("--width", type=click.FloatRange(MIN_WIDTH, MAX_WIDTH), default=None,
+        click.option("--width", type=_FiniteRange(MIN_WIDTH, MAX_WIDTH), default=None,
                      help="Hidden layer widths times this (MLP units, the CNN's dense layer, "
                           "LSTM units), e.g. 2 for twice as wide; the manifest has the model."),
     ]
@@ -513,6 +523,7 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
     from analysis.results.breakdown import breakdown as breakdown_run
     from analysis.results.distributed_breakdown import breakdown_of
     from analysis.model.job import is_job
+    from analysis.model.locate import nested_folders
     from analysis.model.run import Runs, expand_runs
     from analysis.results.layers import layer_breakdown
     _check_layers_format(layers, fmt)
@@ -552,6 +563,10 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
             click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
     for problem in problems:
         click.echo(f"gapscope: skipped {problem}", err=True)
+    for path in paths:
+        for folder, kind in nested_folders(path):
+            click.echo(f"gapscope: note: {folder} is {kind}, not broken down with the runs "
+                       f"beside it: gapscope breakdown {folder}", err=True)
     if problems:
         sys.exit(EXIT_RUN_FAILED)
 
@@ -567,8 +582,8 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
 @click.option("--precision", type=PERCENT, default=None, metavar="PCT",
               help="With --measure: add interleaved repeats until every ratio's 95 % interval "
                    "is within ±PCT (e.g. 3%), or --budget is spent; says why it stopped.")
-@click.option("--budget", type=click.FloatRange(0.5, 24 * 60), default=10.0, show_default=True,
-              metavar="MINUTES", help="With --precision: time the measurement may take.")
+@click.option("--budget", type=_FiniteRange(0.5, 24 * 60), default=None, metavar="MINUTES",
+              help="With --precision: time the measurement may take [default: 10].")
 @click.option("--steps", type=click.IntRange(2, MAX_STEPS), default=60, show_default=True,
               help="With --measure: steps per run (warm-up and traced steps included).")
 @click.option("--warmup", "warmup_steps", type=click.IntRange(1, MAX_STEPS), default=5,
@@ -582,6 +597,9 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
 @click.option("--check-suggestions", is_flag=True,
               help="Measure each suggested variant against the configuration it changes (A/B, "
                    "--repeats interleaved runs of --steps into --out) and say whether it helped.")
+@click.option("--different-workloads", is_flag=True,
+              help="Compare runs of different workloads (or own loops captured under different "
+                   "names) on purpose.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @click.option("--verbose", "-v", is_flag=True,
               help="The table format's evidence too: the phase table, host vs device time, "
@@ -591,8 +609,8 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
 @layers_option
 @wide_option
 @trace_rules_options
-def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions, quiet, verbose,
-            fmt, layers, **settings):
+def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions,
+            different_workloads, quiet, verbose, fmt, layers, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -600,21 +618,27 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     RUNS are run directories, or one A/B folder, or with --measure configurations to run now.
     Between two ordinary runs the interval is the noise within each run only; --measure
     repeats both, interleaved, and the interval includes the drift between processes.
+    Exit 3 (INCONCLUSIVE, no verdict and no suggestion) when other processes took the cores
+    while a run ran.
 
     \b
     Example:
-      gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* --format markdown
+      gapscope compare traces/mlp-torch-default-* traces/mlp-torch-compile-* \\
+          --format markdown
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
       gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
-    from analysis.results.breakdown import breakdown as breakdown_run
     from analysis.results.compare import compare as compare_runs
-    from analysis.results.explain import explain, explain_all
+    from analysis.results.explain import explain_all
+    from analysis.results.measured import compare_measurement
     from analysis.model.job import is_job
     from analysis.model.locate import locate
-    from analysis.model.run import Runs, is_measurement, load_measurement
+    from analysis.model.run import Runs, is_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
+    if budget is not None and precision is None:
+        raise GapscopeInputError("--budget goes with --precision (a budget for reaching it)")
+    budget = 10.0 if budget is None else budget
     _check_layers_format(layers, fmt)
     from workloads.ab import DEFAULT_REPEATS
     repeats = repeats or (50 if precision is not None else DEFAULT_REPEATS)
@@ -626,9 +650,7 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     measured = len(runs) == 1 and is_measurement(runs[0])
     places = [] if measured else [locate(r) for r in runs]  # each run's manifest read here, once
     if measured:
-        evidence, repeat_breakdowns, left_out = _measured(load_measurement(runs[0]))
-        comparison = compare_runs([explain(r) for r in evidence], repeat_breakdowns)
-        comparison.warnings += left_out
+        comparison = compare_measurement(runs[0])
         if precision is not None and stopped and not stopped[0].startswith("precision reached"):
             comparison.warnings.append(f"precision ±{100 * precision:g} % not reached: {stopped[0]}")
     elif any(is_job(p) for p in places):
@@ -638,7 +660,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         if len(runs) < 2:
             raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
         loaded = Runs()
-        comparison = compare_runs(explain_all([loaded.load(p) for p in places]))
+        comparison = compare_runs(explain_all([loaded.load(p) for p in places]),
+                                  different_workloads=different_workloads)
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all
@@ -649,6 +672,8 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)
+    if comparison.inconclusive:
+        sys.exit(EXIT_INCONCLUSIVE)
 
 
 def _check_layers_format(layers: bool, fmt: str) -> None:
@@ -707,25 +732,6 @@ def _check_suggestions(comparison, repeats: int, out_dir: str, quiet: bool, sett
             suggestion.check = measured(folder)
 
 
-def _measured(per_config):
-    """From an A/B folder's runs: the run of each configuration that gives the evidence, the
-    breakdowns of the repeats, and a warning per repeat left out. A repeat that cannot be
-    analysed (no steady steps, an unreadable trace) takes its pair with it, not the whole
-    measurement: pairs ran side by side, so both sides keep the same repeats."""
-    from analysis.results.breakdown import breakdown
-    left_out, kept = [], []
-    for i in range(len(per_config[0])):
-        try:
-            kept.append((i, [breakdown(config_runs[i]) for config_runs in per_config]))
-        except GapscopeInputError as exc:
-            left_out.append(f"repeat {i + 1} left out (every configuration's): {exc}")
-    if not kept:
-        raise GapscopeInputError(f"no repeat of the measurement could be analysed: {left_out[0]}")
-    first = kept[0][0]
-    sides = zip(*(breakdowns for _, breakdowns in kept))
-    return [config_runs[first] for config_runs in per_config], [list(s) for s in sides], left_out
-
-
 def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
              failed_is_fatal: bool = True, precision: float | None = None,
              budget_s: float = 600.0, stopped: list[str] | None = None) -> Path | None:
@@ -779,6 +785,9 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
               help="The stored baseline (JSON): read, or written with --save.")
 @click.option("--save", is_flag=True,
               help="Measure TARGET and store it as the baseline (an existing file is kept).")
+@click.option("--save-busy", is_flag=True,
+              help="With --save: store the baseline even if other processes took the cores "
+                   "while it was measured (every check against it is then inconclusive).")
 @click.option("--threshold", type=PERCENT, default="5%", show_default=True,
               help="A regression is slower than the baseline by more than this, beyond noise.")
 @click.option("--repeats", type=click.IntRange(2, 200), default=5, show_default=True,
@@ -796,8 +805,8 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @click.option("--format", "fmt", type=click.Choice(["line", "json"]), default="line",
               show_default=True)
-def check(target, baseline_file, save, threshold, repeats, config_label, out_dir, quiet, fmt,
-          **settings):
+def check(target, baseline_file, save, save_busy, threshold, repeats, config_label, out_dir, quiet,
+          fmt, **settings):
     """Regression check for CI: TARGET's step time against a stored baseline. Exit 1 when it is
     slower by more than --threshold and the 95 % interval of the ratio excludes no change
     (the two-level interval of `compare --measure`); exit 3 when other processes took the
@@ -810,13 +819,15 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
     Example:
       gapscope check cnn:torch --baseline ci/cnn-torch.json --save
       gapscope check cnn:torch --baseline ci/cnn-torch.json --threshold 5%
-      gapscope check traces/ab-cnn-20261125-101500-1a2b --baseline ci/cnn-torch.json
+      gapscope check traces/ab-cnn-20261125-1015-1a2b --baseline ci/cnn-torch.json
     """
     from analysis.measures.reliability import busy_machine
     from analysis.results.regression import Baseline, check as check_against, read_baseline
     baseline_path = Path(baseline_file)
-    if save and os.path.lexists(baseline_path):
-        raise GapscopeInputError(f"{baseline_path}: exists; remove it or name another to --save")
+    if save_busy and not save:
+        raise GapscopeInputError("--save-busy goes with --save")
+    if save:
+        _baseline_folder(baseline_path)  # before measuring: a minute's runs are not lost on it
     baseline = None if save else read_baseline(baseline_path)
     config, runs, run_settings = _check_runs(target, config_label or (baseline and baseline.config),
                                               repeats, out_dir, quiet, settings)
@@ -825,6 +836,13 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
     machine = _machine()
     if save:
         from profilers.run_dir import write_atomic
+        if busy and not save_busy:
+            # A step time measured beside other work is the neighbours' figure: stored, it
+            # would poison every check after it (12.9 ms kept for a 1.7 ms step here).
+            click.echo(f"gapscope: baseline not written: other processes took the cores while "
+                       f"{config} was measured; measure on a quiet machine, or --save-busy to "
+                       "keep it (every check against it is then inconclusive)", err=True)
+            sys.exit(EXIT_INCONCLUSIVE)
         # Kept with its busy mark: every check against a busy machine's baseline is inconclusive.
         stored = Baseline(config, means, within, run_settings, machine, busy)
         write_atomic(baseline_path, strict_json.dumps(stored.to_json_dict(), indent=2) + "\n")
@@ -843,6 +861,18 @@ def check(target, baseline_file, save, threshold, repeats, config_label, out_dir
         for warning in result.warnings:
             click.echo(f"gapscope: warning: {warning}", err=True)
     sys.exit(result.exit_code)
+
+
+def _baseline_folder(path: Path) -> None:
+    """The folder a new baseline goes to, made where missing; one line where it cannot be (a
+    file in the way) or the baseline exists already."""
+    if os.path.lexists(path):
+        raise GapscopeInputError(f"{path}: exists; remove it or name another to --save")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise GapscopeInputError(f"{path}: cannot save a baseline there "
+                                 f"({exc.strerror or exc})") from None
 
 
 def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quiet: bool,
@@ -889,10 +919,11 @@ def _process_means(runs) -> tuple[list[float], list[float], list[str]]:
 
 
 def _machine() -> dict:
-    from profilers.environment import cpu_name, host, versions
+    from profilers.environment import cpu_name, host, omp_num_threads, versions
     found = versions()
     return {"host": host(), "cpu": cpu_name(), "cores": os.cpu_count(),
-            "torch": found.get("torch"), "tensorflow": found.get("tensorflow")}
+            "torch": found.get("torch"), "tensorflow": found.get("tensorflow"),
+            "OMP_NUM_THREADS": omp_num_threads()}
 
 
 @cli.command()
@@ -1020,7 +1051,8 @@ def trace(run, out_file, force, session):
     \b
     Example:
       gapscope trace traces/<run-id> --out mlp-torch.trace.json
-      gapscope trace user-profile --out user-profile/plugins/profile/gapscope/me.xplane.pb
+      gapscope trace user-profile \\
+          --out user-profile/plugins/profile/gapscope/me.xplane.pb
     """
     import gzip
 
@@ -1074,7 +1106,8 @@ def report(runs, out_file, source, baseline, quiet):
 
     \b
     Example:
-      gapscope report traces/mlp-torch-default-* traces/mlp-keras-default-* --out report/mlp.md
+      gapscope report traces/mlp-torch-default-* traces/mlp-keras-default-* \\
+          --out report/mlp.md
     """
     from rich.console import Console
 

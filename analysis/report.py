@@ -14,7 +14,8 @@ from analysis.model.locate import RunPlace
 from analysis.readers.run_dir import find_files
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
-from analysis.model.run import RunEntry, Runs, expand_runs, run_label, unfinished, unique_labels
+from analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, measurement_names, run_label,
+                                unfinished, unique_labels)
 from profilers.environment import threads_of
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import ensure_out_dir, write_atomic
@@ -45,7 +46,12 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     if out.suffix.lower() not in (".md", ".html", ""):
         raise GapscopeInputError(f"{out}: the report is Markdown (.md) with an .html copy")
     ensure_out_dir(out.parent)
+    # One A/B folder is one comparison, the CLI's: its configurations, its first as baseline.
+    measurement = paths[0] if len(paths) == 1 and is_measurement(paths[0]) else None
+    configs = _repeat_labels(measurement) if measurement else {}
     read, loaded_runs, entries = [], Runs(), expand_runs(paths)
+    for entry in entries:
+        entry.label = entry.label or configs.get(entry.path.name)
     jobs, job_problems = [], []
     for entry in entries:
         progress(f"reading {entry.path or entry.label}")
@@ -68,12 +74,15 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
         if steps is not None:
             steps.label = run.label
     complete = [r for r in runs if r.breakdown is not None]
-    base = _baseline_index(complete, baseline)
+    base = _baseline_index(complete, baseline or (measurement and next(iter(configs.values()))))
     content = ReportContent(title="gapscope report",
                             generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                             runs=runs, baseline=base)
     content.jobs_markdown = _jobs_markdown(jobs, complete, [loaded[id(r)] for r in complete])
-    if len(complete) > 1:
+    if measurement:
+        progress("comparing the configurations")
+        _compare_measurement(content, measurement)
+    elif len(complete) > 1:
         progress("comparing runs")
         _compare(content, [loaded[id(r)] for r in complete], complete, base)
 
@@ -181,6 +190,22 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
         content.comparison_note = f"no comparison: {exc}"
         return
     content.comparison_markdown = compare_markdown.render(comparison)
+
+
+def _repeat_labels(folder) -> dict[str, str]:
+    """Each run folder's name in an A/B folder -> 'CONFIG #i', its configuration and repeat."""
+    configs, names = measurement_names(folder)
+    return {name: f"{config} #{i}" for config, repeat_names in zip(configs, names)
+            for i, name in enumerate(repeat_names, start=1)}
+
+
+def _compare_measurement(content: ReportContent, folder) -> None:
+    from analysis.renderers import compare_markdown
+    from analysis.results.measured import compare_measurement
+    try:
+        content.comparison_markdown = compare_markdown.render(compare_measurement(folder))
+    except GapscopeInputError as exc:
+        content.comparison_note = f"no comparison: {exc}"
 
 
 def _baseline_index(complete: list[ReportRun], baseline: str | None) -> int:

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu_check --out DIR [--report-dir DIR] [--jobs 3] [--budget-s 480] [--dry-run]
 
-Without a CUDA device it says so and exits 0. See benchmarks/README.md (GPU day one)."""
+Without a CUDA device it says so and exits 4 (0 with --no-gpu-ok). See benchmarks/README.md (GPU day one)."""
 from __future__ import annotations
 
 import argparse
@@ -23,6 +23,8 @@ from benchmarks import gpu_checks as C
 from profilers.phases import MARKED_PHASES
 
 NO_CUDA = "no CUDA device: nothing to check"
+# Not 0: a CI job whose runner lost its GPU must not pass green with nothing checked.
+EXIT_NO_DEVICE = 4
 # The device allows 10 minutes a command: the runs get this much, analysis and report the rest.
 DEFAULT_BUDGET_S = 480
 
@@ -51,6 +53,8 @@ def parse_args(argv):
     parser.add_argument("--budget-s", type=_positive, default=DEFAULT_BUDGET_S,
                         help="seconds for all runs; runs still going then are stopped, the rest skipped")
     parser.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
+    parser.add_argument("--no-gpu-ok", action="store_true",
+                        help=f"exit 0, not {EXIT_NO_DEVICE}, where no CUDA device is found")
     return parser.parse_args(argv)
 
 
@@ -230,7 +234,7 @@ def main(argv=None) -> int:
         return 0
     if not cuda_available():
         print(NO_CUDA)
-        return 0
+        return 0 if args.no_gpu_ok else EXIT_NO_DEVICE
     from benchmarks.gpu_check_report import write_reports
     from profilers.errors import GapscopeInputError
     from profilers.run_dir import ensure_out_dir

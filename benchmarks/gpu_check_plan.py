@@ -105,6 +105,7 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     analyzers."""
     from analysis.results.breakdown import breakdown
     from analysis.measures.kernels import find_work
+    from analysis.measures.reliability import busy_reason
     from analysis.measures.resources import resource_stats
     from analysis.model.run import load_run
     from analysis.tensorboard.xspace_export import write_xspace
@@ -118,7 +119,8 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
         return checks + [C.Check("trace", C.FAIL, "the run wrote no torch trace")], None
     timeline = run.timeline
     trace_steps = [(timeline.step_number(i), s.dur_us / 1000.0) for i, s in enumerate(timeline.steps)]
-    checks.append(C.timers_agree(run.rows or [], trace_steps, "CUDA-event" if cuda else "host-timer"))
+    checks.append(C.timers_agree(run.rows or [], trace_steps, "CUDA-event" if cuda else "host-timer",
+                                 busy_reason(run.manifest)))
     names = {e.name for e in run.trace.events if e.name.startswith("gapscope/")}
     inference = bool(run.settings.get("inference"))
     checks.append(C.phase_ranges(names, MARKED_PHASES[:2] if inference else MARKED_PHASES))
@@ -126,6 +128,8 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     work = find_work(run.trace, timeline, run.hlo)
     work.steps = len(timeline.steps)
     checks.append(C.transfers_in_data_load(work, planned.memory))
+    if cuda and planned.variant == "eager" and not planned.nproc:
+        checks.append(C.framework_fusion(work, planned.workload))
     checks.append(C.xprof_opens(write_xspace(run)))
     return checks, C.FusionFigures.of(work)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from benchmarks.gpu_checks import STATUSES
 from profilers import strict_json
 from profilers.run_dir import write_atomic
 
@@ -25,13 +26,14 @@ def _rows(report: dict):
 
 def markdown(report: dict) -> str:
     versions = report.get("versions") or {}
-    counts = {s: 0 for s in ("pass", "fail", "skip")}
+    counts = {s: 0 for s in STATUSES}
     for _, check in _rows(report):
         counts[check["status"]] = counts.get(check["status"], 0) + 1
     lines = ["# gapscope GPU check", "",
              f"Device: {report.get('device') or 'none'}; " + ", ".join(f"{k} {v}" for k, v in versions.items() if v),
              f"{len(report['runs'])} runs in {report.get('wall_s')} s (budget {report.get('budget_s')} s): "
-             f"{counts['pass']} checks passed, {counts['fail']} failed, {counts['skip']} skipped.", "",
+             f"{counts['pass']} checks passed, {counts['fail']} failed, {counts['not judged']} not judged "
+             f"(busy machine), {counts['skip']} skipped.", "",
              f"NVTX: {report.get('nvtx_method')}.", f"Other paths: {report.get('other_paths')}.", ""]
     failed = [(e, c) for e, c in _rows(report) if c["status"] == "fail"]
     not_run = [e for e in report["runs"] if e.get("status") == "skipped"]

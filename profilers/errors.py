@@ -2,6 +2,8 @@
 
 EXIT_RUN_FAILED = 1  # a run failed, or some runs given could not be read
 EXIT_BAD_INPUT = 2
+# Measured on a busy machine: no verdict is a fact (check, compare).
+EXIT_INCONCLUSIVE = 3
 
 
 class GapscopeInputError(Exception):

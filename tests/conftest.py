@@ -47,3 +47,28 @@ def tf_profile(run_dir: Path) -> Path:
     from analysis.readers.run_dir import find_files
     (path,) = find_files(run_dir).xplanes  # the reader's own finder leaves gapscope's session out
     return path
+
+
+def compare_exit_code(*run_dirs: Path) -> int:
+    """What `compare` of real runs must exit with: 3 (inconclusive) where a run ran beside other
+    work (the suite under load), else 0. The load is the machine's, not the feature's."""
+    import json
+
+    from analysis.measures.reliability import busy_machine
+    busy = any(busy_machine(json.loads((Path(d) / "manifest.json").read_text())) for d in run_dirs)
+    return 3 if busy else 0
+
+
+@pytest.fixture(scope="session")
+def ab_folder(tmp_path_factory) -> Path:
+    """A small finished A/B measurement: linreg in torch against its preloaded data, 2 repeats."""
+    from click.testing import CliRunner
+
+    from cli import cli
+    out = tmp_path_factory.mktemp("ab")
+    result = CliRunner().invoke(cli, ["compare", "--measure", "linreg:torch", "linreg:torch:preload",
+                                      "--repeats", "2", "--steps", "10", "--warmup", "2",
+                                      "--trace-steps", "2", "--out", str(out), "-q"])
+    assert result.exit_code in (0, 3), result.output   # 3: measured beside other work
+    (folder,) = out.glob("ab-*")
+    return folder

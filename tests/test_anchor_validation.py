@@ -15,7 +15,7 @@ from analysis.readers.hlo_text import read_hlo_dump_dir
 from analysis.readers.torch_trace import read_torch_trace
 from analysis.readers.xplane import read_xplane
 from analysis.events.trace import Trace
-from conftest import SMALL_RUN, _launch, tf_profile
+from conftest import SMALL_RUN, _launch, compare_exit_code, tf_profile
 
 DATALOADER = "enumerate(DataLoader)#"
 
@@ -130,7 +130,7 @@ def test_compare_real_torch_and_keras_runs(torch_run, keras_jit_run):
     from click.testing import CliRunner
     from cli import cli
     result = CliRunner().invoke(cli, ["compare", str(torch_run), str(keras_jit_run), "--format", "json"])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == compare_exit_code(torch_run, keras_jit_run), result.output
     (pair,) = json.loads(result.stdout)["comparisons"]
     assert sum(p["delta_ms"] for p in pair["phases"].values()) == pytest.approx(pair["gap_ms"], abs=1e-9)
     fusion = next(e for e in pair["evidence"] if e["kind"] == "fusion")

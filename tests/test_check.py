@@ -62,6 +62,10 @@ def test_a_different_machine_or_configuration_is_said():
      ' "settings": {}, "machine": {}}', "corrupt baseline"),
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
      ' "settings": {}, "machine": {}, "busy": "no"}', "busy must be true or false"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [1e300], "within": [0],'
+     ' "settings": {}, "machine": {}}', "step times of 0.001 to 8.64e[+]07 ms"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [1e-9], "within": [0],'
+     ' "settings": {}, "machine": {}}', "corrupt baseline"),
     ('{"format": "something else"}', "not a gapscope baseline"),
     ("[" * 100_000, "not a gapscope baseline"),
     ("not json", "not a gapscope baseline"),
@@ -86,12 +90,32 @@ def _verdict_or_busy(result, doc: dict, verdict: str, exit_code: int) -> bool:
     return not busy
 
 
+def _measured_busy(folder) -> bool:
+    from analysis.measures.reliability import busy_machine
+    return any(busy_machine(json.loads(m.read_text())) for m in folder.glob("*/manifest.json"))
+
+
+def _mark_busy(folder):
+    """An A/B folder's copy whose first run says other processes took the cores."""
+    manifest = next(folder.glob("*/manifest.json"))
+    doc = json.loads(manifest.read_text())
+    doc["machine_load"] = {"others_cpu_pct": 88.0, "steal_pct": 0.0, "cores": 2}
+    manifest.write_text(json.dumps(doc))
+
+
 def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
     runner = CliRunner()
-    baseline = tmp_path / "ci" / "linreg.json"
-    baseline.parent.mkdir()
+    baseline = tmp_path / "ci" / "linreg.json"   # its folder is made: a fresh clone has none
     out = ["--out", str(tmp_path / "runs")]
     saved = runner.invoke(cli, ["check", "linreg:torch", "--baseline", str(baseline), "--save", *_RUN, *out])
+    (folder,) = (tmp_path / "runs").glob("ab-linreg-*")
+    if _measured_busy(folder):
+        # Beside other work the baseline is refused, not written (exit 3); kept on request.
+        assert saved.exit_code == 3 and "baseline not written" in saved.stderr, saved.output
+        assert not baseline.exists()
+        saved = runner.invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--save",
+                                    "--save-busy"])
+        assert read_baseline(baseline).busy
     assert saved.exit_code == 0, saved.output
     assert saved.stdout.startswith(f"baseline written: {baseline} (linreg:torch: ")
     stored = read_baseline(baseline)
@@ -104,7 +128,6 @@ def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
     # The same A/B folder checked against the baseline it gave: no change at all. Each check
     # that follows is a fact on a quiet machine; on a busy one (the suite also runs beside two
     # busy processes) it must say so and give no verdict: exit 3, never a pass or a failure.
-    (folder,) = (tmp_path / "runs").glob("ab-linreg-*")
     same = runner.invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--format", "json"])
     doc = json.loads(same.stdout)
     assert doc["ratio"] == 1.0 and doc["ratio_ci95"] == [1.0, 1.0]
@@ -120,3 +143,42 @@ def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
     if _verdict_or_busy(slowed, doc, "regression", 1):
         assert doc["ratio_ci95"][0] > 1.05
     assert "the baseline measured linreg:torch, this check linreg:torch:nw2" in doc["warnings"]
+
+
+def test_a_baseline_measured_busy_is_not_saved_unless_asked(tmp_path):
+    import shutil
+    made = CliRunner().invoke(cli, ["compare", "--measure", "linreg:torch", "linreg:torch:nw2",
+                                    "--repeats", "2", "--steps", "8", "--warmup", "2",
+                                    "--trace-steps", "2", "--out", str(tmp_path / "runs"), "-q"])
+    (measured,) = (tmp_path / "runs").glob("ab-*")
+    assert made.exit_code in (0, 3), made.output
+    folder = tmp_path / "busy-ab"
+    shutil.copytree(measured, folder)
+    _mark_busy(folder)
+    baseline = tmp_path / "b.json"
+    refused = CliRunner().invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--save"])
+    assert refused.exit_code == 3 and not baseline.exists()
+    assert refused.stderr.startswith("gapscope: baseline not written: other processes took the cores")
+    kept = CliRunner().invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--save",
+                                    "--save-busy"])
+    assert kept.exit_code == 0 and read_baseline(baseline).busy
+    assert "inconclusive" in kept.stderr
+
+
+def test_save_refuses_a_folder_it_cannot_make_before_measuring(tmp_path):
+    (tmp_path / "a-file").write_text("x")
+    given = tmp_path / "a-file" / "ci" / "b.json"
+    result = CliRunner().invoke(cli, ["check", "linreg:torch", "--baseline", str(given), "--save",
+                                      *_RUN, "--out", str(tmp_path / "runs")])
+    assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
+        f"gapscope: error: {given}: cannot save a baseline there (Not a directory)"]
+    assert not (tmp_path / "runs").exists()   # refused before anything ran
+    assert CliRunner().invoke(cli, ["check", "linreg:torch", "--baseline", str(given),
+                                    "--save-busy"]).exit_code == 2
+
+
+def test_a_different_thread_setting_is_said():
+    machine = {"host": "vm", "cpu": "x", "OMP_NUM_THREADS": "unset"}
+    baseline = Baseline("cnn:torch", [100.0] * 3, [0.0] * 3, {}, machine)
+    result = check(baseline, "cnn:torch", [100.0] * 3, [0.0] * 3, 0.05, {**machine, "OMP_NUM_THREADS": "1"})
+    assert result.warnings == ["OMP_NUM_THREADS differs from the baseline's: 1 vs unset"]

@@ -26,6 +26,8 @@ def test_every_command_has_help_with_an_example(runner, name):
     result = runner.invoke(cli, [name, "--help"])
     assert result.exit_code == 0
     assert "Example" in result.output
+    # Example lines are kept as written (\b): they must fit a terminal by themselves.
+    assert max(map(len, result.output.splitlines())) <= 80, result.output
 
 
 def test_list_json(runner):
@@ -195,3 +197,14 @@ def test_format_choices_are_the_registered_renderers(runner, command, renderers)
     help_text = runner.invoke(cli, [command, "--help"], terminal_width=200).output
     assert f"--format [{'|'.join(renderers)}]" in help_text
     assert all(r.extension.startswith(".") and r.render for r in renderers.values())
+
+
+def test_a_folder_breakdown_names_the_ab_folder_it_does_not_cover(runner, torch_run, ab_folder, tmp_path):
+    import shutil
+    shutil.copytree(torch_run, tmp_path / torch_run.name)
+    shutil.copytree(ab_folder, tmp_path / ab_folder.name)
+    result = runner.invoke(cli, ["breakdown", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.strip() == (f"gapscope: note: {tmp_path / ab_folder.name} is an A/B folder, not "
+                                     f"broken down with the runs beside it: gapscope breakdown "
+                                     f"{tmp_path / ab_folder.name}")

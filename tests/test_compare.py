@@ -68,7 +68,7 @@ def test_different_devices_are_flagged_and_workloads_refused(runs, tmp_path, fix
     assert comparison.pairs[0].devices_differ
     assert any("different devices" in w for w in comparison.warnings)
     other = _run_dir(tmp_path, "run-c", "marked_two_steps.pt.trace.json", fixtures_dir, workload="cnn")
-    with pytest.raises(GapscopeInputError, match="different workloads"):
+    with pytest.raises(GapscopeInputError, match="different models"):
         compare([explain_run(runs[0]), explain_run(other)])
 
 
@@ -91,7 +91,24 @@ def test_cli_refuses_different_workloads_in_one_line(runs, tmp_path, fixtures_di
     other = _run_dir(tmp_path, "run-c", "marked_two_steps.pt.trace.json", fixtures_dir, workload="cnn")
     result = CliRunner().invoke(cli, ["compare", str(runs[0]), str(other)])
     assert result.exit_code == 2
-    assert result.stderr.count("\n") == 1 and "different workloads" in result.stderr
+    assert result.stderr.count("\n") == 1 and "--different-workloads to compare them" in result.stderr
+    # On purpose: compared, and said.
+    result = CliRunner().invoke(cli, ["compare", str(runs[0]), str(other), "--different-workloads",
+                                      "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "different workloads compared on purpose: 'mlp' and 'cnn'" in json.loads(result.stdout)["warnings"]
+
+
+def test_own_loops_are_never_given_a_command_that_cannot_run(runs, tmp_path, fixtures_dir):
+    loops = [_run_dir(tmp_path, f"loop-{i}", "marked_two_steps.pt.trace.json", fixtures_dir,
+                      workload="my-loop") for i in (1, 2)]
+    for loop in loops:
+        manifest = json.loads((loop / "manifest.json").read_text())
+        (loop / "manifest.json").write_text(json.dumps({**manifest, "variant": "user"}))
+    result = CliRunner().invoke(cli, ["compare", *map(str, loops)])
+    assert result.exit_code == 0, result.output
+    assert "--measure" not in result.stdout and "my-loop:torch" not in result.stdout
+    assert "run each side again in fresh processes" in " ".join(result.stdout.split())
 
 
 def test_table_and_markdown_show_the_gap(runs):

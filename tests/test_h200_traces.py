@@ -4,6 +4,7 @@ benchmarks.cut_trace. Every count was read off the traces' kernel names by hand,
 without a GPU still checks kernel, fusion and copy attribution on real CUPTI output."""
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures.kernels import DEVICE_KERNELS, find_work
+from analysis.measures.kernels import DEVICE_KERNELS, find_work, kernel_stats
 from analysis.model.run import load_run
 from analysis.results.breakdown import breakdown
 from benchmarks import cut_trace, gpu_checks as C
@@ -49,14 +50,53 @@ def test_every_kernel_lands_in_its_phase(eager, compiled):
     _, compiled_work = compiled
     assert eager_work.source == compiled_work.source == DEVICE_KERNELS
     assert eager_work.steps == compiled_work.steps == 2
-    # Eager: forward's 7 (3 GEMM kernels and their epilogue, the activation, the loss's softmax
-    # and NLL), backward's 12, the optimizer's 5 multi_tensor_apply kernels; nothing unplaced.
-    assert _per_phase(eager_work) == {("backward", False): 12.0, ("forward", False): 7.0,
-                                      ("optimizer", False): 5.0}
-    # Compiled: Inductor's Triton kernels in forward (3) and backward (5) only.
+    # Eager: forward's 7 (3 GEMM kernels and the cuBLASLt epilogue, fused, the activation, the
+    # loss's softmax and NLL), backward's 12, the optimizer's 5 multi_tensor_apply kernels;
+    # nothing unplaced.
+    assert _per_phase(eager_work) == {("backward", False): 12.0, ("forward", False): 6.0,
+                                      ("forward", True): 1.0, ("optimizer", False): 5.0}
+    # Compiled: Inductor's Triton kernels in forward (3) and backward (5), and the epilogue of
+    # the mm Inductor left to cuBLASLt.
     assert _per_phase(compiled_work) == {("backward", False): 9.0, ("backward", True): 5.0,
-                                         ("forward", False): 7.0, ("forward", True): 3.0,
+                                         ("forward", False): 6.0, ("forward", True): 4.0,
                                          ("optimizer", False): 5.0}
+
+
+def test_the_cublaslt_epilogue_counts_as_fused_by_no_compiler(eager):
+    """Counted by hand off the kernel names: of forward's 7 kernels a step, one is
+    `cublasLt::epilogue::impl::globalKernel`, launched by aten::addmm (the bias of the second
+    linear; its ReLU runs apart as aten::clamp_min's kernel); the splitKreduce kernels of
+    backward's mm only sum partial products and are not fused."""
+    _, work = eager
+    fused = [k for k in work.kernels() if k.fusion is not None]
+    assert [(k.phase, k.fusion.fuses, k.fusion.kind.by) for k in fused] == [
+        ("forward", "dense+bias", "framework")] * 2
+    assert all(k.name.startswith("void cublasLt::epilogue::impl::globalKernel<") for k in fused)
+    assert not any(k.fusion for k in work.kernels() if "splitKreduce" in k.name)
+    stats = kernel_stats(work)
+    forward = stats.fusion_by_phase["forward"]
+    assert forward["fused_per_step"] == 1.0 and forward["fusions"][0]["fuses"] == "dense+bias"
+    assert stats.fused_share == pytest.approx(1 / 24)
+    # The fused kernel's share of forward's kernel time, from the kernels' own durations.
+    forward_us = [k.busy_us for k in work.kernels() if k.phase == "forward"]
+    assert forward["share_of_time"] == pytest.approx(
+        sum(k.busy_us for k in fused) / sum(forward_us), abs=1e-4)
+
+
+def test_the_gpu_check_counts_the_epilogue_of_the_eager_mlp(eager, compiled):
+    check = C.framework_fusion(eager[1], "mlp")
+    assert check.status == C.PASS, check.detail
+    assert check.detail == "cuBLASLt epilogue 1/step in forward; 1 of 24 kernels/step fused"
+    # Without its epilogue the mlp fails; the cnn is not required to have one.
+    bare = dataclasses.replace(eager[1], items=[w for w in eager[1].items if w.fusion is None])
+    assert C.framework_fusion(bare, "mlp").status == C.FAIL
+    assert "no cuBLASLt epilogue" in C.framework_fusion(bare, "mlp").detail
+    assert C.framework_fusion(bare, "cnn").status == C.PASS
+    # A fused kernel the attribution lost (no phase) fails the check.
+    lost = dataclasses.replace(eager[1], items=[dataclasses.replace(w, phase="unattributed")
+                                                if w.fusion else w for w in eager[1].items])
+    check = C.framework_fusion(lost, "cnn")
+    assert check.status == C.FAIL and "1 fused kernels/step in no phase (unattributed)" in check.detail
 
 
 def test_the_fusion_check_on_the_real_pair(eager, compiled):
@@ -93,9 +133,31 @@ def test_cut_trace_keeps_the_launched_device_events(tmp_path):
     assert sum(e.get("cat") == "kernel" for e in one["traceEvents"]) == 24
     with pytest.raises(ValueError, match="2 ProfilerStep spans"):
         cut_trace.cut(document, 1, 2)
+
+
+def _cut(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "benchmarks.cut_trace", *map(str, args)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+
+
+def test_cut_trace_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    done = subprocess.run([sys.executable, "-m", "benchmarks.cut_trace", str(bad), str(tmp_path / "o.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1 and done.stderr.startswith("cut_trace: ") and "Traceback" not in done.stderr
+    no_ts = tmp_path / "no_ts.json"
+    no_ts.write_text('{"traceEvents": [{"ph": "X", "name": "ProfilerStep#1", "dur": 5}]}')
+    source = H200 / "mlp-eager.pt.trace.json.gz"
+    cases = [((bad, tmp_path / "o.json"), f"cut_trace: {bad}: "),
+             (("/dev/zero", tmp_path / "o.json"), "cut_trace: /dev/zero: cannot read"),  # no endless read
+             ((no_ts, tmp_path / "o.json"), f"cut_trace: {no_ts}: a complete event"),
+             ((source, tmp_path / "missing" / "o.json"), f"cut_trace: {tmp_path / 'missing' / 'o.json'}: no folder")]
+    for args, says in cases:
+        done = _cut(*args)
+        lines = done.stderr.strip().splitlines()
+        assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(says), (args, done.stderr)
+    assert not (tmp_path / "o.json").exists() and not (tmp_path / "missing").exists()
+    # And a good cut, gzipped by its name, read back by the reader.
+    done = _cut(source, tmp_path / "cut.json.gz", "--first", "0", "--steps", "1")
+    assert done.returncode == 0, done.stderr
+    with gzip.open(tmp_path / "cut.json.gz", "rt") as handle:
+        assert sum(e.get("name", "").startswith("ProfilerStep#") for e in json.load(handle)["traceEvents"]) == 1
     assert not (tmp_path / "o.json").exists()

@@ -168,3 +168,17 @@ def test_demo_takes_the_size_options_the_readme_gives_it(runner, nothing_runs):
     assert result.exit_code == 2 and "No such option" not in result.stderr
     assert "--batch-size" in result.stderr and "range" in result.stderr
     assert "--batch-size" in runner.invoke(cli, ["demo", "--help"]).stdout
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--precision", "5%", "--budget", "nan"], "'nan' is not a number"),
+    (["--budget", "3"], "--budget goes with --precision"),
+])
+def test_a_budget_that_cannot_apply_is_refused_before_measuring(runner, nothing_runs, tmp_path,
+                                                                args, fragment):
+    result = runner.invoke(cli, ["compare", "--measure", "mlp:torch", "mlp:keras", *args,
+                                 "--out", str(tmp_path / "out")])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and 1 <= len(lines) <= 2, result.output
+    assert lines[0].startswith("gapscope: error:") and fragment in result.stderr, lines
+    assert not (tmp_path / "out").exists()

@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from analysis.results.precision import Progress, half_width, stop_reason
 from analysis.measures.stats import RepeatRatio
 from cli import cli
+from conftest import compare_exit_code
 
 
 def _progress(width_pct: float, rounds: int, elapsed_s: float) -> Progress:
@@ -27,9 +28,12 @@ def test_half_width_is_relative_and_symmetric_on_logs():
     (4.0, 5, 500, None),                                  # 100 s a round: the 6th ends at 600 s
     (4.0, 5, 510, "time budget spent (8.5 min of 10.0 min)"),
     (4.0, 50, 100, "stopped at the most repeats asked for (50)"),
+    (9.0, 2, 170, None),      # past a 3-minute budget, but fewer than 3 rounds: one more
+    (9.0, 3, 170, "time budget spent (2.8 min of 3.0 min)"),
 ])
 def test_stop_reason(width, rounds, elapsed, expected):
-    reason = stop_reason(_progress(width, rounds, elapsed), target=0.03, budget_s=600, max_rounds=50)
+    budget = 180 if width == 9.0 else 600
+    reason = stop_reason(_progress(width, rounds, elapsed), target=0.03, budget_s=budget, max_rounds=50)
     if expected is None:
         assert reason is None
     else:
@@ -39,7 +43,12 @@ def test_stop_reason(width, rounds, elapsed, expected):
 def test_a_target_not_reached_says_what_was_and_how_many_repeats_would_reach_it():
     reason = stop_reason(_progress(4.0, 5, 510), target=0.03, budget_s=600, max_rounds=50)
     assert "reached ±4.0 %, target ±3 %" in reason
-    assert "repeats a side would reach it" in reason
+    assert "repeats a side would narrow it to ±3 %" in reason
+
+
+def test_a_wide_interval_reads_as_a_factor_not_a_million_percent():
+    assert _progress(4.0, 3, 0).line(0.03).endswith("±4.0 % (target ±3 %)")
+    assert "±12874x (far from the target)" in _progress(1287388.5, 3, 0).line(0.03)
 
 
 def test_a_measurement_that_cannot_reach_its_precision_stops_at_its_repeats_and_says_so(tmp_path):
@@ -47,7 +56,9 @@ def test_a_measurement_that_cannot_reach_its_precision_stops_at_its_repeats_and_
         "compare", "--measure", "linreg:torch", "linreg:torch:preload", "--precision", "0.01%",
         "--repeats", "3", "--steps", "14", "--warmup", "2", "--trace-steps", "4",
         "--out", str(tmp_path), "--format", "json"])
-    assert result.exit_code == 0, result.output
+    (folder,) = tmp_path.glob("ab-linreg-*")
+    assert result.exit_code == compare_exit_code(*(m.parent for m in folder.glob("*/manifest.json"))), \
+        result.output
     (pair,) = json.loads(result.stdout)["comparisons"]
     assert pair["repeats"] == 3 and len(pair["pair_ratios"]) == 3
     doc = json.loads(result.stdout)
@@ -55,7 +66,6 @@ def test_a_measurement_that_cannot_reach_its_precision_stops_at_its_repeats_and_
     assert warning.startswith("precision ±0.01 % not reached: stopped at the most repeats asked for (3)")
     # Progress went to stderr, round by round, with the interval so far.
     assert "round 3: linreg:torch:preload" in result.stderr
-    (folder,) = tmp_path.glob("ab-linreg-*")
     state = json.loads((folder / "ab.json").read_text())
     assert state["stopped"].startswith("stopped at the most repeats") and state["repeats"] == 3
     # Rounds alternate their order: A B, B A, A B.

@@ -100,3 +100,19 @@ def test_the_default_repeats_tell_a_20_percent_gap_at_this_machines_process_spre
     assert result.ratio == pytest.approx(1.2)
     assert (low > 1.0) is decided
     assert DEFAULT_REPEATS == 5
+
+
+def test_three_agreeing_pairs_within_noise_say_how_often_chance_does_that():
+    """'Within noise' beside '3/3 pairs agree' read as a contradiction: the line says that
+    three pairs agree by chance one time in four (both signs)."""
+    from analysis.renderers.evidence_text import pairs_line
+    from analysis.results.compare import PairComparison, PhaseGap
+    result = repeat_ratio([100.0, 100.0, 100.0], [142.0, 175.0, 122.0])
+    pair = PairComparison("a", "b", "A", "B", 100.0, 146.3, 46.3, [PhaseGap("forward", 1, 1, 0, 1, 0)],
+                          [], False, ratio=result.ratio, ratio_ci95=result.ci95, repeats=3,
+                          repeat_ratio=result)
+    pair.gap_ci95 = (-10.0, 100.0)   # as the repeats' interval: it holds no change
+    assert pair.within_noise
+    assert pairs_line(pair) == ("pair ratios 1.42, 1.75, 1.22 (3/3 pairs agree: slower), as 3 coin "
+                                "flips would 1 time in 4; about 4 repeats a side would tell a gap "
+                                "this size from noise")

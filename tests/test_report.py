@@ -156,3 +156,17 @@ def test_bad_input_exits_2(two_runs, tmp_path, args, fragment):
     paths = [str(two_runs[0])] if args[0].startswith("--") else []
     result = CliRunner().invoke(cli, ["report", *paths, *args, "--out", str(tmp_path / "r.md")])
     assert result.exit_code == 2 and fragment in result.stderr
+
+
+def test_an_ab_folder_reports_the_clis_comparison(ab_folder, tmp_path):
+    """One measurement, one answer: the report's verdict, interval and pair ratios are the
+    ones `gapscope compare FOLDER` prints, its first configuration the baseline."""
+    from analysis.report import write_report
+    printed = CliRunner().invoke(cli, ["compare", str(ab_folder), "--format", "markdown"]).stdout
+    files = write_report([ab_folder], tmp_path / "ab.md")
+    text = files.markdown.read_text()
+    verdicts = [line for line in printed.splitlines() if line.startswith(("**", "- ", "INCONCLUSIVE"))][:2]
+    assert verdicts and all(line in text for line in verdicts), (verdicts, text)
+    assert "pair ratios" in printed and "pair ratios" in text
+    assert "linreg:torch #1" in text and "linreg:torch:preload #2" in text
+    assert "left out above" not in text   # 4 runs, but one comparison of 2 configurations

@@ -509,3 +509,21 @@ def open_trace_viewer(browser, url: str, session: str) -> dict:
               if "trace_viewer" in r["url"] or "tag=trace_viewer" in unquote(r["url"])]
     assert viewer and all(r["url"].startswith(origin + "/") and r["status"] == 200 for r in viewer), viewer
     return shown
+
+
+def test_an_ab_folder_opens_as_the_clis_comparison(chromium, ab_folder, tmp_path):
+    """Issue 35 item 4: the tab pre-ticked two repeats of one configuration and compared it with
+    itself. It ticks two configurations, and shows the verdict lines `compare FOLDER` prints."""
+    import shutil
+
+    from analysis.renderers.compare_columns import verdict_lines
+    from analysis.results.measured import compare_measurement
+    shutil.copytree(ab_folder, tmp_path / ab_folder.name)
+    expected = verdict_lines(compare_measurement(ab_folder))
+    with TensorBoardServer(tmp_path, ready_timeout=60) as server, HeadlessChromium(chromium) as page:
+        open_fresh(page, server.url + "#gapscope")
+        shown = wait_in_gapscope(page, """(doc) => {
+          const items = [...doc.querySelectorAll('[data-view=compare] ul.verdicts li')];
+          return items.length ? items.map((li) => li.textContent) : null;
+        }""")
+    assert shown == expected and any("pair ratios" in line for line in shown), (shown, expected)

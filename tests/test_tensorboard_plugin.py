@@ -207,3 +207,33 @@ def test_a_run_from_a_busy_machine_is_marked_unreliable_in_the_tab(tmp_path, tor
     assert run["breakdown"]["notes"][0].startswith("warning: busy machine: other processes used 61 %")
     # The page marks the step figure where it stands, from that field.
     assert "b.reliable === false" in (STATIC / "index.js").read_text()
+
+
+def test_an_ab_folder_is_one_comparison_in_the_tab(ab_folder, tmp_path):
+    """Its runs carry their A/B folder and configuration, and any two of its configurations
+    compare as the measurement does in the CLI (verdict, interval, pair ratios), never as two
+    single runs."""
+    from analysis.renderers.compare_columns import verdict_lines
+    from analysis.results.measured import compare_measurement
+    logdir = tmp_path / "logs"
+    shutil.copytree(ab_folder, logdir / ab_folder.name)
+    plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+    _, doc = get(plugin, "/runs")
+    runs = {r["name"]: r for r in doc["runs"]}
+    assert {r["measurement"] for r in runs.values()} == {ab_folder.name}
+    by_config = {}
+    for name, r in sorted(runs.items()):
+        by_config.setdefault(r["config"], []).append(name)
+    assert sorted(by_config) == ["linreg:torch", "linreg:torch:preload"]
+    assert all(len(names) == 2 for names in by_config.values())
+    status, compared = get(plugin, "/compare", run=[by_config["linreg:torch"][0],
+                                                    by_config["linreg:torch:preload"][1]])
+    expected = compare_measurement(ab_folder)
+    assert status == 200 and compared["verdicts"] == verdict_lines(expected)
+    (pair,) = compared["comparisons"]
+    assert pair["repeats"] == 2 and pair["pair_ratios"] == [round(r, 4) for r in expected.pairs[0].pair_ratios]
+    # Two repeats of one configuration stay two runs compared as they are.
+    _, same = get(plugin, "/compare", run=by_config["linreg:torch"])
+    assert same["comparisons"][0]["repeats"] == 1
+    assert "defaultCompare" in (STATIC / "index.js").read_text() and "run.config !== first.config" in (
+        STATIC / "index.js").read_text()

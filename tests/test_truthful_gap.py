@@ -15,6 +15,7 @@ from analysis.results.records import PhaseSource
 from analysis.model.run import load_run
 from cli import cli
 from profilers.phases import MARKED_PHASES, PHASES
+from conftest import compare_exit_code
 
 
 def _figures(result):
@@ -138,14 +139,15 @@ def test_measure_runs_configurations_interleaved_and_compare_rereads_the_folder(
             "--steps", "16", "--warmup", "2", "--trace-steps", "4", "--out", str(tmp_path),
             "--format", "json", "--quiet"]
     result = runner.invoke(cli, args)
-    assert result.exit_code == 0, result.output
+    (folder,) = tmp_path.glob("ab-linreg-*")
+    made = [m.parent for m in folder.glob("*/manifest.json")]
+    assert result.exit_code == compare_exit_code(*made), result.output
     doc = json.loads(result.stdout)
     (pair,) = doc["comparisons"]
     assert pair["repeats"] == 2 and pair["unprofiled"]
     assert (pair["a_label"], pair["b_label"]) == ("linreg:torch", "linreg:keras")
     low, high = pair["ratio_ci95"]
     assert low <= pair["ratio"] <= high
-    (folder,) = tmp_path.glob("ab-linreg-*")
     state = json.loads((folder / "ab.json").read_text())
     assert state["status"] == "complete" and state["configs"] == ["linreg:torch", "linreg:keras"]
     # Interleaved, rounds alternating (A B, B A) by start time, each repeat its own process.
@@ -156,7 +158,7 @@ def test_measure_runs_configurations_interleaved_and_compare_rereads_the_folder(
             for names in state["runs"].values() for n in names}
     assert len(pids) == 4
     again = runner.invoke(cli, ["compare", str(folder), "--format", "json"])
-    assert again.exit_code == 0, again.output
+    assert again.exit_code == result.exit_code, again.output
     assert json.loads(again.stdout)["comparisons"][0]["ratio"] == pair["ratio"]
 
 

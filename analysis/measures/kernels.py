@@ -11,6 +11,7 @@ from analysis.events import intervals
 from analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
 from analysis.events.phase_rules import framework_phase, gapscope_phase
 from analysis.events.timeline import PhaseTimeline
+from analysis.measures import fusion, fusion_table
 from analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Event, Trace
 from profilers.phases import PHASES
 
@@ -24,12 +25,8 @@ class WorkSource(enum.StrEnum):
 
 DEVICE_KERNELS, HOST_OPS, XLA_THUNKS = WorkSource
 
-# Inductor's generated kernels and XLA fusions (fusion.3, loop_add_fusion). Inductor names its
-# Triton kernels triton_{poi,red,per,tem}_fused_* (torch >= 2.1), triton_{poi,red,per}_<n>
-# without descriptive names, and triton__0d1d2d... (torch 2.0: the signature alone); each is
-# code Inductor generated for a group of ops, so every kernel named "triton_..." counts.
-# On the CPU: cpp_fused_* and graph_<n>_cpp_fused_* (with kernel profiling on).
-_FUSED = re.compile(r"cpp_fused|^triton_|triton_\w*fused|fusion")
+# Which kernels and ops are fused (Inductor, XLA, TF's graph optimizer, oneDNN, cuBLASLt, cuDNN):
+# fusion_table. Inductor's CPU kernels, itemised or not, decide how a compiled graph is counted.
 _INDUCTOR_KERNEL = re.compile(r"cpp_fused|triton_")
 # TF op events read "<scope path>:<OpType>"; IteratorGetNext hands over the batch (data_load).
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
@@ -63,6 +60,7 @@ class WorkItem:
     nbytes: int | None = None
     launch: Event | None = None      # the host runtime call that launched it (GPU)
     phases: tuple[str, ...] = ()     # XLA: every phase its HLO op was built from
+    fusion: fusion_table.Fused | None = None  # what it fused, where it is a fused op
 
     @property
     def busy_us(self) -> float:
@@ -125,9 +123,9 @@ def _device_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None =
         if e.hlo_op:
             op = hlo.find(e.hlo_module, e.hlo_op) if hlo else None
             phase, phases = (op.phase, op.phases) if op else (UNATTRIBUTED, ())
+        fused = fusion_table.classify(e.hlo_op or e.name) if e.kind == KERNEL else None
         items.append(WorkItem(e.name, e.start_us, [(e.start_us, e.end_us)], step, phase,
-                              bool(_FUSED.search(e.hlo_op or e.name)), e.kind, e.nbytes, launch,
-                              phases))
+                              fused is not None, e.kind, e.nbytes, launch, phases, fused))
     notes = [f"{orphans} device events had no launching host call (correlation): unattributed"] if orphans else []
     return Work(items, DEVICE_KERNELS, len(timeline.steps), in_steps, notes)
 
@@ -145,8 +143,9 @@ def _xla_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None) -> 
         if op is None:
             unknown.add(e.hlo_op)
         phase = op.phase if op else UNATTRIBUTED
+        fused = fusion_table.classify(e.hlo_op)
         items.append(WorkItem(e.hlo_op, e.start_us, [(e.start_us, e.end_us)], step, phase,
-                              bool(_FUSED.search(e.hlo_op)), phases=op.phases if op else ()))
+                              fused is not None, phases=op.phases if op else (), fusion=fused))
     notes = []
     if not hlo:
         notes.append("no HLO metadata (profile HloProto or xla_dump/): XLA ops not mapped to phases")
@@ -181,8 +180,9 @@ def _host_op_work(trace: Trace, timeline: PhaseTimeline) -> Work:
                 name = f"inductor graph {op.name.split()[3][:8]} (kernels not itemised)"
             if _TF_OP.match(op.name):  # TF ops carry their phase in their name, whichever thread ran them
                 phase = gapscope_phase(op.name) or framework_phase(op.name) or phase
-            items.append(WorkItem(name, op.start_us, own, step, phase,
-                                  opaque or bool(_FUSED.search(op.name))))
+            fused = fusion_table.compiled_graph() if opaque else fusion_table.classify(op.name)
+            items.append(WorkItem(name, op.start_us, own, step, phase, fused is not None,
+                                  fusion=fused))
     notes = []
     if opaque_graphs:
         notes.append("Inductor's CPU kernels were not recorded one by one (set "
@@ -230,6 +230,7 @@ class KernelStats:
     top: list[dict]
     mixed_ops: list[dict]               # XLA fusions built from ops of two phases
     notes: list[str]
+    fusion_by_phase: dict[str, dict] = field(default_factory=dict)  # fusion.by_phase
 
     def to_json_dict(self) -> dict:
         return {k: _round(v) for k, v in self.__dict__.items()}
@@ -258,6 +259,7 @@ def kernel_stats(work: Work, top_n: int = 10) -> KernelStats:
         top=_top(kernels, steps, top_n),
         mixed_ops=_mixed(kernels, steps),
         notes=list(work.notes),
+        fusion_by_phase=fusion.by_phase(kernels, steps),
     )
 
 

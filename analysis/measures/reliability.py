@@ -45,6 +45,34 @@ def busy_machine(manifest: dict) -> bool:
     return bool(_load_warnings(manifest.get("machine_load")))
 
 
+def busy_reason(manifest: dict) -> str | None:
+    """The load that made the run's machine busy, in a few words; None on a quiet machine."""
+    return f"busy machine ({load_words([manifest['machine_load']])})" if busy_machine(manifest) else None
+
+
+def busy_load(manifest: dict) -> dict | None:
+    """The machine's load while the run ran, where it made the machine busy; else None."""
+    return manifest["machine_load"] if busy_machine(manifest) else None
+
+
+def is_load_warning(warning: str) -> bool:
+    """A reliability warning about the machine's load (the others are the run's own steps)."""
+    return warning.startswith(("busy machine:", "busy host:"))
+
+
+def load_words(loads: list[dict]) -> str:
+    """What took the cores in the busy `loads`: 'other processes used 41-96 % of the cores'."""
+    def span(key: str, above: float) -> str | None:
+        values = sorted(v for load in loads if (v := _number(load.get(key))) is not None and v > above)
+        if not values:
+            return None
+        return f"{values[0]:.0f}" if round(values[0]) == round(values[-1]) else f"{values[0]:.0f}-{values[-1]:.0f}"
+    others, steal = span("others_cpu_pct", BUSY_OTHERS_PCT), span("steal_pct", BUSY_STEAL_PCT)
+    words = [f"other processes used {others} % of the cores"] if others else []
+    words += [f"other guests took {steal} % of the CPU time (steal)"] if steal else []
+    return " and ".join(words)
+
+
 def _load_warnings(load) -> list[str]:
     if not isinstance(load, dict):
         return []

@@ -137,6 +137,17 @@ def locate(path: str | Path, session: str | None = None) -> Place:
     return _run(path, ForeignTrace)
 
 
+def nested_folders(folder: str | Path) -> list[tuple[Path, str]]:
+    """(path, kind) of each A/B, matrix or sweep folder directly inside a folder of runs: a
+    folder breakdown covers the runs beside them, not theirs, and must say so."""
+    folder = Path(folder)
+    if not folder.is_dir() or (folder / MANIFEST).is_file():
+        return []
+    kinds = ((AB_STATE, "an A/B folder"), (MATRIX_STATE, "a matrix folder"), (SWEEP_STATE, "a sweep folder"))
+    return [(child, kind) for child in sorted(p for p in folder.iterdir() if p.is_dir())
+            for state, kind in kinds if (child / state).is_file()]
+
+
 def _run(path: Path, kind: type[RunPlace], session: str | None = None) -> Place:
     """A run directory or a foreign trace; a job directory where the manifest says so."""
     try:

@@ -276,6 +276,15 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
     """The runs of an A/B folder, per configuration in repeat order (repeat i of every
     configuration ran side by side in time)."""
     folder = Path(folder)
+    configs, names = measurement_names(folder)
+    return [[load_run(inside(folder, name), label=config) for name in repeat_names]
+            for config, repeat_names in zip(configs, names)]
+
+
+def measurement_names(folder: str | Path) -> tuple[list[str], list[list[str]]]:
+    """An A/B folder's configurations, and per configuration its runs' folder names in repeat
+    order; one line where its state is corrupt or the measurement did not finish."""
+    folder = Path(folder)
     try:
         state = state_json.load(folder / AB_STATE)
         configs, runs = state["configs"], state["runs"]
@@ -292,8 +301,7 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
                                  f"({state.get('error') or state.get('status')})")
     if len({len(n) for n in names}) != 1 or not names[0]:
         raise GapscopeInputError(f"{folder}: configurations have different numbers of repeats")
-    return [[load_run(inside(folder, name), label=config) for name in repeat_names]
-            for config, repeat_names in zip(configs, names)]
+    return configs, names
 
 
 def _matrix_rows(folder: Path) -> list[RunEntry]:

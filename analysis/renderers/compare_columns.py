@@ -32,6 +32,15 @@ def ratio_text(pair) -> str:
     return ratio_interval(pair.ratio, pair.ratio_ci95)
 
 
+def _factor_text(pair) -> str:
+    """'144.93x [120.10, 170.20]' in the verdict's direction: a faster run's 0.01x [0.01, 0.01]
+    said nothing the eye could read."""
+    if pair.ratio > 1:
+        return ratio_text(pair)
+    interval = pair.ratio_ci95 and (1 / pair.ratio_ci95[1], 1 / pair.ratio_ci95[0])
+    return ratio_interval(1 / pair.ratio, interval)
+
+
 def verdict_lines(comparison: Comparison) -> list[str]:
     """One line per pair: how much slower or faster, with its interval, or that it is noise;
     with repeats, a second line with the pair ratios they came from."""
@@ -39,15 +48,18 @@ def verdict_lines(comparison: Comparison) -> list[str]:
     for pair in comparison.pairs:
         if pair.ratio is None:
             continue
-        if pair.within_noise:
+        if pair.inconclusive:
+            # No "x faster" here, not even qualified: that figure is what gets quoted.
+            lines.append(f"INCONCLUSIVE: {pair.b_label} vs {pair.a_label}, {pair.inconclusive}: "
+                         f"its gap ({delta(pair.gap_ms, pair.gap_ci95)} ms per step) is no verdict")
+        elif pair.within_noise:
             lines.append(f"{pair.b_label} vs {pair.a_label}: within noise "
                          f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
         else:
             slower = pair.ratio > 1
-            factor = pair.ratio if slower else 1 / pair.ratio
-            lines.append(f"{pair.b_label} is {factor:.2f}x {'slower' if slower else 'faster'} than "
-                         f"{pair.a_label} (ratio {ratio_text(pair)}; gap "
-                         f"{delta(pair.gap_ms, pair.gap_ci95)} ms per step){_where(pair)}")
+            lines.append(f"{pair.b_label} is {_factor_text(pair)} {'slower' if slower else 'faster'} "
+                         f"than {pair.a_label} (gap {delta(pair.gap_ms, pair.gap_ci95)} ms per step)"
+                         f"{_where(pair)}")
         pairs = evidence_text.pairs_line(pair) or _one_process(comparison, pair)
         if pairs:
             lines.append(f"  {pairs}")
@@ -64,8 +76,10 @@ def _one_process(comparison: Comparison, pair) -> str | None:
         return None
     runs = {r.breakdown.name: r.breakdown for r in comparison.runs}
     configs = [config_of(runs[label]) for label in (pair.a_label, pair.b_label)]
-    command = (f"`gapscope compare --measure {' '.join(configs)}`" if all(configs)
-               else "`gapscope compare --measure A B`")
+    if not all(configs):  # a foreign trace or the user's own loop: nothing gapscope can rerun
+        return ("one process each: the drift between processes is not in this interval; run each "
+                "side again in fresh processes before taking the gap as a fact")
+    command = f"`gapscope compare --measure {' '.join(configs)}`"
     return (f"one process each: the drift between processes is not in this interval; "
             f"{command} repeats both and decides")
 
@@ -79,6 +93,8 @@ def _where(pair) -> str:
         return ""
     faults = pair.faults_behind_gap
     faults = f"; {evidence_text.faults_cause(faults)}" if faults else ""
+    fused = pair.fusion_behind_gap
+    faults += f"; {evidence_text.fusion_cause(fused, pair.a_label, pair.b_label)}" if fused else ""
     if pair.layer_leads:
         text = evidence_text.layer_cause(pair.layer, pair.a_label, pair.b_label)
         return f"; {100 * top.share_of_gap:.0f} % of it in {text}{faults}"

@@ -22,6 +22,9 @@ def document(comparison: Comparison) -> dict:
             suggestion_doc["text"] = evidence_text.suggestion(suggestion)
         if pair.cause is not None:
             pair_doc["cause"]["text"] = evidence_text.cause(pair.cause)
+        if pair.fusion_behind_gap is not None:
+            pair_doc["fusion_behind_gap"]["text"] = evidence_text.fusion_cause(
+                pair.fusion_behind_gap, pair.a_label, pair.b_label)
         if pair.faults_behind_gap is not None:
             pair_doc["faults_behind_gap"]["text"] = evidence_text.faults_cause(pair.faults_behind_gap)
     return doc

@@ -10,8 +10,9 @@ from analysis.results.suggestions import Rule, Suggestion
 
 INTERVAL_METHODS = {
     None: "none: a run has too few steps for an interval",
-    IntervalMethod.BOOTSTRAP: ("95 % bootstrap over the steps of each run; drift between processes "
-                               "is not in it: measure with `gapscope compare --measure ... --repeats N`"),
+    # How to get the drift in is said beside the verdict (compare_columns._one_process), where
+    # the runs are known: a user's own loop has no `--measure` command.
+    IntervalMethod.BOOTSTRAP: "95 % bootstrap over the steps of each run; drift between processes is not in it",
     IntervalMethod.REPEATS: ("95 % " + REPEAT_METHOD.replace("interleaved repeats",
                                                              "{repeats} interleaved repeats")
                              + "; ratio = geometric mean over the repeats"),
@@ -31,6 +32,9 @@ def pairs_line(pair: PairComparison) -> str | None:
     side = "slower" if (pair.ratio or 1) > 1 else "faster"
     text = (f"pair ratios {', '.join(f'{r:.2f}' for r in pair.pair_ratios)} "
             f"({pair.pairs_agreeing}/{len(pair.pair_ratios)} pairs agree: {side})")
+    if pair.within_noise and pair.pairs_agreeing == len(pair.pair_ratios):
+        # All pairs on one side yet within noise: few pairs agree by chance that often.
+        text += f", as {len(pair.pair_ratios)} coin flips would 1 time in {2 ** (len(pair.pair_ratios) - 1)}"
     needed = pair.repeats_to_decide
     if needed is not None:
         text += f"; about {needed} repeats a side would tell a gap this size from noise"
@@ -50,10 +54,13 @@ def suggestion(s: Suggestion) -> str:
         Rule.RECOMPILES: lambda: f"{f['compile_in_window_ms']:.1f} ms compiling in steady steps",
         Rule.COMPUTE: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
         Rule.FP32_GPU: lambda: f"forward + backward {100 * f['compute_share']:.0f} %",
+        Rule.FUSED_APART: lambda: (f"the other run fuses them into {f['fused_per_step']:g} ops per step, "
+                                   f"this one runs {f['apart_per_step']:g} apart, {f['extra_ms']:.3f} ms in separate "
+                                   "bias/activation ops"),
         Rule.PAGE_FAULTS: lambda: (f"{f['minor_faults_per_step']:,.0f} page faults per step, about "
                                    f"{f['estimated_ms']:.1f} ms, {100 * f['estimated_share']:.0f} %"),
     }[s.rule]()
-    of_step = "" if s.rule in (Rule.SMALL_KERNELS, Rule.RECOMPILES) else " of the step"
+    of_step = "" if s.rule in (Rule.SMALL_KERNELS, Rule.RECOMPILES, Rule.FUSED_APART) else " of the step"
     if s.already is not None:
         ratio = s.already["ratio"]
         how = (f"{ratio:.2f}x slower than" if ratio > 1 else f"{1 / ratio:.2f}x faster than"
@@ -172,10 +179,43 @@ def _transfers(e: Evidence, a_label: str, b_label: str) -> str:
 
 def _fusion(e: Evidence, a_label: str, b_label: str) -> str:
     fa, fb = e.a, e.b
-    return (f"fusion: {_n(fa['kernels_per_step'])} vs {_n(fb['kernels_per_step'])} kernels per step "
+    text = (f"fusion: {_n(fa['kernels_per_step'])} vs {_n(fb['kernels_per_step'])} kernels per step "
             f"({fa['source']} vs {fb['source']}), fused {_pct(fa['fused_share'])} vs {_pct(fb['fused_share'])} "
             f"of them ({_pct(fa['fused_time_share'])} vs {_pct(fb['fused_time_share'])} of kernel time), "
             f"mean kernel {_us(fa['mean_kernel_us'])} vs {_us(fb['mean_kernel_us'])}")
+    # Which fusions ran where: "forward: keras conv+bias+ReLU 4, ... (91 % of its op time) vs torch none".
+    ba, bb = fa.get("by_phase") or {}, fb.get("by_phase") or {}
+    for phase in [p for p in ba] + [p for p in bb if p not in ba]:
+        text += f"; {phase}: {_fused_in(a_label, ba.get(phase))} vs {_fused_in(b_label, bb.get(phase))}"
+    return text
+
+
+def _fused_in(label: str, facts: dict | None) -> str:
+    if not facts:
+        return f"{label} none fused"
+    kinds = ", ".join(f"{what} {_n(n)}" for what, n in facts["fusions"].items())
+    return f"{label} {kinds} ({_pct(facts['share_of_time'])} of its op time)"
+
+
+def _fused_ops(e: Evidence, a_label: str, b_label: str) -> str:
+    """'fused ops in forward (+64.783 ms, 40 % of the gap): keras fuses conv+bias+ReLU 4, ...;
+    torch runs 11 ops of those parts apart (conv 4, ReLU 5, dense 2): 64.783 ms in its ReLU ops'."""
+    (fast, f), (slow, s) = ((a_label, e.a), (b_label, e.b)) if "fusions" in e.a else ((b_label, e.b), (a_label, e.a))
+    return (f"fused ops in {e.phase} ({_signed(e.delta_ms)} ms{_share(e)}): {fusion_cause(e, a_label, b_label)}; "
+            f"{fast}'s fused ops take {f['fused_ms_per_step']:.3f} ms, {_pct(f['share_of_time'])} of its "
+            f"{e.phase} op time; {slow}'s ops apart: " + ", ".join(
+                f"{r['part']} {_n(r['per_step'])} ({', '.join(r['names'])})" for r in s["apart"]))
+
+
+def fusion_cause(e: Evidence, a_label: str, b_label: str) -> str:
+    """'keras fuses conv+bias+ReLU (4 ops), dense+bias+ReLU (1); torch runs 11 ops apart, 64.783 ms
+    in its separate ReLU': the headline's words for fused ops the slower run runs apart."""
+    (fast, f), (slow, s) = ((a_label, e.a), (b_label, e.b)) if "fusions" in e.a else ((b_label, e.b), (a_label, e.a))
+    fused = ", ".join(f"{r['fuses']} ({_n(r['per_step'])} op{'s' if r['per_step'] != 1 else ''})"
+                      for r in f["fusions"])
+    extra = (f", {s['extra_ms_per_step']:.3f} ms per step in its separate {' and '.join(s['extra_parts'])} ops"
+             if s["extra_parts"] else "")
+    return f"{fast} fuses {fused}; {slow} runs {_n(s['apart_per_step'])} ops of those apart{extra}"
 
 
 def _compile(e: Evidence, a_label: str, b_label: str) -> str:
@@ -236,6 +276,7 @@ def faults_cause(e: Evidence) -> str:
 
 _SAY = {EvidenceKind.KERNELS: _kernels, EvidenceKind.DISPATCH: _dispatch,
         EvidenceKind.TRANSFERS: _transfers, EvidenceKind.FUSION: _fusion,
+        EvidenceKind.FUSED_OPS: _fused_ops,
         EvidenceKind.COMPILE: _compile, EvidenceKind.MIXED_FUSION: _mixed,
         EvidenceKind.UNATTRIBUTED: _unattributed, EvidenceKind.PAGE_FAULTS: _page_faults}
 

@@ -18,11 +18,15 @@ from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.trace import Trace
 from analysis.measures import page_faults
-from analysis.measures.reliability import reliability_warnings
+from analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
 from analysis.measures.variant_notes import variant_notes
 from profilers.errors import GapscopeInputError
 from profilers.executions import updates_in_call
 from profilers.phases import MARKED_PHASES, PHASES
+
+# Traced steps faster than unprofiled ones by more than this: the machine changed between them
+# (a quiet process's steps spread about 4 % here), since a profiler only adds work.
+_LEAST_OVERHEAD_PCT = -10.0
 
 
 class Source(enum.StrEnum):
@@ -55,6 +59,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
         result.notes.append(f"warm-up taken as {run.warmup_steps} updates, not {requested}: it "
                             "ended inside a compiled call of several updates (steps_per_execution)")
     result.reliability_warnings = reliability_warnings(run.manifest, result.step_times_ms)
+    result.busy_load = busy_load(run.manifest)
     result.minor_faults_per_step = page_faults.faults_per_step(run.rows, run.warmup_steps)
     faults = page_faults.note(result.minor_faults_per_step, result.step_stats()["mean"],
                               run.manifest.get("variant"))
@@ -151,7 +156,11 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
     if rows:
         result.compile_ms = compile_ms(rows, run.warmup_steps)
         result.trace_overhead_pct = trace_overhead_pct(rows, run.warmup_steps)
-        if result.trace_overhead_pct is not None:
+        unmeasured = _overhead_unmeasured(result.trace_overhead_pct, run.manifest)
+        if unmeasured:
+            result.notes.append(unmeasured)
+            result.trace_overhead_pct = None
+        elif result.trace_overhead_pct is not None:
             where = ("inside these figures" if raw
                      else "not in these figures (step timers on unprofiled steps)"
                      if result.source == PhaseSource.TIMERS else "taken out of the phases")
@@ -159,6 +168,21 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
                                 f"unprofiled ones: the profiler's own cost, {where}")
     return result
 
+
+
+def _overhead_unmeasured(pct: float | None, manifest: dict) -> str | None:
+    """Why traced against unprofiled steps is no measure of the profiler's cost, where it is
+    not: a busy machine (-58 % and +29533 % were printed as that cost), or traced steps faster
+    by more than steps vary (a profiler adds work, it takes none away)."""
+    if pct is None:
+        return None
+    if busy_machine(manifest):
+        return (f"traced steps took {pct:+.0f}% against unprofiled ones on a busy machine: "
+                "no measure of the profiler's own cost")
+    if pct < _LEAST_OVERHEAD_PCT:
+        return (f"traced steps took {pct:+.0f}% against unprofiled ones: faster with the profiler, "
+                "so the machine changed between them; no measure of the profiler's own cost")
+    return None
 
 
 def trace_steps(run: Run) -> tuple[list[StepBreakdown], list[str]]:

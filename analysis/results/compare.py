@@ -7,8 +7,10 @@ import statistics
 from dataclasses import dataclass, field
 
 from analysis.measures import page_faults
+from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
 from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.results.cause import Cause, CauseKind, biggest_cause
+from analysis.measures.fusion import fused_apart, summary as fusion_summary
+from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
 from analysis.results.layers import LayerCause, layer_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
@@ -55,6 +57,7 @@ class EvidenceKind(enum.StrEnum):
     DISPATCH = "dispatch"          # host time not overlapped by kernel work (other)
     COMPILE = "compile"            # one-time warm-up cost
     FUSION = "fusion"              # kernels per step and their fused share
+    FUSED_OPS = "fused_ops"        # a phase's fused ops in the faster run, run apart in the slower
     MIXED_FUSION = "mixed_fusion"  # fused ops spanning phases, counted in none
     UNATTRIBUTED = "unattributed"  # kernels from no phase scope
     PAGE_FAULTS = "page_faults"    # fresh pages the steps took from the kernel (steps.csv)
@@ -93,6 +96,10 @@ class PairComparison:
     suggestions: list[Suggestion] = field(default_factory=list)  # for the slower run
     repeat_ratio: RepeatRatio | None = None   # with repeats: pair ratios, spread, repeats needed
     cause: Cause | None = None   # the biggest cause inside the leading phase's delta
+    # Why the pair's step times are no fact (a side ran on a busy machine): then no verdict.
+    inconclusive: str | None = None
+    # A side's step time cannot be trusted (a busy machine, steps in two levels).
+    untrusted: bool = False
     layer: LayerCause | None = None  # the layer carrying >= 40 % of the leading phase's delta
 
     @property
@@ -124,6 +131,15 @@ class PairComparison:
         return contains_zero(self.gap_ci95)
 
     @property
+    def fusion_behind_gap(self) -> Evidence | None:
+        """The leading phase's fused ops run apart in the slower run, where the apart ops' time
+        carries a cause's share of the phase's delta (cause.MIN_SHARE)."""
+        top = self.leading_phase
+        return next((e for e in self.evidence if top and e.kind == EvidenceKind.FUSED_OPS
+                     and e.phase == top.phase and e.delta_ms * top.delta_ms > 0
+                     and abs(e.delta_ms) >= MIN_SHARE * abs(top.delta_ms)), None)
+
+    @property
     def faults_behind_gap(self) -> Evidence | None:
         """The page faults, where their estimated cost carries a headline's share of the gap."""
         return next((e for e in self.evidence if e.kind == EvidenceKind.PAGE_FAULTS
@@ -145,7 +161,7 @@ class PairComparison:
                 "gap_ci95": _rounded(self.gap_ci95), "ratio": self.ratio,
                 "ratio_ci95": _rounded(self.ratio_ci95, 4), "within_noise": self.within_noise,
                 "interval_method": self.interval_method and str(self.interval_method), "repeats": self.repeats,
-                "unprofiled": self.unprofiled,
+                "unprofiled": self.unprofiled, "inconclusive": self.inconclusive,
                 "pair_ratios": [round(r, 4) for r in self.pair_ratios],
                 "pairs_agreeing": self.pairs_agreeing if self.pair_ratios else None,
                 "repeats_to_decide": self.repeats_to_decide,
@@ -158,6 +174,8 @@ class PairComparison:
                 "suggestions": [x.to_json_dict() for x in self.suggestions],
                 "devices_differ": self.devices_differ,
                 "cause": _with_layer(self.cause.to_json_dict() if self.cause else None, self.layer),
+                "fusion_behind_gap": None if self.fusion_behind_gap is None else {
+                    "phase": self.fusion_behind_gap.phase, "delta_ms": self.fusion_behind_gap.delta_ms},
                 # The page faults the headline names beside the cause (their facts are in evidence).
                 "faults_behind_gap": None if self.faults_behind_gap is None else {
                     "delta_ms": self.faults_behind_gap.delta_ms,
@@ -170,6 +188,11 @@ class Comparison:
     pairs: list[PairComparison]  # the first run against each other one
     warnings: list[str] = field(default_factory=list)
 
+    @property
+    def inconclusive(self) -> bool:
+        """A pair's step times are no fact (a busy machine): the command says so in its exit code."""
+        return any(p.inconclusive for p in self.pairs)
+
     def to_json_dict(self) -> dict:
         return {"baseline": self.pairs[0].a if self.pairs else None,
                 "runs": [r.to_json_dict() for r in self.runs],
@@ -178,10 +201,12 @@ class Comparison:
 
 
 def compare(runs: list[RunExplanation],
-            repeats: list[list[Breakdown]] | None = None) -> Comparison:
+            repeats: list[list[Breakdown]] | None = None,
+            different_workloads: bool = False) -> Comparison:
     """The first run is the baseline. `repeats`: for each run, the breakdowns of its
     interleaved repeats (A/B measurement), which then give the step times and intervals;
-    the runs themselves (one traced repeat each) give the evidence."""
+    the runs themselves (one traced repeat each) give the evidence. Runs of different
+    workloads are refused unless `different_workloads` asks for them on purpose."""
     if len(runs) < 2:
         raise GapscopeInputError("compare needs at least two runs")
     base = runs[0]
@@ -189,9 +214,12 @@ def compare(runs: list[RunExplanation],
     for other in runs[1:]:
         wa, wb = base.breakdown.workload, other.breakdown.workload
         if wa and wb and wa != wb:
-            raise GapscopeInputError(
-                f"cannot compare different workloads: {base.breakdown.run_id} runs {wa!r}, "
-                f"{other.breakdown.run_id} runs {wb!r}")
+            if not different_workloads:
+                raise GapscopeInputError(
+                    f"{base.breakdown.run_id} runs {wa!r}, {other.breakdown.run_id} runs {wb!r}: a "
+                    "gap between different models (or captures named differently) is no "
+                    "framework's; name the captures alike, or --different-workloads to compare them")
+            warnings.append(f"different workloads compared on purpose: {wa!r} and {wb!r}")
         if not (wa and wb):
             warnings.append(f"workload of {other.breakdown.run_id if wa else base.breakdown.run_id} "
                             "unknown (not a gapscope run directory): make sure both ran the same model")
@@ -202,7 +230,9 @@ def compare(runs: list[RunExplanation],
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
              for i, other in enumerate(runs[1:], start=1)]
     _already_measured(runs, pairs)
-    warnings += _reliability(runs, repeats)
+    sides = [[b.breakdown] for b in runs] if not repeats else repeats
+    busy = _busy_machine(runs, sides, pairs)
+    warnings += ([busy] if busy else []) + _reliability(runs, repeats)
     warnings += _allocator_states(runs, repeats)
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
@@ -229,11 +259,39 @@ def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -
 
 
 def _reliability(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
-    """Each run's (or repeat's) reasons not to trust its step time, named by run."""
+    """Each run's (or repeat's) reasons not to trust its step time, named by run; the
+    machine's load is said once for all runs, by _busy_machine."""
     if not repeats:
-        return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings]
+        return [f"{r.breakdown.name}: {w}" for r in runs for w in r.breakdown.reliability_warnings
+                if not is_load_warning(w)]
     return [f"{run.breakdown.name} repeat {i}: {w}" for run, side in zip(runs, repeats)
-            for i, b in enumerate(side, start=1) for w in b.reliability_warnings]
+            for i, b in enumerate(side, start=1) for w in b.reliability_warnings if not is_load_warning(w)]
+
+
+def _busy_machine(runs: list[RunExplanation], sides: list[list[Breakdown]],
+                  pairs: list[PairComparison]) -> str | None:
+    """One warning naming every run (and how many of its repeats) that ran while other
+    processes took the cores. Each pair with such a side is inconclusive and suggests nothing:
+    on 2 busy cores a 1.5 ms MLP step took 50-230 ms, and a verdict, a cause's size or a
+    'try compile' drawn from that is about the neighbours, not the configuration."""
+    loads = [[b.busy_load for b in side] for side in sides]
+    named = []
+    for run, side_loads in zip(runs, loads):
+        busy = [x for x in side_loads if x]
+        if busy:
+            many = f" ({len(busy)} of {len(side_loads)} repeats)" if len(side_loads) > 1 else ""
+            named.append(f"{run.breakdown.name}{many}")
+    if not named:
+        return None
+    words = load_words([x for side_loads in loads for x in side_loads if x])
+    for i, pair in enumerate(pairs, start=1):
+        which = [n for n, side_loads in ((pair.a_label, loads[0]), (pair.b_label, loads[i]))
+                 if any(side_loads)]
+        if which:
+            pair.inconclusive = f"busy machine while {' and '.join(which)} ran"
+    return (f"busy machine while {', '.join(named)} ran: {words}, so those step times, and every "
+            f"ratio, cause and suggestion drawn from them, are no fact about the configurations; "
+            f"measure on a quiet machine ({THREADS_ADVICE})")
 
 
 def _allocator_states(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
@@ -274,6 +332,7 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
         _repeat_intervals(pair, *sides)
     else:
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
+    pair.untrusted = any(x.reliability_warnings or x.busy_load for side in sides for x in side)
     pair.suggestions = _suggestions(pair, a, b)
     leading = pair.leading_phase
     if leading is not None:
@@ -294,8 +353,9 @@ def _with_layer(cause: dict | None, layer: LayerCause | None) -> dict | None:
 def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:
     """For the slower run (by its mean step), from the phases it is slower in beyond noise
     only: a step gap within noise can still hold one phase that is clearly slower (with
-    three repeats a t-interval is wide), and that phase is worth a hypothesis."""
-    if pair.gap_ms == 0:
+    three repeats a t-interval is wide), and that phase is worth a hypothesis. A suggestion is
+    a hypothesis drawn from the step times: none from a side that cannot be trusted."""
+    if pair.gap_ms == 0 or pair.untrusted:
         return []
     b_slower = pair.gap_ms > 0
     gaps = {g.phase: (g.delta_ms if b_slower else -g.delta_ms) for g in pair.phases
@@ -306,7 +366,20 @@ def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> 
                    if e.kind == EvidenceKind.PAGE_FAULTS), None)
     return suggest(b if b_slower else a, phase_ms, gaps,
                    pair.b_step_ms if b_slower else pair.a_step_ms,
-                   faults and faults["minor_faults_per_step"])
+                   faults and faults["minor_faults_per_step"], _fused_apart_figures(pair, b_slower))
+
+
+def _fused_apart_figures(pair: PairComparison, b_slower: bool) -> dict[str, float] | None:
+    """The slower run's biggest fused-ops finding, in a phase it is slower in beyond noise."""
+    noise = {g.phase for g in pair.phases if g.within_noise}
+    found = [e for e in pair.evidence if e.kind == EvidenceKind.FUSED_OPS and e.phase not in noise
+             and (e.delta_ms > 0) == b_slower and e.delta_ms]
+    if not found:
+        return None
+    e = max(found, key=lambda x: abs(x.delta_ms))
+    fast, slow = (e.a, e.b) if b_slower else (e.b, e.a)
+    return {"fused_per_step": fast["fused_per_step"], "apart_per_step": slow["apart_per_step"],
+            "extra_ms": slow["extra_ms_per_step"]}
 
 
 def _mean_figures(breakdowns: list[Breakdown]) -> dict[str, float]:
@@ -364,6 +437,7 @@ def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap:
             found.append(_dispatch(a, b, g))
         else:
             found.append(_phase_kernels(a, b, g))
+            found += [e for e in [_fused_ops(a, b, g, gap)] if e]
         if g.phase == "data_load":
             found.append(_transfers(a, b, g))
     found.append(_fusion(a, b))
@@ -437,8 +511,24 @@ def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
         return {"kernels_per_step": round(k.per_step, 3), "fused_share": k.fused_share,
                 "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
                 "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS),
-                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source}
+                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source,
+                "by_phase": fusion_summary(k.fusion_by_phase)}
     return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
+
+
+def _fused_ops(a: RunExplanation, b: RunExplanation, g: PhaseGap, gap: float) -> Evidence | None:
+    """The faster run's fused ops in the phase against the slower's ops of the same parts run
+    apart; delta_ms: the time of the slower's apart bias and activation ops (+ when b is slower)."""
+    slower_b = g.delta_ms > 0
+    fast, slow = (a, b) if slower_b else (b, a)
+    found = fused_apart(fast.kernels.fusion_by_phase, slow.kernels.fusion_by_phase, g.phase)
+    if found is None:
+        return None
+    fast_facts, slow_facts, extra = found
+    delta = extra if slower_b else -extra
+    facts_a, facts_b = (fast_facts, slow_facts) if slower_b else (slow_facts, fast_facts)
+    return Evidence(EvidenceKind.FUSED_OPS, g.phase, facts_a, facts_b, round(delta, _DIGITS),
+                    round(delta / gap, 4) if gap else None)
 
 
 def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:

@@ -36,9 +36,15 @@ class Progress:
         for label, r in self.ratios.items():
             interval = "" if r.ci95 is None else f" [{r.ci95[0]:.3f}, {r.ci95[1]:.3f}]"
             width = half_width(r)
-            parts.append(f"{label} {r.ratio:.3f}x{interval}"
-                         + ("" if width is None else f" ±{100 * width:.1f} %"))
+            parts.append(f"{label} {r.ratio:.3f}x{interval}" + _width_text(width))
         return f"round {self.rounds}: {'; '.join(parts)} (target ±{100 * target:g} %)"
+
+
+def _width_text(width: float | None) -> str:
+    """' ±4.2 %'; an interval over 100x wide reads as such (±1287388.5 % was printed)."""
+    if width is None:
+        return ""
+    return f" ±{100 * width:.1f} %" if width <= 1.0 else f" ±{width:.0f}x (far from the target)"
 
 
 def stop_reason(progress: Progress, target: float, budget_s: float, max_rounds: int) -> str | None:
@@ -47,12 +53,13 @@ def stop_reason(progress: Progress, target: float, budget_s: float, max_rounds: 
     widest = progress.widest()
     if progress.rounds >= MIN_ROUNDS and widest is not None and widest <= target:
         return f"precision reached: ±{100 * widest:.1f} % ≤ ±{100 * target:g} % after {progress.rounds} repeats"
-    short = ("" if widest is None else f"; reached ±{100 * widest:.1f} %, target ±{100 * target:g} %"
+    short = ("" if widest is None else f"; reached{_width_text(widest)}, target ±{100 * target:g} %"
              + _needed(progress, target))
     if progress.rounds >= max_rounds:
         return f"stopped at the most repeats asked for ({max_rounds}){short}"
     per_round = progress.elapsed_s / max(progress.rounds, 1)
-    if progress.elapsed_s + per_round > budget_s:
+    # The budget stops no measurement before MIN_ROUNDS: two repeats a side give no spread.
+    if progress.rounds >= MIN_ROUNDS and progress.elapsed_s + per_round > budget_s:
         return f"time budget spent ({_minutes(progress.elapsed_s)} of {_minutes(budget_s)}){short}"
     return None
 
@@ -61,7 +68,10 @@ def _needed(progress: Progress, target: float) -> str:
     needed = [r.repeats_to_reach(target, progress.rounds) for r in progress.ratios.values()]
     if any(n is None for n in needed) or not needed:
         return ""
-    return f"; about {max(needed)} repeats a side would reach it if the spread stays so"
+    # Not to be read beside "repeats to tell the gap from noise" as one figure: it is another
+    # question (how many narrow the interval to the target), so it says which.
+    return (f"; about {max(needed)} repeats a side would narrow it to ±{100 * target:g} % if the "
+            "spread stays so")
 
 
 def _minutes(seconds: float) -> str:

@@ -79,6 +79,9 @@ class Breakdown:
     # Reasons not to take the step time as a fact (a busy machine, steps in two levels):
     # each is also a note, so every view shows it; the JSON marks the figures unreliable.
     reliability_warnings: list[str] = field(default_factory=list)
+    # The machine's load where other processes took the cores meanwhile (None: quiet): the
+    # step time is then no fact about the configuration, and no verdict is drawn from it.
+    busy_load: dict | None = None
     # Mean minor page faults of the steps step_times_ms come from (None: not counted).
     minor_faults_per_step: float | None = None
     # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);

@@ -7,14 +7,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from analysis.measures.stats import RepeatRatio, repeat_ratio
+from analysis.readers.step_rows import MAX_STEP_MS
 from profilers import state_json
-from profilers.errors import GapscopeInputError
+from profilers.errors import EXIT_INCONCLUSIVE, GapscopeInputError
 from profilers.state_json import StateFileError
 
 BASELINE_FORMAT = "gapscope-baseline/1"
 # A baseline is a few hundred bytes; anything far larger is not one.
 MAX_BASELINE_BYTES = 1 << 20
 MAX_REPEATS = 1000
+# No training step is shorter than a microsecond (a kernel launch alone takes several).
+MIN_STEP_MS = 1e-3
 
 
 class Verdict(enum.StrEnum):
@@ -26,7 +29,6 @@ class Verdict(enum.StrEnum):
 
 # check's exit codes: CI fails on a regression; a busy runner's figure is neither pass nor fail.
 EXIT_REGRESSION = 1
-EXIT_INCONCLUSIVE = 3
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,8 @@ def check(baseline: Baseline, config: str, step_ms: list[float], within: list[fl
     warnings = []
     if config != baseline.config:
         warnings.append(f"the baseline measured {baseline.config}, this check {config}")
-    for key in ("host", "cpu", "torch", "tensorflow"):
+    # OMP_NUM_THREADS changes a CPU step several-fold (threads that wait on each other).
+    for key in ("host", "cpu", "torch", "tensorflow", "OMP_NUM_THREADS"):
         then, now = baseline.machine.get(key), machine.get(key)
         if then is not None and now is not None and then != now:
             warnings.append(f"{key} differs from the baseline's: {now} vs {then}")
@@ -125,7 +128,8 @@ def read_baseline(path: str | Path) -> Baseline:
     if not (_positive_list(step_ms) and isinstance(within, list) and len(within) == len(step_ms)
             and all(_number(v) and v >= 0 for v in within)):
         raise GapscopeInputError(f"{path}: corrupt baseline: step_ms must be 1 to {MAX_REPEATS} "
-                                 "positive finite figures, within as many non-negative ones")
+                                 f"step times of {MIN_STEP_MS:g} to {MAX_STEP_MS:g} ms, within as many "
+                                 "non-negative ones")
     config, settings, machine = doc.get("config"), doc.get("settings"), doc.get("machine")
     if not (isinstance(config, str) and config and isinstance(settings, dict)
             and isinstance(machine, dict)):
@@ -138,8 +142,10 @@ def read_baseline(path: str | Path) -> Baseline:
 
 
 def _positive_list(values) -> bool:
+    """1 to MAX_REPEATS step figures a step can take: 1e300 printed a 300-digit figure and 1e-9
+    ms an '88268236869x' ratio, so a baseline holds what steps.csv may (step_rows)."""
     return (isinstance(values, list) and 1 <= len(values) <= MAX_REPEATS
-            and all(_number(v) and v > 0 for v in values))
+            and all(_number(v) and MIN_STEP_MS <= v <= MAX_STEP_MS for v in values))
 
 
 def _number(value) -> bool:

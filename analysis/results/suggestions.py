@@ -33,6 +33,7 @@ class Rule(enum.StrEnum):
     COMPUTE = "compute-bound"
     FP32_GPU = "fp32 compute on a GPU"
     PAGE_FAULTS = "fresh pages every step"
+    FUSED_APART = "fused in the other run, apart here"
 
 
 @dataclass
@@ -80,11 +81,14 @@ def same_config(a: str | None, b: str | None) -> bool:
 
 
 def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
-            step_ms: float, faults_per_step: float | None = None) -> list[Suggestion]:
+            step_ms: float, faults_per_step: float | None = None,
+            fused_apart: dict[str, float] | None = None) -> list[Suggestion]:
     """Suggestions for `run` (a RunExplanation, the slower of its pair) whose step and phases
     take `step_ms` and `phase_ms`. `gaps`: how much slower than the other run each phase is
     (ms; only phases whose gap is not noise). `faults_per_step`: the page faults its steps
-    took (over its repeats); by default its own breakdown's."""
+    took (over its repeats); by default its own breakdown's. `fused_apart`: where the other run
+    fuses ops this one runs apart, in a phase this one is slower in (fused_per_step,
+    apart_per_step, extra_ms: the time of this run's separate bias and activation ops)."""
     b = run.breakdown
     if not (b.workload and b.framework) or step_ms <= 0:
         return []  # a foreign trace: no configuration to change
@@ -117,6 +121,9 @@ def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
     if run.compile.compile_in_window_ms > 0 and any(v.startswith("compile") for v in variants):
         add(Rule.RECOMPILES, [v for v in variants if not v.startswith("cache")] + ["cache64"],
             {"compile_in_window_ms": run.compile.compile_in_window_ms})
+    if fused_apart:
+        # A compiler fuses what the other run's framework fused without one: the test of it.
+        add(Rule.FUSED_APART, _compiled(b.framework, variants), fused_apart)
     compute = (phase_ms["forward"] + phase_ms["backward"]) / step_ms
     if compute >= _COMPUTE_SHARE and gaps.get("forward", 0.0) + gaps.get("backward", 0.0) > 0:
         add(Rule.COMPUTE, _compiled(b.framework, variants), {"compute_share": compute})
@@ -150,10 +157,15 @@ def _config(b, variants: list[str]) -> str:
 
 
 def config_of(b) -> str | None:
-    """WORKLOAD:FRAMEWORK[:VARIANT] of a breakdown's run; None for a foreign trace."""
-    if not (b.workload and b.framework):
+    """WORKLOAD:FRAMEWORK[:VARIANT] of a breakdown's run; None for a foreign trace and for a
+    user's own loop (gapscope cannot run it: a command naming it would fail)."""
+    if not (b.workload and b.framework) or _USER_VARIANT in (b.variant or "").split(","):
         return None
     return _config(b, [v for v in (b.variant or "default").split(",") if v != "default"])
+
+
+# The variant gapscope.capture and capture_keras record (gapscope/user_run.py: USER_VARIANT).
+_USER_VARIANT = "user"
 
 
 def _faster_input(framework: str, variants: list[str]) -> list[str] | None:

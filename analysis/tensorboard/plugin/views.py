@@ -13,11 +13,12 @@ from pathlib import Path
 from analysis.results.breakdown import breakdown
 from analysis.results.compare import compare
 from analysis.results.explain import RunExplanation, explain
+from analysis.results.measured import compare_measurement
 from analysis.renderers import compare_json
 from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results.records import Breakdown
-from analysis.model.run import Run, RunEntry, load_run
+from analysis.model.run import Run, RunEntry, is_measurement, load_run, measurement_names
 from analysis.results.distributed_breakdown import job_breakdown
 from analysis.renderers.job_render import summary_lines
 from analysis.tensorboard.plugin.runs import find_runs
@@ -66,15 +67,20 @@ class Views:
         """Every run with its breakdown (per-step detail left out), or its one-line problem."""
         with self._lock:
             found_jobs: dict = {}
-            analysed = [self._analysed(name, entry)
-                        for name, entry in find_runs(self.logdir, found_jobs).items()]
+            entries = find_runs(self.logdir, found_jobs)
+            analysed = [self._analysed(name, entry) for name, entry in entries.items()]
         labels = folder_labels([a.label for a in analysed], [a.name for a in analysed])
+        configs = _measurement_configs(entries.values())
         documents = []
         for a, label in zip(analysed, labels):
+            path = entries[a.name].path
+            measurement, config = configs.get(path, (None, None))
             document = {"name": a.name, "label": label, "problem": a.problem,
                         "framework": a.run.framework if a.run else None,
                         "traced": a.run is not None and a.run.trace_file is not None,
-                        "breakdown": None}
+                        # An A/B folder's runs: one comparison of its configurations, the CLI's.
+                        "measurement": measurement and _name_under(self.logdir, measurement),
+                        "config": config, "breakdown": None}
             if a.breakdown is not None:
                 try:
                     document["breakdown"] = a.breakdown.to_json_dict()
@@ -147,6 +153,14 @@ class Views:
         untraced, different workloads, fewer than two)."""
         if len(names) < 2:
             return {"error": "select two or more runs to compare"}
+        folder = self._one_measurement(names)
+        if folder is not None:
+            try:
+                with self._lock:
+                    comparison = compare_measurement(folder)
+            except GapscopeInputError as exc:
+                return {"error": one_line(exc)}
+            return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison)}
         explanations = []
         with self._lock:
             every = {name: self._analysed(name, entry) for name, entry in find_runs(self.logdir).items()}
@@ -171,6 +185,17 @@ class Views:
         # The CLI's own verdict lines ("... is 1.30x slower ...", "within noise").
         return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison)}
 
+    def _one_measurement(self, names: list[str]) -> Path | None:
+        """The A/B folder that holds every run named, where they are runs of two or more of its
+        configurations; else None (runs compared as they are)."""
+        entries = [self._entry(name) for name in names]
+        paths = [e.path for e in entries]
+        if None in paths or len({p.parent for p in paths}) != 1 or not is_measurement(paths[0].parent):
+            return None
+        configs = _measurement_configs(entries)
+        named = {configs[p][1] for p in paths if p in configs}
+        return paths[0].parent if len(named) >= 2 else None
+
     def _entry(self, name: str) -> RunEntry:
         entry = find_runs(self.logdir).get(name)
         if entry is None:
@@ -194,6 +219,30 @@ class Views:
                 a.problem = _problem(name, exc)
         self._cache[name] = a
         return a
+
+
+def _measurement_configs(entries) -> dict[Path, tuple[Path, str]]:
+    """Each run path inside a finished A/B folder -> (the folder, its configuration)."""
+    found, seen = {}, set()
+    for entry in entries:
+        folder = entry.path and entry.path.parent
+        if folder is None or folder in seen or not is_measurement(folder):
+            continue
+        seen.add(folder)
+        try:
+            configs, names = measurement_names(folder)
+        except GapscopeInputError:  # an unfinished or corrupt one: its runs stand alone
+            continue
+        found.update({folder / name: (folder, config)
+                      for config, repeat_names in zip(configs, names) for name in repeat_names})
+    return found
+
+
+def _name_under(logdir: Path, folder: Path) -> str:
+    try:
+        return str(folder.relative_to(logdir))
+    except ValueError:
+        return folder.name
 
 
 def folder_labels(labels: list[str], names: list[str]) -> list[str]:

@@ -31,9 +31,16 @@ async function reload() {
   draw();
 }
 
-// The first two traced runs of one workload: the comparison a user opens gapscope for.
+// The first two traced runs of one workload: the comparison a user opens gapscope for. In an
+// A/B folder, two of its configurations (never two repeats of one), which the server answers
+// with the measurement's own comparison, as `gapscope compare FOLDER` does.
 function defaultCompare(ok) {
   const traced = ok.filter((run) => run.traced);
+  for (const first of traced.filter((run) => run.measurement)) {
+    const other = traced.find((run) => run.measurement === first.measurement &&
+        run.config !== first.config);
+    if (other) return [first.name, other.name];
+  }
   for (const first of traced) {
     const other = traced.find((run) => run !== first &&
         run.breakdown.workload === first.breakdown.workload);
