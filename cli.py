@@ -174,8 +174,9 @@ def trace_rules_options(command):
                           "e.g. --phase 'data_load=## sparse_data_dist ##'"),
         click.option("--step-marker", default=None, metavar="NAME",
                      help="Each range or op named NAME (* and ? as in --phase) is one step, "
-                          "instead of ProfilerStep#N. Without step markers the whole trace is "
-                          "one window."),
+                          "instead of ProfilerStep#N; short ranges (Optimizer.step*) are the "
+                          "boundaries between steps. Without step markers, steps run between "
+                          "optimizer steps, else the whole trace is one window."),
     ]
     return functools.reduce(lambda c, option: option(c), reversed(options), with_rules)
 

@@ -116,9 +116,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--events", type=int, default=TraceShape.events,
                         help="size of the generated trace (default %(default)s)")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="instead: this tree's reader against COMMIT's (e.g. 69ecc53), "
+                             "interleaved, plain and gzip, each read in its own process")
     args = parser.parse_args(argv)
 
     path = trace_to_time(args.trace, args.events)
+    if args.against:
+        from benchmarks.reader_versions import compare_versions
+        print(compare_versions(path, args.against, args.repeats))
+        return 0
     events = count_events(path)
 
     timings = [time_runs("(a) stdlib json.load", load_json, path, args.repeats),

@@ -270,13 +270,29 @@ def test_item_sync_is_named_in_its_phase():
 
 # --- no step markers ---------------------------------------------------------------------------
 
-def test_trace_without_step_markers_is_one_window_with_a_warning():
+def test_trace_without_step_markers_takes_iterations_between_optimizer_steps():
     result = breakdown(load_run(NO_MARKERS))
+    result.self_check()
+    (step,) = result.steps  # [560, 1160]: the first iteration, up to 560, is warm-up
+    assert step.step_ms == pytest.approx(0.600)
+    assert step.phase_ms == pytest.approx({"data_load": 0.100, "forward": 0.090, "backward": 0.140,
+                                           "optimizer": 0.100, "other": 0.170})
+    assert any("1 iteration(s) taken between optimizer steps" in n and "the first (0.510 ms" in n
+               for n in result.notes)
+    assert not any(n.startswith("warning:") for n in result.notes)
+
+
+def test_trace_without_step_markers_or_optimizer_steps_is_one_window_with_a_warning(tmp_path):
+    doc = json.loads(next(NO_MARKERS.glob("*.pt.trace.json")).read_text())
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith("Optimizer.step#")]
+    path = tmp_path / "worker0.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    result = breakdown(load_run(path))
     result.self_check()
     (step,) = result.steps
     assert step.step_ms == pytest.approx(1.250)   # 50 .. 1300 us
     assert step.phase_ms == pytest.approx({"data_load": 0.200, "forward": 0.0, "backward": 0.280,
-                                           "optimizer": 0.200, "other": 0.570})
+                                           "optimizer": 0.0, "other": 0.770})
     warnings = [n for n in result.notes if n.startswith("warning:")]
     assert len(warnings) == 1 and "no step markers" in warnings[0] and "one step" in warnings[0]
     assert "--step-marker" in warnings[0] and "1.250 ms" in warnings[0]
@@ -368,3 +384,111 @@ def _steps(*spec):
 ])
 def test_cut_off_rule(spec, kept):
     assert len(phase_timeline(_steps(*spec)).steps) == kept
+
+
+DDP_FORWARD = FOREIGN / "ddp_forward"
+
+
+@pytest.mark.parametrize("wrapper,forward_ms,origin", [
+    ("DistributedDataParallel.forward", 0.45, "framework markers"),
+    ("FullyShardedDataParallel.forward", 0.45, "framework markers"),
+    ("SomeOtherWrapper.forward", 0.2, "inferred")])
+def test_a_distributed_wrappers_range_is_forward_with_the_loss_after_it(tmp_path, wrapper, forward_ms, origin):
+    text = next(DDP_FORWARD.glob("*.pt.trace.json")).read_text().replace("DistributedDataParallel.forward", wrapper)
+    path = tmp_path / "rank0.pt.trace.json"
+    path.write_text(text)
+    result = breakdown(load_run(path))
+    assert result.phases["forward"].ms == pytest.approx(forward_ms)
+    assert result.phase_sources["forward"] == origin
+
+
+ITERATIONS = FOREIGN / "optimizer_iterations"
+
+
+def _optimizer_starts(folder: Path) -> list[float]:
+    doc = json.loads(next(folder.glob("*.pt.trace.json")).read_text())
+    return [e["ts"] for e in doc["traceEvents"] if e["name"].startswith("Optimizer.step#")]
+
+
+@pytest.mark.parametrize("side", ["nw0", "nw4"])
+def test_iterations_without_markers_match_optimizer_to_optimizer_times(side):
+    """Each iteration within 2 % of the time from one optimizer step to the next (the truth, read
+    straight from the trace), the first (cold) one left out."""
+    starts = _optimizer_starts(ITERATIONS / side)
+    truth = [(b - a) / 1000 for a, b in zip(starts, starts[1:])]
+    result = breakdown(load_run(ITERATIONS / side))
+    result.self_check()
+    assert len(result.steps) == len(truth) == 5
+    for step, want in zip(result.steps, truth):
+        assert step.step_ms == pytest.approx(want, rel=0.02)
+
+
+def test_compare_of_traces_without_markers_names_the_faster_side(runner):
+    result = runner.invoke(cli, ["compare", str(ITERATIONS / "nw0"), str(ITERATIONS / "nw4"), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    pair = json.loads(result.stdout)["comparisons"][0]
+    assert pair["b_step_ms"] / pair["a_step_ms"] == pytest.approx(1.2 / 1.6)  # nw4 1.33x faster
+    assert not any("no steps" in w for w in json.loads(result.stdout)["warnings"])
+
+
+def test_compare_of_single_window_traces_says_so_first(runner, tmp_path):
+    """Without optimizer steps either, each side is one window: the verdict's first line says so,
+    as does the first of the JSON warnings."""
+    for side in ("nw0", "nw4"):
+        doc = json.loads(next((ITERATIONS / side).glob("*.pt.trace.json")).read_text())
+        doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith("Optimizer.step#")]
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "worker0.pt.trace.json").write_text(json.dumps(doc))
+    args = ["compare", str(tmp_path / "nw0"), str(tmp_path / "nw4")]
+    table = runner.invoke(cli, args)
+    assert table.exit_code == 0, table.output
+    first = table.stdout.splitlines()[0]
+    assert first.startswith("warning: nw0 has no steps: its whole trace is analysed as one step")
+    doc = json.loads(runner.invoke(cli, args + ["--format", "json"]).stdout)
+    assert doc["warnings"][0].startswith("nw0 has no steps") and doc["warnings"][1].startswith("nw4 has no steps")
+    markdown = runner.invoke(cli, args + ["--format", "markdown"]).stdout
+    assert markdown.startswith("**warning: nw0 has no steps")
+
+
+def test_two_trace_files_of_one_name_are_labelled_by_their_folders(runner):
+    files = [str(next((ITERATIONS / side).glob("*.pt.trace.json"))) for side in ("nw0", "nw4")]
+    assert Path(files[0]).name == Path(files[1]).name
+    doc = json.loads(runner.invoke(cli, ["compare", *files, "--format", "json"]).stdout)
+    name = Path(files[0]).name
+    pair = doc["comparisons"][0]
+    assert [pair["a_label"], pair["b_label"]] == [f"nw0/{name}", f"nw4/{name}"]
+
+
+def test_keras_optimizer_ops_between_backward_ops_are_one_boundary():
+    """A TF optimizer runs one op per variable: the ops of one update, with no backward op
+    between them, end one iteration together (three updates: two iterations of 1000 µs)."""
+    events = []
+    for base in (0, 1000, 2000):
+        events += [_host("sequential/dense/MatMul:MatMul", HOST_OP, base + 100, 200),
+                   _host("gradient_tape/sequential/dense/MatMul_1:MatMul", HOST_OP, base + 400, 300),
+                   _host("sgd/AssignSubVariableOp:AssignSubVariableOp", HOST_OP, base + 750, 50),
+                   _host("sgd/AssignSubVariableOp_1:AssignSubVariableOp", HOST_OP, base + 850, 50)]
+    timeline = phase_timeline(Trace("xplane", "keras", events))
+    assert [(s.start_us, s.dur_us) for s in timeline.steps] == [(900, 1000), (1900, 1000)]
+    assert timeline.phase_ms(0)["optimizer"] == pytest.approx(0.1)
+
+
+@pytest.fixture(scope="module")
+def stepless_torch_trace(tmp_path_factory):
+    import user_loops
+    return user_loops.torch_profile_without_steps(tmp_path_factory.mktemp("stepless"))
+
+
+def test_a_real_loop_without_prof_step_is_cut_at_its_optimizer_steps(stepless_torch_trace):
+    """torch.profiler around six iterations, no prof.step(): five iterations, each from one
+    Optimizer.step's end to the next's, the first left out as warm-up; every phase found."""
+    doc = json.loads((stepless_torch_trace / "worker0.pt.trace.json").read_text())
+    ends = sorted(e["ts"] + e["dur"] for e in doc["traceEvents"]
+                  if e.get("ph") == "X" and e["name"].startswith("Optimizer.step#"))
+    assert len(ends) == 6
+    result = breakdown(load_run(stepless_torch_trace))
+    result.self_check()
+    assert [s.step_ms for s in result.steps] == pytest.approx(
+        [(b - a) / 1000 for a, b in zip(ends, ends[1:])], abs=1e-6)
+    assert result.unidentified_phases == []
+    assert any("5 iteration(s) taken between optimizer steps" in n for n in result.notes)

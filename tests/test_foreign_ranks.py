@@ -230,3 +230,44 @@ def test_scaling_against_sampled_ranks_says_the_gap_is_a_bound():
     doc = json.loads(result.stdout)
     assert "sampled_ranks x8: 2 of 8 ranks present: its job step is a lower bound, and so the gap" \
         in doc["warnings"]
+
+
+GENERIC_NCCL = FOREIGN / "generic_nccl"
+
+
+def test_generic_nccl_kernels_take_their_kind_from_the_launching_range(tmp_path):
+    """ncclDevKernel_Generic names no collective: record_param_comms, nccl:* or c10d::* around its
+    launch does, and an hccl:* range (Ascend's) as well; with none, it is still communication."""
+    kinds = [c.kind for c in find_collectives(*_read(_trace(GENERIC_NCCL)))]
+    assert kinds == ["all_reduce", "all_to_all", "all_reduce", "all_to_all"]
+    doc = json.loads(_trace(GENERIC_NCCL).read_text())
+    for event in doc["traceEvents"]:  # the all-to-alls named by an hccl: range alone
+        if event["name"] == "nccl:all_to_all":
+            event["name"] = "hccl:all_to_all"
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if e["name"] != "c10d::alltoall_" and
+                          (e.get("args") or {}).get("Collective name") != "all_to_allv"]
+    hccl = tmp_path / "hccl.pt.trace.json"
+    hccl.write_text(json.dumps(doc))
+    assert [c.kind for c in find_collectives(*_read(hccl))] == kinds
+    doc["traceEvents"] = [e for e in doc["traceEvents"] if not e["name"].startswith(
+        ("c10d::", "nccl:", "hccl:", "record_param_comms"))]
+    bare = tmp_path / "bare.pt.trace.json"
+    bare.write_text(json.dumps(doc))
+    found = find_collectives(*_read(bare))
+    assert [c.kind for c in found] == ["unnamed"] * 4
+    assert [c.end_us - c.start_us for c in found] == [150, 100, 150, 100]
+
+
+def test_an_hccl_range_is_communication_in_other(tmp_path):
+    """A host range of Ascend's collective library is the rank waiting on its peers, not dispatch."""
+    doc = json.loads(_trace(LONE_GLOO).read_text())
+    renamed = 0
+    for event in doc["traceEvents"]:
+        if event["name"].startswith("gloo:"):
+            event["name"] = "hccl:" + event["name"][5:]
+            renamed += 1
+    assert renamed
+    path = tmp_path / "hccl.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    parts = breakdown(load_run(path)).to_json_dict()["phases"]["other"]["parts"]
+    assert parts.get("communication", 0) == pytest.approx(0.3)

@@ -20,6 +20,7 @@ from analysis.model.locate import ForeignRanks, ForeignTrace, locate
 from analysis.model.run import load_run
 from analysis.readers.run_dir import find_files
 from analysis.readers.torch_trace import read_torch_trace
+from analysis.results.breakdown import breakdown
 from analysis.results.distributed_breakdown import breakdown_of
 from cli import cli
 from profilers.errors import GapscopeInputError
@@ -358,3 +359,109 @@ def test_gapscope_reads_back_its_xspace_export_of_a_torch_trace(tmp_path, runner
                                       ("Memcpy DtoD (Device -> Device)", "D2D"), ("FillBuffer", "other")])
 def test_rocm_copy_names_have_their_direction(name, way):
     assert direction(name) == way
+
+
+def test_a_folder_of_json_files_that_are_no_trace_names_each_and_why(tmp_path):
+    """A folder's .json files that are no torch trace are skipped, and the refusal says which
+    and why: another tool's Chrome trace, JSON that is no object, traceEvents past the head."""
+    (tmp_path / "tf_viewer.json").write_text(json.dumps(
+        {"traceEvents": [{"ph": "X", "name": "MatMul", "pid": 1, "tid": 1, "ts": 0, "dur": 5}]}))
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / "late.json").write_text('{"metadata": "' + "x" * (300 << 10) + '", "traceEvents": []}')
+    result = CliRunner().invoke(cli, ["breakdown", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "holds no trace file; skipped" in result.output
+    assert "tf_viewer.json (traceEvents without Kineto's keys or event categories" in result.output
+    assert "list.json (not a JSON object)" in result.output
+    assert "late.json (no traceEvents in its first 256 kB)" in result.output
+
+
+MTIA = Path(__file__).parent / "fixtures" / "foreign" / "mtia"
+
+
+@pytest.mark.parametrize("process,device_ops", [("MTIA 0", 4), ("XPU 0", 4), ("python worker", 0)])
+def test_device_events_are_known_by_their_track_not_their_names(tmp_path, process, device_ops):
+    """A device category the reader has no name for counts as device work on a process named
+    after a device; elsewhere it is no kernel."""
+    doc = json.loads(next(MTIA.glob("*.pt.trace.json")).read_text())
+    for event in doc["traceEvents"]:
+        if event.get("cat") == "mtia_ccp_events":
+            event["cat"] = "accelerator_op"
+        if event["ph"] == "M" and event["pid"] == 1:
+            event["args"]["name"] = process
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(json.dumps(doc))
+    trace = read_torch_trace(path)
+    kernels = [e for e in trace.events if e.kind == "kernel"]
+    assert len(kernels) == device_ops
+    assert all(e.track == "device/1/3" for e in kernels)
+
+
+def test_device_work_past_the_last_host_event_gets_a_note(tmp_path):
+    """The last backward op's device op made to run to 3520 µs, the host's last event ending at
+    3000: 0.52 ms of device time after it, said in the kernels' notes."""
+    doc = json.loads(next(MTIA.glob("*.pt.trace.json")).read_text())
+    (last,) = [e for e in doc["traceEvents"] if e.get("name") == "fc_bwd_kernel" and e["ts"] == 2520]
+    last["dur"] = 1000
+    (tmp_path / "w.pt.trace.json").write_text(json.dumps(doc))
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path), str(MTIA), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    runs = json.loads(result.stdout)["runs"]
+    assert "1 device event(s) run past the last host event: 0.520 ms of device time after it" \
+        in " ".join(runs[0]["kernels"]["notes"])
+    assert not any("past the last host event" in n for n in runs[1]["kernels"]["notes"])
+
+
+def test_xspace_steps_from_group_ids_where_no_steps_line(tmp_path):
+    """Without the device's Steps line, the group_id the profiler gave each host event of a step
+    makes the steps: each spans its group's host events (1000-1900 and 2000-2900 µs)."""
+    import importlib.util
+    make = Path(__file__).parent / "fixtures" / "foreign" / "xspace_steps" / "make.py"
+    spec = importlib.util.spec_from_file_location("xspace_steps_make", make)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    path = tmp_path / "worker0.xplane.pb"
+    path.write_bytes(module.space(with_steps_line=False).SerializeToString())
+    result = breakdown(load_run(path))
+    assert [(s.step, s.step_ms) for s in result.steps] == [(1, pytest.approx(0.9)), (2, pytest.approx(0.9))]
+    assert result.phases["backward"].ms == pytest.approx(0.28)
+
+
+def test_a_jax_xspace_is_labelled_jax(tmp_path):
+    """JAX's jitted call (PjitFunction(train_step)) and its XLA module jit_train_step mark the
+    XSpace as JAX's, not TensorFlow's; a TF XSpace stays tensorflow."""
+    from xspace_builder import PlaneBuilder, new_space
+    space = new_space()
+    host = PlaneBuilder(space, 1, "/host:CPU")
+    python = host.line(10, "python3")
+    for base in (0, 100):
+        host.event(python, "PjitFunction(train_step)", base, 90)
+        host.event(python, "dot.1", base + 10, 50, hlo_op="dot.1", hlo_module="jit_train_step")
+    path = tmp_path / "jax" / "host.xplane.pb"
+    path.parent.mkdir()
+    path.write_bytes(space.SerializeToString())
+    result = CliRunner().invoke(cli, ["breakdown", str(path.parent), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["framework"] == "jax"
+    tf = CliRunner().invoke(cli, ["breakdown", str(Path(__file__).parent / "fixtures" / "foreign"
+                                                    / "xspace_steps"), "--format", "json"])
+    assert json.loads(tf.stdout)["framework"] == "tensorflow"
+
+
+def test_xspace_steps_lines_of_two_gpus_are_the_steps_once(tmp_path):
+    """MirroredStrategy: each GPU plane carries the same Steps line; the job has its steps once."""
+    import importlib.util
+    from xspace_builder import PlaneBuilder
+    make = Path(__file__).parent / "fixtures" / "foreign" / "xspace_steps" / "make.py"
+    spec = importlib.util.spec_from_file_location("xspace_steps_make", make)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    space = module.space()
+    second = PlaneBuilder(space, 3, "/device:GPU:1")
+    steps = second.line(1, "Steps")
+    for group, base in ((1, 1000), (2, 2000)):
+        second.event(steps, str(group), base + 5, 990, group_id=group)
+    path = tmp_path / "worker0.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    result = breakdown(load_run(path))
+    assert [(s.step, s.step_ms) for s in result.steps] == [(1, pytest.approx(1.0)), (2, pytest.approx(1.0))]

@@ -125,3 +125,18 @@ def test_a_dev_zero_link_and_a_fifo_added_after_start_up_never_reach_the_plugins
         assert "a character device" in runs["zero_run"]["problem"]
         assert "a FIFO" in runs["fifo_run"]["problem"]
         assert runs["late"]["problem"] is None
+
+
+def test_a_file_link_out_of_the_logdir_never_reaches_the_plugins(tmp_path):
+    logdir = tmp_path / "logdir"
+    (logdir / "run").mkdir(parents=True)
+    shutil.copy(FIXTURE, logdir / "run" / "w.1.pt.trace.json")
+    (logdir / "run" / "passwd.pt.trace.json").symlink_to("/etc/passwd")
+    (logdir / "run" / "inside.pt.trace.json").symlink_to(logdir / "run" / "w.1.pt.trace.json")
+    shadow = ShadowLogdir(logdir)
+    try:
+        shadow.refresh()
+        assert sorted(_tree(shadow.path)) == ["run/inside.pt.trace.json", "run/w.1.pt.trace.json"]
+        assert shadow.skipped == {Path("run/passwd.pt.trace.json"): "a link to a file outside the logdir"}
+    finally:
+        shadow.stop()

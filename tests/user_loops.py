@@ -74,6 +74,27 @@ def torch_profiler_tutorial(out: Path) -> Path:
     return out
 
 
+def torch_profile_without_steps(out: Path, iterations: int = 6) -> Path:
+    """The DataLoader tutorials' shape: one profiler context around a whole loop, no schedule and
+    no prof.step(), so the trace holds no ProfilerStep; writes `out`/worker0.pt.trace.json."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    torch.manual_seed(0)
+    loader = DataLoader(TensorDataset(torch.randn(256 * iterations, 100), torch.randint(0, 10, (256 * iterations,))),
+                        batch_size=256)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with torch.profiler.profile() as prof:
+        for inputs, targets in loader:
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
+    out.mkdir(parents=True, exist_ok=True)
+    prof.export_chrome_trace(str(out / "worker0.pt.trace.json"))
+    return out
+
+
 def keras_fit(out: Path, steps_per_execution: int = 1):
     """`model.fit` on a compiled Sequential model, as the Keras guides write it."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")

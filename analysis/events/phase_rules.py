@@ -21,6 +21,10 @@ class PhaseOrigin(enum.StrEnum):
 
 _TORCH_MARKERS = (
     ("enumerate(DataLoader)#", "data_load"),
+    # The distributed wrappers' record_function around the model's forward (the loss after it
+    # is outside: timeline adds it as it infers forward).
+    ("DistributedDataParallel.forward", "forward"),
+    ("FullyShardedDataParallel.forward", "forward"),
     ("Optimizer.step#", "optimizer"),
     ("Optimizer.zero_grad#", "optimizer"),
     ("autograd::engine::evaluate_function:", "backward"),

@@ -1,5 +1,6 @@
-"""Where a trace's steps are: the user's --step-marker, else its step events, else the whole trace
-as one window; and the last step, where the profiler stopped inside it."""
+"""Where a trace's steps are: the user's --step-marker, else its step events, else its iterations
+between optimizer steps, else the whole trace as one window; and the last step, where the
+profiler stopped inside it."""
 from __future__ import annotations
 
 import re
@@ -8,11 +9,13 @@ import statistics
 import numpy as np
 
 from analysis.events.columns import code
+from analysis.events.iterations import between_boundaries, marked_boundaries, optimizer_iterations
 from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 from analysis.events.trace_rules import TraceRules
 from analysis.events.tracks import outermost
 
 WHOLE_TRACE = "whole trace"
+ONE_WINDOW = "is analysed as one step"  # in the warning of a trace read as one window
 _MARKER_KINDS = (ANNOTATION, HOST_OP, STEP)
 _NUMBER = re.compile(r"#(\d{1,18})$")
 
@@ -22,15 +25,25 @@ def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str
     was looked for)."""
     columns = trace.columns
     if rules.step_marker is not None:
-        steps = marked_steps(trace, rules)
-        if steps:
+        steps, rows = marked_steps(trace, rules)
+        boundaries = marked_boundaries(trace, rows)
+        if boundaries:
+            # Ranges that are a part of each step (Optimizer.step): the steps lie between them.
+            steps, note = between_boundaries(trace, boundaries, f"--step-marker {rules.step_marker!r} "
+                                             "ranges (too short to enclose a step)")
+            if steps:
+                return steps, [note]
+        elif steps:
             return steps, []
         why = f"no host event matches --step-marker {rules.step_marker!r}"
     else:
         rows = np.flatnonzero(columns.kind_codes() == code(STEP))
         if len(rows):
             return sorted((columns.event(int(row)) for row in rows), key=lambda e: e.start_us), []
-        why = "the trace holds no step markers (ProfilerStep#N, a TF step_num)"
+        steps, note = optimizer_iterations(trace)
+        if steps:
+            return steps, [note]
+        why = "the trace holds no step markers (ProfilerStep#N, a TF step_num) nor two optimizer steps"
     host = np.flatnonzero(columns.on_host())
     # A device-only capture still has its kernels and copies to measure: its window is the
     # span of the device events, and no host phase can be found in it.
@@ -44,13 +57,21 @@ def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str
     track = columns.wheres[columns.where[rows[0]]][1]
     window = Event(WHOLE_TRACE, STEP, start, end - start, track)
     return [window], [f"warning: {why}: the whole trace ({(end - start) / 1000:.3f} ms of {what}) "
-                      "is analysed as one step; name the range or op that marks a step with "
-                      "--step-marker"]
+                      f"{ONE_WINDOW}; name the range or op that marks a step with --step-marker"]
 
 
-def marked_steps(trace: Trace, rules: TraceRules) -> list[Event]:
+def single_window_warnings(breakdowns) -> list[str]:
+    """For a compare: each run whose trace was analysed as one window, whose "step" is then
+    the whole trace, cold start included, so that the verdict may be reversed."""
+    return [f"{b.name} has no steps: its whole trace {ONE_WINDOW}, cold start included, so this "
+            "verdict may be wrong (give --step-marker)"
+            for b in breakdowns if any(ONE_WINDOW in note for note in b.notes)]
+
+
+def marked_steps(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[int]]:
     """Each outermost host range or op named like --step-marker is one step (a marker that also
-    names ranges nested in a step counts that step once); its number is a '#N' the name ends in."""
+    names ranges nested in a step counts that step once); its number is a '#N' the name ends in.
+    Also their rows, which may be boundaries between steps rather than steps."""
     columns = trace.columns
     kinds = columns.kind_codes()
     wanted = np.array([rules.is_step_marker(name) for name in columns.names], bool)
@@ -64,7 +85,7 @@ def marked_steps(trace: Trace, rules: TraceRules) -> list[Event]:
         number = _NUMBER.search(event.name)
         steps.append(Event(event.name, STEP, event.start_us, event.dur_us, event.track,
                            int(number.group(1)) if number else None))
-    return steps
+    return steps, kept
 
 
 def cut_off_last(steps: list[Event], phase_ms: list[dict[str, float]]) -> str | None:

@@ -162,12 +162,25 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
             by_phase["data_load"] = intervals.merge(by_phase["data_load"] + copies)
     else:
         copies = []
-    if origins["forward"] == PhaseOrigin.MISSING and origins["backward"] != PhaseOrigin.MISSING:
+    # A torch trace of ops with no autograd op and no optimizer anywhere is inference (an
+    # inference_mode loop): those two phases do not apply, and forward runs to the step's end.
+    # (An XLA or TF trace whose marks cannot be read may be training all the same.)
+    inference = (trace.source_format == "torch" and origins["backward"] == PhaseOrigin.MISSING
+                 and origins["optimizer"] == PhaseOrigin.MISSING
+                 and bool(((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))).any())
+                 and not any("autograd" in name for name in columns.names))
+    if inference:
+        origins["backward"] = origins["optimizer"] = PhaseOrigin.NOT_APPLICABLE
+    # A framework's forward is a wrapper's range (DistributedDataParallel.forward): the loss
+    # computed after it is forward's too, found as an unmarked forward is.
+    if origins["forward"] in (PhaseOrigin.MISSING, PhaseOrigin.FRAMEWORK) \
+            and (origins["backward"] != PhaseOrigin.MISSING or inference):
         ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
-        forward = _infer_forward(starts[ops], ends[ops], steps, by_phase)
+        forward = _infer_forward(starts[ops], ends[ops], steps, by_phase, to_step_end=inference)
         if forward:
-            by_phase["forward"] = forward
-            origins["forward"] = PhaseOrigin.INFERRED
+            by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
+            if origins["forward"] == PhaseOrigin.MISSING:
+                origins["forward"] = PhaseOrigin.INFERRED
     return by_phase, origins, copies
 
 
@@ -187,14 +200,18 @@ def _claim(name: str, rules: TraceRules) -> tuple[str, PhaseOrigin] | None:
     return (phase, PhaseOrigin.FRAMEWORK) if phase else None
 
 
-def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict) -> list:
+def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict,
+                   to_step_end: bool = False) -> list:
     """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
     its data load ends and before its first backward op begins (the loss computation
-    included). Linear in the ops: each step's bounds are found once, by bisection, and the ops
-    are tested against them as arrays (a 1 GB trace holds millions of ops)."""
+    included), or (`to_step_end`, inference) before the step ends. Linear in the ops: each
+    step's bounds are found once, by bisection, and the ops are tested against them as arrays
+    (a 1 GB trace holds millions of ops)."""
     if not len(starts) or not steps:
         return []
     data_end, first_backward = _forward_bounds(steps, by_phase)
+    if to_step_end:
+        first_backward = np.array([s.end_us for s in steps])
     step_starts = np.array([s.start_us for s in steps])
     step_ends = np.array([s.end_us for s in steps])
     step = np.searchsorted(step_starts, starts, side="right") - 1
@@ -214,7 +231,7 @@ def _forward_bounds(steps: list[Event], by_phase: dict) -> tuple[np.ndarray, np.
     backward op begins (NaN if it has none)."""
     data = by_phase.get("data_load", [])
     data_starts = [s for s, _ in data]
-    backward_starts = [s for s, _ in by_phase["backward"]]
+    backward_starts = [s for s, _ in by_phase.get("backward", [])]
     data_end, first_backward = np.empty(len(steps)), np.full(len(steps), np.nan)
     for i, step in enumerate(steps):
         lo, hi = step.start_us, step.end_us

@@ -14,7 +14,10 @@ from analysis.events.trace import HOST_OP, KERNEL, RUNTIME, Trace
 from profilers.phases import PHASES
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
-         "all_to_all", "send", "recv", "barrier")
+         "all_to_all", "send", "recv", "barrier", "unnamed")
+# A generic NCCL/RCCL kernel (ncclDevKernel_Generic) whose launch no host range names: it
+# is communication all the same, of a kind the trace does not say.
+UNNAMED = "unnamed"
 GLOO, NCCL, TF = "gloo", "nccl", "tf"
 
 # Bytes per element of the dtypes torch and NCCL name (record_param_comms writes "Float",
@@ -47,7 +50,8 @@ _TF_OPS = {"CollectiveReduce": "all_reduce", "CollectiveReduceV2": "all_reduce",
 # Host ops that only hand a collective over or wait for one: on the rank's own threads they
 # are not compute (the wait is the very time exposed communication costs).
 # (DDP's reducer ops around them, copy_bucket_to_grad say, copy gradients: compute.)
-_DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|gloo:)")
+# hccl: is Ascend's collective library, whose ranges torch_npu writes as NCCL's.
+_DISPATCH = re.compile(r"^(c10d::|c10d_functional::|_c10d_functional::|record_param_comms|nccl:|hccl:|gloo:)")
 
 
 def is_collective_range(name: str) -> bool:
@@ -199,14 +203,19 @@ def _find(trace: Trace) -> tuple[list[_Found], list[intervals.Interval]]:
 
 
 def _classify(name: str) -> tuple[str, str] | None:
-    """(source, kind) of an event name that is a collective itself, else None."""
+    """(source, kind) of an event name that is a collective itself, else None. Newer NCCL and
+    RCCL builds name every kernel ncclDevKernel_Generic(…): its kind is None here, and the
+    host range that launched it names it (_nccl)."""
     if name.startswith("gloo:"):
         kind = _kind_of(name[5:])
         return (GLOO, kind) if kind else None
     # NCCL's kernels (lower case: TF's NcclAllReduce op only queues one).
     if name.startswith(("nccl", "void nccl")) and not name.startswith("nccl:"):
-        kind = _kind_of(name.partition("(")[0])  # the kernel's arguments name no collective
-        return (NCCL, kind) if kind else None
+        kernel = name.partition("(")[0]  # the kernel's arguments name no collective
+        kind = _kind_of(kernel)
+        if kind is None and "generic" not in kernel.lower():
+            return None
+        return NCCL, kind
     op_type = name.rpartition(":")[2] if ":" in name else name
     if op_type in _TF_OPS and op_type != name or name in _TF_OPS:
         return TF, _TF_OPS[op_type]
@@ -298,7 +307,8 @@ def _nccl(trace: Trace, rows: list[int], name_kind: dict, kinds):
         around = _enclosing(ranges.get(launch_track), issued) if launch_track is not None else []
         # A SendRecv kernel serves all_to_all, all_gather and send/recv alike: the host says which.
         named = [stats.get("collective")] + [_range_kind(name, st) for name, st in around]
-        kind = next((k for k in map(_kind_of_or_none, named) if k), name_kind[int(columns.name[row])][1])
+        kind = next((k for k in map(_kind_of_or_none, named) if k),
+                    name_kind[int(columns.name[row])][1] or UNNAMED)
         nbytes = _bytes_of(stats) if stats else None
         if nbytes is None:
             nbytes = next((b for b in (_bytes_of(st) for name, st in around
@@ -348,7 +358,7 @@ def _launches(trace: Trace, kinds, rows: list[int]) -> dict[int, tuple[float, st
 
 # Host ranges around an NCCL kernel's launch, naming its collective: the c10d op, torch's
 # record_param_comms (its args: the collective's name and size), and the nccl:* range.
-_HOST_COMM = re.compile(r"^(record_param_comms$|nccl:|c10d::|c10d_functional::|_c10d_functional::)")
+_HOST_COMM = re.compile(r"^(record_param_comms$|nccl:|hccl:|c10d::|c10d_functional::|_c10d_functional::)")
 # Ranges nest (c10d::alltoall_ > record_param_comms > nccl:all_to_all > the launch): how many
 # earlier-starting ranges to look through for the ones around an instant.
 _NESTING = 8

@@ -7,6 +7,8 @@ import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from analysis.events import intervals
 from analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
 from analysis.events.phase_rules import framework_phase, gapscope_phase
@@ -127,7 +129,27 @@ def _device_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None =
         items.append(WorkItem(e.name, e.start_us, [(e.start_us, e.end_us)], step, phase,
                               fused is not None, e.kind, e.nbytes, launch, phases, fused))
     notes = [f"{orphans} device events had no launching host call (correlation): unattributed"] if orphans else []
+    notes += _past_the_host(trace)
     return Work(items, DEVICE_KERNELS, len(timeline.steps), in_steps, notes)
+
+
+def _past_the_host(trace: Trace) -> list[str]:
+    """A note where device work runs on after the host's last event: the host queued far
+    ahead (or the host side of the window was cut), so the device's time there lies in no
+    step, and a host-side busy figure leaves it out."""
+    columns = trace.columns
+    host = columns.on_host()
+    if not host.any() or host.all():
+        return []
+    ends = columns.start_us + columns.dur_us
+    host_end = float(ends[host].max())
+    late = ~host & (ends > host_end)
+    if not late.any():
+        return []
+    past_ms = float((ends[late] - np.maximum(columns.start_us[late], host_end)).sum()) / 1000
+    return [f"{int(late.sum()):,} device event(s) run past the last host event: {past_ms:.3f} ms of "
+            "device time after it, in no step (the host queued ahead, or its side of the window "
+            "was cut)"]
 
 
 def _xla_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None) -> Work:

@@ -100,7 +100,11 @@ class Run:
             return framework
         if self.located.torch_traces:
             return "torch"
-        return "tensorflow" if self.located.xplanes else None
+        if not self.located.xplanes:
+            return None
+        # An XSpace is TensorFlow's unless its reader found JAX's marks (once it has been read).
+        trace = self.__dict__.get("trace")
+        return (trace.metadata.get("framework") if trace is not None else None) or "tensorflow"
 
     @property
     def trace_file(self) -> Path | None:
@@ -114,6 +118,12 @@ class Run:
             if unreadable:  # named as a trace, so meant as one: say why it cannot be read
                 path, why = unreadable[0]
                 raise TraceFormatError(f"{path}: cannot read ({why})")
+            skipped = self.located.skipped
+            if skipped and not self.manifest and self.rows is None:  # a folder of .json files
+                raise TraceFormatError(
+                    f"{self.path}: holds no trace file; skipped " + "; ".join(
+                        f"{p.name} ({why})" for p, why in skipped[:5])
+                    + (f"; and {len(skipped) - 5} more" if len(skipped) > 5 else ""))
             return None
         if unreadable:
             self.notes.append(f"skipped {len(unreadable)} file(s) named like traces that cannot "
@@ -216,12 +226,20 @@ def run_label(manifest: dict | None, path: Path) -> str:
     return " ".join(str(p) for p in parts if p and p not in ("default",))
 
 
-def unique_labels(labels: list[str], ids: list[str]) -> list[str]:
+def unique_labels(labels: list[str], ids: list[str], files: list | None = None) -> list[str]:
     """Two runs of the same configuration: their ids' random tails tell them apart, and a
-    number where even those agree (the same trace named twice)."""
+    number where even those agree (the same trace named twice). Two trace files of one name
+    (`files`: each run's trace file), labelled by that name, are told apart by their folders."""
     def counted(names):
         return {n: names.count(n) for n in names}
     counts = counted(labels)
+    if files:
+        folders = [Path(f).parent.name if f else "" for f in files]
+        by_folder = [f"{folder}/{label}" if counts[label] > 1 and f and Path(f).name == label
+                     and folder else label for label, f, folder in zip(labels, files, folders)]
+        if len(set(by_folder)) > len(set(labels)):
+            labels = by_folder
+            counts = counted(labels)
     tailed = [f"{label} #{str(run_id).rsplit('-', 1)[-1]}" if counts[label] > 1 else label
               for label, run_id in zip(labels, ids)]
     counts = counted(tailed)

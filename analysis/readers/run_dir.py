@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +25,11 @@ HEAD_BYTES = 256 * 1024
 # A Kineto trace is an object with traceEvents and one of Kineto's own keys: TensorFlow's trace
 # viewer JSON and other Chrome traces hold traceEvents too, but are no torch trace.
 _KINETO_KEYS = (b'"schemaVersion"', b'"deviceProperties"', b'"distributedInfo"')
+# Those keys may come last (HF-harness/TraceLens traces put a metadata block first and
+# schemaVersion at the end): then its events' categories, Kineto's own, say what it is.
+_KINETO_EVENT = re.compile(
+    rb'"cat"\s*:\s*"(?:cpu_op|user_annotation|gpu_user_annotation|python_function|kernel|cuda_runtime|'
+    rb'cuda_driver|gpu_memcpy|gpu_memset|cpu_instant_event|Operator|Runtime|Kernel|Memcpy|Memset)"')
 # Each candidate's head is read: a folder with more .json files than this is refused, not searched.
 MAX_CANDIDATES = 1000
 XPLANE_GLOB = "*.xplane.pb"
@@ -44,6 +50,8 @@ class Located:
     unreadable: list[tuple[Path, str]] = field(default_factory=list)
     # Several sessions chosen together (--session all): torch_traces are read as one trace.
     combined: bool = False
+    # .json files of a folder no gapscope run wrote that are no torch trace, with why.
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
 
     @property
     def trace_files(self) -> list[Path]:
@@ -93,7 +101,7 @@ def _all_files(path: Path, manifest: dict | None) -> Located:
         manifest = with_marked_failure(path, manifest)
     steps = path / STEPS_CSV
     found = Located(path, manifest, steps if _present(steps) else None)
-    torch_traces = find_torch_traces(path, by_content=manifest is None)
+    torch_traces = find_torch_traces(path, by_content=manifest is None, skipped=found.skipped)
     xplanes = [p for p in path.rglob(XPLANE_GLOB) if p.parent.parts[-3:] != EXPORTED_XSPACE_DIR]
     for candidate in torch_traces + xplanes:
         problem = safe_files.why_unreadable(candidate)
@@ -121,9 +129,11 @@ def _one_session(found: Located, session: str | None) -> Located:
     return found
 
 
-def find_torch_traces(folder: Path, keep=None, by_content: bool = True) -> list[Path]:
+def find_torch_traces(folder: Path, keep=None, by_content: bool = True,
+                      skipped: list | None = None) -> list[Path]:
     """The torch traces under `folder`: named as torch names them, and (by_content) other .json
-    and .json.gz files whose head is a Kineto trace's; `keep` drops files before any is read."""
+    and .json.gz files whose head is a Kineto trace's; `keep` drops files before any is read.
+    `skipped` gets (file, why) for each .json file read and found to be no trace."""
     keep = keep or (lambda _: True)
     named = {p for g in TORCH_TRACE_GLOBS for p in folder.rglob(g) if keep(p)}
     if not by_content:
@@ -133,7 +143,14 @@ def find_torch_traces(folder: Path, keep=None, by_content: bool = True) -> list[
     if len(others) > MAX_CANDIDATES:
         raise GapscopeInputError(f"{folder}: over {MAX_CANDIDATES:,} .json files to look "
                                  "through for torch traces: give the trace file's path")
-    return sorted(named | {p for p in others if is_kineto_trace(p)})
+    traces = set(named)
+    for candidate in others:
+        why = kineto_problem(candidate)
+        if why is None:
+            traces.add(candidate)
+        elif skipped is not None:
+            skipped.append((candidate, why))
+    return sorted(traces)
 
 
 def traces_by_content(files: list[Path]) -> list[Path]:
@@ -152,14 +169,24 @@ def _session_kind(found: Located) -> str:
 
 
 def is_kineto_trace(path: Path) -> bool:
-    """Whether the file's head is a Kineto trace's: a JSON object holding traceEvents and one
-    of Kineto's own keys (whatever the schema version)."""
+    return kineto_problem(path) is None
+
+
+def kineto_problem(path: Path) -> str | None:
+    """Why the file's head is no Kineto trace's, None where it is one: a JSON object holding
+    traceEvents and one of Kineto's own keys or event categories (whatever the schema version)."""
     try:
         head = safe_files.read_head(path, HEAD_BYTES)
-    except GapscopeInputError:
-        return False
-    return (head.lstrip()[:1] == b"{" and b'"traceEvents"' in head
-            and any(key in head for key in _KINETO_KEYS))
+    except GapscopeInputError as exc:
+        return str(exc).rpartition(": ")[2] or "cannot read"
+    if head.lstrip()[:1] != b"{":
+        return "not a JSON object"
+    events = head.find(b'"traceEvents"')
+    if events < 0:
+        return f"no traceEvents in its first {HEAD_BYTES >> 10} kB"
+    if any(key in head for key in _KINETO_KEYS) or _KINETO_EVENT.search(head, events):
+        return None
+    return "traceEvents without Kineto's keys or event categories (another tool's Chrome trace)"
 
 
 def exported_xspace_dir(run_dir: Path) -> Path:

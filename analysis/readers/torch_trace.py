@@ -11,7 +11,7 @@ import msgspec
 from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import NONE, ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
-from analysis.readers import safe_files, validate
+from analysis.readers import lenient_decode, safe_files, validate
 from profilers.phases import LAYER_RANGE_PREFIX
 from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
@@ -84,22 +84,34 @@ class _Header(msgspec.Struct):
     distributedInfo: msgspec.Raw = msgspec.Raw()
 
 
-_DECODER = msgspec.json.Decoder(_RawTrace)
-_HEADER_DECODER = msgspec.json.Decoder(_Header)
-_EVENTS_DECODER = msgspec.json.Decoder(list[_RawEvent])
-_SHAPED_DECODER = msgspec.json.Decoder(_ShapedRawTrace)
-_SHAPED_EVENTS_DECODER = msgspec.json.Decoder(list[_ShapedRawEvent])
+# Lax (strict=False): a numeric string where a number belongs is read as that number in the
+# decoder itself (roctracer's "bytes": "128"), as fast as a strict decode; a value that does
+# not fit even so raises, and that chunk is read by lenient_decode, field by field.
+_DECODER = msgspec.json.Decoder(_RawTrace, strict=False)
+_HEADER_DECODER = msgspec.json.Decoder(_Header, strict=False)
+_EVENTS_DECODER = msgspec.json.Decoder(list[_RawEvent], strict=False)
+_SHAPED_DECODER = msgspec.json.Decoder(_ShapedRawTrace, strict=False)
+_SHAPED_EVENTS_DECODER = msgspec.json.Decoder(list[_ShapedRawEvent], strict=False)
 _GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its size
+# Searched in every 16 MB chunk: re finds it in 5 ms where bytearray.find takes 8 (JSON is full
+# of the '"' and ':' that find's skip table keys on).
+_GLOO_SEARCH = re.compile(re.escape(_GLOO)).search
 
 # torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
 # for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
 # whole session's range, read as other, as today's).
+# Other accelerators: MTIA's device work is mtia_ccp_events, its calls mtia_runtime (and XPU's,
+# PrivateUse1's: xpu_runtime, privateuse1_runtime); any `*_runtime`/`*_driver` is a runtime call.
 DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-                     "gpu_user_annotation": ANNOTATION,
+                     "gpu_user_annotation": ANNOTATION, "mtia_ccp_events": KERNEL,
                      "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
 _HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
                     "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
                     "Operator": HOST_OP, "Runtime": RUNTIME}
+_RUNTIME_SUFFIXES = ("_runtime", "_driver")
+# A process Kineto names after a device ("GPU 0", "MTIA 1", "XPU 0", a `gapscope trace` export's
+# "device 0"): whatever the categories of its events, they ran on the device.
+_DEVICE_PROCESS = re.compile(r"(?:device|gpu|mtia|xpu|hpu|npu|tpu|ipu|accelerator)\b", re.IGNORECASE)
 # ROCm traces use the same categories (Kineto's roctracer logger writes cuda_runtime for the HIP
 # calls, kernel and gpu_memcpy for the device side); only the names differ (hipLaunchKernel).
 # `gapscope trace` writes the neutral kinds as categories: read back as what they were. Its
@@ -110,6 +122,10 @@ _EXPORTED_HOST = {"host_op": HOST_OP, "annotation": ANNOTATION, "runtime": RUNTI
 _EXPORT_VIEWS = ("gapscope.step", "gapscope.phase")
 # The kinds a step range comes as: an annotation today, an op (Operator) in the old schema.
 _STEP_KINDS = (ANNOTATION, HOST_OP)
+# What a track's events need beyond their columns, decided once per track: a host event may be
+# a step range (by its name), a device one carries bytes, a runtime call a ROCm copy's size, an
+# exported step track holds steps; the export's own views are skipped.
+_HOST, _DEVICE, _RUNTIME, _STEPS, _SKIP = range(5)
 # Ranges torch itself emits once per step; gapscope's own step ranges take the same role.
 _STEP_PREFIXES = ("ProfilerStep#", "gapscope/step#")
 
@@ -147,9 +163,10 @@ def read_torch_trace(path: str | Path) -> Trace:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
     reader.sizes_from_runtime()
+    reader.device_tracks()
     columns = reader.columns.build()
     dropped = reader.dropped
-    if not len(columns) and not dropped:
+    if not len(columns) and not dropped and not reader.dropped_fields:
         raise TraceFormatError(f"{path}: torch profiler trace holds no complete events")
     validate.refuse_mostly_garbage(path, len(columns), dropped)
     steps = [step for _, step in reader.steps]
@@ -164,6 +181,8 @@ def read_torch_trace(path: str | Path) -> Trace:
         metadata["distributed_info"] = distributed
     if dropped:
         metadata["dropped_events"] = dict(dropped)
+    if reader.dropped_fields:
+        metadata["dropped_fields"] = dict(reader.dropped_fields)
     if step_problems:
         metadata["step_problems"] = step_problems
     return Trace("torch", str(path), None, metadata, columns=columns)
@@ -192,11 +211,14 @@ class _Reader:
         self.max_events, self._decoded = max_events, 0
         self.columns = ColumnsBuilder()
         self.dropped: Counter = Counter()
+        self.dropped_fields: Counter = Counter()  # JSON path -> values of a wrong type left out
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
         self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
+        self._step_names: set[int] = set()  # name ids of step ranges (ProfilerStep#N)
         self._keep_sequences = False  # set at the first layer range: other traces keep none
         self._device_pids: set = set()  # processes an export names "device ..."
+        self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
 
@@ -214,8 +236,7 @@ class _Reader:
                 if eof:
                     # No array where torch writes it: decode what there is, for the decoder's
                     # own word on what is wrong (or a valid but unusual layout).
-                    contents = buf.contents()
-                    whole = (_SHAPED_DECODER if _GLOO in contents else _DECODER).decode(contents)
+                    whole = self._decode_trace(buf.contents())
                     self._keep(whole.traceEvents)
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
@@ -225,7 +246,7 @@ class _Reader:
             # means the match was not the top-level key (one nested in an earlier value) or
             # the head is not JSON; the next match is tried.
             try:
-                head = _HEADER_DECODER.decode(bytes(buf.data[:match.start()]) + b'"traceEvents": []}')
+                head = self._decode_header(bytes(buf.data[:match.start()]) + b'"traceEvents": []}')
                 break
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
@@ -236,8 +257,7 @@ class _Reader:
             if not eof:
                 self._decode_chunk(buf)
         # The rest: the last events, "]", and the keys after the array.
-        contents = b'{"traceEvents":' + buf.contents()
-        tail = (_SHAPED_DECODER if _GLOO in contents else _DECODER).decode(contents)
+        tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
         self._keep(tail.traceEvents)
         if not head.deviceProperties:
             head.deviceProperties = tail.deviceProperties
@@ -246,6 +266,32 @@ class _Reader:
         if not len(head.distributedInfo):
             head.distributedInfo = tail.distributedInfo
         return head
+
+    def _decode_trace(self, contents: bytes) -> _RawTrace:
+        """A whole trace object (or the array's tail and the keys after it): typed, and leniently
+        where a field has the wrong type; the strict decoder's error where neither reads it."""
+        shaped = _GLOO in contents
+        try:
+            return (_SHAPED_DECODER if shaped else _DECODER).decode(contents)
+        except msgspec.ValidationError as exc:
+            try:
+                return lenient_decode.decode_trace(contents, _ShapedRawTrace if shaped else _RawTrace,
+                                                   self.dropped_fields, self.dropped)
+            except msgspec.DecodeError:
+                raise exc from None
+
+    def _decode_header(self, contents: bytes) -> _Header:
+        try:
+            return _HEADER_DECODER.decode(contents)
+        except msgspec.ValidationError as exc:
+            try:
+                value = msgspec.json.decode(contents)
+            except msgspec.DecodeError:
+                raise exc from None
+            if not isinstance(value, dict):
+                raise exc from None
+            value["traceEvents"] = msgspec.Raw(b"[]")
+            return lenient_decode.to_struct(value, _Header, self.dropped_fields)
 
     def _fill(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
         """Read until `buf` holds `size` bytes; True at the end of the stream."""
@@ -275,9 +321,20 @@ class _Reader:
             data[close + 1] = 0x5D
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
+                    shaped = _GLOO_SEARCH(data, 0, close + 2) is not None
                     try:
-                        shaped = data.find(_GLOO, 0, close + 2) >= 0
                         raws = (_SHAPED_EVENTS_DECODER if shaped else _EVENTS_DECODER).decode(events)
+                    except msgspec.ValidationError as exc:
+                        # Valid JSON with a value of the wrong type that no coercion fits
+                        # (checked only now, so the usual decode pays nothing for it), or a
+                        # cut inside a string.
+                        try:
+                            raws = lenient_decode.decode_events(
+                                events, _ShapedRawEvent if shaped else _RawEvent,
+                                self.dropped_fields, self.dropped)
+                        except msgspec.DecodeError:
+                            error = exc
+                            continue
                     except msgspec.DecodeError as exc:
                         error = exc
                         continue
@@ -314,7 +371,7 @@ class _Reader:
         add_where, add_name = columns.where.append, columns.name.append
         add_correlation = columns.correlation.append
         max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
-        comm_names = self._comm_names
+        comm_names, step_names = self._comm_names, self._step_names
         last_key, where = None, None
         for raw in raws:
             if raw.ph != "X":
@@ -329,9 +386,13 @@ class _Reader:
             name = raw.name
             name_id = names.get(name)
             if name_id is None:
+                # What a name is (a collective, a step range) is looked at once per name, not
+                # once per event: the loop below tests ids in sets.
                 name_id = columns.name_id(name)
                 if is_comm_name(name):
-                    self._comm_names.add(name_id)
+                    comm_names.add(name_id)
+                if name.startswith(_STEP_PREFIXES):
+                    step_names.add(name_id)
                 if not self._keep_sequences and is_layer_range(name):
                     self._keep_sequences = True
             key = (raw.cat, raw.pid, raw.tid)
@@ -340,36 +401,35 @@ class _Reader:
                 if where is None:
                     where = self._track(*key)
                 last_key = key
-            kind, track, where_id, device = where
-            if kind is None:
-                continue
+            kind, track, where_id, role = where
             args = raw.args
             correlation = args.correlation if args is not None else None
             if name_id in comm_names and args is not None:
                 kept = _comm_stats(args)
                 if kept:
                     columns.stats[len(columns.start_us)] = kept
-            if self._keep_sequences and args is not None and args.sequence is not None:
-                sequence = _count(args.sequence)
-                if sequence is not None:
-                    columns.stats.setdefault(len(columns.start_us), {})[SEQUENCE] = sequence
-            if device:
+            # One test of the track's role (set once per track) picks the work an event needs.
+            if role == _HOST:
+                if name_id in step_names and kind in _STEP_KINDS:
+                    where_id = self._step(raw, name, track, correlation)
+                elif self._keep_sequences and args is not None and args.sequence is not None:
+                    sequence = _count(args.sequence)
+                    if sequence is not None:
+                        columns.stats.setdefault(len(columns.start_us), {})[SEQUENCE] = sequence
+            elif role == _DEVICE:
                 if args is not None and args.nbytes is not None:
                     columns.nbytes[len(columns.start_us)] = args.nbytes
                 elif kind == MEMCPY and correlation is not None:
                     self._sizeless.append((len(columns.start_us), correlation))
-            elif kind == STEP or kind in _STEP_KINDS and name.startswith(_STEP_PREFIXES):
-                where_id = columns.where_id(STEP, track)
-                number = args.step_num if args is not None and args.step_num is not None \
-                    else name.rpartition("#")[2]
-                row, number = len(columns.start_us), validate.step_number(str(number))
-                columns.step_nums[row] = number
-                self.steps.append((row, Event(name, STEP, ts, dur, track, number, correlation)))
-            elif kind == RUNTIME and args is not None and args.size is not None \
-                    and correlation is not None:
-                size = _count(args.size)
-                if size is not None:
-                    self._copy_sizes[correlation] = size
+            elif role == _RUNTIME:
+                if args is not None and args.size is not None and correlation is not None:
+                    size = _count(args.size)
+                    if size is not None:
+                        self._copy_sizes[correlation] = size
+            elif role == _STEPS:
+                where_id = self._step(raw, name, track, correlation)
+            else:  # _SKIP
+                continue
             add_start(ts)
             add_dur(dur)
             add_where(where_id)
@@ -377,7 +437,20 @@ class _Reader:
             if correlation is None:
                 add_correlation(NONE)
             else:
-                columns.add_correlation(correlation)
+                try:  # inline of ColumnsBuilder.add_correlation: one call less per GPU event
+                    add_correlation(correlation)
+                except OverflowError:  # an id past 64 bits is garbage: no link
+                    add_correlation(NONE)
+
+    def _step(self, raw: _RawEvent, name: str, track: str, correlation) -> int:
+        """A step range: its number noted for the step checks; returns its where id."""
+        columns, args = self.columns, raw.args
+        number = args.step_num if args is not None and args.step_num is not None \
+            else name.rpartition("#")[2]
+        row, number = len(columns.start_us), validate.step_number(str(number))
+        columns.step_nums[row] = number
+        self.steps.append((row, Event(name, STEP, raw.ts, raw.dur, track, number, correlation)))
+        return columns.where_id(STEP, track)
 
     def sizes_from_runtime(self) -> None:
         """Copies without bytes take them from their runtime call (ROCm), where it said them."""
@@ -390,17 +463,38 @@ class _Reader:
         name = raw.args.name if raw.args is not None else None
         if isinstance(name, str) and name.startswith("device "):
             self._device_pids.add(raw.pid)
+        if isinstance(name, str) and _DEVICE_PROCESS.match(name):
+            self._named_devices.add(raw.pid)
+
+    def device_tracks(self) -> None:
+        """Events of categories the reader does not know (another accelerator's) are the device's
+        where their process is one: named after a device, or holding device events of known
+        categories. Done once the whole file is read, as Kineto names its processes last."""
+        wheres = self.columns.wheres
+        device_pids = self._named_devices | {pid for (cat, pid, _), where in self._tracks.items()
+                                             if where[3] == _DEVICE and cat in DEVICE_CATEGORIES}
+        moved = {}
+        for (cat, pid, tid), (kind, track, where_id, role) in self._tracks.items():
+            if kind == OTHER and role == _HOST and pid in device_pids:
+                lowered = cat.lower()
+                kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
+                key = (kind, f"device/{pid}/{tid}")
+                if key not in wheres and key not in moved.values():
+                    moved[where_id] = key
+        if moved:
+            self.columns.wheres = {moved.get(i, key): i for key, i in wheres.items()}
 
     def _track(self, cat: str, pid, tid) -> tuple:
         if cat in _EXPORT_VIEWS:
-            where = self._tracks[(cat, pid, tid)] = (None, None, None, False)
+            where = self._tracks[(cat, pid, tid)] = (None, None, None, _SKIP)
             return where
         device = cat in DEVICE_CATEGORIES or cat in _EXPORTED_DEVICE or (
             cat == "annotation" and pid in self._device_pids)
         kind = (DEVICE_CATEGORIES.get(cat) or _EXPORTED_DEVICE.get(cat) or _HOST_CATEGORIES.get(cat)
-                or _EXPORTED_HOST.get(cat, OTHER))
+                or _EXPORTED_HOST.get(cat) or (RUNTIME if cat.endswith(_RUNTIME_SUFFIXES) else OTHER))
         track = f"{'device' if device else 'host'}/{pid}/{tid}"
-        where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), device)
+        role = _DEVICE if device else _STEPS if kind == STEP else _RUNTIME if kind == RUNTIME else _HOST
+        where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), role)
         return where
 
 
@@ -436,7 +530,7 @@ class _Window:
 
 # Events whose args say what a collective moved: gloo's ranges and the c10d dispatcher ops on
 # the CPU, NCCL's kernels and host ranges on the GPU, and record_param_comms for either.
-_COMM_PREFIXES = ("gloo:", "nccl:", "c10d::", "record_param_comms")
+_COMM_PREFIXES = ("gloo:", "nccl:", "hccl:", "c10d::", "record_param_comms")
 
 
 # Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.

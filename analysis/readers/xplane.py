@@ -23,6 +23,13 @@ PHASES_LINE = "gapscope phases"
 _TORCH_THREAD = re.compile(r"^thread \S+ \(process \S+\)$")
 _TORCH_RUNTIME = ("cuda", "hip")
 _TORCH_SESSION = "PyTorch Profiler"
+_JAX_CALLS = ("PjitFunction(", "PmapFunction(")
+_JAX_MODULES = ("jit_", "pmap_")
+# A device plane's line of steps (XProf's "Steps"), when the host events carry no step_num.
+STEPS_LINE = "Steps"
+_MEMCPY_SIZE = re.compile(r"\bsize:(\d+)")
+# The plane stats that name the device ("AMD GPU - gfx942", "Tesla V100-SXM2-16GB").
+_DEVICE_NAME_STATS = ("device_type_string", "device_name", "device_description")
 # XLA puts the HloProto of every module it ran into this plane, one event metadata per module.
 _METADATA_PLANE = "/host:metadata"
 _HLO_PROTO_STAT = "Hlo Proto"
@@ -57,11 +64,21 @@ def _trace_of(path: Path, space) -> Trace:
     # lose sub-microsecond precision.
     origin_ns = min(line.timestamp_ns for plane in planes for line in plane.lines)
     events: list[Event] = []
+    groups: dict[int, list] = {}  # group_id -> [start, end, track] of the host events in it
+    device_steps: list[Event] = []
+    devices = []
     for plane in planes:
         if plane.name.startswith("/host:"):
-            events.extend(_host_events(plane, origin_ns))
+            events.extend(_host_events(plane, origin_ns, groups))
         elif plane.name.startswith("/device:"):
-            events.extend(_device_events(plane, origin_ns))
+            events.extend(_device_events(plane, origin_ns, device_steps))
+            device = _device_properties(plane)
+            if device:
+                devices.append(device)
+    if not any(e.kind == STEP for e in events):
+        # TF 2.x XSpaces may group steps only on the device's Steps line, or by the group_id
+        # the profiler gave every host event of a step (as XProf reads them).
+        events += _one_device(device_steps) or _group_steps(groups)
     events, dropped = _valid_times(events)
     if not events and not dropped:
         raise TraceFormatError(f"{path}: XSpace profile holds no host or device events")
@@ -69,6 +86,10 @@ def _trace_of(path: Path, space) -> Trace:
     events, step_problems = validate.check_steps(path, events, dropped)
     metadata = {"base_time_ns": origin_ns, "hostnames": list(space.hostnames),
                 "planes": [p.name for p in planes], "hlo_protos": hlo_protos}
+    if devices:
+        metadata["device_properties"] = devices
+    if _is_jax(events):
+        metadata["framework"] = "jax"
     if dropped:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
@@ -150,7 +171,7 @@ def _line_events(plane, origin_ns):
             yield line, xevent, base_us + xevent.offset_ps / 1e6, xevent.duration_ps / 1e6
 
 
-def _host_events(plane, origin_ns):
+def _host_events(plane, origin_ns, groups: dict | None = None):
     stats_of = _stat_reader(plane)
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     with_stats = {key for key, meta in plane.event_metadata.items() if meta.stats}
@@ -164,8 +185,13 @@ def _host_events(plane, origin_ns):
             # costs step time through the IteratorGetNext wait, which is kept.
             continue
         stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
-        if "step_num" in stats and stats.get("_r") == 1:
-            yield Event(name, STEP, start_us, dur_us, track, _int_or_none(stats["step_num"]))
+        group = stats.get("group_id")
+        if groups is not None and isinstance(group, int) and not line.name.startswith("tf_data"):
+            span = groups.setdefault(group, [start_us, start_us + dur_us, track])
+            span[0], span[1] = min(span[0], start_us), max(span[1], start_us + dur_us)
+        number = stats.get("step_num", stats.get("iter_num"))
+        if number is not None and stats.get("_r") == 1:
+            yield Event(name, STEP, start_us, dur_us, track, _int_or_none(number))
         elif "hlo_op" in stats:
             # An XLA thunk: on the CPU these are the compiled program's kernels.
             yield Event(name, HOST_OP, start_us, dur_us, track, hlo_op=str(stats["hlo_op"]),
@@ -187,21 +213,76 @@ def _host_events(plane, origin_ns):
             yield Event(name, OTHER, start_us, dur_us, track)
 
 
-def _device_events(plane, origin_ns):
+def _device_events(plane, origin_ns, steps: list | None = None):
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     stats_of = _stat_reader(plane)
+    with_stats = {key for key, meta in plane.event_metadata.items() if meta.stats}
     for line, xevent, start_us, dur_us in _line_events(plane, origin_ns):
+        name = names.get(xevent.metadata_id, "")
+        if line.name == STEPS_LINE and steps is not None:
+            stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
+            number = _int_or_none(stats.get("step_num", stats.get("group_id", name)))
+            steps.append(Event(name, STEP, start_us, dur_us, f"device/{plane.id}/{line.id}", number))
+            continue
         if not line.name.startswith("Stream"):
             continue
-        name = names.get(xevent.metadata_id, "")
         lowered = name.lower()
         kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
-        stats = stats_of(xevent) if xevent.stats else {}
+        stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
         correlation = stats.get("correlation_id")
         yield Event(name, kind, start_us, dur_us, f"device/{plane.id}/{line.id}",
-                    correlation=_int_or_none(correlation),
+                    correlation=_int_or_none(correlation), nbytes=_copy_size(stats),
                     hlo_op=str(stats["hlo_op"]) if stats.get("hlo_op") else None,
                     hlo_module=str(stats["hlo_module"]) if stats.get("hlo_module") else None)
+
+
+def _is_jax(events: list[Event]) -> bool:
+    """An XSpace JAX wrote: its jitted calls' TraceMes (PjitFunction(f)) or XLA modules named
+    jit_f / pmap_f (TF names its modules a_inference_… or cluster_…)."""
+    return any(e.name.startswith(_JAX_CALLS) or (e.hlo_module or "").startswith(_JAX_MODULES)
+               for e in events)
+
+
+def _one_device(steps: list[Event]) -> list[Event]:
+    """The Steps line of the first device plane that has one: under MirroredStrategy every GPU
+    plane carries the same steps, which are the job's steps once."""
+    first = steps[0].track.split("/")[1] if steps else None
+    return [s for s in steps if s.track.split("/")[1] == first]
+
+
+def _group_steps(groups: dict) -> list[Event]:
+    """One step per group_id: the span of the host events the profiler put in it."""
+    return [Event(f"group {group}", STEP, start, end - start, track, group)
+            for group, (start, end, track) in sorted(groups.items())]
+
+
+def _copy_size(stats: dict) -> int | None:
+    """A copy's bytes from its memcpy_details stat ("size:112 dest:4 async:0")."""
+    details = stats.get("memcpy_details")
+    if isinstance(details, bytes):
+        details = details.decode(errors="replace")
+    found = _MEMCPY_SIZE.search(details) if isinstance(details, str) else None
+    return int(found.group(1)) if found else None
+
+
+def _device_properties(plane) -> dict | None:
+    """What the device plane says of its device, as Kineto's deviceProperties name it."""
+    names = {key: meta.name for key, meta in plane.stat_metadata.items()}
+    stats = {}
+    for stat in plane.stats:
+        which = stat.WhichOneof("value")
+        if which:
+            stats[names.get(stat.metadata_id, "")] = getattr(stat, which)
+    name = next((stats[k] for k in _DEVICE_NAME_STATS if isinstance(stats.get(k), str) and stats[k]), None)
+    if name is None:
+        return None
+    found = {"id": plane.id, "name": name}
+    for stat, key in (("compute_cap_major", "computeMajor"), ("compute_cap_minor", "computeMinor"),
+                      ("memory_size", "totalGlobalMem"), ("core_count", "numSms")):
+        value = stats.get(stat)
+        if isinstance(value, int):
+            found[key] = value
+    return found
 
 
 def _int_or_none(value) -> int | None:

@@ -13,8 +13,9 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 
 def render(comparison: Comparison) -> str:
     # The verdicts bold; what qualifies them (pair ratios, one process each, the method) not.
-    lines = [f"_{line.strip()}_" if line.startswith("  ") or line.startswith("intervals:")
-             else f"**{line}**" for line in cols.verdict_lines(comparison)] + [""]
+    lines = [f"**warning: {w}**" for w in comparison.headline]
+    lines += [f"_{line.strip()}_" if line.startswith("  ") or line.startswith("intervals:")
+              else f"**{line}**" for line in cols.verdict_lines(comparison)] + [""]
     lines += _table(cols.header(comparison), cols.phase_rows(comparison))
     lines += ["", f"_{cols.UNIT_FOOTER}_", "", f"**{cols.DEVICE_TITLE}**", ""]
     lines += _table(*cols.phase_device_rows(comparison))
@@ -25,5 +26,5 @@ def render(comparison: Comparison) -> str:
     for line in cols.evidence_lines(comparison):
         lines.append(line if line.startswith("  - ") else f"**{line}**")
     lines = [line[2:] if line.startswith("  - ") else line for line in lines]
-    lines += [f"- warning: {w}" for w in comparison.warnings]
+    lines += [f"- warning: {w}" for w in comparison.warnings if w not in comparison.headline]
     return "\n".join(lines) + "\n"

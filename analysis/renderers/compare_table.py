@@ -18,6 +18,8 @@ def render(comparison: Comparison, verbose: bool = False) -> str:
         return _short(comparison)
     others = len(comparison.runs) - 1
     page = Page()
+    for warning in comparison.headline:
+        page.line(f"warning: {warning}")
     for line in cols.verdict_lines(comparison):
         page.line(line)
     rows = cols.phase_rows(comparison)
@@ -33,7 +35,8 @@ def render(comparison: Comparison, verbose: bool = False) -> str:
     for line in cols.evidence_lines(comparison):
         page.line(line)
     for warning in comparison.warnings:
-        page.line(f"warning: {warning}")
+        if warning not in comparison.headline:
+            page.line(f"warning: {warning}")
     for run in comparison.runs:
         for note in run.breakdown.notes + run.kernels.notes:
             if note.removeprefix("warning: ") not in run.breakdown.reliability_warnings:
@@ -43,6 +46,8 @@ def render(comparison: Comparison, verbose: bool = False) -> str:
 
 def _short(comparison: Comparison) -> str:
     page = Page()
+    for warning in comparison.headline:
+        page.line(f"warning: {warning}")
     verdicts = cols.verdict_lines(comparison)
     for line in verdicts[:-1]:  # the interval method's line comes once, below
         page.line(line, hang=4 if line.startswith("  ") else 2)
@@ -59,6 +64,7 @@ def _short(comparison: Comparison) -> str:
             page.line(f"  - {cols.evidence_text.suggestion(s)}", hang=4)
     page.line(verdicts[-1])
     for warning in comparison.warnings:
-        page.line(f"warning: {warning}")
+        if warning not in comparison.headline:
+            page.line(f"warning: {warning}")
     page.line("phase table, host vs device, evidence per run and notes: --verbose")
     return page.text()

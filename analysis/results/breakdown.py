@@ -94,6 +94,10 @@ def reader_notes(trace: Trace) -> list[str]:
     if dropped:
         notes.append(f"{sum(dropped.values()):,} invalid trace event(s) dropped: "
                      + ", ".join(f"{n:,} {why}" for why, n in dropped.items()))
+    fields = trace.metadata.get("dropped_fields")
+    if fields:
+        notes.append(f"{sum(fields.values()):,} trace field value(s) of the wrong type left out: "
+                     + ", ".join(f"{n:,} {path}" for path, n in fields.items()))
     problems = trace.metadata.get("step_problems")
     if problems:
         notes.append("step events flagged: " + ", ".join(f"{n:,} {why}" for why, n in problems.items())
@@ -221,8 +225,13 @@ def _origin_notes(origins: dict, runs_phases) -> list[str]:
     annotated = [p for p in runs_phases if origins.get(p) == PhaseOrigin.ANNOTATED]
     if annotated:
         notes.append(f"from the trace's own ranges (record_function): {', '.join(annotated)}")
+    inference = origins.get("backward") == origins.get("optimizer") == PhaseOrigin.NOT_APPLICABLE
+    if inference:
+        notes.append("inference: no backward or optimizer op in this trace (backward and optimizer "
+                     "not applicable)")
     if origins.get("forward") == PhaseOrigin.INFERRED:
-        notes.append("forward inferred: host ops between data load and the first backward op")
+        notes.append("forward inferred: host ops after data load to the step's end" if inference
+                     else "forward inferred: host ops between data load and the first backward op")
     missing = [p for p in runs_phases if origins.get(p) == PhaseOrigin.MISSING]
     if missing:
         notes.append(f"not identified in this trace (counted in other): {', '.join(missing)}")

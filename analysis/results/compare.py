@@ -14,6 +14,7 @@ from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
 from analysis.results.layers import LayerCause, layer_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from analysis.events.step_windows import single_window_warnings
 from analysis.results.records import Breakdown
 from analysis.model.run import unique_labels
 from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
@@ -187,6 +188,9 @@ class Comparison:
     runs: list[RunExplanation]
     pairs: list[PairComparison]  # the first run against each other one
     warnings: list[str] = field(default_factory=list)
+    # Warnings that change how the verdict reads (a run analysed as one window): said before
+    # it, and first among the warnings.
+    headline: list[str] = field(default_factory=list)
 
     @property
     def inconclusive(self) -> bool:
@@ -224,7 +228,8 @@ def compare(runs: list[RunExplanation],
             warnings.append(f"workload of {other.breakdown.run_id if wa else base.breakdown.run_id} "
                             "unknown (not a gapscope run directory): make sure both ran the same model")
         warnings += _hardware_warnings(base, other)
-    labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs])
+    labels = unique_labels([r.breakdown.name for r in runs], [r.breakdown.run_id or "" for r in runs],
+                           [r.trace_file for r in runs])
     for run, label in zip(runs, labels):
         run.breakdown.label = label
     pairs = [compare_pair(base, other, repeats and (repeats[0], repeats[i]))
@@ -237,7 +242,8 @@ def compare(runs: list[RunExplanation],
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
                         "and the gap may have the wrong size")
-    return Comparison(runs, pairs, warnings)
+    headline = single_window_warnings([r.breakdown for r in runs])
+    return Comparison(runs, pairs, headline + warnings, headline)
 
 
 def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -> None:

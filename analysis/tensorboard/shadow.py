@@ -16,12 +16,20 @@ REFRESH_S = 1.0
 SOURCE_LOGDIR_ENV = "GAPSCOPE_TENSORBOARD_SOURCE"
 
 
+def _outside(target: str, logdir: Path) -> str | None:
+    """Why a file may not reach the plugins: a link out of the logdir (to /etc/passwd, say)
+    would hand any file of the machine to third-party code that serves it."""
+    if os.path.commonpath([target, str(logdir)]) != str(logdir):
+        return "a link to a file outside the logdir"
+    return None
+
+
 class ShadowLogdir:
     """`source` mirrored under a temporary folder: real folders, and for each file a symlink to
     the file's resolved path, made only while that path is a readable regular file. A FIFO or a
     link to /dev/zero added after TensorBoard started never reaches its plugins (torch-tb-
-    profiler read one to 12 GB). Symlinked folders are not followed: a logdir cannot reach out
-    of itself through the plugins."""
+    profiler read one to 12 GB). Symlinked folders are not followed, nor links to files outside
+    it: a logdir cannot reach out of itself through the plugins."""
 
     def __init__(self, source: str | Path, refresh_s: float = REFRESH_S):
         self.source = Path(source).resolve()
@@ -58,7 +66,8 @@ class ShadowLogdir:
                 original = Path(folder, name)
                 # Resolved first, then checked: a link swapped in between cannot slip through.
                 target = os.path.realpath(original)
-                problem = why_unreadable(original) or why_unreadable(target)
+                problem = (why_unreadable(original) or why_unreadable(target)
+                           or _outside(target, self.source))
                 if problem:
                     skipped[relative / name] = problem
                     continue

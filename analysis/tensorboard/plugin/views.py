@@ -18,7 +18,7 @@ from analysis.renderers import compare_json
 from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results.records import Breakdown
-from analysis.model.run import Run, RunEntry, is_measurement, load_run, measurement_names
+from analysis.model.run import RunEntry, is_measurement, load_run, measurement_names
 from analysis.results.distributed_breakdown import job_breakdown
 from analysis.renderers.job_render import summary_lines
 from analysis.tensorboard.plugin.runs import find_runs
@@ -42,7 +42,12 @@ class Analysed:
     name: str
     signature: tuple
     label: str
-    run: Run | None = None
+    # Figures only: a Run holds its trace's events, and 200 of them took TensorBoard from
+    # 0.8 to 2.8 GB. The run is read again where a view needs more (explain).
+    framework: str | None = None
+    traced: bool = False
+    rows: list[dict] | None = None
+    warmup_steps: int = 0
     breakdown: Breakdown | None = None
     problem: str | None = None
     explanation: RunExplanation | None = field(default=None, repr=False)
@@ -76,8 +81,7 @@ class Views:
             path = entries[a.name].path
             measurement, config = configs.get(path, (None, None))
             document = {"name": a.name, "label": label, "problem": a.problem,
-                        "framework": a.run.framework if a.run else None,
-                        "traced": a.run is not None and a.run.trace_file is not None,
+                        "framework": a.framework, "traced": a.traced,
                         # An A/B folder's runs: one comparison of its configurations, the CLI's.
                         "measurement": measurement and _name_under(self.logdir, measurement),
                         "config": config, "breakdown": None}
@@ -90,7 +94,8 @@ class Views:
             documents.append(document)
         with self._lock:
             jobs = [self._job(name, path, job) for name, (path, job) in found_jobs.items()]
-        return {"logdir": str(self.logdir), "phases": list(PHASES), "colours": PHASE_COLOURS,
+        # The logdir's name only: the machine's paths are not the page's to give away.
+        return {"logdir": self.logdir.name, "phases": list(PHASES), "colours": PHASE_COLOURS,
                 "runs": documents, "jobs": jobs}
 
     def _job(self, name: str, path: Path, job) -> dict:
@@ -122,12 +127,12 @@ class Views:
         if a.breakdown is None:
             return document
         document["compile_ms"] = a.breakdown.compile_ms
-        if a.run.rows:
-            warmup = a.run.warmup_steps
+        if a.rows:
+            warmup = a.warmup_steps
             document.update(source="steps.csv", warmup_steps=warmup, steps=[
                 {"step": int(r["step"]), "step_ms": r["step_ms"],
                  "kind": WARMUP if r["step"] < warmup else TRACED if r.get("traced") else UNPROFILED}
-                for r in a.run.rows])
+                for r in a.rows])
         else:
             document.update(source="trace", steps=[
                 {"step": s.step, "step_ms": s.step_ms, "kind": TRACED} for s in a.breakdown.steps])
@@ -137,9 +142,10 @@ class Views:
         """What `compare` draws its evidence from, for one run: kernels per phase and the top
         ones, host against device time, compile, transfers and resources (explain's JSON)."""
         with self._lock:
-            a = self._analysed(name, self._entry(name))
+            entry = self._entry(name)
+            a = self._analysed(name, entry)
             if not a.problem and a.explanation is None and a.explain_problem is None:
-                a.explanation, a.explain_problem = _explain(a.run)
+                a.explanation, a.explain_problem = _explain(entry)
         document = {"name": name, "label": a.label, "problem": a.problem or a.explain_problem}
         if a.explanation is not None and not document["problem"]:
             explained = a.explanation.to_json_dict()
@@ -166,11 +172,12 @@ class Views:
             every = {name: self._analysed(name, entry) for name, entry in find_runs(self.logdir).items()}
             labels = dict(zip(every, folder_labels([a.label for a in every.values()], list(every))))
             for name in names:
-                a = self._analysed(name, self._entry(name))
+                entry = self._entry(name)
+                a = self._analysed(name, entry)
                 if a.problem:
                     return {"error": f"{name}: {a.problem}"}
                 if a.explanation is None and a.explain_problem is None:
-                    a.explanation, a.explain_problem = _explain(a.run)
+                    a.explanation, a.explain_problem = _explain(entry)
                 if a.explain_problem:
                     return {"error": f"{name}: {a.explain_problem}"}
                 # compare() relabels the breakdowns it is given: keep the cached ones as read.
@@ -212,9 +219,10 @@ class Views:
             a.problem = entry.problem or "no run directory"
         else:
             try:
-                a.run = load_run(entry.place, entry.label)
-                a.label = a.run.label
-                a.breakdown = breakdown(a.run)
+                run = load_run(entry.place, entry.label)
+                a.label, a.framework, a.traced = run.label, run.framework, run.trace_file is not None
+                a.rows, a.warmup_steps = run.rows, run.warmup_steps
+                a.breakdown = breakdown(run)
             except Exception as exc:  # noqa: BLE001 - a run that cannot be read is listed, never a 500
                 a.problem = _problem(name, exc)
         self._cache[name] = a
@@ -253,11 +261,11 @@ def folder_labels(labels: list[str], names: list[str]) -> list[str]:
             for label, name in zip(labels, names)]
 
 
-def _explain(run: Run) -> tuple[RunExplanation | None, str | None]:
+def _explain(entry: RunEntry) -> tuple[RunExplanation | None, str | None]:
     try:
-        return explain(run), None
+        return explain(load_run(entry.place, entry.label)), None
     except Exception as exc:  # noqa: BLE001 - as in _analysed
-        return None, _problem(run.label, exc)
+        return None, _problem(str(entry.label or entry.path), exc)
 
 
 def _problem(name: str, exc: Exception) -> str:
