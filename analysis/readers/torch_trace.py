@@ -372,6 +372,7 @@ class _Reader:
         add_correlation = columns.correlation.append
         max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
         comm_names, step_names = self._comm_names, self._step_names
+        keep_sequences = self._keep_sequences  # a local: tested once per host event
         last_key, where = None, None
         for raw in raws:
             if raw.ph != "X":
@@ -393,8 +394,8 @@ class _Reader:
                     comm_names.add(name_id)
                 if name.startswith(_STEP_PREFIXES):
                     step_names.add(name_id)
-                if not self._keep_sequences and is_layer_range(name):
-                    self._keep_sequences = True
+                if not keep_sequences and is_layer_range(name):
+                    keep_sequences = self._keep_sequences = True
             key = (raw.cat, raw.pid, raw.tid)
             if key != last_key:  # runs of events on one track: most events skip the lookup
                 where = tracks.get(key)
@@ -412,7 +413,7 @@ class _Reader:
             if role == _HOST:
                 if name_id in step_names and kind in _STEP_KINDS:
                     where_id = self._step(raw, name, track, correlation)
-                elif self._keep_sequences and args is not None and args.sequence is not None:
+                elif keep_sequences and args is not None and args.sequence is not None:
                     sequence = _count(args.sequence)
                     if sequence is not None:
                         columns.stats.setdefault(len(columns.start_us), {})[SEQUENCE] = sequence
