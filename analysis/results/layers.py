@@ -64,7 +64,9 @@ class LayerBreakdown:
         return None if gflops is None or self.peak_gflops is None else gflops / self.peak_gflops
 
     def outside_ms(self, phase: str) -> float:
-        return round(self.phase_ms[phase] - sum(r.ms(phase) for r in self.rows), _DIGITS)
+        outside = round(self.phase_ms[phase] - sum(r.ms(phase) for r in self.rows), _DIGITS)
+        # Rows and phase are each rounded to 1 ns: a few ns either way is none at all.
+        return 0.0 if abs(outside) <= 10 ** -(_DIGITS - 2) else outside
 
     def row(self, name: str) -> LayerRow | None:
         return next((r for r in self.rows if r.name == name), None)
