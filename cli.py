@@ -131,6 +131,13 @@ def legend_option(command):
                         help="Leave out the table's legend (what the columns and marks mean).")(command)
 
 
+def layers_option(command):
+    """--layers: each layer's forward and backward time, FLOPs and GFLOP/s beside the phases."""
+    return click.option("--layers", is_flag=True,
+                        help="Also per layer: forward and backward ms per traced step, GFLOP "
+                             "and GFLOP/s, and the time outside layers.")(command)
+
+
 def session_option(command):
     return click.option(
         "--session", metavar="N|FILE|all", default=None,
@@ -501,9 +508,10 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
 @session_option
 @format_option()
 @legend_option
+@layers_option
 @wide_option
 @trace_rules_options
-def breakdown(paths, source, fmt, quiet, no_legend, session):
+def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
 
@@ -518,9 +526,11 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
     from analysis.model.job import is_job
     from analysis.model.locate import nested_folders
     from analysis.model.run import Runs, expand_runs
+    from analysis.results.layers import layer_breakdown
+    _check_layers_format(layers, fmt)
     entries = expand_runs(paths) if session is None else _session_entries(paths, session)
     runs = Runs()
-    results, jobs, problems = [], [], []
+    results, jobs, problems, layer_results = [], [], [], []
     for entry in entries:
         try:
             if entry.path is None:
@@ -528,7 +538,11 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
             if is_job(entry.place, lone=True):  # a lone rank of a larger job too
                 jobs.append(breakdown_of(entry.place, source))
             else:
-                results.append(breakdown_run(runs.load(entry.place, entry.label), source))
+                run = runs.load(entry.place, entry.label)
+                results.append(breakdown_run(run, source))
+                if layers:
+                    layer_results.append(layer_breakdown(run, results[-1].name,
+                                                         len(results[-1].steps)))
         except GapscopeInputError as exc:
             if len(entries) == 1:
                 raise
@@ -540,8 +554,12 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
         click.echo(strict_json.dumps(docs, indent=2))
     else:
         if results:
-            click.echo(registry.BREAKDOWN[fmt].render(results, **_breakdown_options(fmt, no_legend)),
-                       nl=False)
+            options = _breakdown_options(fmt, no_legend)
+            if layers and fmt == "json":
+                options["layers"] = layer_results
+            click.echo(registry.BREAKDOWN[fmt].render(results, **options), nl=False)
+            if layers and fmt != "json":
+                click.echo(registry.LAYERS[fmt].render(layer_results), nl=False)
         if jobs:
             click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
     for problem in problems:
@@ -589,10 +607,11 @@ def breakdown(paths, source, fmt, quiet, no_legend, session):
                    "evidence per run and the runs' notes (default: the gap, its top phases and "
                    "causes).")
 @format_option(registry.COMPARE)
+@layers_option
 @wide_option
 @trace_rules_options
 def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions,
-            different_workloads, quiet, verbose, fmt, **settings):
+            different_workloads, quiet, verbose, fmt, layers, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -621,6 +640,7 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     if budget is not None and precision is None:
         raise GapscopeInputError("--budget goes with --precision (a budget for reaching it)")
     budget = 10.0 if budget is None else budget
+    _check_layers_format(layers, fmt)
     from workloads.ab import DEFAULT_REPEATS
     repeats = repeats or (50 if precision is not None else DEFAULT_REPEATS)
     stopped: list[str] = []
@@ -647,11 +667,20 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all
     click.echo(registry.COMPARE[fmt].render(comparison, **options), nl=False)
+    if layers and fmt != "json":  # the JSON holds each run's layers and the cause's layer
+        sides = [(comparison.runs[0].layers, run.layers) for run in comparison.runs[1:]]
+        click.echo(registry.LAYERS_COMPARE[fmt].render(sides), nl=False)
     for warning in comparison.warnings:
         if fmt != "table":  # the table prints its warnings itself
             click.echo(f"gapscope: warning: {warning}", err=True)
     if comparison.inconclusive:
         sys.exit(EXIT_INCONCLUSIVE)
+
+
+def _check_layers_format(layers: bool, fmt: str) -> None:
+    if layers and fmt not in registry.LAYERS:
+        raise GapscopeInputError("--layers goes with --format table, markdown or json, "
+                                 f"not {fmt}")
 
 
 def _compare_scaling(paths, fmt: str) -> None:

@@ -10,6 +10,10 @@ PHASES = MARKED_PHASES + ("other",)
 # scopes cannot contain '/', so the TF side uses an underscore.
 TORCH_PREFIX = "gapscope/"
 TF_SCOPE_PREFIX = "gapscope_"
+# A layer's range in a torch trace (workloads.runners.layer_ranges): gapscope_layer/conv1.
+LAYER_RANGE_PREFIX = "gapscope_layer/"
+# The loss's name scope in gapscope's raw TF loop (Keras' own train_step says compile_loss).
+LOSS_SCOPE = "gapscope_loss"
 
 
 def torch_range_name(phase: str) -> str:

@@ -128,3 +128,21 @@ def test_dynamic_model_takes_both_branches():
     means = [x[i:i + spec.batch_size].mean() for i in range(0, len(x), spec.batch_size)]
     above = np.mean(np.array(means) > THRESHOLD)
     assert 0.2 < above < 0.8, above
+
+
+@pytest.mark.parametrize("name", ["cnn", "mlp", "lstm"])
+def test_layers_have_one_name_in_both_frameworks(name, keras_tf):
+    """The spec's layer names are the torch model's module names and the Keras layers' names,
+    and a layer's parameters are the same count in both (the ReLU fused into it adds none)."""
+    import math
+    spec = WORKLOADS[name]
+    names = [layer.name for layer in spec.layers()]
+    assert names[-1] == "loss"
+    torch_model = _torch_model(spec)
+    keras_model = spec.builders().build_keras(spec)
+    torch_counts = {child: sum(p.numel() for p in module.parameters())
+                    for child, module in torch_model.named_children()}
+    keras_counts = {layer.name: sum(math.prod(w.shape) for w in layer.trainable_weights)
+                    for layer in keras_model.layers}
+    assert list(keras_counts) == names[:-1]
+    assert torch_counts == keras_counts

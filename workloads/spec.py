@@ -55,3 +55,9 @@ class WorkloadSpec:
 
     def builders(self):
         return importlib.import_module(self.model_module)
+
+    def layers(self) -> list | None:
+        """Each layer's one name and shapes (workloads.layer_specs), or None for a workload
+        whose model module names no layers."""
+        make = getattr(self.builders(), "layers", None)
+        return None if make is None else make(self)

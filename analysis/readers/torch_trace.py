@@ -12,6 +12,7 @@ from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import NONE, ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
 from analysis.readers import lenient_decode, safe_files, validate
+from profilers.phases import LAYER_RANGE_PREFIX
 from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 
@@ -34,6 +35,9 @@ class _Args(msgspec.Struct, gc=False):
     # A `gapscope trace` export: a step's number, and a process's name in its "M" event.
     step_num: int | float | str | None = None
     name: str | int | float | None = None
+    # The autograd sequence number that links a backward node to the forward op that made it
+    # (per-layer backward time); kept once the trace has shown a layer range.
+    sequence: int | float | str | None = msgspec.field(default=None, name="Sequence number")
 
 
 class _ShapedArgs(_Args, gc=False):
@@ -212,6 +216,7 @@ class _Reader:
         self._tracks: dict[tuple, tuple] = {}
         self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
         self._step_names: set[int] = set()  # name ids of step ranges (ProfilerStep#N)
+        self._keep_sequences = False  # set at the first layer range: other traces keep none
         self._device_pids: set = set()  # processes an export names "device ..."
         self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
@@ -367,6 +372,7 @@ class _Reader:
         add_correlation = columns.correlation.append
         max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
         comm_names, step_names = self._comm_names, self._step_names
+        keep_sequences = self._keep_sequences  # a local: tested once per host event
         last_key, where = None, None
         for raw in raws:
             if raw.ph != "X":
@@ -388,6 +394,8 @@ class _Reader:
                     comm_names.add(name_id)
                 if name.startswith(_STEP_PREFIXES):
                     step_names.add(name_id)
+                if not keep_sequences and is_layer_range(name):
+                    keep_sequences = self._keep_sequences = True
             key = (raw.cat, raw.pid, raw.tid)
             if key != last_key:  # runs of events on one track: most events skip the lookup
                 where = tracks.get(key)
@@ -405,6 +413,10 @@ class _Reader:
             if role == _HOST:
                 if name_id in step_names and kind in _STEP_KINDS:
                     where_id = self._step(raw, name, track, correlation)
+                elif keep_sequences and args is not None and args.sequence is not None:
+                    sequence = _count(args.sequence)
+                    if sequence is not None:
+                        columns.stats.setdefault(len(columns.start_us), {})[SEQUENCE] = sequence
             elif role == _DEVICE:
                 if args is not None and args.nbytes is not None:
                     columns.nbytes[len(columns.start_us)] = args.nbytes
@@ -520,6 +532,15 @@ class _Window:
 # Events whose args say what a collective moved: gloo's ranges and the c10d dispatcher ops on
 # the CPU, NCCL's kernels and host ranges on the GPU, and record_param_comms for either.
 _COMM_PREFIXES = ("gloo:", "nccl:", "hccl:", "c10d::", "record_param_comms")
+
+
+# Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
+LAYER_RANGE_PREFIXES = (LAYER_RANGE_PREFIX, "nn.Module: ")
+SEQUENCE = "sequence"  # the Event.stats key of an autograd sequence number
+
+
+def is_layer_range(name: str) -> bool:
+    return name.startswith(LAYER_RANGE_PREFIXES)
 
 
 def is_comm_name(name: str) -> bool:

@@ -98,6 +98,9 @@ def _where(pair) -> str:
     faults = f"; {evidence_text.faults_cause(faults)}" if faults else ""
     fused = pair.fusion_behind_gap
     faults += f"; {evidence_text.fusion_cause(fused, pair.a_label, pair.b_label)}" if fused else ""
+    if pair.layer_leads:
+        text = evidence_text.layer_cause(pair.layer, pair.a_label, pair.b_label)
+        return f"; {100 * top.share_of_gap:.0f} % of it in {text}{faults}"
     if pair.cause is not None:
         return f"; {100 * top.share_of_gap:.0f} % of it in {evidence_text.cause(pair.cause)}{faults}"
     return f"; {100 * top.share_of_gap:.0f} % of it in {top.phase} ({top.delta_ms:+.3f} ms){faults}"

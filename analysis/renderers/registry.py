@@ -29,6 +29,13 @@ BREAKDOWN = _by_name(Renderer("table", ".txt", f"{_PKG}.breakdown_table"),
 COMPARE = _by_name(Renderer("table", ".txt", f"{_PKG}.compare_table"),
                    Renderer("json", ".json", f"{_PKG}.compare_json"),
                    Renderer("markdown", ".md", f"{_PKG}.compare_markdown"))
+# Layers beside a breakdown or a comparison (their JSON sits inside those documents).
+LAYERS = _by_name(Renderer("table", ".txt", f"{_PKG}.layers_render", "render_table"),
+                  Renderer("markdown", ".md", f"{_PKG}.layers_render", "render_markdown"),
+                  Renderer("json", ".json", f"{_PKG}.breakdown_json"))
+LAYERS_COMPARE = _by_name(
+    Renderer("table", ".txt", f"{_PKG}.layers_render", "render_compare_table"),
+    Renderer("markdown", ".md", f"{_PKG}.layers_render", "render_compare_markdown"))
 JOB_BREAKDOWN = _by_name(Renderer("table", ".txt", f"{_PKG}.job_render", "render_table"),
                          Renderer("json", ".json", f"{_PKG}.job_render", "render_json"),
                          Renderer("csv", ".csv", f"{_PKG}.job_render", "render_csv"),

@@ -11,7 +11,8 @@ from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.measures.fusion import fused_apart, summary as fusion_summary
 from analysis.results.amortisation import amortisation
-from analysis.results.cause import MIN_SHARE, Cause, biggest_cause
+from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
+from analysis.results.layers import LayerCause, layer_cause
 from analysis.results.explain import RunExplanation
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.events.step_windows import single_window_warnings
@@ -101,6 +102,7 @@ class PairComparison:
     inconclusive: str | None = None
     # A side's step time cannot be trusted (a busy machine, steps in two levels).
     untrusted: bool = False
+    layer: LayerCause | None = None  # the layer carrying >= 40 % of the leading phase's delta
 
     @property
     def leading_phase(self) -> PhaseGap | None:
@@ -145,6 +147,16 @@ class PairComparison:
         return next((e for e in self.evidence if e.kind == EvidenceKind.PAGE_FAULTS
                      and _explains(e, _HEADLINE_SHARE)), None)
 
+    @property
+    def layer_leads(self) -> bool:
+        """Whether the verdict names the layer: not where a cause outside layers (copies,
+        launches, syncs, page faults) moved more time; ops/kernels are the layers' own time."""
+        if self.layer is None:
+            return False
+        outside = [self.faults_behind_gap and self.faults_behind_gap.delta_ms,
+                   self.cause and self.cause.kind != CauseKind.KERNELS and self.cause.delta_ms]
+        return all(not ms or abs(ms) <= abs(self.layer.delta_ms) for ms in outside)
+
     def to_json_dict(self) -> dict:
         return {"a": self.a, "b": self.b, "a_label": self.a_label, "b_label": self.b_label,
                 "a_step_ms": self.a_step_ms, "b_step_ms": self.b_step_ms, "gap_ms": self.gap_ms,
@@ -163,7 +175,7 @@ class PairComparison:
                 "evidence": [{**e.__dict__, "kind": str(e.kind)} for e in self.evidence],
                 "suggestions": [x.to_json_dict() for x in self.suggestions],
                 "devices_differ": self.devices_differ,
-                "cause": self.cause.to_json_dict() if self.cause else None,
+                "cause": _with_layer(self.cause.to_json_dict() if self.cause else None, self.layer),
                 "fusion_behind_gap": None if self.fusion_behind_gap is None else {
                     "phase": self.fusion_behind_gap.phase, "delta_ms": self.fusion_behind_gap.delta_ms},
                 # The page faults the headline names beside the cause (their facts are in evidence).
@@ -335,7 +347,17 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     leading = pair.leading_phase
     if leading is not None:
         pair.cause = biggest_cause(a, b, leading.phase, leading.delta_ms)
+        pair.layer = layer_cause(a.layers, b.layers, leading.phase, leading.delta_ms)
     return pair
+
+
+def _with_layer(cause: dict | None, layer: LayerCause | None) -> dict | None:
+    """The cause's JSON with its `layer` where one carries the phase (kept out otherwise, so a
+    comparison of runs without layers reads as before)."""
+    if layer is None:
+        return cause
+    return {**(cause or {"phase": layer.phase, "phase_delta_ms": layer.phase_delta_ms}),
+            "layer": layer.to_json_dict()}
 
 
 def _suggestions(pair: PairComparison, a: RunExplanation, b: RunExplanation) -> list[Suggestion]:

@@ -8,6 +8,7 @@ from pathlib import Path
 from analysis.results.attribution import Attribution, attribute
 from analysis.results.breakdown import breakdown
 from analysis.results.compile_overhead import CompileStats, compile_stats
+from analysis.results.layers import LayerBreakdown, layer_breakdown
 from analysis.measures.hardware import Hardware, hardware
 from analysis.measures.kernels import KernelStats, find_work, kernel_stats
 from analysis.measures.resources import ResourceStats, resource_stats
@@ -27,8 +28,11 @@ class RunExplanation:
     resources: ResourceStats
     trace_file: str
     hardware: Hardware
+    layers: LayerBreakdown | None = None  # each layer's forward and backward, where the trace names layers
 
     def to_json_dict(self) -> dict:
+        # Layers only where the trace names any: the document of a run without them is unchanged.
+        layers = {"layers": self.layers.to_json_dict()} if self.layers and self.layers.rows else {}
         return {"breakdown": self.breakdown.to_json_dict(),
                 "attribution": self.attribution.to_json_dict(),
                 "kernels": self.kernels.to_json_dict(),
@@ -36,7 +40,7 @@ class RunExplanation:
                 "transfers": self.transfers.to_json_dict(),
                 "resources": self.resources.to_json_dict(),
                 "trace_file": self.trace_file,
-                "hardware": self.hardware.to_json_dict()}
+                "hardware": self.hardware.to_json_dict(), **layers}
 
 
 def explain(run: Run) -> RunExplanation:
@@ -56,7 +60,8 @@ def explain(run: Run) -> RunExplanation:
         transfers=transfer_stats(work),
         resources=resource_stats(run.resources),
         trace_file=str(run.trace_file),
-        hardware=found)
+        hardware=found,
+        layers=layer_breakdown(run, result.name, work.steps))
 
 
 def explain_all(runs: list[Run]) -> list[RunExplanation]:

@@ -1,5 +1,19 @@
-"""Seed 000's motivating case, an LSTM forecaster (window of a series in, next value out), in torch and Keras."""
+"""Seed 000's motivating case, an LSTM forecaster (window of a series in, next value out), in torch and Keras.
+Layers are named by `layers(spec)`: lstm, output, loss."""
 from __future__ import annotations
+
+from dataclasses import replace
+
+from workloads.layer_specs import LayerSpec, dense_layers, loss_layer
+
+
+def layers(spec) -> list[LayerSpec]:
+    steps, features = spec.input_shape
+    units = spec.hidden[0]
+    recurrent = LayerSpec("lstm", "lstm", {"steps": steps, "inputs": features, "units": units},
+                          input_grad=False)
+    head = dense_layers(replace(spec, hidden=()), units, True)
+    return [recurrent, *head, loss_layer(spec)]
 
 
 def build_torch(spec):
@@ -11,11 +25,11 @@ def build_torch(spec):
             super().__init__()
             self.lstm = nn.LSTM(spec.input_shape[-1], spec.hidden[0], batch_first=True)
             _single_bias(self.lstm)
-            self.head = nn.Linear(spec.hidden[0], spec.outputs)
+            self.output = nn.Linear(spec.hidden[0], spec.outputs)
 
         def forward(self, x):
             sequence, _ = self.lstm(x)
-            return self.head(sequence[:, -1])
+            return self.output(sequence[:, -1])
 
     def _single_bias(lstm):
         # torch's LSTM adds two bias vectors (b_ih + b_hh) where Keras' has one; the sum is all
@@ -33,5 +47,6 @@ def build_torch(spec):
 def build_keras(spec):
     import keras
     # Keras' defaults (tanh, sigmoid gates, a bias, no recurrent dropout) keep the cuDNN path.
-    return keras.Sequential([keras.Input(spec.input_shape), keras.layers.LSTM(spec.hidden[0]),
-                             keras.layers.Dense(spec.outputs)], name=spec.name)
+    return keras.Sequential([keras.Input(spec.input_shape),
+                             keras.layers.LSTM(spec.hidden[0], name="lstm"),
+                             keras.layers.Dense(spec.outputs, name="output")], name=spec.name)

@@ -35,6 +35,7 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
                 "workload": spec.name, "framework": settings.framework,
                 "variant": settings.variant, "settings": settings.to_dict(),
                 "warmup_steps": settings.warmup_steps, "workload_spec": _spec_fields(spec),
+                "layers": _layer_fields(spec),
                 "device": None, "versions": None, "omp_num_threads": omp_num_threads(),
                 **({"malloc_settings": malloc} if malloc else {}), **(rank_fields or {}),
             })
@@ -55,6 +56,9 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
                 wall_s = time.perf_counter() - started
             # Whether others shared the machine: a step time from a busy machine is no fact.
             facts["machine_load"] = load.summary
+            peak = _gemm_peak(settings)  # after the steps: it cannot disturb them
+            if peak is not None:
+                facts["gemm_peak"] = peak
             if sampler is not None:
                 sampler.write_csv(run_dir)
                 facts["resources"] = sampler.summary()
@@ -83,6 +87,25 @@ def _runner(framework: str):
 def _spec_fields(spec) -> dict:
     from dataclasses import asdict
     return asdict(spec)
+
+
+def _gemm_peak(settings: RunSettings) -> dict | None:
+    """The CPU's measured GEMM peak, for the layers' share of it: traced CPU runs only."""
+    from profilers.nvml import gpu_count
+    if not settings.trace or settings.distributed or settings.device == "cuda" or \
+            (settings.device == "auto" and gpu_count() > 0):
+        return None
+    from workloads.runners.gemm_peak import measured_peak
+    try:
+        return measured_peak(settings.framework)
+    except Exception:  # noqa: BLE001 - only a figure is lost, never the run
+        return None
+
+
+def _layer_fields(spec) -> list[dict] | None:
+    """The layers' one naming and shapes: the analyzers' layer names and FLOP counts."""
+    layers = spec.layers()
+    return None if layers is None else [layer.to_dict() for layer in layers]
 
 
 def main(argv: list[str]) -> int:

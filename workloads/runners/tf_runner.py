@@ -14,6 +14,7 @@ from profilers.timers import StepTimer
 from profilers.trace_window import TraceWindow
 from workloads.runners.tf_traces import TraceLog
 from workloads.datasets import dataset_for
+from profilers.phases import LOSS_SCOPE
 from workloads.runners.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
 from workloads.models.params import keras_parameters
 from workloads.settings import RunSettings
@@ -69,7 +70,9 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
                 with phases.phase("forward"):
                     # Under a strategy of N replicas a Keras loss comes out divided by N, so
                     # that the gradients the optimizer all-reduces (sums) are the mean.
-                    loss = loss_fn(targets, model(inputs, training=True))
+                    predictions = model(inputs, training=True)
+                    with tf.name_scope(LOSS_SCOPE):  # the `loss` layer, as Keras' compile_loss
+                        loss = loss_fn(targets, predictions)
             with phases.phase("backward"):
                 gradients = tape.gradient(loss, model.trainable_variables)
             with phases.phase("optimizer"):

@@ -19,6 +19,7 @@ from workloads.settings import RunSettings
 from workloads.spec import WorkloadSpec
 from workloads.shards import rank_shard
 from workloads.runners.torch_pipelines import make_batches
+from workloads.runners.layer_ranges import LayerRanges
 from workloads.runners.torchscript import LazyTorchScript
 
 
@@ -52,6 +53,7 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     marks = PhaseMarks(StepTimer(CudaEventClock() if cuda else HostClock()))
     window = TraceWindow.at_end(settings.warmup_steps, settings.trace_steps, steps)
     profiler = torch_profiler(run_dir, window, cuda) if settings.trace else None
+    layer_ranges = _layer_ranges(spec, model, loss_fn) if profiler and forward is trained else None
     step_epochs = []
 
     if settings.inference:
@@ -62,6 +64,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             (torch.inference_mode() if settings.inference else nullcontext()):
         epoch, epoch_batches = 0, iter(batches)
         for step in range(steps):
+            if layer_ranges is not None and step == window.first:
+                layer_ranges.attach()
             marks.begin_step()
             with marks.phase("data_load"):
                 batch = next(epoch_batches, None)
@@ -80,6 +84,8 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             if recorder is not None:
                 recorder.end_step(step)
             step_epochs.append(epoch)
+            if layer_ranges is not None and step == window.last:
+                layer_ranges.detach()
             if profiler is not None:
                 profiler.step()
 
@@ -94,6 +100,16 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                   "trace_window": [window.first, window.last] if profiler else None,
                   **(script.facts if script is not None else {}),
                   **({"ddp": _ddp_facts(trained)} if group is not None else {})}
+
+
+def _layer_ranges(spec: WorkloadSpec, model, loss_fn) -> LayerRanges | None:
+    """Ranges around the spec's named layers, for eager torch only: a compiled or scripted
+    forward would trace the hooks into its graph."""
+    layers = spec.layers()
+    if layers is None:
+        return None
+    modules = {layer.name: getattr(model, layer.name) for layer in layers if layer.kind != "loss"}
+    return LayerRanges({**modules, "loss": loss_fn})
 
 
 def _process_group() -> tuple[int, int] | None:

@@ -1,0 +1,86 @@
+"""Analytic FLOPs of one layer's forward and backward for one batch, from its shapes (the
+manifest's `layers`, written from workloads.layer_specs).
+
+The rules (docs/reference.md, "Layers"):
+- a multiply-add is 2 FLOPs; an elementwise operation (bias add, ReLU, a comparison, exp) is 1
+  FLOP per element it writes;
+- conv and dense backward compute the input's gradient and the weights' gradient, each as many
+  multiply-adds as the forward: 2x the forward's GEMM, 1x for the first layer (no gradient
+  flows to the model's input); plus the bias gradient and the activation's gradient, one
+  FLOP per output element each;
+- an LSTM step's gates are x·W + h·U + b (4 gates); forward per step and sample
+  2·4u(in+u) + 4u (bias) + 9u (3 sigmoids, 2 tanh, 3 products, 1 sum); backward
+  2× the GEMM (the input's part 1× for a first layer), the 9u elementwise again and 4u for
+  the bias' gradient;
+- 2x2 max pooling: 3 comparisons per output forward, one write per input element backward;
+- cross-entropy from logits: 4 FLOPs per logit (max, subtract, exp, sum) + 2 per sample
+  (log, pick) forward, 2 per logit backward (softmax minus one-hot, scale); MSE 3 per output
+  forward (subtract, square, sum), 2 backward;
+- flatten moves no data: 0."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class LayerFlops:
+    forward: int
+    backward: int
+    gemm_forward: int  # the multiply-add part of forward alone, what torch's profiler counts
+
+
+def layer_flops(layer: dict, batch: int) -> LayerFlops:
+    kind, dims = layer["kind"], layer.get("dims", {})
+    count = _COUNTS.get(kind)
+    if count is None:
+        raise ValueError(f"no FLOP rule for a {kind!r} layer")
+    return count(dims, batch, layer.get("activation") is not None, layer.get("input_grad", True))
+
+
+def _conv2d(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+    out_h, out_w = d["height"] - d["kernel"] + 1, d["width"] - d["kernel"] + 1
+    outputs = batch * out_h * out_w * d["out_channels"]
+    gemm = 2 * outputs * d["kernel"] ** 2 * d["in_channels"]
+    return _weighted(gemm, outputs, activated, input_grad)
+
+
+def _dense(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+    outputs = batch * d["units"]
+    return _weighted(2 * outputs * d["inputs"], outputs, activated, input_grad)
+
+
+def _weighted(gemm: int, outputs: int, activated: bool, input_grad: bool) -> LayerFlops:
+    elementwise = outputs * (1 + activated)  # bias, then the activation
+    return LayerFlops(gemm + elementwise, gemm * (2 if input_grad else 1) + elementwise, gemm)
+
+
+def _lstm(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+    units, inputs, cells = d["units"], d["inputs"], batch * d["steps"]
+    input_gemm, recurrent_gemm = 2 * 4 * units * inputs * cells, 2 * 4 * units * units * cells
+    elementwise = (4 + 9) * units * cells
+    backward = (input_gemm * (2 if input_grad else 1) + 2 * recurrent_gemm
+                + 9 * units * cells + 4 * units * cells)  # the gates' and the bias' gradients
+    return LayerFlops(input_gemm + recurrent_gemm + elementwise, backward,
+                      input_gemm + recurrent_gemm)
+
+
+def _maxpool2d(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+    size = d["size"]
+    inputs = batch * d["height"] * d["width"] * d["channels"]
+    outputs = batch * (d["height"] // size) * (d["width"] // size) * d["channels"]
+    return LayerFlops((size * size - 1) * outputs, inputs, 0)
+
+
+def _flatten(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+    return LayerFlops(0, 0, 0)
+
+
+def _loss(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+    values = batch * d["outputs"]
+    if d["loss"] == "cross_entropy":
+        return LayerFlops(4 * values + 2 * batch, 2 * values, 0)
+    return LayerFlops(3 * values, 2 * values, 0)
+
+
+_COUNTS = {"conv2d": _conv2d, "dense": _dense, "lstm": _lstm, "maxpool2d": _maxpool2d,
+           "flatten": _flatten, "loss": _loss}

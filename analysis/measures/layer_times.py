@@ -1,0 +1,185 @@
+"""Time per layer inside the forward and backward phases of the traced steps: from layer ranges
+and autograd sequence numbers in a torch trace, from the layer scopes of op names in an XSpace."""
+from __future__ import annotations
+
+import bisect
+import re
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from analysis.events import intervals
+from analysis.events.timeline import PhaseTimeline
+from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
+from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
+from profilers.phases import LOSS_SCOPE
+
+LAYER_PHASES = ("forward", "backward")
+_BACKWARD_NODE = "autograd::engine::evaluate_function: "
+_ACCUMULATE_NODE = _BACKWARD_NODE + "torch::autograd::AccumulateGrad"
+_TF_FORWARD = "gapscope_forward/"
+_TF_BACKWARD = "gradient_tape/"
+_TF_LOSS_SCOPES = ("compile_loss", LOSS_SCOPE)  # Keras' train_step, gapscope's raw TF loop
+_SCOPE_SUFFIX = re.compile(r"(_\d+)+$")  # TF makes a reused scope unique: conv1 -> conv1_1
+
+
+@dataclass
+class LayerTimes:
+    """Mean ms per traced step: each layer's time in each phase, and the phases' own time."""
+
+    layers: dict[str, dict[str, float]]   # layer -> phase -> ms
+    phase_ms: dict[str, float]            # phase -> ms (the timeline's exclusive segments)
+    steps: int
+    notes: list[str] = field(default_factory=list)
+
+    def outside_ms(self, phase: str) -> float:
+        """The phase's time that no layer claims: Python between layers, glue ops, hooks."""
+        return self.phase_ms[phase] - sum(times[phase] for times in self.layers.values())
+
+
+def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None) -> LayerTimes | None:
+    """None where the trace carries no layer: no layer ranges, no layer scopes."""
+    if not timeline.steps:
+        return None
+    if trace.source_format == "torch":
+        found, notes = _torch_layers(trace)
+    else:
+        found, notes = _scoped_layers(trace, names), []
+    if names:
+        found = {name: found[name] for name in names if name in found}
+    if not found:
+        return None
+    # Where layers overlap (nested module ranges, ops on parallel threads), an instant goes to
+    # the layer with less time in all: the inner of two nested ranges. Each instant counts once.
+    order = sorted(found, key=lambda name: sum(intervals.total(v) for v in found[name].values()))
+    totals = {name: dict.fromkeys(LAYER_PHASES, 0.0) for name in found}
+    phase_ms = dict.fromkeys(LAYER_PHASES, 0.0)
+    for step in range(len(timeline.steps)):
+        window = timeline.steps[step]
+        for phase in LAYER_PHASES:
+            segments = [(s, e) for s, e, p in timeline.segments[step] if p == phase]
+            phase_ms[phase] += intervals.total(segments) / 1000.0
+            outside = intervals.subtract([(window.start_us, window.end_us)], segments)
+            taken: list = []
+            for name in order:
+                own = intervals.clip_merged(found[name].get(phase, []), window.start_us, window.end_us)
+                own = intervals.subtract(intervals.subtract(own, outside), taken)
+                totals[name][phase] += intervals.total(own) / 1000.0
+                taken = intervals.merge(taken + own)
+    n = len(timeline.steps)
+    ordered = names or list(found)
+    return LayerTimes({name: {p: totals[name][p] / n for p in LAYER_PHASES}
+                       for name in ordered if name in totals},
+                      {p: ms / n for p, ms in phase_ms.items()}, n, notes)
+
+
+def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
+    """Forward: each layer range. Backward: each autograd node whose sequence number is that of
+    a forward op inside a layer range (innermost range on the op's thread), and each
+    AccumulateGrad node (it has no sequence number) with the node that ran just before it on
+    its thread: the engine runs AccumulateGrad first of all ready nodes (highest priority), so
+    right after the node that made the parameter's gradient."""
+    columns = trace.columns
+    found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    accumulate = []
+    for e in trace.events:
+        if e.name == _ACCUMULATE_NODE:
+            accumulate.append(e)
+        # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
+        if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
+                and e.name.startswith(LAYER_RANGE_PREFIXES):
+            name = _layer_name(e.name)
+            found[name]["forward"].append((e.start_us, e.end_us))
+            ranges[e.track].append((e.start_us, e.end_us, name))
+    if not found:
+        return {}, []
+    for track in ranges.values():
+        track.sort()
+    starts = {track: [s for s, _, _ in r] for track, r in ranges.items()}
+    made_by: dict[int, str] = {}
+    backward_nodes = []
+    for row, stats in columns.stats.items():
+        sequence = stats.get(SEQUENCE)
+        if sequence is None:
+            continue
+        e = columns.event(row)
+        if e.name.startswith(_BACKWARD_NODE):
+            backward_nodes.append((sequence, e))
+        elif e.kind == HOST_OP and sequence not in made_by and e.track in ranges:
+            layer = _innermost(ranges[e.track], starts[e.track], e.start_us)
+            if layer is not None:
+                made_by[sequence] = layer
+    unlinked = 0
+    ran: dict[str, list[tuple[float, str | None]]] = defaultdict(list)  # track -> (start, layer)
+    for sequence, e in backward_nodes:
+        layer = made_by.get(sequence)
+        ran[e.track].append((e.start_us, layer))
+        if layer is None:
+            unlinked += 1
+            continue
+        found[layer]["backward"].append((e.start_us, e.end_us))
+    for track in ran.values():
+        track.sort()
+    for e in accumulate:
+        before = ran.get(e.track, [])
+        i = bisect.bisect_left(before, (e.start_us,)) - 1
+        if i >= 0 and before[i][1] is not None:
+            found[before[i][1]]["backward"].append((e.start_us, e.end_us))
+    notes = []
+    if backward_nodes and unlinked == len(backward_nodes):
+        notes.append("no backward node links to a layer's forward op (no autograd sequence "
+                     "numbers inside layer ranges): backward per layer unknown")
+    return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
+
+
+def _layer_name(range_name: str) -> str:
+    for prefix in LAYER_RANGE_PREFIXES:
+        if range_name.startswith(prefix):
+            return range_name[len(prefix):]
+    return range_name
+
+
+def _innermost(track: list[tuple[float, float, str]], starts: list[float], t: float) -> str | None:
+    """The latest-starting range that holds instant t: the innermost of nested ranges."""
+    i = bisect.bisect_right(starts, t) - 1
+    while i >= 0:
+        start, end, name = track[i]
+        if t < end:
+            return name
+        i -= 1
+    return None
+
+
+def _scoped_layers(trace: Trace, names: list[str] | None) -> dict:
+    """TF ops by the Keras layer scope in their names: `…/gapscope_forward/<model>/<layer>/…`
+    is that layer's forward, `…/gradient_tape/gapscope_forward/<model>/<layer>/…` its backward,
+    the `compile_loss` scope is the loss."""
+    known = set(names or ())
+    layer_of: dict[str, tuple[str, str] | None] = {}
+    found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for e in trace.events:
+        if e.kind != HOST_OP or not e.track.startswith("host"):
+            continue
+        where = layer_of.get(e.name, False)
+        if where is False:
+            where = layer_of[e.name] = _scope_layer(e.name, known)
+        if where is not None:
+            found[where[0]][where[1]].append((e.start_us, e.end_us))
+    return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}
+
+
+def _scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
+    """(layer, phase) an op's scope names, else None."""
+    head, marker, rest = op_name.partition(_TF_FORWARD)
+    if not marker:
+        return None
+    phase = "backward" if head.endswith(_TF_BACKWARD) else "forward"
+    parts = rest.split("/")
+    if parts[0].startswith(_TF_LOSS_SCOPES):
+        return "loss", phase
+    if len(parts) < 3:  # model/op: an op of the model itself, in no layer
+        return None
+    layer = _SCOPE_SUFFIX.sub("", parts[1]) if parts[1] not in known else parts[1]
+    if known and layer not in known:
+        return None
+    return layer, phase

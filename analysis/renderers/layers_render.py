@@ -1,0 +1,127 @@
+"""Layers as tables (terminal, markdown): per run, each layer's forward and backward ms, GFLOP and
+GFLOP/s with the time outside layers; per compared pair, the layers side by side."""
+from __future__ import annotations
+
+from analysis.results.layers import LayerBreakdown, LayerRow, matched_layers
+from analysis.renderers.fit import Grid, Page
+
+UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step counted "
+               "from the layer's shapes (docs/reference.md, Layers)")
+_HEAD = ["layer", "fwd\nms", "bwd\nms", "fwd\nGFLOP", "bwd\nGFLOP", "fwd\nGFLOP/s", "bwd\nGFLOP/s"]
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _delta(value: float) -> str:
+    return f"{value:+.3f}"
+
+
+def _row(name: str, r: LayerRow) -> list[str]:
+    return [name, _num(r.forward_ms), _num(r.backward_ms), _num(r.forward_gflop),
+            _num(r.backward_gflop), _num(r.gflops("forward"), 1), _num(r.gflops("backward"), 1)]
+
+
+def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
+    rows = [_row(r.name, r) for r in lb.rows]
+    rows.append(["outside layers", _num(lb.outside_ms("forward")), _num(lb.outside_ms("backward")),
+                 "", "", "", ""])
+    total = LayerRow("phase", lb.phase_ms["forward"], lb.phase_ms["backward"],
+                     *(None if lb.phase_gflops(p) is None else sum(r.gflop(p) for r in lb.rows)
+                       for p in ("forward", "backward")))
+    rows.append(_row("phase (traced)", total))
+    return rows
+
+
+def _compare_rows(a: LayerBreakdown, b: LayerBreakdown) -> list[list[str]]:
+    rows = []
+    for name in matched_layers(a, b):
+        ra, rb = a.row(name), b.row(name)
+        rows.append([name, _num(ra.forward_ms), _num(rb.forward_ms),
+                     _delta(rb.forward_ms - ra.forward_ms), _num(ra.backward_ms), _num(rb.backward_ms),
+                     _delta(rb.backward_ms - ra.backward_ms), _num(ra.gflops("backward"), 1),
+                     _num(rb.gflops("backward"), 1)])
+    fa, fb = a.outside_ms("forward"), b.outside_ms("forward")
+    ba, bb = a.outside_ms("backward"), b.outside_ms("backward")
+    rows.append(["outside layers", _num(fa), _num(fb), _delta(fb - fa), _num(ba), _num(bb),
+                 _delta(bb - ba), "", ""])
+    return rows
+
+
+def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
+    return ["layer", f"{a.label}{sep}fwd ms", f"{b.label}{sep}fwd ms", "Δ fwd\nms",
+            f"{a.label}{sep}bwd ms", f"{b.label}{sep}bwd ms", "Δ bwd\nms",
+            f"{a.label}{sep}bwd GFLOP/s", f"{b.label}{sep}bwd GFLOP/s"]
+
+
+def _notes(lb: LayerBreakdown) -> list[str]:
+    return [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
+
+
+def _peak(lb: LayerBreakdown) -> list[str]:
+    """The phases' share of the measured peak, where the run measured one (CPU runs)."""
+    if lb.peak_gflops is None or not lb.rows:
+        return []
+    shares = [f"{p} {100 * share:.0f} %" for p in ("forward", "backward")
+              if (share := lb.peak_share(lb.phase_gflops(p))) is not None]
+    if not shares:
+        return []
+    return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s peak ({lb.peak.get('method')}): "
+            + ", ".join(shares)]
+
+
+def render_table(breakdowns: list[LayerBreakdown]) -> str:
+    page = Page()
+    for lb in breakdowns:
+        if lb.rows:
+            page.table(Grid(f"gapscope layers: {lb.label}", _HEAD, _breakdown_rows(lb), [2, 2, 2],
+                            ends=frozenset({len(lb.rows) - 1})))
+        for note in _notes(lb):
+            page.line(note)
+    if any(lb.rows for lb in breakdowns):
+        page.line(UNIT_FOOTER)
+    return page.text()
+
+
+def render_compare_table(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) -> str:
+    page = Page()
+    for a, b in pairs:
+        if matched_layers(a, b):
+            page.table(Grid(f"gapscope layers: {b.label} vs {a.label}", _compare_head(a, b, "\n"),
+                            _compare_rows(a, b), [3, 3, 2]))
+        else:
+            page.line(f"{b.label} vs {a.label}: no layers to line up (neither the same names "
+                      "nor layers in both traces)")
+        for note in _notes(a) + _notes(b):
+            page.line(note)
+    page.line(UNIT_FOOTER)
+    return page.text()
+
+
+def _markdown(head: list[str], rows: list[list[str]]) -> list[str]:
+    head = [h.replace("\n", " ") for h in head]
+    return (["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+            + ["| " + " | ".join(row) + " |" for row in rows])
+
+
+def render_markdown(breakdowns: list[LayerBreakdown]) -> str:
+    lines = []
+    for lb in breakdowns:
+        lines += [f"### Layers: {lb.label}", ""]
+        if lb.rows:
+            lines += _markdown(_HEAD, _breakdown_rows(lb)) + [""]
+        lines += [f"- {note}" for note in _notes(lb)]
+    return "\n".join(lines + ["", UNIT_FOOTER, ""])
+
+
+def render_compare_markdown(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) -> str:
+    lines = []
+    for a, b in pairs:
+        lines += [f"### Layers: {b.label} vs {a.label}", ""]
+        if matched_layers(a, b):
+            lines += _markdown(_compare_head(a, b, " "), _compare_rows(a, b)) + [""]
+        else:
+            lines.append("- no layers to line up (neither the same names nor layers in both traces)")
+        lines += [f"- {note}" for note in _notes(a) + _notes(b)]
+    return "\n".join(lines + ["", UNIT_FOOTER, ""])

@@ -1,0 +1,224 @@
+"""Per-layer results: each layer's forward and backward time per traced step, its analytic FLOPs
+and GFLOP/s, the time outside any layer; and two runs' layers lined up by name."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from analysis.measures.layer_flops import layer_flops
+from analysis.measures.layer_times import LAYER_PHASES, layer_times
+from analysis.model.run import Run
+
+# A layer is named as the cause of a phase's delta where it carries at least this share of it.
+LAYER_CAUSE_SHARE = 0.40
+_DIGITS = 6
+# What the times are: the traced steps as recorded (the profiler's cost inside; the breakdown's
+# phases are compensated, so a layer's ms is compared with its own phase in this table).
+SOURCE = "trace, raw"
+NO_LAYERS = ("carries no layers: no layer ranges (gapscope_layer/<name> or with_modules' "
+             "'nn.Module: …') and no Keras layer scopes in its op names")
+
+COMPILED = ("no layers: gapscope marks layers in eager torch only (in a compiled or scripted "
+            "forward its hooks would be traced into the graph)")
+
+
+@dataclass
+class LayerRow:
+    name: str
+    forward_ms: float
+    backward_ms: float
+    forward_gflop: float | None = None   # per step (one batch); None where no rule counts it
+    backward_gflop: float | None = None
+
+    def ms(self, phase: str) -> float:
+        return getattr(self, f"{phase}_ms")
+
+    def gflop(self, phase: str) -> float | None:
+        return getattr(self, f"{phase}_gflop")
+
+    def gflops(self, phase: str) -> float | None:
+        """Achieved GFLOP/s in a phase; None without a count or without time."""
+        flop, ms = self.gflop(phase), self.ms(phase)
+        return None if flop is None or ms <= 0 else flop / (ms / 1000.0)
+
+
+@dataclass
+class LayerBreakdown:
+    """Layers x phases of one run; rows plus outside add up to each phase by construction."""
+
+    run_id: str | None
+    label: str
+    rows: list[LayerRow]
+    phase_ms: dict[str, float]       # forward, backward per traced step
+    steps: int                       # traced steps averaged
+    batch: int | None = None
+    source: str = SOURCE
+    notes: list[str] = field(default_factory=list)
+    peak: dict | None = None   # the CPU's measured GEMM peak: gflops and method (the manifest's)
+
+    @property
+    def peak_gflops(self) -> float | None:
+        value = (self.peak or {}).get("gflops")
+        return value if isinstance(value, (int, float)) and value > 0 else None
+
+    def peak_share(self, gflops: float | None) -> float | None:
+        return None if gflops is None or self.peak_gflops is None else gflops / self.peak_gflops
+
+    def outside_ms(self, phase: str) -> float:
+        outside = round(self.phase_ms[phase] - sum(r.ms(phase) for r in self.rows), _DIGITS)
+        # Rows and phase are each rounded to 1 ns: a few ns either way is none at all.
+        return 0.0 if abs(outside) <= 10 ** -(_DIGITS - 2) else outside
+
+    def row(self, name: str) -> LayerRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def phase_gflops(self, phase: str) -> float | None:
+        flops = [r.gflop(phase) for r in self.rows]
+        if not self.rows or any(f is None for f in flops) or self.phase_ms[phase] <= 0:
+            return None
+        return sum(flops) / (self.phase_ms[phase] / 1000.0)
+
+    def to_json_dict(self) -> dict:
+        return {"run_id": self.run_id, "label": self.label, "source": self.source,
+                "steps": self.steps, "batch": self.batch,
+                "phase_ms": {p: round(v, _DIGITS) for p, v in self.phase_ms.items()},
+                "outside_ms": {p: self.outside_ms(p) for p in self.phase_ms},
+                "phase_gflops": {p: _round(self.phase_gflops(p)) for p in self.phase_ms},
+                "peak": self.peak,
+                "phase_peak_share": {p: _round(self.peak_share(self.phase_gflops(p)))
+                                     for p in self.phase_ms},
+                "layers": [{**{k: _round(v) for k, v in asdict(r).items()},
+                            "forward_gflops": _round(r.gflops("forward")),
+                            "backward_gflops": _round(r.gflops("backward")),
+                            "forward_peak_share": _round(self.peak_share(r.gflops("forward"))),
+                            "backward_peak_share": _round(self.peak_share(r.gflops("backward")))}
+                           for r in self.rows],
+                "notes": self.notes}
+
+    @classmethod
+    def from_json_dict(cls, d: dict) -> "LayerBreakdown":
+        rows = [LayerRow(r["name"], r["forward_ms"], r["backward_ms"], r.get("forward_gflop"),
+                         r.get("backward_gflop")) for r in d["layers"]]
+        return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
+                   d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"))
+
+
+def _round(value):
+    return round(value, _DIGITS) if isinstance(value, float) else value
+
+
+def _per_update(found, updates: int):
+    """Per-call means made per-update means: the traced calls ran `updates` updates in all."""
+    scale = found.steps / updates
+    found.layers = {name: {p: ms * scale for p, ms in times.items()}
+                    for name, times in found.layers.items()}
+    found.phase_ms = {p: ms * scale for p, ms in found.phase_ms.items()}
+    found.steps = updates
+    return found
+
+
+def _compiled_torch(manifest: dict) -> bool:
+    settings = manifest.get("settings") if isinstance(manifest.get("settings"), dict) else {}
+    return manifest.get("framework") == "torch" and any(
+        settings.get(key) for key in ("compile_mode", "compile_backend", "torchscript"))
+
+
+def layer_breakdown(run: Run, label: str | None = None, updates: int | None = None) -> LayerBreakdown:
+    """The run's layers; no rows (and a note saying why) where its trace names none.
+    `updates`: the optimizer updates the traced steps ran (the breakdown's count), where one
+    traced call runs several (Keras steps_per_execution): the figures are then per update."""
+    label = label or run.label
+    specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
+    batch = (run.manifest.get("workload_spec") or {}).get("batch_size")
+    if run.trace is None:
+        return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
+                              notes=["no trace: layers come from a traced run"])
+    names = [s["name"] for s in specs] if specs else None
+    found = layer_times(run.trace, run.timeline, names)
+    if found is None:
+        why = (COMPILED if _compiled_torch(run.manifest) else
+               f"{run.trace_file.name} {NO_LAYERS}")
+        return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
+                              notes=[why])
+    settings = run.manifest.get("settings") if isinstance(run.manifest.get("settings"), dict) else {}
+    per_call = settings.get("steps_per_execution") or 1
+    if per_call > 1 and updates and updates != found.steps:
+        found = _per_update(found, updates)
+    by_name = {s["name"]: s for s in specs or ()}
+    rows, notes = [], list(found.notes)
+    for name, times in found.layers.items():
+        spec = by_name.get(name)
+        flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
+        rows.append(LayerRow(name, round(times["forward"], _DIGITS), round(times["backward"], _DIGITS),
+                             flops and round(flops.forward / 1e9, _DIGITS),
+                             flops and round(flops.backward / 1e9, _DIGITS)))
+    if not specs:
+        notes.append("layer names from the trace; no layer shapes, so no FLOPs")
+    if run.manifest.get("framework") in ("keras", "tf"):
+        notes.append("optimizer per layer: TF's update ops run per variable without the layer's "
+                     "name (rm_sprop/Mul_27), so the optimizer is not split by layer")
+    phase_ms = {p: round(ms, _DIGITS) for p, ms in found.phase_ms.items()}
+    peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
+    return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
+                          peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")})
+
+
+@dataclass
+class LayerCause:
+    """The layer that carries most of a phase's delta between two runs."""
+
+    phase: str
+    phase_delta_ms: float    # the breakdown's delta (what the verdict names)
+    traced_delta_ms: float   # the same phase's delta in the traced steps, the layers' own basis
+    layer: str
+    a_ms: float
+    b_ms: float
+    a_gflops: float | None
+    b_gflops: float | None
+
+    @property
+    def delta_ms(self) -> float:
+        return round(self.b_ms - self.a_ms, _DIGITS)
+
+    @property
+    def share(self) -> float:
+        """Of the phase's traced delta: layer times and that delta come from the same steps."""
+        return round(self.delta_ms / self.traced_delta_ms, 4)
+
+    def to_json_dict(self) -> dict:
+        return {"name": self.layer, "phase": self.phase, "a_ms": self.a_ms, "b_ms": self.b_ms,
+                "delta_ms": self.delta_ms, "traced_phase_delta_ms": round(self.traced_delta_ms, _DIGITS),
+                "share_of_phase_delta": self.share,
+                "a_gflops": _round(self.a_gflops), "b_gflops": _round(self.b_gflops)}
+
+
+def matched_layers(a: LayerBreakdown | None, b: LayerBreakdown | None) -> list[str]:
+    """Layer names both runs have, in the first run's order (the spec gives both one naming).
+    Runs without one naming (foreign traces of different models) line up no layer."""
+    if not a or not b:
+        return []
+    theirs = {r.name for r in b.rows}
+    return [r.name for r in a.rows if r.name in theirs]
+
+
+def layer_cause(a: LayerBreakdown | None, b: LayerBreakdown | None, phase: str,
+                phase_delta_ms: float) -> LayerCause | None:
+    """The matched layer whose time moved most in the phase's direction, where it carries at
+    least LAYER_CAUSE_SHARE of the phase's delta in the traced steps (the breakdown's delta is
+    compensated for the profiler's cost; the layers' times are traced, so both sides of the
+    share come from the traced steps). None where the traced delta points the other way."""
+    if phase not in LAYER_PHASES or not phase_delta_ms or not matched_layers(a, b):
+        return None
+    traced = b.phase_ms[phase] - a.phase_ms[phase]
+    if traced * phase_delta_ms <= 0:
+        return None
+    best = None
+    for name in matched_layers(a, b):
+        ra, rb = a.row(name), b.row(name)
+        delta = rb.ms(phase) - ra.ms(phase)
+        if delta * traced > 0 and (best is None or abs(delta) > abs(best[0])):
+            best = (delta, ra, rb)
+    if best is None or abs(best[0]) < LAYER_CAUSE_SHARE * abs(traced):
+        return None
+    _, ra, rb = best
+    return LayerCause(phase, phase_delta_ms, traced, ra.name, ra.ms(phase), rb.ms(phase),
+                      ra.gflops(phase), rb.gflops(phase))
