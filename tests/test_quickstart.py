@@ -75,7 +75,7 @@ def test_every_quick_start_command_works_as_written(tmp_path):
         assert "Traceback" not in done.stderr, (command, done.stderr[-2000:])
         said = " ".join(done.stdout.split())  # lines wrap at 80 columns
         if " compare " in command:
-            assert re.search(r"mlp keras is \d+\.\d\dx (slower|faster) than mlp torch|within noise"
+            assert re.search(r"mlp keras is \d+\.\d\dx( \[[\d., ]+\])? (slower|faster) than mlp torch|within noise"
                              r"|^INCONCLUSIVE: mlp keras vs mlp torch", said), done.stdout
             assert "--measure mlp:torch mlp:keras" in said  # the one-process caveat
             assert len(done.stdout.splitlines()) <= 40

@@ -252,11 +252,16 @@ def graph_breaks(logged: list[dict]) -> list[GraphBreak]:
 def unseen_lines(compiles: list[dict], records: dict) -> list[str]:
     lines = list(records.get("unavailable") or [])
     forward = [c for c in compiles if c.get("is_forward") is not False]
+    hits = sum(_int(c.get("inductor_fx_local_cache_hit_count"), 0) for c in compiles)
     if forward and not any(isinstance(c.get("inductor_cumulative_compile_time_us"), (int, float))
                            for c in compiles):
-        hits = sum(_int(c.get("inductor_fx_local_cache_hit_count"), 0) for c in compiles)
         lines.append("Inductor stages not recorded: the backend is not Inductor, or its graphs came "
                      f"from the FX graph cache ({hits} cache hits); their time is in AOT autograd")
+    elif hits:
+        # Some graphs compiled, some served from the cache kept between runs (a second run of
+        # the same model): those had no code generation to time.
+        lines.append(f"{hits} graph(s) came from Inductor's FX graph cache (kept between runs): no "
+                     "code generation was timed for them")
     if any(isinstance(c.get("inductor_code_gen_cumulative_compile_time_us"), (int, float)) for c in compiles):
         lines.append("C++/Triton compile is not separable from Inductor's code generation: torch "
                      "times it inside code generation, so the two are one stage")
