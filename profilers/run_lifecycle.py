@@ -160,10 +160,14 @@ class RunLifecycle:
 
     def complete(self, rows: list[dict], facts: dict) -> str | None:
         """Records the steps and the end. The views of the run (TensorBoard summaries, XSpace) are
-        the runner's to write (workloads.runners.after_run.RunWithViews): None here."""
-        self._record(rows, facts)
-        self.manifest.finish()
-        self.finished = True
+        the runner's to write (workloads.runners.after_run.RunWithViews): None here. Signals
+        wait until the end is written and known to be: a Ctrl-C between the manifest's
+        `complete` and `finished` (a busy machine widened it) turned a run that had ended
+        into `failed: interrupted`."""
+        with stop_signals_deferred():
+            self._record(rows, facts)
+            self.manifest.finish()
+            self.finished = True
         return None
 
     def fail(self, rows: list[dict] | None, facts: dict, exc: BaseException) -> bool:

@@ -2,12 +2,13 @@
 GEMM ever timed there, kept in the cache folder, so that a layer's GFLOP/s reads as a share."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
+from profilers import state_json, strict_json
 from profilers.environment import cpu_name, host, omp_num_threads
+from profilers.run_dir import write_atomic
 
 SIZE = 1024          # 2·1024³ = 2.1 GFLOP a GEMM: well above cache sizes, under a second here
 REPEATS = 3          # timed after an untimed one; the fastest counts
@@ -40,18 +41,17 @@ def measured_peak(framework: str) -> dict:
     key = f"{host()}|{cpu_name()}|{op}|OMP_NUM_THREADS={omp_num_threads()}"
     path = _cache_dir() / CACHE_FILE
     try:
-        cached = json.loads(path.read_text())
-    except (OSError, ValueError):
+        cached = state_json.load(path)   # the loader every gapscope file goes through
+    except (OSError, ValueError):        # absent or corrupt (StateFileError is a ValueError)
         cached = {}
+    cached = cached if isinstance(cached, dict) else {}
     kept = cached.get(key) if isinstance(cached.get(key), (int, float)) else None
     peak = max(gflops, kept or 0.0)
     if kept is None or gflops > kept:
         cached[key] = round(peak, 3)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            temp = path.with_suffix(f".{os.getpid()}.tmp")
-            temp.write_text(json.dumps(cached, indent=1))
-            temp.replace(path)
+            write_atomic(path, strict_json.dumps(cached, indent=1))
         except OSError:
             pass  # a read-only cache: this run's figure still counts
     return {"gflops": round(peak, 3), "now_gflops": round(gflops, 3),
