@@ -14,7 +14,7 @@ from analysis.model.locate import RunPlace
 from analysis.readers.run_dir import find_files
 from analysis.renderers import plots, report_html, report_markdown
 from analysis.renderers.report_markdown import ReportContent, ReportRun
-from analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, measurement_names, run_label,
+from analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, repeats_by_name, run_label,
                                 unfinished, unique_labels)
 from profilers.environment import threads_of
 from profilers.errors import GapscopeInputError
@@ -48,7 +48,8 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     ensure_out_dir(out.parent)
     # One A/B folder is one comparison, the CLI's: its configurations, its first as baseline.
     measurement = paths[0] if len(paths) == 1 and is_measurement(paths[0]) else None
-    configs = _repeat_labels(measurement) if measurement else {}
+    configs = {name: f"{config} #{i}" for name, (config, i) in
+               (repeats_by_name(measurement) if measurement else {}).items()}
     read, loaded_runs, entries = [], Runs(), expand_runs(paths)
     for entry in entries:
         entry.label = entry.label or configs.get(entry.path.name)
@@ -190,13 +191,6 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
         content.comparison_note = f"no comparison: {exc}"
         return
     content.comparison_markdown = compare_markdown.render(comparison)
-
-
-def _repeat_labels(folder) -> dict[str, str]:
-    """Each run folder's name in an A/B folder -> 'CONFIG #i', its configuration and repeat."""
-    configs, names = measurement_names(folder)
-    return {name: f"{config} #{i}" for config, repeat_names in zip(configs, names)
-            for i, name in enumerate(repeat_names, start=1)}
 
 
 def _compare_measurement(content: ReportContent, folder) -> None:

@@ -303,6 +303,13 @@ def load_measurement(folder: str | Path) -> list[list[Run]]:
 MAX_AB_REPEATS = 10_000
 
 
+def repeats_by_name(folder: str | Path) -> dict[str, tuple[str, int]]:
+    """Each run folder's name in a finished A/B folder -> (its configuration, its repeat from 1)."""
+    configs, names = measurement_names(folder)
+    return {name: (config, i) for config, repeat_names in zip(configs, names)
+            for i, name in enumerate(repeat_names, start=1)}
+
+
 def measurement_names(folder: str | Path) -> tuple[list[str], list[list[str]]]:
     """An A/B folder's configurations, and per configuration its runs' folder names in repeat
     order; one line where its state is corrupt or the measurement did not finish."""

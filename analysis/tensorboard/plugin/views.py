@@ -18,7 +18,7 @@ from analysis.renderers import compare_json
 from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results.records import Breakdown
-from analysis.model.run import RunEntry, is_measurement, load_run, measurement_names
+from analysis.model.run import RunEntry, is_measurement, load_run, repeats_by_name
 from analysis.results.distributed_breakdown import job_breakdown
 from analysis.renderers.job_render import summary_lines
 from analysis.tensorboard.plugin.runs import find_runs
@@ -238,11 +238,10 @@ def _measurement_configs(entries) -> dict[Path, tuple[Path, str]]:
             continue
         seen.add(folder)
         try:
-            configs, names = measurement_names(folder)
+            repeats = repeats_by_name(folder)
         except GapscopeInputError:  # an unfinished or corrupt one: its runs stand alone
             continue
-        found.update({folder / name: (folder, config)
-                      for config, repeat_names in zip(configs, names) for name in repeat_names})
+        found.update({folder / name: (folder, config) for name, (config, _) in repeats.items()})
     return found
 
 
