@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
 import msgspec
@@ -12,7 +12,7 @@ import numpy as np
 from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
-from analysis.readers import lenient_decode, safe_files, trace_chunks, validate
+from analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
 from analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
                                            ShapedRawEvent, describe)
@@ -60,6 +60,9 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _RETRIES = 8
 _TAIL = 64 << 10  # where the last cuts are looked for first: some hundred events' worth
+# Bytes of events decoded in this process before the rest of the file goes to chunk_pool's
+# workers: starting them (about 0.3 s) pays only past some hundred MB.
+PARALLEL_AFTER = 64 << 20
 # Events read cost memory (~150 bytes each, kept as columns) that a small gzip of tiny events
 # can multiply: 8.7 MB inflated to 20 M events took 3 GB. Real traces hold one event per
 # 40-400 bytes of file even gzipped; a file may hold one per BYTES_PER_EVENT, and at least
@@ -171,11 +174,19 @@ class _Reader:
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
         buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
+        consumed, size = 0, chunk_pool.workers()
         while not eof:
+            # A big file's chunks are decoded by other processes, once it has shown itself big:
+            # a small one never waits for them to start.
+            if size > 1 and consumed >= PARALLEL_AFTER:
+                eof = self._read_parallel(blocks, buf, size)
+                break
             # A buffer left whole by the last decode (one event larger than a chunk) grows.
             eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
             if not eof:
+                before = len(buf)
                 self._decode_chunk(buf)
+                consumed += before - len(buf)
         # The rest: the last events, "]", and the keys after the array.
         tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
         self._keep(tail.traceEvents)
@@ -222,17 +233,80 @@ class _Reader:
             buf.add(block)
         return False
 
-    def _decode_chunk(self, buf: "_Window") -> None:
-        """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
-        leaving "[" + the rest; a buffer with no complete event is left to grow."""
+    def _read_parallel(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
+        """Chunks cut here are decoded by `size` worker processes, handed out and taken back in
+        turn, so they merge in file order; True at the end of the stream. A chunk a worker cannot
+        decode (a cut inside a string, broken JSON) or a lost worker sends the rest back through
+        the one-process path, which tries earlier cuts and words the error as it always does."""
+        workers, sent = chunk_pool.pool(size), deque()  # (worker, its chunk's cut), in order
+        eof, turn = False, 0
+        try:
+            while True:
+                while not eof and len(sent) < size:
+                    eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+                    if eof:
+                        break
+                    cut = self._cut(buf)
+                    if cut is None:
+                        self._decode_chunk(buf)  # only says when the buffer is past any event
+                        continue
+                    worker = workers[turn % size]
+                    turn += 1
+                    worker.send(cut[0])
+                    sent.append((worker, cut))
+                if not sent:
+                    return eof
+                chunk = sent[0][0].receive()
+                sent.popleft()
+                self._merge(chunk)
+        except (msgspec.DecodeError, chunk_pool.WorkerLost) as exc:
+            if isinstance(exc, chunk_pool.WorkerLost):
+                chunk_pool.discard()
+            buf.put_back([cut for _, cut in sent])
+            sent.clear()
+            while not eof:
+                eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+                if not eof:
+                    self._decode_chunk(buf)
+            return True
+        finally:
+            for worker, _ in sent:  # a read that raised: their answers are never read
+                worker.stop()
+
+    def _cut(self, buf: "_Window") -> tuple[bytes, bytes] | None:
+        """The whole events at the front of `buf` as "[" + events (the worker closes the array),
+        removed from it at the last place that looks like one between two events, and the bytes
+        found there (a comma and blanks, or a string's content where that place was inside one);
+        None where the buffer holds no complete event yet."""
+        candidates = self._candidates(buf)
+        if not candidates:
+            return None
+        close = candidates[-1]
+        data = buf.data
+        with memoryview(data) as view:
+            events = bytes(view[:close + 1])  # the one copy: the buffer is reused meanwhile
+        next_event = data.index(b"{", close + 1, buf.end)
+        between = bytes(data[close + 1:next_event])
+        data[next_event - 1] = 0x5B
+        buf.keep_from(next_event - 1)
+        return events, between
+
+    def _candidates(self, buf: "_Window") -> list[int]:
+        """Where an event may end and the next begin, in the buffer's last part (all of it where
+        one event fills the buffer); a match inside a string is possible, so several are kept."""
         data, end = buf.data, buf.end
-        candidates = []
         start = max(0, end - _TAIL)
         while True:
             candidates = [m.start() for m in _BETWEEN.finditer(data, start, end)]
             if candidates or start == 0:
-                break
-            start = 0  # one huge event: look through the whole buffer
+                return candidates
+            start = 0
+
+    def _decode_chunk(self, buf: "_Window") -> None:
+        """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
+        leaving "[" + the rest; a buffer with no complete event is left to grow."""
+        data, end = buf.data, buf.end
+        candidates = self._candidates(buf)
         error = None
         for close in reversed(candidates[-_RETRIES:]):
             # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
@@ -471,6 +545,13 @@ class _Window:
     def contents(self) -> bytes:
         with memoryview(self.data) as view:
             return bytes(view[:self.end])
+
+    def put_back(self, cuts: list[tuple[bytes, bytes]]) -> None:
+        """Chunks cut from the front (_Reader._cut's) return there, in order: the buffer holds
+        the bytes it held before they were cut."""
+        rest = bytes(self.data[1:self.end])  # after the "[" the last cut left
+        self.end = 0
+        self.add(b"[" + b"".join(events[1:] + between for events, between in cuts) + rest)
 
 
 # Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
