@@ -67,27 +67,31 @@ def _one(tree: Path, path: Path, what: str, workers: int | None = None) -> dict:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def compare_versions(path: Path, commit: str, rounds: int) -> str:
-    """Rounds of (json.load, old reader, new reader) on `path` and on its gzip, interleaved."""
+def compare_versions(path: Path, commit: str, rounds: int, gz: Path | None = None,
+                     with_json: bool = True) -> str:
+    """Rounds of (json.load, old reader, new reader) on `path` and on its gzip (`gz`, or one
+    written here), interleaved. Without json.load for a trace too big for its memory."""
     with tempfile.TemporaryDirectory() as tmp:
         old = export_commit(commit, Path(tmp))
-        gz = Path(tmp) / (path.name + ".gz")
-        gz.write_bytes(gzip.compress(path.read_bytes(), compresslevel=6))
+        if gz is None:
+            gz = Path(tmp) / (path.name + ".gz")
+            gz.write_bytes(gzip.compress(path.read_bytes(), compresslevel=6))
         # "new 1p": this tree's reader in one process (GAPSCOPE_READ_WORKERS=1), as the old one.
         readers = (("old", old, None), ("new 1p", REPO, 1), ("new", REPO, None))
-        runs = {"json": []}
+        runs = {"json": []} if with_json else {}
         for suffix in ("", " gz"):
             runs.update({label + suffix: [] for label, _, _ in readers})
         load_before = os.getloadavg()
         for _ in range(rounds):
-            runs["json"].append(_one(REPO, path, "json"))
+            if with_json:
+                runs["json"].append(_one(REPO, path, "json"))
             for label, tree, workers in readers:
                 runs[label].append(_one(tree, path, "gapscope", workers))
                 runs[f"{label} gz"].append(_one(tree, gz, "gapscope", workers))
         load_after = os.getloadavg()
     size_mb = path.stat().st_size / 1e6
-    json_s = statistics.median(r["wall"] for r in runs["json"])
-    json_cpu = statistics.median(r["cpu"] for r in runs["json"])
+    json_s = statistics.median(r["wall"] for r in runs["json"]) if with_json else float("nan")
+    json_cpu = statistics.median(r["cpu"] for r in runs["json"]) if with_json else float("nan")
     lines = [f"trace: {path} ({size_mb:.1f} MB plain); {rounds} interleaved rounds, each read in its "
              f"own process; old = {commit}, new = this tree",
              f"{'':10}{'wall s':>8}{'cpu s':>8}{'MB/s':>8}{'x json':>8}{'cpu x':>8}{'RSS MB':>8}"
