@@ -741,9 +741,13 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
     its reason is said and appended to `stopped`."""
     import time
 
-    from workloads.ab import Config, RunFailed, measure
+    from analysis.model.run import is_measurement
+    from workloads.ab import Config, RunFailed, measure, planned_repeats, resume
+    from workloads.launch import RunInterrupted
     from workloads.settings import RunSettings
-    configs = [Config.parse(spec) for spec in specs]
+    resuming = len(specs) == 1 and is_measurement(specs[0])
+    configs = [] if resuming else [Config.parse(spec) for spec in specs]
+    repeats = planned_repeats(specs[0]) if resuming else repeats
     most = f"up to {repeats}" if precision is not None else str(repeats)
 
     def on_run(repeat, config, outcome):
@@ -769,13 +773,22 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
         return reason
     base = RunSettings(workload="", framework="", **settings)
     try:
-        folder = measure(configs, repeats, base, out_dir, on_run,
-                         after_round if precision is not None else None)
+        if resuming:
+            folder = resume(specs[0], on_run, after_round if precision is not None else None)
+        else:
+            folder = measure(configs, repeats, base, out_dir, on_run,
+                             after_round if precision is not None else None)
     except RunFailed as exc:
         click.echo(f"gapscope: A/B measurement failed: {exc}", err=True)
         if failed_is_fatal:
             sys.exit(EXIT_RUN_FAILED)
         return None
+    except RunInterrupted as stop:
+        folder = getattr(stop, "ab_folder", None)
+        if folder is not None:
+            click.echo(f"gapscope: its complete runs are kept; resume with: gapscope compare "
+                       f"--measure {folder}", err=True)
+        raise
     _say(quiet, f"A/B folder: {folder}")
     return folder
 
