@@ -16,7 +16,10 @@ The rules (docs/reference.md, "Layers"):
 - cross-entropy from logits: 4 FLOPs per logit (max, subtract, exp, sum) + 2 per sample
   (log, pick) forward, 2 per logit backward (softmax minus one-hot, scale); MSE 3 per output
   forward (subtract, square, sum), 2 backward;
-- flatten moves no data: 0."""
+- flatten moves no data: 0;
+- batch norm in training, per element: forward 8 (mean 1, variance 3, normalise 2, scale and
+  shift 2), backward 8 (the two sums 3, the input's gradient 4, the scale's 1); ReLU 1 per
+  element each way; dropout 2 forward (draw's compare, scale) and 1 backward (the mask)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -82,5 +85,13 @@ def _loss(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
     return LayerFlops(3 * values, 2 * values, 0)
 
 
+def _elementwise(forward: int, backward: int):
+    def count(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+        values = batch * d["features"]
+        return LayerFlops(forward * values, backward * values, 0)
+    return count
+
+
 _COUNTS = {"conv2d": _conv2d, "dense": _dense, "lstm": _lstm, "maxpool2d": _maxpool2d,
-           "flatten": _flatten, "loss": _loss}
+           "flatten": _flatten, "loss": _loss, "batchnorm": _elementwise(8, 8),
+           "relu": _elementwise(1, 1), "dropout": _elementwise(2, 1)}
