@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from analysis.events import intervals
+from analysis.events.hlo_metadata import HloModules
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
@@ -36,14 +37,16 @@ class LayerTimes:
         return self.phase_ms[phase] - sum(times[phase] for times in self.layers.values())
 
 
-def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None) -> LayerTimes | None:
-    """None where the trace carries no layer: no layer ranges, no layer scopes."""
+def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
+                hlo: HloModules | None = None) -> LayerTimes | None:
+    """None where the trace carries no layer: no layer ranges, no layer scopes. `hlo`: the
+    run's HLO metadata, through which an XLA-compiled op finds the layers it was made from."""
     if not timeline.steps:
         return None
     if trace.source_format == "torch":
         found, notes = _torch_layers(trace)
     else:
-        found, notes = _scoped_layers(trace, names), []
+        found, notes = _scoped_layers(trace, names, hlo)
     if names:
         found = {name: found[name] for name in names if name in found}
     if not found:
@@ -150,22 +153,50 @@ def _innermost(track: list[tuple[float, float, str]], starts: list[float], t: fl
     return None
 
 
-def _scoped_layers(trace: Trace, names: list[str] | None) -> dict:
+def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None) -> tuple[dict, list[str]]:
     """TF ops by the Keras layer scope in their names: `…/gapscope_forward/<model>/<layer>/…`
     is that layer's forward, `…/gradient_tape/gapscope_forward/<model>/<layer>/…` its backward,
-    the `compile_loss` scope is the loss."""
+    the `compile_loss` scope is the loss. An XLA op (jit_compile) has no scope in its name
+    (`fusion.3`): the HLO metadata's op names of what it was made from give its layer, where
+    they are all of one layer and phase."""
     known = set(names or ())
     layer_of: dict[str, tuple[str, str] | None] = {}
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    across, unknown = set(), set()
     for e in trace.events:
         if e.kind != HOST_OP or not e.track.startswith("host"):
             continue
-        where = layer_of.get(e.name, False)
-        if where is False:
-            where = layer_of[e.name] = _scope_layer(e.name, known)
+        if e.hlo_op:
+            key = f"{e.hlo_module}/{e.hlo_op}"
+            where = layer_of.get(key, False)
+            if where is False:
+                where = layer_of[key] = _xla_layer(hlo, e, known, across, unknown)
+        else:
+            where = layer_of.get(e.name, False)
+            if where is False:
+                where = layer_of[e.name] = _scope_layer(e.name, known)
         if where is not None:
             found[where[0]][where[1]].append((e.start_us, e.end_us))
-    return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}
+    notes = []
+    if across:
+        notes.append(f"{len(across)} XLA op(s) fuse ops of several layers ({', '.join(sorted(across)[:3])}"
+                     f"{', …' if len(across) > 3 else ''}): their time is outside layers")
+    if unknown:
+        notes.append(f"{len(unknown)} XLA op(s) not in the HLO metadata: their time is outside layers")
+    found = {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}
+    return found, notes
+
+
+def _xla_layer(hlo: HloModules | None, e, known: set[str], across: set, unknown: set):
+    """(layer, phase) of an XLA op from its HLO metadata, or None (several, or none known)."""
+    op = hlo.find(e.hlo_module, e.hlo_op) if hlo else None
+    if op is None:
+        unknown.add(e.hlo_op)
+        return None
+    wheres = {w for w in (_scope_layer(name, known) for name in op.op_names) if w is not None}
+    if len(wheres) > 1:
+        across.add(e.hlo_op)
+    return next(iter(wheres)) if len(wheres) == 1 else None
 
 
 def _scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:

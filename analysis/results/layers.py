@@ -133,7 +133,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=["no trace: layers come from a traced run"])
     names = [s["name"] for s in specs] if specs else None
-    found = layer_times(run.trace, run.timeline, names)
+    found = layer_times(run.trace, run.timeline, names, run.hlo)
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
                f"{run.trace_file.name} {NO_LAYERS}")
