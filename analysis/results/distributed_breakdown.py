@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.readers import step_rows
-from analysis.model.job import Job, load_job, lone_rank
+from analysis.model.job import Job, load_job, lone_rank, without_failed
 from analysis.model.locate import JobPlace, locate
 from analysis.model.run import load_run
 from analysis.results.breakdown import Source, breakdown
-from analysis.results.rank_summary import RankSummary, summarize_ranks
+from analysis.results.rank_summary import RankSummary, gather_ranks
 from analysis.results.records import Breakdown
 from analysis.measures.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
 from profilers.environment import threads_of
@@ -76,6 +76,7 @@ class JobBreakdown:
     notes: list[str] = field(default_factory=list)
     job_step_replicates: np.ndarray | None = field(default=None, repr=False)
     rank_numbers: list[int] | None = None       # of `ranks`; None: 0..len-1
+    engine: dict | None = None                  # what analysed the ranks: name, workers
 
     @property
     def numbers(self) -> list[int]:
@@ -143,6 +144,7 @@ class JobBreakdown:
             "clocks": self.clocks,
             "last_arrival": {str(r): _r(v, 4) for r, v in self.last_arrival.items()},
             "notes": self.notes,
+            "engine": self.engine,
         }
 
 
@@ -157,7 +159,12 @@ def breakdown_of(path, source: str = Source.AUTO):
 
 
 def job_breakdown(job: Job, source: str = "auto", workers: int | None = None) -> JobBreakdown:
-    return combine(job, summarize_ranks(job, source, workers))
+    """The job's figures over its ranks, gathered by the command's engine; a rank whose analysis
+    failed after its retries is a missing rank (analysis.model.job.without_failed)."""
+    gathered = gather_ranks(job, source, workers)
+    result = combine(without_failed(job, gathered.failed), gathered.summaries)
+    result.engine = gathered.engine
+    return result
 
 
 def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
