@@ -1,5 +1,7 @@
 """A test-only fault hook: GAPSCOPE_TEST_FAULT makes a chosen rank's worker die or raise, so the
-fault paths run on real processes (a real SIGKILL, a real pool), never on a mock."""
+fault paths run on real processes (a real SIGKILL, a real pool), never on a mock. Read where the
+work is submitted and sent with it: a pool's workers fork from a server started with the
+environment of its own time."""
 from __future__ import annotations
 
 import multiprocessing
@@ -8,7 +10,7 @@ import signal
 from pathlib import Path
 
 # "RANK=kill:FILE" SIGKILLs the worker of RANK once (FILE, created first, marks it done);
-# "RANK=raise" makes RANK raise every time.
+# "RANK=raise" makes RANK raise every time, "RANK=raise:FILE" once.
 FAULT_ENV = "GAPSCOPE_TEST_FAULT"
 
 
@@ -16,20 +18,26 @@ class InjectedFault(RuntimeError):
     """The failure GAPSCOPE_TEST_FAULT asked for."""
 
 
-def inject_fault(key: int) -> None:
-    spec = os.environ.get(FAULT_ENV)
+def fault_spec() -> str | None:
+    return os.environ.get(FAULT_ENV) or None
+
+
+def inject_fault(key: int, spec: str | None) -> None:
     if not spec:
         return
     rank, _, action = spec.partition("=")
     if rank != str(key):
         return
     kind, _, marker = action.partition(":")
-    if kind == "raise":
-        raise InjectedFault(f"rank {key}: failure injected by {FAULT_ENV}")
     # Only a worker process dies: the serial path runs ranks in the command's own process.
-    if kind == "kill" and marker and multiprocessing.parent_process() is not None:
+    if kind == "kill" and (not marker or multiprocessing.parent_process() is None):
+        return
+    if marker:
         try:
-            Path(marker).touch(exist_ok=False)  # once: the rebuilt pool's worker goes on
+            Path(marker).touch(exist_ok=False)  # once: the next attempt goes on
         except FileExistsError:
             return
+    if kind == "raise":
+        raise InjectedFault(f"failure injected by {FAULT_ENV}")
+    if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)

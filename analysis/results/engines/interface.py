@@ -6,7 +6,7 @@ import abc
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from analysis.results.engines.faults import inject_fault
+from analysis.results.engines.faults import fault_spec, inject_fault
 from profilers.errors import GapscopeInputError
 
 
@@ -61,9 +61,9 @@ class Engine(abc.ABC):
         self.close()
 
 
-def call(fn: Callable, key: int, args: tuple):
+def call(fn: Callable, key: int, args: tuple, fault: str | None = None):
     """What a worker runs: the call, after the test-only fault hook had its chance."""
-    inject_fault(key)
+    inject_fault(key, fault)
     return fn(*args)
 
 
@@ -72,11 +72,11 @@ def stream(engine: Engine, fn: Callable, tasks: dict[int, tuple], retries: int =
     """Every task's Outcome as it completes. A task that raises is submitted again up to `retries`
     times; bad input (GapscopeInputError: the same file fails the same way) never, and it is
     raised as it is, so the command says it in one line. Ctrl-C cancels what is left."""
-    where = where or {}
+    where, fault = where or {}, fault_spec()
     attempts = dict.fromkeys(tasks, 1)
     try:
         for key, args in tasks.items():
-            engine.submit(key, call, (fn, key, args), where.get(key))
+            engine.submit(key, call, (fn, key, args, fault), where.get(key))
         while engine.pending:
             key, value, error = engine.next_done()
             if error is None:
@@ -85,7 +85,7 @@ def stream(engine: Engine, fn: Callable, tasks: dict[int, tuple], retries: int =
                 raise error
             elif attempts[key] <= retries and not isinstance(error, WorkerLost):
                 attempts[key] += 1
-                engine.submit(key, call, (fn, key, tasks[key]), where.get(key))
+                engine.submit(key, call, (fn, key, tasks[key], fault), where.get(key))
             else:
                 yield Outcome(key, error=one_line(error), attempts=attempts[key])
     except BaseException:
