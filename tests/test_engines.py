@@ -44,8 +44,7 @@ def test_a_worker_killed_mid_analysis_is_replaced_and_the_figures_stay(job, seri
                                                                        monkeypatch):
     marker = tmp_path / "killed-once"
     monkeypatch.setenv(FAULT_ENV, f"2=kill:{marker}")
-    engine = LocalEngine(2)
-    with using_engine(engine):
+    with LocalEngine(2) as engine, using_engine(engine):
         result = job_breakdown(load_job(job))
     assert marker.exists() and engine.rebuilds == 1  # the worker of rank 2 died: a new pool
     assert result.engine == {"name": "local", "workers": 2}
@@ -120,3 +119,33 @@ def test_gapscope_engine_names_the_engine_and_a_bad_one_is_refused(job, monkeypa
     assert result.exit_code == 2 and "--engine 'yarn': not an engine" in result.stderr
     assert parse_engine("dask://sched:8786").address == "tcp://sched:8786"
     assert (parse_engine("ray://head:10001").kind, parse_engine(None).kind) == ("ray", "local")
+
+
+def test_summaries_travel_without_replicates_and_the_figures_equal_the_kept_ones(tmp_path):
+    """The old path kept every rank's bootstrap replicates in its summary; now they stay behind
+    and the driver rebuilds the few it needs (same fixed seed): the JSON and the scaling
+    comparison's replicates are the same to the last bit, the summary 30x smaller."""
+    import pickle
+
+    import numpy as np
+
+    from analysis.results.distributed_breakdown import combine
+    from analysis.results.rank_summary import _slim, summarize_rank
+    from analysis.results.scaling import job_side
+    from engine_job import make_timed_job
+    job = load_job(make_timed_job(tmp_path / "job"))
+    kept = [summarize_rank(r, run.place, run.label, "auto", job.hosts.get(r))
+            for r, run in zip(job.rank_numbers, job.ranks)]
+    assert kept[0].breakdown.replicates.shape == (2000, 6)
+    old = combine(job, kept)
+    with LocalEngine(2) as engine, using_engine(engine):
+        new = job_breakdown(job)
+    assert all(b.replicates is None for b in new.ranks)
+    assert old.skew_ci95 is not None and old.skew_ci95[1] - old.skew_ci95[0] > 0.01  # a width
+    assert old.straggler_extra_ci95 is not None and new.straggler == 3
+    assert job_json(new) == job_json(old)
+    before, after = job_side(old, None).part_replicates, job_side(new, None).part_replicates
+    assert set(after) == set(before) == {"data_load", "forward", "backward", "optimizer", "other"}
+    assert all(np.array_equal(before[p], after[p]) for p in before)
+    full, slim = len(pickle.dumps(kept[1])), len(pickle.dumps(_slim(kept[1])))
+    assert full > 190_000 and slim < 10_000, (full, slim)

@@ -24,6 +24,7 @@ from analysis.model.job import Job, load_job, lone_rank, without_failed
 from analysis.model.locate import JobPlace, locate
 from analysis.model.run import load_run
 from analysis.results.breakdown import Source, breakdown
+from analysis.results.phase_estimate import replicates_of
 from analysis.results.rank_summary import RankSummary, gather_ranks
 from analysis.results.records import Breakdown
 from analysis.measures.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
@@ -270,10 +271,11 @@ def _waits(ranks: list[Breakdown], comms: list,
 
 def _busy_replicates(b: Breakdown, wait: dict[str, float], column: int = 0) -> np.ndarray | None:
     """Bootstrap replicates of a rank's busy time (column 0: the step; 1..5: a phase)."""
-    if b.replicates is None:
+    replicates = replicates_of(b)
+    if replicates is None:
         return None
     shift = sum(wait.values()) if column == 0 else wait.get(PHASES[column - 1], 0.0)
-    return b.replicates[:, column] - shift
+    return replicates[:, column] - shift
 
 
 def _busy_difference(ranks, waits, a: int, b: int) -> Interval | None:
@@ -295,11 +297,25 @@ def _straggler_phase(ranks: list[Breakdown], waits, straggler: int | None):
     phase = max(extra, key=extra.get)
     column = 1 + PHASES.index(phase)
     mine = _busy_replicates(ranks[straggler], waits[straggler], column)
-    theirs = [_busy_replicates(ranks[r], waits[r], column) for r in others]
-    interval = None
-    if mine is not None and all(t is not None and len(t) == len(mine) for t in theirs):
-        interval = percentile_interval(mine - np.mean(theirs, axis=0))
+    theirs = None if mine is None else mean_of(_busy_replicates(ranks[r], waits[r], column)
+                                                for r in others)
+    interval = None if theirs is None or len(theirs) != len(mine) else percentile_interval(mine - theirs)
     return phase, extra[phase], interval
+
+
+def mean_of(arrays) -> np.ndarray | None:
+    """np.mean(arrays, axis=0), to the last bit, one array at a time: a job's ranks' replicates
+    rebuilt one by one are never all held at once. None where one is missing or of another size."""
+    total, count = None, 0
+    for values in arrays:
+        if values is None or (total is not None and len(values) != len(total)):
+            return None
+        if total is None:
+            total = np.array(values, float)
+        else:
+            total += values
+        count += 1
+    return None if total is None else total / count
 
 
 def _clocks(result: JobBreakdown, job: Job, summaries: list[RankSummary]) -> None:

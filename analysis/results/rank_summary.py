@@ -87,7 +87,16 @@ def _summarize_under(rules, rank: int, place: RunPlace, label: str, source: str,
                      host: str | None) -> RankSummary:
     """summarize_rank under the command's --phase and --step-marker, wherever it runs."""
     use_rules(rules)
-    return summarize_rank(rank, place, label, source, host)
+    return _slim(summarize_rank(rank, place, label, source, host))
+
+
+def _slim(summary: RankSummary) -> RankSummary:
+    """What travels back to the driver: the bootstrap replicates (96 of a summary's 99 kB) left
+    out, rebuilt at the driver only where a figure needs them (phase_estimate.replicates_of)."""
+    for b in (summary.breakdown, summary.timers):
+        if b is not None and b.bootstrap is not None:
+            b.replicates = None
+    return summary
 
 
 def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> Gathered:
