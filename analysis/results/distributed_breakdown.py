@@ -24,6 +24,7 @@ from analysis.model.job import Job, load_job, lone_rank, without_failed
 from analysis.model.locate import JobPlace, locate
 from analysis.model.run import load_run
 from analysis.results.breakdown import Source, breakdown
+from analysis.results.engines.collective_reduce import CollectiveReduction
 from analysis.results.phase_estimate import replicates_of
 from analysis.results.rank_summary import RankSummary, gather_ranks
 from analysis.results.records import Breakdown
@@ -163,13 +164,15 @@ def job_breakdown(job: Job, source: str = "auto", workers: int | None = None) ->
     """The job's figures over its ranks, gathered by the command's engine; a rank whose analysis
     failed after its retries is a missing rank (analysis.model.job.without_failed)."""
     gathered = gather_ranks(job, source, workers)
-    result = combine(without_failed(job, gathered.failed), gathered.summaries)
+    result = combine(without_failed(job, gathered.failed), gathered.summaries, gathered.collectives)
     result.engine = gathered.engine
     return result
 
 
-def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
-    """The job's figures from its ranks' summaries (pure: no file is read here)."""
+def combine(job: Job, summaries: list[RankSummary],
+            collectives: CollectiveReduction | None = None) -> JobBreakdown:
+    """The job's figures from its ranks' summaries (pure: no file is read here); `collectives`:
+    their collectives already reduced as they streamed in (else reduced here)."""
     ranks = [s.breakdown for s in summaries]
     numbers = [s.rank for s in summaries]
     notes = list(job.notes)
@@ -199,7 +202,7 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
         step_source, wait_source, comm_phase, wait_ms, busy, max(busy) - min(busy), skew_ci,
         max(means) - min(means), None if straggler is None else numbers[straggler], phase, extra,
         extra_ci, notes=notes, job_step_replicates=replicates, rank_numbers=numbers)
-    _clocks(result, job, summaries)
+    _clocks(result, job, summaries, collectives)
     result.threads = threads_of(job.ranks[0].manifest)
     if job.batch_size:
         result.samples_per_step = job.batch_size * job.world_size
@@ -318,45 +321,20 @@ def mean_of(arrays) -> np.ndarray | None:
     return None if total is None else total / count
 
 
-def _clocks(result: JobBreakdown, job: Job, summaries: list[RankSummary]) -> None:
+def _clocks(result: JobBreakdown, job: Job, summaries: list[RankSummary],
+            reduction: CollectiveReduction | None) -> None:
     """Clock offsets between hosts from matching collective completions, applied to the
-    collectives' arrivals: the rank the others wait for reaches each collective last."""
-    collectives = {s.rank: s.collectives for s in summaries}
-    hosts = {r: h for r, h in job.hosts.items()}
-    known = {h for h in hosts.values() if h}
-    offsets = {r: 0.0 for r in hosts}
-    if len(known) > 1:
-        try:
-            from analysis.measures.clock_align import clock_offsets
-        except ImportError:
-            result.clocks = "ranks on different hosts; clock alignment unavailable in this build"
-        else:
-            if all(collectives.values()):
-                offsets = {r: float(v) for r, v in clock_offsets(collectives, hosts).items()}
-                result.clocks = (f"{len(known)} hosts: offsets estimated from matching collective "
-                                 "completions, applied")
-            else:
-                result.clocks = f"{len(known)} hosts, no collectives in the traces: clocks not aligned"
-    elif not known:
-        result.clocks = "hosts unknown: clocks taken as one"
-    result.clock_offsets_us = offsets
+    collectives' arrivals: the rank the others wait for reaches each collective last. From the
+    reduction the ranks streamed into, else from the summaries' collectives here."""
+    if reduction is None:
+        reduction = CollectiveReduction(job.hosts)
+        for s in summaries:
+            reduction.add(s.rank, s.collectives)
+    result.clock_offsets_us, line = reduction.clocks()
+    if line:
+        result.clocks = line
     if job.complete:  # the last of some ranks says nothing of who the others waited for
-        result.last_arrival = _last_arrival(collectives, offsets)
-
-
-def _last_arrival(collectives: dict[int, list], offsets: dict[int, float]) -> dict[int, float]:
-    by_seq: dict = {}
-    for rank, items in collectives.items():
-        for c in items:
-            if getattr(c, "seq", None) is not None:
-                by_seq.setdefault((c.kind, c.seq), {})[rank] = c.start_us + offsets.get(rank, 0.0)
-    matched = [arrivals for arrivals in by_seq.values() if len(arrivals) == len(collectives)]
-    if not matched or len(collectives) < 2:
-        return {}
-    counts = {r: 0 for r in collectives}
-    for arrivals in matched:
-        counts[max(arrivals, key=arrivals.get)] += 1
-    return {r: n / len(matched) for r, n in counts.items()}
+        result.last_arrival = reduction.last_arrival()
 
 
 def _r(value, digits: int = _DIGITS):

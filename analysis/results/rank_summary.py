@@ -8,6 +8,7 @@ from analysis.model.job import Job
 from analysis.model.locate import RunPlace
 from analysis.model.run import Run, current_rules, load_run, use_rules
 from analysis.results.engines.choose import current_choice
+from analysis.results.engines.collective_reduce import CollectiveReduction, digest
 from analysis.results.engines.interface import stream
 from analysis.results.engines.local import WORKERS_ENV, worker_count  # noqa: F401 - their old home
 from analysis.results.records import Breakdown
@@ -21,7 +22,9 @@ class RankSummary:
     breakdown: Breakdown
     rows: list[dict] | None                 # steps.csv
     communication: object | None = None     # analysis.measures.collectives.Communication
-    collectives: list = field(default_factory=list)  # analysis.measures.collectives.Collective, for clocks
+    # analysis.measures.collectives.Collective, for clocks: a Digest once slimmed for the trip
+    # back, None once reduced at the driver (engines.collective_reduce)
+    collectives: list = field(default_factory=list)
     traced_step_ms: float | None = None     # mean traced step: the clock communication was timed on
     notes: list[str] = field(default_factory=list)
     traced: bool = False                    # the rank's trace was read
@@ -81,6 +84,7 @@ class Gathered:
     summaries: list[RankSummary]
     failed: dict[int, str]
     engine: dict
+    collectives: CollectiveReduction   # the ranks' collectives, reduced as they came
 
 
 def _summarize_under(rules, rank: int, place: RunPlace, label: str, source: str,
@@ -92,10 +96,12 @@ def _summarize_under(rules, rank: int, place: RunPlace, label: str, source: str,
 
 def _slim(summary: RankSummary) -> RankSummary:
     """What travels back to the driver: the bootstrap replicates (96 of a summary's 99 kB) left
-    out, rebuilt at the driver only where a figure needs them (phase_estimate.replicates_of)."""
+    out, rebuilt at the driver only where a figure needs them (phase_estimate.replicates_of);
+    the collectives as a Digest of numbers, reduced at the driver as the rank comes in."""
     for b in (summary.breakdown, summary.timers):
         if b is not None and b.bootstrap is not None:
             b.replicates = None
+    summary.collectives = digest(summary.collectives)
     return summary
 
 
@@ -107,14 +113,18 @@ def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> 
              for r, run in zip(job.rank_numbers, job.ranks)}
     choice = current_choice()
     summaries, failed = {}, {}
+    collectives = CollectiveReduction(job.hosts)
     with choice.engine(len(tasks), workers) as engine:
         for outcome in stream(engine, _summarize_under, tasks, choice.retries):
             if outcome.error is None:
-                summaries[outcome.key] = outcome.value
+                summary = summaries[outcome.key] = outcome.value
+                collectives.add(outcome.key, summary.collectives)
+                summary.collectives = None  # reduced: the driver keeps no rank's list
             else:
                 failed[outcome.key] = outcome.error
+                collectives.drop(outcome.key)
         record = engine.record()
-    return Gathered([summaries[r] for r in sorted(summaries)], failed, record)
+    return Gathered([summaries[r] for r in sorted(summaries)], failed, record, collectives)
 
 
 def summarize_ranks(job: Job, source: str = "auto", workers: int | None = None) -> list[RankSummary]:
