@@ -187,7 +187,8 @@ def engine_options(command):
     @functools.wraps(command)
     def with_engine(*args, engine=None, rank_retries=0, **kwargs):
         from analysis.results.engines.choose import using_engine
-        with using_engine(engine, rank_retries):
+        from workloads.progress import rank_progress
+        with using_engine(engine, rank_retries, rank_progress()):
             return command(*args, **kwargs)
     options = [
         click.option("--engine", default=None, metavar="ENGINE",

@@ -149,3 +149,15 @@ def test_summaries_travel_without_replicates_and_the_figures_equal_the_kept_ones
     assert all(np.array_equal(before[p], after[p]) for p in before)
     full, slim = len(pickle.dumps(kept[1])), len(pickle.dumps(_slim(kept[1])))
     assert full > 190_000 and slim < 10_000, (full, slim)
+
+
+def test_the_progress_callback_counts_ranks_and_the_megabytes_read(job, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "1=raise")
+    calls = []
+    with using_engine(SerialEngine(), on_ranks=lambda *told: calls.append(told)):
+        job_breakdown(load_job(job))
+    sizes = {r: (job / f"trace_{r}.pt.trace.json").stat().st_size for r in range(4)}
+    assert [c[:5] for c in calls] == [("job x4", 4, 0, 0, 1), ("job x4", 4, 1, 0, 1),
+                                      ("job x4", 4, 1, 1, 1), ("job x4", 4, 2, 1, 1),
+                                      ("job x4", 4, 3, 1, 0)]
+    assert calls[-1][5] == pytest.approx((sizes[0] + sizes[2] + sizes[3]) / 1e6)

@@ -2,6 +2,7 @@
 breakdown, step rows and communication, small and picklable, never the trace's events."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from analysis.model.job import Job
@@ -115,6 +116,7 @@ def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> 
     summaries, failed = {}, {}
     collectives = CollectiveReduction(job.hosts)
     with choice.engine(len(tasks), workers) as engine:
+        told = _progress(choice.on_ranks, job, engine.workers)
         for outcome in stream(engine, _summarize_under, tasks, choice.retries):
             if outcome.error is None:
                 summary = summaries[outcome.key] = outcome.value
@@ -123,8 +125,37 @@ def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> 
             else:
                 failed[outcome.key] = outcome.error
                 collectives.drop(outcome.key)
+            told(outcome.key, outcome.error is None)
         record = engine.record()
     return Gathered([summaries[r] for r in sorted(summaries)], failed, record, collectives)
+
+
+def _progress(on_ranks, job: Job, workers: int):
+    """told(rank, ok) for each rank as it completes, passing on_ranks the counts and the MB of
+    the ranks' files read so far; nothing where nobody watches."""
+    if on_ranks is None:
+        return lambda rank, ok: None
+    sizes = {r: _bytes(run.place.path) for r, run in zip(job.rank_numbers, job.ranks)}
+    total, counts, start = len(sizes), {"done": 0, "failed": 0, "bytes": 0}, time.monotonic()
+
+    def told(rank: int | None, ok: bool) -> None:
+        if rank is not None:
+            counts["done" if ok else "failed"] += 1
+            counts["bytes"] += sizes.get(rank, 0) if ok else 0
+        left = total - counts["done"] - counts["failed"]
+        on_ranks(job.label, total, counts["done"], counts["failed"], min(workers, left),
+                 counts["bytes"] / 1e6, time.monotonic() - start)
+    told(None, True)
+    return told
+
+
+def _bytes(path) -> int:
+    """A rank's files on disk: the trace file, or all a rank directory holds."""
+    try:
+        return path.stat().st_size if path.is_file() else sum(
+            p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
 
 
 def summarize_ranks(job: Job, source: str = "auto", workers: int | None = None) -> list[RankSummary]:

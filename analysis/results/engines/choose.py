@@ -44,10 +44,13 @@ class EngineChoice:
     is started or joined at the first job and kept for the others."""
 
     def __init__(self, spec: EngineSpec, retries: int = 0, engine: Engine | None = None,
-                 keep: bool = True) -> None:
+                 keep: bool = True, on_ranks=None) -> None:
         if retries < 0:
             raise GapscopeInputError(f"--rank-retries {retries}: give 0 or more")
         self.spec, self.retries, self.keep = spec, retries, keep
+        # on_ranks(label, total, done, failed, running, megabytes, seconds): a progress bar's
+        # callback as ranks complete (None: nobody watches).
+        self.on_ranks = on_ranks
         self._cluster, self._owned = engine, engine is None
 
     @contextlib.contextmanager
@@ -88,14 +91,15 @@ def current_choice() -> EngineChoice:
 
 
 @contextlib.contextmanager
-def using_engine(engine: str | Engine | None = None, retries: int = 0):
+def using_engine(engine: str | Engine | None = None, retries: int = 0, on_ranks=None):
     """Job analyses inside use `engine` (a spec, GAPSCOPE_ENGINE's where None, or an engine
     already open, left open); a cluster this started is closed on the way out."""
     global _current
     if isinstance(engine, Engine):
-        choice = EngineChoice(EngineSpec(engine.name), retries, engine)
+        choice = EngineChoice(EngineSpec(engine.name), retries, engine, on_ranks=on_ranks)
     else:
-        choice = EngineChoice(parse_engine(engine or os.environ.get(ENGINE_ENV)), retries)
+        choice = EngineChoice(parse_engine(engine or os.environ.get(ENGINE_ENV)), retries,
+                              on_ranks=on_ranks)
     previous, _current = _current, choice
     try:
         yield choice
