@@ -59,3 +59,52 @@ def test_a_rank_always_raising_on_a_cluster_is_a_named_missing_rank(job, cluster
     assert result.numbers == [0, 1, 3] and not result.complete and result.straggler is None
     assert any(note.startswith("warning: rank 2 failed to analyse (rank 2: InjectedFault")
                for note in result.notes), result.notes
+
+
+@pytest.fixture(scope="module")
+def skewed_scheduler(tmp_path_factory):
+    """A Dask scheduler and one worker started apart, as a user's cluster is, whose gapscope is
+    another version: a copy of this code with one line added."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from distributed import Client
+    root = Path(__file__).resolve().parents[1]
+    code = tmp_path_factory.mktemp("other_gapscope")
+    for package in ("analysis", "profilers"):
+        shutil.copytree(root / package, code / package, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(code / "profilers" / "errors.py", "a") as f:
+        f.write("# another version\n")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask = str(Path(sys.executable).parent / "dask")
+    env = {**os.environ, "PYTHONPATH": str(code)}
+    quiet = {"cwd": code, "env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    started = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                 "--no-dashboard"], **quiet)]
+    started.append(subprocess.Popen([dask, "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                     "--no-dashboard"], **quiet))
+    try:
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=120)
+        yield address
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+def test_a_cluster_running_other_gapscope_code_is_refused_in_one_line(job, skewed_scheduler):
+    from click.testing import CliRunner
+
+    from cli import cli
+    result = CliRunner().invoke(cli, ["breakdown", str(job), "--engine", skewed_scheduler])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"--engine {skewed_scheduler}: version skew: the workers run gapscope's code" in lines[0]

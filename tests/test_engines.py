@@ -161,3 +161,18 @@ def test_the_progress_callback_counts_ranks_and_the_megabytes_read(job, monkeypa
                                       ("job x4", 4, 1, 1, 1), ("job x4", 4, 2, 1, 1),
                                       ("job x4", 4, 3, 1, 0)]
     assert calls[-1][5] == pytest.approx((sizes[0] + sizes[2] + sizes[3]) / 1e6)
+
+
+def test_workers_without_the_dependencies_or_with_other_code_are_refused_in_one_line():
+    from analysis.results.engines.probe import check_workers, make_probe
+    mine = make_probe()()
+    assert mine["numpy"] and mine["msgspec"] and len(mine["gapscope"]) == 16
+    check_workers("tcp://s:8786", mine, [dict(mine), dict(mine)])  # the same: accepted
+    with pytest.raises(GapscopeInputError, match=r"^--engine tcp://s:8786: the workers lack msgspec"):
+        check_workers("tcp://s:8786", mine, [dict(mine, msgspec=None)])
+    with pytest.raises(GapscopeInputError, match=r"version skew: the workers run numpy 1\.0, this process"):
+        check_workers("tcp://s:8786", mine, [dict(mine), dict(mine, numpy="1.0")])
+    with pytest.raises(GapscopeInputError, match="version skew: the workers run gapscope's code 0+, "):
+        check_workers("ray://h:10001", mine, [dict(mine, gapscope="0" * 16)])
+    with pytest.raises(GapscopeInputError, match="the cluster has no workers"):
+        check_workers("tcp://s:8786", mine, [])

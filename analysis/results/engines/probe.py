@@ -27,14 +27,21 @@ def make_probe():
                 found[name] = importlib.import_module(name).__version__
             except ImportError:
                 found[name] = None
+        import zipfile
         spec = importlib.util.find_spec("analysis")
         digest = None
         if spec is not None and spec.submodule_search_locations:
             root = Path(list(spec.submodule_search_locations)[0]).parent
+            if zipfile.is_zipfile(root):  # the code as uploaded (Dask's upload_file)
+                with zipfile.ZipFile(root) as archive:
+                    sources = {n: archive.read(n) for n in archive.namelist()
+                               if n.endswith(".py") and n.split("/")[0] in ("analysis", "profilers")}
+            else:
+                sources = {p.relative_to(root).as_posix(): p.read_bytes()
+                           for package in ("analysis", "profilers") for p in (root / package).rglob("*.py")}
             sha = hashlib.sha256()
-            for package in ("analysis", "profilers"):
-                for path in sorted((root / package).rglob("*.py")):
-                    sha.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+            for name in sorted(sources):
+                sha.update(name.encode() + b"\0" + sources[name])
             digest = sha.hexdigest()[:16]
         found["gapscope"] = digest
         return found
