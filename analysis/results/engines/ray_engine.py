@@ -3,11 +3,15 @@
 code shipped with runtime_env. Imported only when --engine names Ray: Ray is an optional extra."""
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
 import shutil
+import signal
 import tempfile
+import threading
+import time
 from collections.abc import Callable
 
 from analysis.results.engines.interface import Engine, one_line
@@ -76,13 +80,15 @@ class RayEngine(Engine):
             pass
         temp_dir = tempfile.mkdtemp(prefix="gs-ray-", dir="/tmp")
         try:
-            ray.init(address="local", num_cpus=worker_count(os.cpu_count() or 1),
-                     _temp_dir=temp_dir, **quiet)
+            with _ctrl_c_after():
+                ray.init(address="local", num_cpus=worker_count(os.cpu_count() or 1),
+                         _temp_dir=temp_dir, **quiet)
+            return cls(ray, True, temp_dir, saved)
         except BaseException:
+            ray.shutdown()
             _restore(saved)
             shutil.rmtree(temp_dir, ignore_errors=True)
             raise
-        return cls(ray, True, temp_dir, saved)
 
     def submit(self, key: int, fn: Callable, args: tuple, where: str | None = None) -> None:
         remote = self._remote.get(fn)
@@ -116,8 +122,28 @@ class RayEngine(Engine):
         if self._started:
             self._ray.shutdown()
             _restore(self._env)
-        if self._temp_dir:
+        for _ in range(5):  # Ray's processes, stopping, may still write a log or two
+            if not self._temp_dir or not os.path.exists(self._temp_dir):
+                break
             shutil.rmtree(self._temp_dir, ignore_errors=True)
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _ctrl_c_after():
+    """Ctrl-C held until the block ends: a Ray interrupted halfway through its start leaves its
+    agents running with no raylet to stop them (seen); once started, shutdown stops them all."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
 
 
 def _token_env() -> dict:
