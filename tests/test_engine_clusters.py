@@ -108,3 +108,19 @@ def test_a_cluster_running_other_gapscope_code_is_refused_in_one_line(job, skewe
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1, result.output
     assert f"--engine {skewed_scheduler}: version skew: the workers run gapscope's code" in lines[0]
+
+
+def test_gapscope_engine_starts_dask_for_the_command_and_stops_it(job, pooled, monkeypatch):
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from click.testing import CliRunner
+
+    from cli import cli
+    monkeypatch.setenv("GAPSCOPE_ENGINE", "dask")
+    monkeypatch.setenv("GAPSCOPE_JOB_WORKERS", "2")
+    result = CliRunner().invoke(cli, ["breakdown", str(job), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["job"].pop("engine") == {"name": "dask", "workers": 2}
+    expected = json.loads(pooled)
+    expected["job"].pop("engine")
+    assert doc == expected

@@ -44,10 +44,10 @@ class EngineChoice:
     is started or joined at the first job and kept for the others."""
 
     def __init__(self, spec: EngineSpec, retries: int = 0, engine: Engine | None = None,
-                 keep: bool = True, on_ranks=None) -> None:
+                 on_ranks=None) -> None:
         if retries < 0:
             raise GapscopeInputError(f"--rank-retries {retries}: give 0 or more")
-        self.spec, self.retries, self.keep = spec, retries, keep
+        self.spec, self.retries = spec, retries
         # on_ranks(label, total, done, failed, running, megabytes, seconds): a progress bar's
         # callback as ranks complete (None: nobody watches).
         self.on_ranks = on_ranks
@@ -61,11 +61,7 @@ class EngineChoice:
             return
         if self._cluster is None:
             self._cluster = _open_cluster(self.spec)
-        try:
-            yield self._cluster
-        finally:
-            if not self.keep:
-                self.close()
+        yield self._cluster
 
     def close(self) -> None:
         if self._cluster is not None and self._owned:
@@ -85,9 +81,9 @@ _current: EngineChoice | None = None
 
 
 def current_choice() -> EngineChoice:
-    """The command's choice; outside a command (the API, the TensorBoard plugin),
-    GAPSCOPE_ENGINE's, without retries."""
-    return _current or EngineChoice(parse_engine(os.environ.get(ENGINE_ENV)), keep=False)
+    """The command's choice; outside breakdown, compare and report (the API, the TensorBoard
+    plugin: a cluster started per request would cost seconds each), the local pool."""
+    return _current or EngineChoice(EngineSpec("local"))
 
 
 @contextlib.contextmanager
