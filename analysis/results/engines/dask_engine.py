@@ -38,6 +38,9 @@ class DaskEngine(Engine):
             # One thread a worker: the rank analysis is Python, bound by the GIL.
             cluster = LocalCluster(n_workers=worker_count(os.cpu_count() or 1), threads_per_worker=1,
                                    processes=True, dashboard_address=None,
+                                   # its HTTP server (health routes) on a free port, not 8787:
+                                   # no "port in use" warning beside another cluster
+                                   scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
                                    silence_logs=logging.ERROR)
             return cls(Client(cluster), cluster)
         reachable(address, CONNECT_TIMEOUT_S)
