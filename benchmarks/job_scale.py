@@ -5,8 +5,8 @@ rank's file is the size asked), analysed by `local`, `dask` and `ray` in turn, i
     python benchmarks/job_scale.py                      # 1,024 ranks of 1 MB, 64 ranks of 20 MB
     python benchmarks/job_scale.py --jobs 32x1 4x5 --repeats 1 --engines local dask
 
-Each measurement runs in a fresh process: the engine is started (timed apart), the job broken
-down through it, and it prints ranks/s, MB/s per worker, the driver's peak RSS (getrusage) and
+Each measurement runs in a fresh process: the engine is started and its workers warmed (every
+worker up, the analysis imported: timed apart, as "start"), the job broken down through it, and it prints ranks/s, MB/s per worker, the driver's peak RSS (getrusage) and
 the largest worker's peak RSS (its processes sampled every 50 ms; Ray's own services, raylet and
 GCS, left out). Workers: GAPSCOPE_JOB_WORKERS, else one per core. On a shared machine the times
 measure its load as much as the engines: say the load beside any figure quoted."""
@@ -91,6 +91,11 @@ def _worker_peak(stop: threading.Event, peak: list) -> None:
         time.sleep(0.05)
 
 
+def _warm() -> int:
+    import analysis.results.rank_summary  # noqa: F401 - what a rank's task imports first
+    return os.getpid()
+
+
 def measure(folder: Path, engine_name: str) -> dict:
     """In this process: start the engine, break the job down through it, with the peaks."""
     sys.path.insert(0, str(ROOT))
@@ -105,6 +110,10 @@ def measure(folder: Path, engine_name: str) -> dict:
     spec = parse_engine(engine_name)
     engine = (LocalEngine(worker_count(len(job.ranks))) if spec.kind == "local"
               else _open_cluster(spec))
+    for key in range(2 * engine.workers):  # every worker up, the analysis imported: start apart
+        engine.submit(key, _warm, ())
+    while engine.pending:
+        engine.next_done()
     started = time.perf_counter() - t0
     stop, peak = threading.Event(), [0]
     sampler = threading.Thread(target=_worker_peak, args=(stop, peak), daemon=True)
