@@ -7,11 +7,14 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 from pathlib import Path
 
 # "RANK=kill:FILE" SIGKILLs the worker of RANK once (FILE, created first, marks it done);
-# "RANK=raise" makes RANK raise every time, "RANK=raise:FILE" once.
+# "RANK=raise" makes RANK raise every time, "RANK=raise:FILE" once; "RANK=hang:FILE" makes
+# RANK's worker wait (FILE says it is waiting) for a Ctrl-C to cancel it.
 FAULT_ENV = "GAPSCOPE_TEST_FAULT"
+HANG_S = 600
 
 
 class InjectedFault(RuntimeError):
@@ -29,8 +32,8 @@ def inject_fault(key: int, spec: str | None) -> None:
     if rank != str(key):
         return
     kind, _, marker = action.partition(":")
-    # Only a worker process dies: the serial path runs ranks in the command's own process.
-    if kind == "kill" and (not marker or multiprocessing.parent_process() is None):
+    # Only a worker process dies or hangs: the serial path runs ranks in the command's own process.
+    if kind in ("kill", "hang") and (not marker or multiprocessing.parent_process() is None):
         return
     if marker:
         try:
@@ -41,3 +44,5 @@ def inject_fault(key: int, spec: str | None) -> None:
         raise InjectedFault(f"failure injected by {FAULT_ENV}")
     if kind == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        time.sleep(HANG_S)

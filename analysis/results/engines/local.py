@@ -121,10 +121,15 @@ class LocalEngine(Engine):
             self.submit(key, fn, args)
 
     def cancel(self) -> None:
+        """Ctrl-C: the ranks not started are dropped and the workers killed, so none goes on
+        with a rank nobody waits for (a terminal's Ctrl-C reaches them; a `kill -INT` of this
+        process alone does not). Python 3.11's pool has no public way: its process table."""
         for future in self._futures:
             future.cancel()
         self._futures.clear()
         self._ready.clear()
+        for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+            process.kill()
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     def close(self) -> None:
