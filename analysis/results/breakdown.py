@@ -292,7 +292,8 @@ def _from_samples(samples: PhaseSamples, steps: list[StepBreakdown], origins: di
         notes = notes + ["no unprofiled steps: the profiler's own cost is inside these figures"]
     return Breakdown(result.source, steps, [float(t) for t in times], result.phases,
                      step_ci95=result.step_ci95, unprofiled=unprofiled,
-                     phase_sources=origins, notes=notes, replicates=result.replicates)
+                     phase_sources=origins, notes=notes, replicates=result.replicates,
+                     bootstrap=(samples, raw))
 
 
 def _steady(rows: list[dict], warmup_steps: int) -> list[dict]:
