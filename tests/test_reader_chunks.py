@@ -219,3 +219,13 @@ def test_a_bad_worker_count_is_one_line(tmp_path, monkeypatch, value):
     monkeypatch.setenv(chunk_pool.WORKERS_ENV, value)
     with pytest.raises(torch_trace.GapscopeInputError, match=chunk_pool.WORKERS_ENV):
         read_torch_trace(path)
+
+
+def test_a_rank_of_a_job_reads_its_trace_alone(monkeypatch):
+    # A job's ranks share the cores (a Ray worker is no multiprocessing child): no chunk workers.
+    monkeypatch.delenv(chunk_pool.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(chunk_pool.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert chunk_pool.workers() == 4
+    with chunk_pool.alone():
+        assert chunk_pool.workers() == 1
+    assert chunk_pool.workers() == 4

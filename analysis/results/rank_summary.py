@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from analysis.model.job import Job
 from analysis.model.locate import RunPlace
 from analysis.model.run import Run, current_rules, load_run, use_rules
+from analysis.readers import chunk_pool
 from analysis.results.engines.choose import current_choice
 from analysis.results.engines.collective_reduce import CollectiveReduction, digest
 from analysis.results.engines.interface import stream
@@ -35,7 +36,13 @@ class RankSummary:
 
 
 def summarize_rank(rank: int, place: RunPlace, label: str, source: str, host: str | None) -> RankSummary:
-    """One rank, loaded and analysed inside a worker; the Run and its trace die with the call."""
+    """One rank, loaded and analysed inside a worker; the Run and its trace die with the call.
+    Its trace is read in this process alone: the job's other ranks have the other cores."""
+    with chunk_pool.alone():
+        return _summarize_rank(rank, place, label, source, host)
+
+
+def _summarize_rank(rank: int, place: RunPlace, label: str, source: str, host: str | None) -> RankSummary:
     from analysis.results.breakdown import breakdown, breakdown_from_timers
     run = load_run(place, label=label)  # as located: its manifest is not read again
     result = breakdown(run, source)
