@@ -252,8 +252,8 @@ class _Reader:
                         continue
                     worker = workers[turn % size]
                     turn += 1
+                    sent.append((worker, cut))  # first: a send that fails puts it back too
                     worker.send(cut[0])
-                    sent.append((worker, cut))
                 if not sent:
                     return eof
                 chunk = sent[0][0].receive()
@@ -263,6 +263,8 @@ class _Reader:
             if isinstance(exc, chunk_pool.WorkerLost):
                 chunk_pool.discard()
             buf.put_back([cut for _, cut in sent])
+            for worker, _ in sent:  # those still decoding chunks now read here
+                worker.stop()
             sent.clear()
             while not eof:
                 eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
