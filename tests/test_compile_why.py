@@ -285,3 +285,28 @@ def test_a_compile_suggestion_already_measured_names_where_that_run_breaks_its_g
         "dynamic:torch:compile: already measured here: 2.50x slower than dynamic torch (dynamic "
         "torch compile; per-step overhead: other 2.000 ms, 50 % of the step); it breaks its graph: "
         "Data-dependent branching at dynamic.py:24")
+
+
+def test_the_compile_view_lists_each_break_and_recompile_with_its_place_and_the_amortisation_line(planted):
+    """The compile panel (the tab's and the report's figures) and the report's section from it:
+    the planted breaks with reason and line, the recompile with its guard, and a hand-made
+    pair's amortisation point."""
+    from analysis.renderers.panels.report_sections import compile_markdown
+    from analysis.results.amortisation import amortisation
+    from analysis.results.panels.compile_panel import compile_panel, pair_compile_panel
+    panel = compile_panel(compile_why(planted, None, warmup_steps=3))
+    places = {b["place"] for b in panel["graph_breaks"]}
+    assert places == {f"test_compile_why.py:{_line_of(text)}"
+                      for text in ('print("planted', ".item()", "if x.mean()")}
+    guard = "tensor 'x' size mismatch at index 0. expected 4, actual 6"
+    assert any(r["guard"] == guard and r["step"] == 2 and
+               r["place"] == f"test_compile_why.py:{_line_of('def forward')}" for r in panel["recompiles"])
+    # (9100 - 100) ms once / (10 - 6) ms a step = 2250 steps.
+    pays = pair_compile_panel(amortisation(_hand_breakdown(10.0, 100.0, "default"),
+                                           _hand_breakdown(6.0, 9100.0, "compile")))
+    text = "\n".join(compile_markdown([("planted", panel)], [pays["text"]]))
+    assert "after 2,250 steps" in text and panel["line"] in text
+    assert f"| Data-dependent branching | test_compile_why.py:{_line_of('if x.mean()')} |" in text
+    assert f"| {guard} | forward | test_compile_why.py:{_line_of('def forward')} | 2 |" in text
+    assert compile_panel(None) == {"note": "no compile record: this run compiled nothing gapscope "
+                                           "records (torch.compile, tf.function)"}

@@ -32,7 +32,8 @@ def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> di
         rows.append(row)
     note = None
     if not sides or not any(lb.rows for lb in sides):
-        note = "no layers: " + "; ".join(n for lb in sides for n in lb.notes[:1]) if sides else "no layers"
+        # Each run says why it has none (no trace, compiled, no ranges in the trace).
+        note = "; ".join(n for lb in sides for n in lb.notes[:1]) or "no layers"
     elif two and not matched:
         note = NO_LINEUP
     return {"runs": [lb.label for lb in sides], "matched_by": "name" if matched else None,

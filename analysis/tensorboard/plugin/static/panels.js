@@ -56,7 +56,8 @@ function layerView(p) {
         cells.push(html('td', {class: 'num'}, row.delta_ms ? signed(row.delta_ms[phase], 3) : ''));
       }
     }
-    for (const key of ['forward_gflop', 'backward_gflop']) {
+    // Two runs of one spec count the same GFLOP: the single-run view lists them.
+    for (const key of two ? [] : ['forward_gflop', 'backward_gflop']) {
       for (const cell of row.sides) cells.push(html('td', {class: 'num'}, side(cell, key, 4)));
     }
     for (const key of ['forward_gflops', 'backward_gflops']) {
@@ -73,17 +74,19 @@ function layerView(p) {
       const both = two && figures[0] && figures[1];
       if (two) cells.push(html('td', {class: 'num'}, both ? signed(figures[1][phase] - figures[0][phase], 3) : ''));
     }
-    const rest = (two ? 2 : 1) * 5;
+    const rest = two ? 6 : 5;
     for (let i = 0; i < rest; i++) cells.push(html('td', {}, ''));
     return html('tr', {class: cls}, ...cells);
   };
   rows.push(totals('outside layers', p.outside, 'layers-outside'),
             totals('phase (traced)', p.phase, 'total layers-phase'));
-  const per = (name) => two ? p.runs.map((run) => `${run} ${name}`) : [name];
+  // Two runs: A and B in the headings (the labels once, above), so the table fits the page.
+  const per = (name) => two ? [`${name} A`, `${name} B`] : [name];
   const head = ['layer', ...per('fwd ms'), ...(two ? ['Δ fwd ms'] : []), ...per('bwd ms'),
-                ...(two ? ['Δ bwd ms'] : []), ...per('fwd GFLOP'), ...per('bwd GFLOP'),
+                ...(two ? ['Δ bwd ms'] : []), ...(two ? [] : ['fwd GFLOP', 'bwd GFLOP']),
                 ...per('fwd GFLOP/s'), ...per('bwd GFLOP/s'), ...per('share')];
-  const facts = two ? [p.matched_by ? `layers matched by ${p.matched_by}` : p.note] : [];
+  const facts = two ? [`A: ${p.runs[0]}, B: ${p.runs[1]}`,
+                       p.matched_by ? `layers matched by ${p.matched_by}` : p.note] : [];
   return [html('p', {class: 'facts layers-facts'},
                [...facts, 'ms per traced step (profiler cost inside); share: of the traced ' +
                 'forward and backward; GFLOP counted from the layer shapes'].filter(Boolean).join(' · ')),
