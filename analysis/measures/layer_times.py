@@ -38,6 +38,43 @@ class LayerTimes:
 
 def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None) -> LayerTimes | None:
     """None where the trace carries no layer: no layer ranges, no layer scopes."""
+    found = _found(trace, timeline, names)
+    if found is None:
+        return None
+    layers, notes = found
+    order = _inner_first(layers)
+    totals = {name: dict.fromkeys(LAYER_PHASES, 0.0) for name in layers}
+    phase_ms = dict.fromkeys(LAYER_PHASES, 0.0)
+    for step in range(len(timeline.steps)):
+        for phase in LAYER_PHASES:
+            segments, parts = _attributed(layers, order, timeline, step, phase)
+            phase_ms[phase] += intervals.total(segments) / 1000.0
+            for name, own in parts:
+                totals[name][phase] += intervals.total(own) / 1000.0
+    n = len(timeline.steps)
+    ordered = names or list(layers)
+    return LayerTimes({name: {p: totals[name][p] / n for p in LAYER_PHASES}
+                       for name in ordered if name in totals},
+                      {p: ms / n for p, ms in phase_ms.items()}, n, notes)
+
+
+def layer_spans(trace: Trace, timeline: PhaseTimeline,
+                names: list[str] | None = None) -> list[tuple[float, float, str, str, int]]:
+    """Each stretch of time a layer was given in the traced steps, as layer_times counts it:
+    (start µs, end µs, layer, phase, step index), in time order; [] where the trace names none."""
+    found = _found(trace, timeline, names)
+    if found is None:
+        return []
+    spans, order = [], _inner_first(found[0])
+    for step in range(len(timeline.steps)):
+        for phase in LAYER_PHASES:
+            for name, own in _attributed(found[0], order, timeline, step, phase)[1]:
+                spans += [(start, end, name, phase, step) for start, end in own]
+    return sorted(spans)
+
+
+def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None) -> tuple[dict, list[str]] | None:
+    """Each layer's intervals by phase (the spec's layers only, where names are given), and notes."""
     if not timeline.steps:
         return None
     if trace.source_format == "torch":
@@ -46,30 +83,30 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
         found, notes = _scoped_layers(trace, names), []
     if names:
         found = {name: found[name] for name in names if name in found}
-    if not found:
-        return None
-    # Where layers overlap (nested module ranges, ops on parallel threads), an instant goes to
-    # the layer with less time in all: the inner of two nested ranges. Each instant counts once.
-    order = sorted(found, key=lambda name: sum(intervals.total(v) for v in found[name].values()))
-    totals = {name: dict.fromkeys(LAYER_PHASES, 0.0) for name in found}
-    phase_ms = dict.fromkeys(LAYER_PHASES, 0.0)
-    for step in range(len(timeline.steps)):
-        window = timeline.steps[step]
-        for phase in LAYER_PHASES:
-            segments = [(s, e) for s, e, p in timeline.segments[step] if p == phase]
-            phase_ms[phase] += intervals.total(segments) / 1000.0
-            outside = intervals.subtract([(window.start_us, window.end_us)], segments)
-            taken: list = []
-            for name in order:
-                own = intervals.clip_merged(found[name].get(phase, []), window.start_us, window.end_us)
-                own = intervals.subtract(intervals.subtract(own, outside), taken)
-                totals[name][phase] += intervals.total(own) / 1000.0
-                taken = intervals.merge(taken + own)
-    n = len(timeline.steps)
-    ordered = names or list(found)
-    return LayerTimes({name: {p: totals[name][p] / n for p in LAYER_PHASES}
-                       for name in ordered if name in totals},
-                      {p: ms / n for p, ms in phase_ms.items()}, n, notes)
+    return (found, notes) if found else None
+
+
+def _inner_first(found: dict) -> list[str]:
+    """Where layers overlap (nested module ranges, ops on parallel threads), an instant goes to
+    the layer with less time in all: the inner of two nested ranges, so it is served first."""
+    return sorted(found, key=lambda name: sum(intervals.total(v) for v in found[name].values()))
+
+
+def _attributed(found: dict, order: list[str], timeline: PhaseTimeline, step: int,
+                phase: str) -> tuple[list, list]:
+    """The phase's segments in the step, and each layer's own time inside them, `order` served
+    first (each instant counts once)."""
+    window = timeline.steps[step]
+    segments = [(s, e) for s, e, p in timeline.segments[step] if p == phase]
+    outside = intervals.subtract([(window.start_us, window.end_us)], segments)
+    taken: list = []
+    parts = []
+    for name in order:
+        own = intervals.clip_merged(found[name].get(phase, []), window.start_us, window.end_us)
+        own = intervals.subtract(intervals.subtract(own, outside), taken)
+        parts.append((name, own))
+        taken = intervals.merge(taken + own)
+    return segments, parts
 
 
 def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from analysis.measures.layer_flops import layer_flops
-from analysis.measures.layer_times import LAYER_PHASES, layer_times
+from analysis.measures.layer_times import LAYER_PHASES, layer_spans, layer_times
 from analysis.model.run import Run
 
 # A layer is named as the cause of a phase's delta where it carries at least this share of it.
@@ -160,6 +160,15 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
     return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
                           peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")})
+
+
+def run_layer_spans(run: Run) -> list[tuple[float, float, str, str, int]]:
+    """The run's layer spans in its traced steps (the spec's layers, where the manifest names
+    them), as the layers table counts them; [] where the trace names none."""
+    if run.trace is None:
+        return []
+    specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
+    return layer_spans(run.trace, run.timeline, [s["name"] for s in specs] if specs else None)
 
 
 @dataclass
