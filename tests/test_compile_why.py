@@ -310,3 +310,39 @@ def test_the_compile_view_lists_each_break_and_recompile_with_its_place_and_the_
     assert f"| {guard} | forward | test_compile_why.py:{_line_of('def forward')} | 2 |" in text
     assert compile_panel(None) == {"note": "no compile record: this run compiled nothing gapscope "
                                            "records (torch.compile, tf.function)"}
+
+
+def test_compare_leads_with_the_graph_break_where_the_compiled_run_is_slower(dynamic_runs):
+    """Issue 32 item 4, on the real pair: the compiled run's step times are set 1.5x the eager
+    run's (by hand, so that "slower" does not hang on the machine's load) and the busy marks
+    dropped. The verdict line and the suggestions lead with its one graph break, its reason and
+    line; the JSON holds the counts; with compiled faster, nothing of it is said."""
+    from analysis.model.run import load_run
+    from analysis.renderers import compare_json
+    from analysis.renderers.compare_columns import lead_lines, verdict_lines
+    from analysis.results.compare import compare
+    from analysis.results.explain import explain
+    from workloads.models import dynamic
+    lines, first = inspect.getsourcelines(dynamic.build_torch)
+    branch = first + next(i for i, line in enumerate(lines) if "if torch.mean(x) > THRESHOLD" in line)
+
+    def pair(compiled_factor: float):
+        eager, compiled = (explain(load_run(dynamic_runs[k])) for k in ("eager", "compiled"))
+        for run in (eager, compiled):
+            run.breakdown.busy_load, run.breakdown.reliability_warnings = None, []
+        compiled.breakdown.step_times_ms = [compiled_factor * t for t in eager.breakdown.step_times_ms]
+        return compare([eager, compiled])
+
+    comparison = pair(1.5)
+    found = comparison.pairs[0].compile_behind
+    assert found["graph_breaks"] == 1 and found["recompiles"] == 0 and found["graphs"] >= 2
+    assert found["first_break"] == f"Data-dependent branching at dynamic.py:{branch}"
+    line = (f"dynamic torch compile is compiled and slower: 1 graph break (first: Data-dependent "
+            f"branching at dynamic.py:{branch}), 0 recompiles")
+    headline = verdict_lines(comparison)[0]
+    assert headline.startswith("dynamic torch compile is 1.50x") and f"per step); {line}" in headline
+    assert lead_lines(comparison.pairs[0])[0] == line
+    doc = compare_json.document(comparison)["comparisons"][0]["compile_behind"]
+    assert doc["text"] == line and doc["graph_breaks"] == 1
+    faster = pair(0.5)
+    assert faster.pairs[0].compile_behind is None and line not in " ".join(verdict_lines(faster))

@@ -25,6 +25,8 @@ def document(comparison: Comparison) -> dict:
         if pair.fusion_behind_gap is not None:
             pair_doc["fusion_behind_gap"]["text"] = evidence_text.fusion_cause(
                 pair.fusion_behind_gap, pair.a_label, pair.b_label)
+        if pair.compile_behind is not None:
+            pair_doc["compile_behind"]["text"] = evidence_text.compile_behind_line(pair.compile_behind)
         if pair.faults_behind_gap is not None:
             pair_doc["faults_behind_gap"]["text"] = evidence_text.faults_cause(pair.faults_behind_gap)
     return doc

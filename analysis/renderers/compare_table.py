@@ -60,8 +60,8 @@ def _short(comparison: Comparison) -> str:
         page.line(f"  causes ({cols.TRACED}):", hang=4)
         for e in pair.evidence[:_TOP]:
             page.line(f"  - {cols.evidence_text.sentence(e, pair)}", hang=4)
-        for s in pair.suggestions:
-            page.line(f"  - {cols.evidence_text.suggestion(s)}", hang=4)
+        for line in cols.lead_lines(pair):
+            page.line(f"  - {line}", hang=4)
     page.line(verdicts[-1])
     for warning in comparison.warnings:
         if warning not in comparison.headline:

@@ -373,9 +373,11 @@ function comparison(doc) {
              `intervals: ${pair.interval_method}`),
         html('h4', {}, 'evidence'),
         html('ul', {class: 'evidence'}, ...pair.evidence.map((e) => html('li', {}, e.text))));
-    if (pair.suggestions.length) {
+    // A slower compiled run's graph breaks and recompiles lead: what to fix before any variant.
+    const lead = pair.compile_behind ? [html('li', {class: 'compile-behind'}, pair.compile_behind.text)] : [];
+    if (pair.suggestions.length || lead.length) {
       parts.push(html('h4', {}, 'suggestions (hypotheses: gapscope compare --check-suggestions measures them)'),
-          html('ul', {class: 'suggestions'}, ...pair.suggestions.map((s) => html('li', {}, s.text))));
+          html('ul', {class: 'suggestions'}, ...lead, ...pair.suggestions.map((s) => html('li', {}, s.text))));
     }
     parts.push(...pairPanels(doc.panels && doc.panels[i]));
   }
