@@ -334,3 +334,20 @@ def test_a_compiled_torch_run_says_why_it_has_no_layers(tmp_path, fixtures_dir):
         "run_id": run.name, "workload": "mlp", "framework": "torch", "variant": "compile",
         "settings": {"compile_mode": "default"}, "status": "complete", "warmup_steps": 0}))
     assert layer_breakdown(load_run(run)).notes == [COMPILED]
+
+
+def test_each_layer_is_marked_with_what_its_fused_ops_fused(torch_run, keras_run):
+    """Issue 31 item 5 / issue 39: Keras on TF runs dense1 (ReLU in the layer, in the spec) as one
+    `_MklNativeFusedMatMul` with bias and ReLU, logits (no activation) as one with its bias;
+    eager torch on the CPU runs addmm and relu apart, so none of its layers is marked. The
+    terminal table marks the layer and says what was fused under it."""
+    keras = {r.name: r.fused for r in layer_breakdown(load_run(keras_run)).rows}
+    assert keras["dense1"].get("forward") == ["dense+bias+ReLU"]
+    assert keras["logits"].get("forward") == ["dense+bias"]
+    assert not keras["loss"]
+    assert all(not r.fused for r in layer_breakdown(load_run(torch_run)).rows)
+    result = CliRunner().invoke(cli, ["breakdown", str(keras_run), "--layers", "-q"])
+    assert result.exit_code in (0, 3), result.output
+    text = " ".join(result.output.split())
+    assert "dense1*" in text and "logits*" in text and "loss*" not in text
+    assert "* fused ops (one op for several): dense1 fwd dense+bias+ReLU, logits fwd dense+bias" in text

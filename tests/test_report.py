@@ -139,7 +139,8 @@ def test_layers_and_compile_sections_hold_the_panels_figures(torch_run, keras_ru
         for r in lb.rows:
             share = 100 * round((r.forward_ms + r.backward_ms) / total, 4)
             assert (f"| {r.name} | {r.forward_ms:.3f} | {r.backward_ms:.3f} | {r.forward_gflop:.4f} | "
-                    f"{r.backward_gflop:.4f} |") in text and f"| {share:.1f} % |" in text
+                    f"{r.backward_gflop:.4f} |") in text
+            assert f"| {share:.1f} % | {r.fused_text() or '-'} |" in text
     assert "Layers matched by name" in text
     for name in ("dense1", "logits", "loss"):
         a, b = rows[torch_run][name], rows[keras_run][name]

@@ -572,9 +572,11 @@ def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensor
         rows = wait_in_gapscope(browser, _ROWS % "'[data-view=layers] tr.layer-row'")
         expected = [[r["name"], *(fixed(c[k], d) for k, d in (
             ("forward_ms", 3), ("backward_ms", 3), ("forward_gflop", 4), ("backward_gflop", 4),
-            ("forward_gflops", 1), ("backward_gflops", 1))), f"{fixed(100 * c['share'], 1)} %"]
-            for r in panel["rows"] for c in r["sides"]]
+            ("forward_gflops", 1), ("backward_gflops", 1))), f"{fixed(100 * c['share'], 1)} %",
+            c["fused"] or "-"] for r in panel["rows"] for c in r["sides"]]
         assert rows == expected
+        # Keras fuses dense1's bias and ReLU into its matmul (the spec's activation), logits' bias.
+        assert [row[-1] for row in rows] == ["fwd dense+bias+ReLU", "fwd dense+bias", "-"]
         outside = wait_in_gapscope(browser, _ROWS % "'[data-view=layers] tr.layers-outside'")
         assert outside[0][1:3] == [fixed(panel["outside"][0][p]) for p in ("forward", "backward")]
         # Keras' train_step is a tf.function: its traces, as /details has them.

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from analysis.events import intervals
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
+from analysis.measures.fusion_table import classify
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 from profilers.phases import LOSS_SCOPE
 
@@ -117,22 +118,13 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     right after the node that made the parameter's gradient."""
     columns = trace.columns
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    accumulate = []
-    for e in trace.events:
-        if e.name == _ACCUMULATE_NODE:
-            accumulate.append(e)
-        # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
-        if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
-                and e.name.startswith(LAYER_RANGE_PREFIXES):
-            name = _layer_name(e.name)
-            found[name]["forward"].append((e.start_us, e.end_us))
-            ranges[e.track].append((e.start_us, e.end_us, name))
-    if not found:
+    ranges, starts = _layer_ranges(trace)
+    if not ranges:
         return {}, []
     for track in ranges.values():
-        track.sort()
-    starts = {track: [s for s, _, _ in r] for track, r in ranges.items()}
+        for start, end, name in track:
+            found[name]["forward"].append((start, end))
+    accumulate = [e for e in trace.events if e.name == _ACCUMULATE_NODE]
     made_by: dict[int, str] = {}
     backward_nodes = []
     for row, stats in columns.stats.items():
@@ -167,6 +159,53 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
         notes.append("no backward node links to a layer's forward op (no autograd sequence "
                      "numbers inside layer ranges): backward per layer unknown")
     return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
+
+
+def _layer_ranges(trace: Trace) -> tuple[dict, dict]:
+    """Each host track's layer ranges (start, end, layer) in start order, and their starts."""
+    ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in trace.events:
+        # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
+        if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
+                and e.name.startswith(LAYER_RANGE_PREFIXES):
+            ranges[e.track].append((e.start_us, e.end_us, _layer_name(e.name)))
+    for track in ranges.values():
+        track.sort()
+    return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}
+
+
+def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[str, list[str]]]:
+    """What each layer's fused ops fused (fusion_table), by phase: {"dense1": {"forward":
+    ["dense+bias+ReLU"]}}. TF ops by their layer scope; torch host ops inside a layer's range
+    (forward: torch's backward nodes are no fused ops). Layers without one are left out."""
+    found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    known = set(names or ())
+    kinds: dict[str, object] = {}
+
+    def add(layer: str, phase: str, op_name: str) -> None:
+        if op_name not in kinds:
+            kinds[op_name] = classify(op_name)
+        fused = kinds[op_name]
+        if fused is not None and fused.fuses not in found[layer][phase] and (not known or layer in known):
+            found[layer][phase].append(fused.fuses)
+
+    if trace.source_format == "torch":
+        ranges, starts = _layer_ranges(trace)
+        for e in trace.events:
+            if e.kind == HOST_OP and e.track in ranges:
+                layer = _innermost(ranges[e.track], starts[e.track], e.start_us)
+                if layer is not None:
+                    add(layer, "forward", e.name)
+    else:
+        scopes: dict[str, tuple[str, str] | None] = {}
+        for e in trace.events:
+            if e.kind != HOST_OP or not e.track.startswith("host"):
+                continue
+            if e.name not in scopes:
+                scopes[e.name] = _scope_layer(e.name, known)
+            if scopes[e.name] is not None:
+                add(*scopes[e.name], e.name)
+    return {layer: dict(phases) for layer, phases in found.items() if any(phases.values())}
 
 
 def _layer_name(range_name: str) -> str:

@@ -7,6 +7,7 @@ from analysis.renderers.fit import Grid, Page
 
 UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step counted "
                "from the layer's shapes (docs/reference.md, Layers)")
+FUSED_MARK = "*"
 _HEAD = ["layer", "fwd\nms", "bwd\nms", "fwd\nGFLOP", "bwd\nGFLOP", "fwd\nGFLOP/s", "bwd\nGFLOP/s"]
 
 
@@ -23,8 +24,18 @@ def _row(name: str, r: LayerRow) -> list[str]:
             _num(r.backward_gflop), _num(r.gflops("forward"), 1), _num(r.gflops("backward"), 1)]
 
 
+def _marked(r: LayerRow) -> str:
+    """A layer with fused ops gets a mark; the line under the table says what they fused."""
+    return f"{r.name}{FUSED_MARK}" if r.fused_text() else r.name
+
+
+def _fused_line(lb: LayerBreakdown) -> list[str]:
+    found = [f"{r.name} {r.fused_text()}" for r in lb.rows if r.fused_text()]
+    return [f"{lb.label}: {FUSED_MARK} fused ops (one op for several): {', '.join(found)}"] if found else []
+
+
 def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
-    rows = [_row(r.name, r) for r in lb.rows]
+    rows = [_row(_marked(r), r) for r in lb.rows]
     rows.append(["outside layers", _num(lb.outside_ms("forward")), _num(lb.outside_ms("backward")),
                  "", "", "", ""])
     total = LayerRow("phase", lb.phase_ms["forward"], lb.phase_ms["backward"],
@@ -56,7 +67,7 @@ def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
 
 
 def _notes(lb: LayerBreakdown) -> list[str]:
-    return [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
+    return _fused_line(lb) + [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
 
 
 def _peak(lb: LayerBreakdown) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from analysis.measures.layer_flops import layer_flops
-from analysis.measures.layer_times import LAYER_PHASES, layer_spans, layer_times
+from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.model.run import Run
 
 # A layer is named as the cause of a phase's delta where it carries at least this share of it.
@@ -28,12 +28,19 @@ class LayerRow:
     backward_ms: float
     forward_gflop: float | None = None   # per step (one batch); None where no rule counts it
     backward_gflop: float | None = None
+    # What its fused ops fused, by phase ({"forward": ["dense+bias+ReLU"]}); {} where none.
+    fused: dict[str, list[str]] = field(default_factory=dict)
 
     def ms(self, phase: str) -> float:
         return getattr(self, f"{phase}_ms")
 
     def gflop(self, phase: str) -> float | None:
         return getattr(self, f"{phase}_gflop")
+
+    def fused_text(self) -> str:
+        """"fwd dense+bias+ReLU; bwd conv filter gradient+bias gradient"; "" where none."""
+        return "; ".join(f"{phase[:3].replace('bac', 'bwd').replace('for', 'fwd')} {', '.join(kinds)}"
+                         for phase, kinds in self.fused.items() if kinds)
 
     def gflops(self, phase: str) -> float | None:
         """Achieved GFLOP/s in a phase; None without a count or without time."""
@@ -97,7 +104,7 @@ class LayerBreakdown:
     @classmethod
     def from_json_dict(cls, d: dict) -> "LayerBreakdown":
         rows = [LayerRow(r["name"], r["forward_ms"], r["backward_ms"], r.get("forward_gflop"),
-                         r.get("backward_gflop")) for r in d["layers"]]
+                         r.get("backward_gflop"), dict(r.get("fused") or {})) for r in d["layers"]]
         return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
                    d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"))
 
@@ -144,13 +151,14 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     if per_call > 1 and updates and updates != found.steps:
         found = _per_update(found, updates)
     by_name = {s["name"]: s for s in specs or ()}
+    fused = layer_fused(run.trace, names)
     rows, notes = [], list(found.notes)
     for name, times in found.layers.items():
         spec = by_name.get(name)
         flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
         rows.append(LayerRow(name, round(times["forward"], _DIGITS), round(times["backward"], _DIGITS),
                              flops and round(flops.forward / 1e9, _DIGITS),
-                             flops and round(flops.backward / 1e9, _DIGITS)))
+                             flops and round(flops.backward / 1e9, _DIGITS), fused.get(name, {})))
     if not specs:
         notes.append("layer names from the trace; no layer shapes, so no FLOPs")
     if run.manifest.get("framework") in ("keras", "tf"):

@@ -34,12 +34,12 @@ def layers_markdown(runs: list[dict], pairs: list[dict], figure: str | None) -> 
             continue
         rows = [[r["name"], _num(c["forward_ms"]), _num(c["backward_ms"]), _num(c["forward_gflop"], 4),
                  _num(c["backward_gflop"], 4), _num(c["forward_gflops"], 1),
-                 _num(c["backward_gflops"], 1), _share(c["share"])]
+                 _num(c["backward_gflops"], 1), _share(c["share"]), c["fused"] or "-"]
                 for r in p["rows"] for c in r["sides"]]
         rows.append(["outside layers", _num(p["outside"][0]["forward"]),
-                     _num(p["outside"][0]["backward"]), "", "", "", "", ""])
+                     _num(p["outside"][0]["backward"]), "", "", "", "", "", ""])
         lines += _table(["layer", "fwd ms", "bwd ms", "fwd GFLOP", "bwd GFLOP", "fwd GFLOP/s",
-                         "bwd GFLOP/s", "share"], rows)
+                         "bwd GFLOP/s", "share", "fused ops"], rows)
         lines += [f"- {note}" for note in p["notes"]] + ([""] if p["notes"] else [])
     for p in pairs:
         a, b = p["runs"]

@@ -54,7 +54,8 @@ def _side(lb: LayerBreakdown, r: LayerRow | None) -> dict | None:
             "forward_gflop": r.forward_gflop, "backward_gflop": r.backward_gflop,
             "forward_gflops": _round(r.gflops("forward")), "backward_gflops": _round(r.gflops("backward")),
             # Of the traced forward and backward together: what this layer's time weighs.
-            "share": round((r.forward_ms + r.backward_ms) / total, 4) if total > 0 else None}
+            "share": round((r.forward_ms + r.backward_ms) / total, 4) if total > 0 else None,
+            "fused": r.fused_text()}
 
 
 def _round(value: float | None) -> float | None:

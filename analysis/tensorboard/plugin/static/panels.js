@@ -64,6 +64,7 @@ function layerView(p) {
       for (const cell of row.sides) cells.push(html('td', {class: 'num'}, side(cell, key, 1)));
     }
     for (const cell of row.sides) cells.push(html('td', {class: 'num'}, cell ? share(cell.share) : 'not matched'));
+    for (const cell of row.sides) cells.push(html('td', {class: 'fused'}, cell ? cell.fused || '-' : 'not matched'));
     return html('tr', {class: row.matched === false ? 'layer-row unmatched' : 'layer-row',
                        'data-layer': row.name}, ...cells);
   });
@@ -74,7 +75,7 @@ function layerView(p) {
       const both = two && figures[0] && figures[1];
       if (two) cells.push(html('td', {class: 'num'}, both ? signed(figures[1][phase] - figures[0][phase], 3) : ''));
     }
-    const rest = two ? 6 : 5;
+    const rest = two ? 8 : 6;
     for (let i = 0; i < rest; i++) cells.push(html('td', {}, ''));
     return html('tr', {class: cls}, ...cells);
   };
@@ -84,7 +85,7 @@ function layerView(p) {
   const per = (name) => two ? [`${name} A`, `${name} B`] : [name];
   const head = ['layer', ...per('fwd ms'), ...(two ? ['Δ fwd ms'] : []), ...per('bwd ms'),
                 ...(two ? ['Δ bwd ms'] : []), ...(two ? [] : ['fwd GFLOP', 'bwd GFLOP']),
-                ...per('fwd GFLOP/s'), ...per('bwd GFLOP/s'), ...per('share')];
+                ...per('fwd GFLOP/s'), ...per('bwd GFLOP/s'), ...per('share'), ...per('fused ops')];
   const facts = two ? [`A: ${p.runs[0]}, B: ${p.runs[1]}`,
                        p.matched_by ? `layers matched by ${p.matched_by}` : p.note] : [];
   return [html('p', {class: 'facts layers-facts'},
