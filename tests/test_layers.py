@@ -351,3 +351,39 @@ def test_each_layer_is_marked_with_what_its_fused_ops_fused(torch_run, keras_run
     text = " ".join(result.output.split())
     assert "dense1*" in text and "logits*" in text and "loss*" not in text
     assert "* fused ops (one op for several): dense1 fwd dense+bias+ReLU, logits fwd dense+bias" in text
+
+
+def test_layers_named_differently_line_up_by_order_and_parameter_counts():
+    """Issue 31 item 1: two runs of one model whose layers carry other names (hand-made: 100 ->
+    64 -> 10, dense 100·64 + 64 = 6,464 and 64·10 + 10 = 650 parameters) line up in order where
+    the parameter counts agree one by one, and say so; a count that differs lines up nothing."""
+    from analysis.measures.layer_flops import layer_params
+    from analysis.renderers.layers_render import render_compare_table
+    from analysis.results.layers import BY_ORDER, NO_LINEUP, layer_pairs
+    from analysis.results.panels.layer_panel import layer_panel
+    assert layer_params(_layer("dense", {"inputs": 100, "units": 64})) == 6464
+    assert layer_params(_layer("conv2d", {"kernel": 3, "in_channels": 3, "out_channels": 8,
+                                          "height": 8, "width": 8})) == 3 * 3 * 3 * 8 + 8
+    assert layer_params(_layer("lstm", {"inputs": 8, "units": 4, "steps": 2})) == 4 * 4 * 12 + 16
+    assert layer_params(_layer("loss", {"loss": "cross_entropy", "outputs": 10})) == 0
+
+    def run(label, names, params, ms):
+        rows = [LayerRow(n, f, 2 * f, params=p) for n, p, f in zip(names, params, ms)]
+        return LayerBreakdown(None, label, rows, {"forward": sum(ms) + 1.0, "backward": 2 * sum(ms) + 1.0}, 4)
+
+    a = run("ours", ["dense1", "logits", "loss"], [6464, 650, 0], [1.0, 0.5, 0.25])
+    b = run("theirs", ["fc1", "fc2", "criterion"], [6464, 650, 0], [3.0, 0.5, 0.25])
+    pairs, by = layer_pairs(a, b)
+    assert by == BY_ORDER and [(x.name, y.name) for x, y in pairs] == [
+        ("dense1", "fc1"), ("logits", "fc2"), ("loss", "criterion")]
+    panel = layer_panel(a, b)
+    assert panel["matched_by"] == BY_ORDER and panel["rows"][0]["name"] == "dense1 = fc1"
+    assert panel["rows"][0]["delta_ms"] == {"forward": 2.0, "backward": 4.0}
+    text = render_compare_table([(a, b)])
+    assert "dense1 = fc1" in text and "lined up by order and parameter counts" in " ".join(text.split())
+    # The cause names the pair: fc1 carries all of forward's traced delta (2 of 2 ms).
+    assert layer_cause(a, b, "forward", 2.0).layer == "dense1 = fc1"
+    other = run("wider", ["fc1", "fc2", "criterion"], [12928, 650, 0], [3.0, 0.5, 0.25])
+    assert layer_pairs(a, other) == ([], None)
+    assert layer_panel(a, other)["note"] == NO_LINEUP
+    assert [r["note"] for r in layer_panel(a, other)["rows"]] == ["not matched"] * 6

@@ -2,7 +2,8 @@
 GFLOP/s with the time outside layers; per compared pair, the layers side by side."""
 from __future__ import annotations
 
-from analysis.results.layers import LayerBreakdown, LayerRow, matched_layers
+from analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs,
+                                     pair_name)
 from analysis.renderers.fit import Grid, Page
 
 UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step counted "
@@ -47,9 +48,8 @@ def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
 
 def _compare_rows(a: LayerBreakdown, b: LayerBreakdown) -> list[list[str]]:
     rows = []
-    for name in matched_layers(a, b):
-        ra, rb = a.row(name), b.row(name)
-        rows.append([name, _num(ra.forward_ms), _num(rb.forward_ms),
+    for ra, rb in layer_pairs(a, b)[0]:
+        rows.append([pair_name(ra, rb), _num(ra.forward_ms), _num(rb.forward_ms),
                      _delta(rb.forward_ms - ra.forward_ms), _num(ra.backward_ms), _num(rb.backward_ms),
                      _delta(rb.backward_ms - ra.backward_ms), _num(ra.gflops("backward"), 1),
                      _num(rb.gflops("backward"), 1)])
@@ -82,6 +82,11 @@ def _peak(lb: LayerBreakdown) -> list[str]:
             + ", ".join(shares)]
 
 
+def _matched_by(a: LayerBreakdown, b: LayerBreakdown, by: str) -> str:
+    return (f"{b.label} vs {a.label}: the layers are named differently; lined up by {by} "
+            "(\"first = second\" names the pair)")
+
+
 def render_table(breakdowns: list[LayerBreakdown]) -> str:
     page = Page()
     for lb in breakdowns:
@@ -98,12 +103,14 @@ def render_table(breakdowns: list[LayerBreakdown]) -> str:
 def render_compare_table(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) -> str:
     page = Page()
     for a, b in pairs:
-        if matched_layers(a, b):
+        pairs, by = layer_pairs(a, b)
+        if pairs:
             page.table(Grid(f"gapscope layers: {b.label} vs {a.label}", _compare_head(a, b, "\n"),
                             _compare_rows(a, b), [3, 3, 2]))
+            if by != BY_NAME:
+                page.line(_matched_by(a, b, by))
         else:
-            page.line(f"{b.label} vs {a.label}: no layers to line up (neither the same names "
-                      "nor layers in both traces)")
+            page.line(f"{b.label} vs {a.label}: {NO_LINEUP}")
         for note in _notes(a) + _notes(b):
             page.line(note)
     page.line(UNIT_FOOTER)
@@ -130,9 +137,12 @@ def render_compare_markdown(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) 
     lines = []
     for a, b in pairs:
         lines += [f"### Layers: {b.label} vs {a.label}", ""]
-        if matched_layers(a, b):
+        pairs, by = layer_pairs(a, b)
+        if pairs:
             lines += _markdown(_compare_head(a, b, " "), _compare_rows(a, b)) + [""]
+            if by != BY_NAME:
+                lines.append(f"- {_matched_by(a, b, by)}")
         else:
-            lines.append("- no layers to line up (neither the same names nor layers in both traces)")
+            lines.append(f"- {NO_LINEUP}")
         lines += [f"- {note}" for note in _notes(a) + _notes(b)]
     return "\n".join(lines + ["", UNIT_FOOTER, ""])

@@ -3,40 +3,40 @@ and share of the two phases, lined up across two runs where their layers match, 
 matched" where a layer has no counterpart."""
 from __future__ import annotations
 
-from analysis.results.layers import LayerBreakdown, LayerRow, matched_layers
+from analysis.results.layers import NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs, pair_name
 
 _DIGITS = 6
 NOT_MATCHED = "not matched"
-NO_LINEUP = ("no layers to line up (neither the same names nor layers in both traces)")
 
 
 def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> dict:
-    """{"runs", "matched_by", "note", "rows", "outside", "phase", "notes"}. A row per layer of
-    either run (the first run's order, then the second's own), each side its figures or None
-    where that run has no such layer; `matched` says whether the row lines two runs up."""
+    """{"runs", "matched_by", "note", "rows", "outside", "phase", "notes"}. A row per lined-up
+    pair (layers.layer_pairs, in the first run's order), then one per layer without a
+    counterpart, its other side None; `matched` says whether the row lines two runs up."""
     sides = [lb for lb in (a, b) if lb is not None]
     two = len(sides) == 2
-    matched = set(matched_layers(a, b)) if two else set()
-    names = [r.name for r in sides[0].rows] if sides else []
-    if two:
-        names += [r.name for r in b.rows if r.name not in names]
+    pairs, by = layer_pairs(a, b) if two else ([], None)
     rows = []
-    for name in names:
-        cells = [_side(lb, lb.row(name)) for lb in sides]
-        row = {"name": name, "matched": name in matched if two else None, "sides": cells}
-        if two and name in matched:
-            row["delta_ms"] = {p: round(cells[1][f"{p}_ms"] - cells[0][f"{p}_ms"], _DIGITS)
-                               for p in ("forward", "backward")}
-        elif two:
-            row["note"] = NOT_MATCHED
-        rows.append(row)
+    for ra, rb in pairs:
+        cells = [_side(a, ra), _side(b, rb)]
+        rows.append({"name": pair_name(ra, rb), "matched": True, "sides": cells,
+                     "delta_ms": {p: round(cells[1][f"{p}_ms"] - cells[0][f"{p}_ms"], _DIGITS)
+                                  for p in ("forward", "backward")}})
+    lined = {id(r) for pair in pairs for r in pair}
+    # Each layer no pair holds, on its own side, "not matched" on the other.
+    for i, lb in enumerate(sides):
+        for r in lb.rows:
+            if id(r) not in lined:
+                cells = [_side(lb, r) if j == i else None for j in range(len(sides))]
+                rows.append({"name": r.name, "matched": False if two else None, "sides": cells,
+                             **({"note": NOT_MATCHED} if two else {})})
     note = None
     if not sides or not any(lb.rows for lb in sides):
         # Each run says why it has none (no trace, compiled, no ranges in the trace).
         note = "; ".join(n for lb in sides for n in lb.notes[:1]) or "no layers"
-    elif two and not matched:
+    elif two and not pairs:
         note = NO_LINEUP
-    return {"runs": [lb.label for lb in sides], "matched_by": "name" if matched else None,
+    return {"runs": [lb.label for lb in sides], "matched_by": by,
             "note": note, "rows": rows,
             # A run without layers has no traced phases here either: null, never zeros.
             "outside": [{p: lb.outside_ms(p) for p in ("forward", "backward")} if lb.rows else None
