@@ -60,7 +60,8 @@ function layerView(p) {
     for (const key of two ? [] : ['forward_gflop', 'backward_gflop']) {
       for (const cell of row.sides) cells.push(html('td', {class: 'num'}, side(cell, key, 4)));
     }
-    for (const key of ['forward_gflops', 'backward_gflops']) {
+    // Two runs: backward's GFLOP/s only, as the terminal's compare table (the gap is mostly there).
+    for (const key of two ? ['backward_gflops'] : ['forward_gflops', 'backward_gflops']) {
       for (const cell of row.sides) cells.push(html('td', {class: 'num'}, side(cell, key, 1)));
     }
     for (const cell of row.sides) cells.push(html('td', {class: 'num'}, cell ? share(cell.share) : 'not matched'));
@@ -75,7 +76,7 @@ function layerView(p) {
       const both = two && figures[0] && figures[1];
       if (two) cells.push(html('td', {class: 'num'}, both ? signed(figures[1][phase] - figures[0][phase], 3) : ''));
     }
-    const rest = two ? 8 : 6;
+    const rest = 6;  // the cells after the times: one run GFLOP, GFLOP/s, share, fused; two runs 3 pairs
     for (let i = 0; i < rest; i++) cells.push(html('td', {}, ''));
     return html('tr', {class: cls}, ...cells);
   };
@@ -83,10 +84,12 @@ function layerView(p) {
             totals('phase (traced)', p.phase, 'total layers-phase'));
   // Two runs: A and B in the headings (the labels once, above), so the table fits the page.
   const per = (name) => two ? [`${name} A`, `${name} B`] : [name];
-  const head = ['layer', ...per('fwd ms'), ...(two ? ['Δ fwd ms'] : []), ...per('bwd ms'),
-                ...(two ? ['Δ bwd ms'] : []), ...(two ? [] : ['fwd GFLOP', 'bwd GFLOP']),
-                ...per('fwd GFLOP/s'), ...per('bwd GFLOP/s'), ...per('share'), ...per('fused ops')];
-  const facts = two ? [`A: ${p.runs[0]}, B: ${p.runs[1]}`,
+  const head = two
+      ? ['layer', ...per('fwd'), 'Δ fwd', ...per('bwd'), 'Δ bwd', ...per('bwd GFLOP/s'),
+         ...per('share'), ...per('fused')]
+      : ['layer', 'fwd ms', 'bwd ms', 'fwd GFLOP', 'bwd GFLOP', 'fwd GFLOP/s', 'bwd GFLOP/s',
+         'share', 'fused ops'];
+  const facts = two ? [`A: ${p.runs[0]}, B: ${p.runs[1]}; fwd, bwd and Δ in ms`,
                        p.matched_by ? `layers matched by ${p.matched_by}` : p.note] : [];
   return [html('p', {class: 'facts layers-facts'},
                [...facts, 'ms per traced step (profiler cost inside); share: of the traced ' +
