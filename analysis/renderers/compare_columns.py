@@ -1,6 +1,7 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
+from analysis.results.amortisation import compile_behind_line
 from analysis.results.compare import Comparison, IntervalMethod
 from analysis.renderers import evidence_text
 from analysis.renderers.columns import plus_minus, ratio_interval
@@ -92,7 +93,7 @@ def _where(pair) -> str:
     noise; with the biggest cause inside it where one is found: '; 78 % of it in forward
     +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)'. A slower compiled
     run's graph breaks and recompiles come first."""
-    lead = f"; {evidence_text.compile_behind_line(pair.compile_behind)}" if pair.compile_behind else ""
+    lead = f"; {compile_behind_line(pair.compile_behind)}" if pair.compile_behind else ""
     return lead + _leading_phase(pair)
 
 
@@ -222,7 +223,7 @@ def phase_device_rows(comparison: Comparison, sep: str = " ") -> tuple[list[str]
 def lead_lines(pair) -> list[str]:
     """The suggestions as printed: a slower compiled run's breaks and recompiles first (what
     to fix before any variant), then each suggestion."""
-    return ([evidence_text.compile_behind_line(pair.compile_behind)] if pair.compile_behind else []) \
+    return ([compile_behind_line(pair.compile_behind)] if pair.compile_behind else []) \
         + [evidence_text.suggestion(s) for s in pair.suggestions]
 
 

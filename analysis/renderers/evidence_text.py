@@ -1,7 +1,7 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
-from analysis.results.amortisation import amortisation_line, compile_behind_line
+from analysis.results.amortisation import amortisation_line
 from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
