@@ -741,9 +741,13 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
     its reason is said and appended to `stopped`."""
     import time
 
-    from workloads.ab import Config, RunFailed, measure
+    from analysis.model.run import is_measurement
+    from workloads.ab import Config, RunFailed, measure, planned_repeats, resume
+    from workloads.launch import RunInterrupted
     from workloads.settings import RunSettings
-    configs = [Config.parse(spec) for spec in specs]
+    resuming = len(specs) == 1 and is_measurement(specs[0])
+    configs = [] if resuming else [Config.parse(spec) for spec in specs]
+    repeats = planned_repeats(specs[0]) if resuming else repeats
     most = f"up to {repeats}" if precision is not None else str(repeats)
 
     def on_run(repeat, config, outcome):
@@ -769,13 +773,22 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
         return reason
     base = RunSettings(workload="", framework="", **settings)
     try:
-        folder = measure(configs, repeats, base, out_dir, on_run,
-                         after_round if precision is not None else None)
+        if resuming:
+            folder = resume(specs[0], on_run, after_round if precision is not None else None)
+        else:
+            folder = measure(configs, repeats, base, out_dir, on_run,
+                             after_round if precision is not None else None)
     except RunFailed as exc:
         click.echo(f"gapscope: A/B measurement failed: {exc}", err=True)
         if failed_is_fatal:
             sys.exit(EXIT_RUN_FAILED)
         return None
+    except RunInterrupted as stop:
+        folder = getattr(stop, "ab_folder", None)
+        if folder is not None:
+            click.echo(f"gapscope: its complete runs are kept; resume with: gapscope compare "
+                       f"--measure {folder}", err=True)
+        raise
     _say(quiet, f"A/B folder: {folder}")
     return folder
 
@@ -945,10 +958,14 @@ def _machine() -> dict:
 @click.option("--device", type=click.Choice(DEVICES), default="auto", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="Folder that receives sweep-<workload>-<time>/.")
+@click.option("--over-steps", type=click.IntRange(1, 10**9), default=None, metavar="N",
+              help="Also compare whole runs of N steps, each configuration's compile included: "
+                   "where compiling pays at each point.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @format_option(registry.SWEEP)
 @wide_option
-def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, **settings):
+def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, over_steps, quiet, fmt,
+          **settings):
     """Run WORKLOAD's configurations over batch sizes (or model widths), every point an
     interleaved A/B measurement, and report step time, samples/s and phase shares per point,
     each configuration's ratio to the first, and where it crosses 1 (who wins changes). A
@@ -958,6 +975,8 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, 
     Example:
       gapscope sweep mlp --framework torch,keras --batch-size 16,64,256,1024
       gapscope sweep cnn --framework torch,keras --width 0.5,1,2 --repeats 5
+      gapscope sweep mlp --framework torch,torch:compile --batch-size 16,256 \\
+          --over-steps 1000
     """
     from analysis.renderers.sweep_render import plot
     from analysis.results.sweep_results import sweep_result
@@ -966,7 +985,7 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, fmt, 
         folder = Path(workload)
     else:
         folder = _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings)
-    result = sweep_result(folder)
+    result = sweep_result(folder, over_steps)
     click.echo(registry.SWEEP[fmt].render(result), nl=False)
     _say(quiet, f"plot: {plot(result, folder / 'sweep.png')}")
     if result.gaps:  # an incomplete sweep is not a result to build on: said, and not rc 0

@@ -135,6 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-gzip", action="store_true")
     parser.add_argument("--compare", action="store_true",
                         help="also `gapscope compare` of the largest marked trace with itself")
+    parser.add_argument("--against", metavar="COMMIT",
+                        help="instead: this tree's reader against COMMIT's (e.g. 69ecc53) on the marked "
+                             "traces, plain and gzip, interleaved, each read in its own process")
+    parser.add_argument("--rounds", type=int, default=2, help="rounds of --against (default %(default)s)")
     parser.add_argument("--clean", action="store_true", help="delete the traces afterwards")
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -146,6 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
     rows = []
     sizes = [int(s) for s in args.sizes.split(",")]
+    if args.against:
+        from benchmarks.reader_versions import compare_versions
+        for size in sizes:
+            plain, gz = make_traces(args.dir, size, True, say)
+            # json.load of a trace this size holds several times its size in objects: left out.
+            print(compare_versions(plain, args.against, args.rounds, gz=gz, with_json=size <= 300),
+                  flush=True)
+        return 0
     kinds = [args.only == "marked"] if args.only else [True, False]
     try:
         for marked in kinds:

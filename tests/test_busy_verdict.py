@@ -40,6 +40,14 @@ def test_a_busy_side_makes_the_verdict_inconclusive_with_exit_3(quiet_and_busy):
     assert text.count("warning: busy machine") == 1, result.stdout   # said once, with the load
     assert "warning: busy machine while mlp keras ran: other processes used 96 % of the cores" in text
     assert "try " not in result.stdout
+    # Causes are as distorted as the gap: the first only, the others counted.
+    (causes,) = [line for line in result.stdout.splitlines() if "causes (" in line]
+    verbose = CliRunner().invoke(cli, ["compare", str(quiet), str(busy), "--format", "json"])
+    evidence = json.loads(verbose.stdout)["comparisons"][0]["evidence"]
+    assert len(evidence) >= 2 and f"{len(evidence) - 1} more with --verbose" in causes
+    assert result.stdout.count("\n  - ") == 1
+    three = CliRunner().invoke(cli, ["compare", str(quiet), str(busy), str(quiet_and_busy[2])])
+    assert three.exit_code == 3 and len(three.stdout.splitlines()) <= 40
 
 
 def test_the_json_marks_the_pair_and_carries_no_suggestion(quiet_and_busy):

@@ -66,6 +66,16 @@ def test_pool_and_loss_flops_by_hand():
     assert (loss.forward, loss.backward) == (4 * 40 + 2 * 4, 2 * 40)
 
 
+def test_norm_activation_and_dropout_flops_by_hand():
+    # 4 samples of 256 features: 1,024 values.
+    bn = layer_flops(_layer("batchnorm", {"features": 256}), 4)
+    relu = layer_flops(_layer("relu", {"features": 256}), 4)
+    dropout = layer_flops(_layer("dropout", {"features": 256, "rate": 0.5}), 4)
+    assert (bn.forward, bn.backward, bn.gemm_forward) == (8 * 1024, 8 * 1024, 0)
+    assert (relu.forward, relu.backward) == (1024, 1024)
+    assert (dropout.forward, dropout.backward) == (2 * 1024, 1024)
+
+
 def test_flops_agree_with_torchs_profiler():
     """Where torch counts an op's FLOPs (with_flops), the conv's and the dense layer's
     multiply-add count is within 1 % of it."""
@@ -145,6 +155,20 @@ def test_cnn_layers_add_up_to_the_phases(cnn_runs, framework):
 def test_mlp_layers_add_up_to_the_phases(request, framework):
     run_dir = request.getfixturevalue(f"{framework}_run")
     _check_adds_up(run_dir, _spec_names("mlp"), True)
+
+
+@pytest.fixture(scope="module")
+def bn_dropout_runs(runs_dir):
+    return _runs("mlp_bn_dropout", runs_dir, LSTM_RUN)
+
+
+@pytest.mark.parametrize("framework", ["torch", "keras"])
+def test_mlp_bn_dropout_layers_are_the_same_in_both_frameworks(bn_dropout_runs, framework):
+    # Linear, BatchNorm, ReLU and Dropout are separate in both frameworks: each its own layer.
+    layers = _check_adds_up(bn_dropout_runs[framework], _spec_names("mlp_bn_dropout"),
+                            framework == "torch")
+    assert _spec_names("mlp_bn_dropout")[:5] == ["dense1", "bn1", "relu1", "dropout1", "dense2"]
+    assert layers.row("bn1").forward_ms > 0 and layers.row("dense1").backward_ms > 0
 
 
 @pytest.mark.parametrize("framework", ["torch", "keras"])

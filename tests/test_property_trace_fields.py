@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.readers import torch_trace
+from analysis.readers import torch_trace, trace_chunks
 from analysis.readers.torch_trace import read_torch_trace
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
@@ -23,8 +23,8 @@ def _fields(struct_type) -> list[str]:
 
 
 # Every field of the schema a value can be wrong in (a Raw field takes any JSON).
-ARG_FIELDS = _fields(torch_trace._ShapedArgs)
-EVENT_FIELDS = [f for f in _fields(torch_trace._RawEvent) if f != "args"]
+ARG_FIELDS = _fields(trace_chunks._ShapedArgs)
+EVENT_FIELDS = [f for f in _fields(trace_chunks.RawEvent) if f != "args"]
 TRACE_FIELDS = [f for f in _fields(torch_trace._RawTrace) if f != "traceEvents"]
 # Numbers (int-typed in some field) that the coercion must read back from their string.
 INT_FIELDS = ["correlation", "bytes", "In msg nelems", "Out msg nelems", "Group size", "size"]

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from analysis.readers import torch_trace
+from analysis.readers import chunk_pool, torch_trace
 from analysis.readers.torch_trace import read_torch_trace
 
 # Strings and nested values that look like the gap between two events, where the reader cuts.
@@ -113,3 +113,108 @@ def test_memory_stays_bounded_by_the_chunk_not_the_file(tmp_path, gzipped):
     events, grew = int(out[0]), int(out[1])
     assert events == count
     assert grew < 96 << 20, f"reading 192 MB grew the process by {grew >> 20} MB"
+
+
+@pytest.fixture
+def parallel_reads(monkeypatch):
+    """Every chunk past the first decoded by two worker processes (chunk_pool), however small."""
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(torch_trace, "PARALLEL_AFTER", 0)
+    yield
+    chunk_pool.discard()
+
+
+@pytest.mark.parametrize("label,text", list(_documents()), ids=[d[0] for d in _documents()])
+@pytest.mark.parametrize("chunk", [64, 300])
+def test_chunks_decoded_by_workers_read_as_in_one_process(tmp_path, monkeypatch, parallel_reads,
+                                                          label, text, chunk):
+    # The tricky names put places that look like a cut inside strings: a worker given such a
+    # cut fails to decode, and the reader goes on in one process from that chunk.
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(text)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "1")
+    whole = read_torch_trace(path)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(torch_trace, "_CHUNK", chunk)
+    monkeypatch.setattr(torch_trace, "_BLOCK", chunk // 2)
+    split = read_torch_trace(path)
+    assert _as_tuples(split) == _as_tuples(whole)
+    assert split.metadata == whole.metadata
+    assert len(split.events) == 120
+
+
+def _plain_document(steps: int) -> str:
+    # No string looks like a cut: every chunk is decoded by a worker, none falls back.
+    events = [event for event in _events(steps) if event.get("name") not in TRICKY_NAMES[1:5]]
+    return json.dumps({"traceEvents": events, "deviceProperties": [{"id": 1}]}, indent=1)
+
+
+def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeypatch, parallel_reads):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(_plain_document(60))
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "1")
+    whole = read_torch_trace(path)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    decoded_here = []
+    original = torch_trace._Reader._decode_chunk
+    monkeypatch.setattr(torch_trace._Reader, "_decode_chunk",
+                        lambda self, buf: decoded_here.append(1) or original(self, buf))
+    split = read_torch_trace(path)
+    assert _as_tuples(split) == _as_tuples(whole)
+    assert split.metadata == whole.metadata
+    assert decoded_here == []  # nothing fell back to the reading process
+    assert len(chunk_pool.pool(2)) == 2  # the workers are kept for the next read
+
+
+def test_a_worker_lost_mid_read_leaves_the_rest_to_the_reading_process(tmp_path, monkeypatch,
+                                                                       parallel_reads):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(_plain_document(60))
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "1")
+    whole = read_torch_trace(path)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    for worker in chunk_pool.pool(2):
+        worker.process.kill()  # SIGKILL, as the OOM killer would
+        worker.process.wait()
+    monkeypatch.setattr(chunk_pool, "pool", lambda size: chunk_pool._workers[:size])
+    split = read_torch_trace(path)
+    assert _as_tuples(split) == _as_tuples(whole)
+
+
+def test_broken_json_is_worded_as_in_one_process(tmp_path, monkeypatch, parallel_reads):
+    text = _plain_document(60)
+    middle = len(text) // 2
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(text[:middle] + "@@" + text[middle:])
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "1")
+    with pytest.raises(torch_trace.TraceFormatError) as alone:
+        read_torch_trace(path)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
+    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    with pytest.raises(torch_trace.TraceFormatError) as split:
+        read_torch_trace(path)
+    assert str(split.value) == str(alone.value)
+
+
+def test_the_event_budget_holds_with_workers_and_the_next_read_is_whole(tmp_path, monkeypatch,
+                                                                        parallel_reads):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(_plain_document(60))
+    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    monkeypatch.setenv(torch_trace.MAX_EVENTS_ENV, "100")
+    with pytest.raises(torch_trace.TraceFormatError, match="over 100 events"):
+        read_torch_trace(path)
+    monkeypatch.delenv(torch_trace.MAX_EVENTS_ENV)
+    complete = sum(event["ph"] == "X" for event in json.loads(path.read_text())["traceEvents"])
+    assert len(read_torch_trace(path).events) == complete == 145
+
+
+@pytest.mark.parametrize("value", ["0", "two", "-1", "99999"])
+def test_a_bad_worker_count_is_one_line(tmp_path, monkeypatch, value):
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(_plain_document(2))
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, value)
+    with pytest.raises(torch_trace.GapscopeInputError, match=chunk_pool.WORKERS_ENV):
+        read_torch_trace(path)

@@ -65,6 +65,21 @@ def test_welch_difference_by_hand():
     assert (low, high) == pytest.approx((9 - half, 9 + half))
 
 
+def test_welch_difference_never_claims_less_than_the_steps_within_the_processes():
+    # Three processes a side that agree to 1 us, each mean noisy by a variance of 0.25 ms^2 from
+    # its own steps: each side's variance is that floor, 30 degrees of freedom each, Welch 60
+    # -> t 2.000; the half-width is 2 * sqrt(0.25/3 + 0.25/3) = 0.816 ms, not microseconds.
+    base, other = [10.0, 10.001, 10.002], [12.0, 12.001, 12.002]
+    low, high = welch_difference(base, other, [0.25] * 3, [0.25] * 3)
+    half = 2.000 * math.sqrt(0.25 / 3 + 0.25 / 3)
+    assert (low, high) == pytest.approx((2.0 - half, 2.0 + half))
+    narrow = welch_difference(base, other)
+    assert narrow[1] - narrow[0] < 0.02
+    # A spread between processes larger than the floor is taken as it is.
+    assert welch_difference([10.0, 12.0, 14.0], [20.0, 21.0, 22.0], [1e-6] * 3, [1e-6] * 3) == \
+        pytest.approx(welch_difference([10.0, 12.0, 14.0], [20.0, 21.0, 22.0]))
+
+
 def test_one_repeat_a_side_gives_no_interval():
     result = repeat_ratio([100.0], [120.0])
     assert result.ratio == pytest.approx(1.2) and result.ci95 is None

@@ -86,6 +86,16 @@ def test_sweep_over_width_runs_every_point_and_reports_it(tmp_path):
     # Reported again from its folder, without running anything.
     again = CliRunner().invoke(cli, ["sweep", str(folder), "-q"])
     assert again.exit_code == 0 and "gapscope sweep mlp over width" in again.output
+    # Over 100 steps from the start, each run's compile (warm-up excess) included.
+    whole = json.loads(CliRunner().invoke(cli, ["sweep", str(folder), "-q", "--over-steps", "100",
+                                                "--format", "json"]).stdout)
+    assert whole["over_steps"] == 100
+    for point in whole["points"]:
+        base, other = point["configs"]
+        assert base["compile_ms"] is not None and other["compile_ms"] is not None
+        expected = (other["compile_ms"] + 100 * other["step_ms"]) / (base["compile_ms"] + 100 * base["step_ms"])
+        assert other["ratio_over_steps"] == pytest.approx(expected, abs=1e-4)
+        assert other["pays_back"] in ("after", "never", "free")
 
 
 @pytest.mark.parametrize("args,fragment", [
@@ -107,3 +117,43 @@ def test_one_configuration_is_no_sweep(tmp_path):
     result = CliRunner().invoke(cli, ["sweep", "mlp", "--framework", "torch", "--batch-size",
                                       "16,64", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "two or more configurations" in result.output
+
+
+def test_where_compiling_pays_by_hand():
+    """Eager against compiled at three batch sizes, compile (warm-up excess) and steady step in
+    ms: 16: eager 2.0 (compile 100), compiled 1.5 (3,100): +3,000 ms once ÷ 0.5 ms a step = 6,000
+    steps; 64: compiled slower (6.0 vs 5.0): never; 256: 3,000 ÷ 10 = 300 steps. Over 1,000 steps
+    from the start: 16: (3,100 + 1,500) / (100 + 2,000) = 2.1905; 64: (3,100 + 6,000) / (100 +
+    5,000) = 1.7843; 256: (3,200 + 10,000) / (200 + 20,000) = 0.6535: the winner changes
+    between 64 and 256."""
+    from analysis.results.sweep_results import _over_steps, _pays_back
+    from analysis.renderers.sweep_render import compile_lines
+    figures = {16: ((2.0, 100.0), (1.5, 3100.0)), 64: ((5.0, 100.0), (6.0, 3100.0)),
+               256: ((20.0, 200.0), (10.0, 3200.0))}
+    points = []
+    for value, ((eager_ms, eager_compile), (compiled_ms, compiled_compile)) in figures.items():
+        eager = ConfigPoint("mlp:torch", eager_ms, [eager_ms], 1.0, {}, None, 1.0,
+                            compile_ms=eager_compile)
+        compiled = ConfigPoint("mlp:torch:compile", compiled_ms, [compiled_ms], 1.0, {}, None,
+                               compiled_ms / eager_ms, compile_ms=compiled_compile)
+        _pays_back(eager, compiled)
+        point = SweepPoint(value, [eager, compiled])
+        _over_steps(point, 1000)
+        points.append(point)
+    assert [(p.configs[1].pays_back, p.configs[1].pays_after_steps) for p in points] == \
+        [("after", 6000), ("never", None), ("after", 300)]
+    assert [p.configs[1].ratio_over_steps for p in points] == [2.1905, 1.7843, 0.6535]
+    result = SweepResult("mlp", "batch_size", ["mlp:torch", "mlp:torch:compile"], 1, points,
+                         over_steps=1000)
+    result.crossovers = crossovers(result)
+    result.crossovers_over_steps = crossovers(result, "ratio_over_steps")
+    # Steady steps alone: compiled wins at 16 (0.75x), loses at 64 (1.2x), wins at 256 (0.5x).
+    assert [(c.low, c.high) for c in result.crossovers] == [(16, 64), (64, 256)]
+    (whole,) = result.crossovers_over_steps
+    assert (whole.low, whole.high) == (64, 256)
+    lines = compile_lines(result)
+    assert lines[0] == ("compile: mlp:torch:compile pays back its extra warm-up against mlp:torch "
+                        "after 6,000 steps at batch size 16, never at batch size 64 (its steps "
+                        "are slower), after 300 steps at batch size 256")
+    assert lines[1].startswith("over 1,000 steps, compile included: mlp:torch:compile against "
+                               "mlp:torch passes 1x between batch size 64 and 256, at about")

@@ -7,6 +7,7 @@ import importlib
 import json
 import re
 import shutil
+import time
 from pathlib import Path
 from urllib.parse import urlencode
 
@@ -237,3 +238,22 @@ def test_an_ab_folder_is_one_comparison_in_the_tab(ab_folder, tmp_path):
     assert same["comparisons"][0]["repeats"] == 1
     assert "defaultCompare" in (STATIC / "index.js").read_text() and "run.config !== first.config" in (
         STATIC / "index.js").read_text()
+
+
+def test_runs_not_analysed_in_time_are_pending_and_analysed_meanwhile(logdir, torch_run):
+    # /runs?wait=0 answers at once: every run not analysed yet is listed as pending (the page
+    # asks again each second); a thread analyses them meanwhile, into the figures /runs gives.
+    fresh = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+    status, first = get(fresh, "/runs", wait="0")
+    assert status == 200 and first["pending"] == len(first["runs"]) >= 5
+    pending = {r["name"]: r for r in first["runs"]}[torch_run.name]
+    assert pending["pending"] and pending["breakdown"] is None and pending["problem"] is None
+    deadline = time.monotonic() + 300
+    while True:
+        _, later = get(fresh, "/runs", wait="0")
+        if not later["pending"] or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert later["pending"] == 0
+    _, whole = get(GapscopePlugin(base_plugin.TBContext(logdir=str(logdir))), "/runs")
+    assert later["runs"] == whole["runs"] and whole["pending"] == 0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-LAYER_KINDS = ("conv2d", "maxpool2d", "flatten", "dense", "lstm", "loss")
+LAYER_KINDS = ("conv2d", "maxpool2d", "flatten", "dense", "lstm", "batchnorm", "relu", "dropout",
+               "loss")
 
 
 @dataclass(frozen=True)

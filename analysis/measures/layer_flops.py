@@ -16,7 +16,10 @@ The rules (docs/reference.md, "Layers"):
 - cross-entropy from logits: 4 FLOPs per logit (max, subtract, exp, sum) + 2 per sample
   (log, pick) forward, 2 per logit backward (softmax minus one-hot, scale); MSE 3 per output
   forward (subtract, square, sum), 2 backward;
-- flatten moves no data: 0."""
+- flatten moves no data: 0;
+- batch norm in training, per element: forward 8 (mean 1, variance 3, normalise 2, scale and
+  shift 2), backward 8 (the two sums 3, the input's gradient 4, the scale's 1); ReLU 1 per
+  element each way; dropout 2 forward (draw's compare, scale) and 1 backward (the mask)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -82,14 +85,23 @@ def _loss(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
     return LayerFlops(3 * values, 2 * values, 0)
 
 
+def _elementwise(forward: int, backward: int):
+    def count(d: dict, batch: int, activated: bool, input_grad: bool) -> LayerFlops:
+        values = batch * d["features"]
+        return LayerFlops(forward * values, backward * values, 0)
+    return count
+
+
 _COUNTS = {"conv2d": _conv2d, "dense": _dense, "lstm": _lstm, "maxpool2d": _maxpool2d,
-           "flatten": _flatten, "loss": _loss}
+           "flatten": _flatten, "loss": _loss, "batchnorm": _elementwise(8, 8),
+           "relu": _elementwise(1, 1), "dropout": _elementwise(2, 1)}
 
 
 def layer_params(layer: dict) -> int:
     """Weights and biases of a layer from its shapes: conv k·k·in·out + out, dense in·units + units,
     LSTM 4·units·(in + units) + 4·units (one bias per gate, as Keras; torch keeps two, 4·units
-    more), none for pooling, flatten and the loss."""
+    more), batch norm 2 per feature (scale and shift; the running statistics are no parameters),
+    none for pooling, flatten, ReLU, dropout and the loss."""
     kind, d = layer["kind"], layer.get("dims", {})
     if kind == "conv2d":
         return d["kernel"] ** 2 * d["in_channels"] * d["out_channels"] + d["out_channels"]
@@ -97,4 +109,6 @@ def layer_params(layer: dict) -> int:
         return d["inputs"] * d["units"] + d["units"]
     if kind == "lstm":
         return 4 * d["units"] * (d["inputs"] + d["units"]) + 4 * d["units"]
+    if kind == "batchnorm":
+        return 2 * d["features"]
     return 0

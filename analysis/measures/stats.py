@@ -142,19 +142,28 @@ def mean_variance(values: list[float]) -> float:
     return statistics.variance(values) / len(values) if len(values) > 1 else 0.0
 
 
-def welch_difference(base: list[float], other: list[float]) -> Interval | None:
-    """Interval of mean(other) - mean(base) over repeats in fresh processes (Welch's t): the
-    same two-sided view of the repeats as repeat_ratio, for figures in ms."""
+def welch_difference(base: list[float], other: list[float], base_within: list[float] | None = None,
+                     other_within: list[float] | None = None) -> Interval | None:
+    """Interval of mean(other) - mean(base) over repeats in fresh processes (Welch's t), by
+    repeat_ratio's two levels: a side's variance is the spread of its processes' means, or the
+    mean noise within them (`*_within`: each mean's variance from its own steps) where that is
+    larger, so three processes that happen to agree claim no more than their steps can."""
     if len(base) < 2 or len(other) < 2:
         return None
-    ea = statistics.variance(base) / len(base)
-    eb = statistics.variance(other) / len(other)
+    (va, da), (vb, db) = _level(base, base_within), _level(other, other_within)
+    ea, eb = va / len(base), vb / len(other)
     delta = statistics.fmean(other) - statistics.fmean(base)
     if ea + eb == 0:
         return delta, delta
-    dof = (ea + eb) ** 2 / (ea ** 2 / (len(base) - 1) + eb ** 2 / (len(other) - 1))
+    dof = (ea + eb) ** 2 / (ea ** 2 / da + eb ** 2 / db)
     half = _t_quantile(int(dof)) * math.sqrt(ea + eb)
     return delta - half, delta + half
+
+
+def _level(means: list[float], within: list[float] | None) -> tuple[float, float]:
+    """A side's variance of a process mean in ms, and its degrees of freedom (as _side)."""
+    between, floor = statistics.variance(means), statistics.fmean(within) if within else 0.0
+    return (between, len(means) - 1) if between >= floor else (floor, _WITHIN_DOF)
 
 
 def paired_ratio(base: list[float], other: list[float]) -> tuple[float, Interval | None]:

@@ -327,7 +327,8 @@ def measurement_names(folder: str | Path) -> tuple[list[str], list[list[str]]]:
         raise GapscopeInputError(f"{folder / AB_STATE}: corrupt A/B state") from None
     if state.get("status") != "complete":
         raise GapscopeInputError(f"{folder}: the A/B measurement did not finish "
-                                 f"({state.get('error') or state.get('status')})")
+                                 f"({state.get('error') or state.get('status')}); resume it with "
+                                 f"`gapscope compare --measure {folder}`")
     if len({len(n) for n in names}) != 1 or not names[0]:
         raise GapscopeInputError(f"{folder}: configurations have different numbers of repeats")
     repeats = state.get("repeats")

@@ -3,77 +3,32 @@ from __future__ import annotations
 
 import os
 import re
-from collections import Counter
+from collections import Counter, deque
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from profilers.errors import GapscopeInputError, TraceFormatError
-from analysis.events.columns import NONE, ColumnsBuilder
+from analysis.events.columns import ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
-from analysis.readers import lenient_decode, safe_files, validate
+from analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
+from analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
+                                           ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
+                                           ShapedRawEvent, describe)
 from profilers.phases import LAYER_RANGE_PREFIX
-from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
-                            Event, Trace)
-
-
-class _Args(msgspec.Struct, gc=False):
-    # Only the fields an analyzer needs: decoding skips every other key without building it.
-    correlation: int | None = None
-    nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
-    # What a collective moved, as record_param_comms and NCCL kernels say it: kept for comm
-    # events only (other events lack these keys, which costs their decode nothing).
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | float | str | None = msgspec.field(default=None, name="Out msg nelems")
-    dtype: str | None = None
-    group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
-    finished: bool | int | str | None = None  # false: the profiler stopped before its end
-    # ROCm (roctracer) puts a copy's size on its runtime call (hipMemcpyAsync, "size": "4096"),
-    # not on the device copy, which has no bytes.
-    size: int | float | str | None = None
-    # A `gapscope trace` export: a step's number, and a process's name in its "M" event.
-    step_num: int | float | str | None = None
-    name: str | int | float | None = None
-    # The autograd sequence number that links a backward node to the forward op that made it
-    # (per-layer backward time); kept once the trace has shown a layer range.
-    sequence: int | float | str | None = msgspec.field(default=None, name="Sequence number")
-
-
-class _ShapedArgs(_Args, gc=False):
-    # A gloo range says its size only in its inputs' types and dims (with record_shapes).
-    # Every op of such a trace carries them, and keeping them raw costs a third of the
-    # decode, so only the chunks that hold a gloo range are decoded with these.
-    input_type: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input type")
-    input_dims: msgspec.Raw = msgspec.field(default=msgspec.Raw(), name="Input Dims")
-
-
-class _RawEvent(msgspec.Struct, gc=False):
-    # gc=False: millions of these live at once; tracking them made the collector run for
-    # about half of the decode time. None marks a missing ts/dur (counted, not read as 0).
-    ph: str = ""
-    name: str = ""
-    cat: str = ""
-    ts: float | None = None
-    dur: float | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    args: _Args | None = None
-
-
-class _ShapedRawEvent(_RawEvent, gc=False):
-    args: _ShapedArgs | None = None
+from analysis.events.trace import KERNEL, MEMCPY, MEMSET, OTHER, STEP, Event, Trace
 
 
 class _RawTrace(msgspec.Struct):
-    traceEvents: list[_RawEvent]
+    traceEvents: list[RawEvent]
     deviceProperties: list[dict] = []
     baseTimeNanoseconds: int | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()  # backend, rank, world_size of a DDP rank
 
 
 class _ShapedRawTrace(_RawTrace):
-    traceEvents: list[_ShapedRawEvent]
+    traceEvents: list[ShapedRawEvent]
 
 
 class _Header(msgspec.Struct):
@@ -84,50 +39,14 @@ class _Header(msgspec.Struct):
     distributedInfo: msgspec.Raw = msgspec.Raw()
 
 
-# Lax (strict=False): a numeric string where a number belongs is read as that number in the
-# decoder itself (roctracer's "bytes": "128"), as fast as a strict decode; a value that does
-# not fit even so raises, and that chunk is read by lenient_decode, field by field.
+# Lax, as trace_chunks' decoders: numeric strings read as numbers in the decoder itself.
 _DECODER = msgspec.json.Decoder(_RawTrace, strict=False)
 _HEADER_DECODER = msgspec.json.Decoder(_Header, strict=False)
-_EVENTS_DECODER = msgspec.json.Decoder(list[_RawEvent], strict=False)
 _SHAPED_DECODER = msgspec.json.Decoder(_ShapedRawTrace, strict=False)
-_SHAPED_EVENTS_DECODER = msgspec.json.Decoder(list[_ShapedRawEvent], strict=False)
-_GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its size
-# Searched in every 16 MB chunk: re finds it in 5 ms where bytearray.find takes 8 (JSON is full
-# of the '"' and ':' that find's skip table keys on).
-_GLOO_SEARCH = re.compile(re.escape(_GLOO)).search
 
-# torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
-# for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
-# whole session's range, read as other, as today's).
-# Other accelerators: MTIA's device work is mtia_ccp_events, its calls mtia_runtime (and XPU's,
-# PrivateUse1's: xpu_runtime, privateuse1_runtime); any `*_runtime`/`*_driver` is a runtime call.
-DEVICE_CATEGORIES = {"kernel": KERNEL, "gpu_memcpy": MEMCPY, "gpu_memset": MEMSET,
-                     "gpu_user_annotation": ANNOTATION, "mtia_ccp_events": KERNEL,
-                     "Kernel": KERNEL, "Memcpy": MEMCPY, "Memset": MEMSET}
-_HOST_CATEGORIES = {"cpu_op": HOST_OP, "user_annotation": ANNOTATION,
-                    "cuda_runtime": RUNTIME, "cuda_driver": RUNTIME,
-                    "Operator": HOST_OP, "Runtime": RUNTIME}
-_RUNTIME_SUFFIXES = ("_runtime", "_driver")
 # A process Kineto names after a device ("GPU 0", "MTIA 1", "XPU 0", a `gapscope trace` export's
 # "device 0"): whatever the categories of its events, they ran on the device.
 _DEVICE_PROCESS = re.compile(r"(?:device|gpu|mtia|xpu|hpu|npu|tpu|ipu|accelerator)\b", re.IGNORECASE)
-# ROCm traces use the same categories (Kineto's roctracer logger writes cuda_runtime for the HIP
-# calls, kernel and gpu_memcpy for the device side); only the names differ (hipLaunchKernel).
-# `gapscope trace` writes the neutral kinds as categories: read back as what they were. Its
-# annotations are on the device where their process is a "device" one.
-_EXPORTED_DEVICE = {"memcpy": MEMCPY, "memset": MEMSET}
-_EXPORTED_HOST = {"host_op": HOST_OP, "annotation": ANNOTATION, "runtime": RUNTIME, "step": STEP}
-# The export's own steps, phases and layers: derived from the events, so derived again, never read.
-_EXPORT_VIEWS = ("gapscope.step", "gapscope.phase", "gapscope.layer")
-# The kinds a step range comes as: an annotation today, an op (Operator) in the old schema.
-_STEP_KINDS = (ANNOTATION, HOST_OP)
-# What a track's events need beyond their columns, decided once per track: a host event may be
-# a step range (by its name), a device one carries bytes, a runtime call a ROCm copy's size, an
-# exported step track holds steps; the export's own views are skipped.
-_HOST, _DEVICE, _RUNTIME, _STEPS, _SKIP = range(5)
-# Ranges torch itself emits once per step; gapscope's own step ranges take the same role.
-_STEP_PREFIXES = ("ProfilerStep#", "gapscope/step#")
 
 # The file is decoded a chunk of whole events at a time, so memory holds one chunk of raw
 # events plus the columns kept, never the whole text or every raw event at once.
@@ -141,6 +60,9 @@ _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BETWEEN = re.compile(rb"\}\s*,\s*\{")
 _RETRIES = 8
 _TAIL = 64 << 10  # where the last cuts are looked for first: some hundred events' worth
+# Bytes of events decoded in this process before the rest of the file goes to chunk_pool's
+# workers: starting them (about 0.3 s) pays only past some hundred MB.
+PARALLEL_AFTER = 64 << 20
 # Events read cost memory (~150 bytes each, kept as columns) that a small gzip of tiny events
 # can multiply: 8.7 MB inflated to 20 M events took 3 GB. Real traces hold one event per
 # 40-400 bytes of file even gzipped; a file may hold one per BYTES_PER_EVENT, and at least
@@ -214,9 +136,10 @@ class _Reader:
         self.dropped_fields: Counter = Counter()  # JSON path -> values of a wrong type left out
         self.steps: list[tuple[int, Event]] = []  # (row, event) of each step, for the step checks
         self._tracks: dict[tuple, tuple] = {}
-        self._comm_names: set[int] = set()  # name ids of collectives, whose args are kept
         self._step_names: set[int] = set()  # name ids of step ranges (ProfilerStep#N)
+        self._layer_names: set[int] = set()  # name ids of layer ranges
         self._keep_sequences = False  # set at the first layer range: other traces keep none
+        self._sequences_from = 0  # the row of the chunk being kept where sequences start
         self._device_pids: set = set()  # processes an export names "device ..."
         self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
@@ -251,11 +174,19 @@ class _Reader:
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
         buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
+        consumed, size = 0, chunk_pool.workers()
         while not eof:
+            # A big file's chunks are decoded by other processes, once it has shown itself big:
+            # a small one never waits for them to start.
+            if size > 1 and consumed >= PARALLEL_AFTER:
+                eof = self._read_parallel(blocks, buf, size)
+                break
             # A buffer left whole by the last decode (one event larger than a chunk) grows.
             eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
             if not eof:
+                before = len(buf)
                 self._decode_chunk(buf)
+                consumed += before - len(buf)
         # The rest: the last events, "]", and the keys after the array.
         tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
         self._keep(tail.traceEvents)
@@ -270,7 +201,7 @@ class _Reader:
     def _decode_trace(self, contents: bytes) -> _RawTrace:
         """A whole trace object (or the array's tail and the keys after it): typed, and leniently
         where a field has the wrong type; the strict decoder's error where neither reads it."""
-        shaped = _GLOO in contents
+        shaped = trace_chunks.GLOO in contents
         try:
             return (_SHAPED_DECODER if shaped else _DECODER).decode(contents)
         except msgspec.ValidationError as exc:
@@ -302,17 +233,80 @@ class _Reader:
             buf.add(block)
         return False
 
-    def _decode_chunk(self, buf: "_Window") -> None:
-        """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
-        leaving "[" + the rest; a buffer with no complete event is left to grow."""
+    def _read_parallel(self, blocks: safe_files.ReadAhead, buf: "_Window", size: int) -> bool:
+        """Chunks cut here are decoded by `size` worker processes, handed out and taken back in
+        turn, so they merge in file order; True at the end of the stream. A chunk a worker cannot
+        decode (a cut inside a string, broken JSON) or a lost worker sends the rest back through
+        the one-process path, which tries earlier cuts and words the error as it always does."""
+        workers, sent = chunk_pool.pool(size), deque()  # (worker, its chunk's cut), in order
+        eof, turn = False, 0
+        try:
+            while True:
+                while not eof and len(sent) < size:
+                    eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+                    if eof:
+                        break
+                    cut = self._cut(buf)
+                    if cut is None:
+                        self._decode_chunk(buf)  # only says when the buffer is past any event
+                        continue
+                    worker = workers[turn % size]
+                    turn += 1
+                    worker.send(cut[0])
+                    sent.append((worker, cut))
+                if not sent:
+                    return eof
+                chunk = sent[0][0].receive()
+                sent.popleft()
+                self._merge(chunk)
+        except (msgspec.DecodeError, chunk_pool.WorkerLost) as exc:
+            if isinstance(exc, chunk_pool.WorkerLost):
+                chunk_pool.discard()
+            buf.put_back([cut for _, cut in sent])
+            sent.clear()
+            while not eof:
+                eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+                if not eof:
+                    self._decode_chunk(buf)
+            return True
+        finally:
+            for worker, _ in sent:  # a read that raised: their answers are never read
+                worker.stop()
+
+    def _cut(self, buf: "_Window") -> tuple[bytes, bytes] | None:
+        """The whole events at the front of `buf` as "[" + events (the worker closes the array),
+        removed from it at the last place that looks like one between two events, and the bytes
+        found there (a comma and blanks, or a string's content where that place was inside one);
+        None where the buffer holds no complete event yet."""
+        candidates = self._candidates(buf)
+        if not candidates:
+            return None
+        close = candidates[-1]
+        data = buf.data
+        with memoryview(data) as view:
+            events = bytes(view[:close + 1])  # the one copy: the buffer is reused meanwhile
+        next_event = data.index(b"{", close + 1, buf.end)
+        between = bytes(data[close + 1:next_event])
+        data[next_event - 1] = 0x5B
+        buf.keep_from(next_event - 1)
+        return events, between
+
+    def _candidates(self, buf: "_Window") -> list[int]:
+        """Where an event may end and the next begin, in the buffer's last part (all of it where
+        one event fills the buffer); a match inside a string is possible, so several are kept."""
         data, end = buf.data, buf.end
-        candidates = []
         start = max(0, end - _TAIL)
         while True:
             candidates = [m.start() for m in _BETWEEN.finditer(data, start, end)]
             if candidates or start == 0:
-                break
-            start = 0  # one huge event: look through the whole buffer
+                return candidates
+            start = 0
+
+    def _decode_chunk(self, buf: "_Window") -> None:
+        """Decode the whole events at the front of `buf` ("[" + events + ...) and remove them,
+        leaving "[" + the rest; a buffer with no complete event is left to grow."""
+        data, end = buf.data, buf.end
+        candidates = self._candidates(buf)
         error = None
         for close in reversed(candidates[-_RETRIES:]):
             # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
@@ -321,27 +315,12 @@ class _Reader:
             data[close + 1] = 0x5D
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
-                    shaped = _GLOO_SEARCH(data, 0, close + 2) is not None
                     try:
-                        raws = (_SHAPED_EVENTS_DECODER if shaped else _EVENTS_DECODER).decode(events)
-                    except msgspec.ValidationError as exc:
-                        # Valid JSON with a value of the wrong type that no coercion fits
-                        # (checked only now, so the usual decode pays nothing for it), or a
-                        # cut inside a string.
-                        try:
-                            raws = lenient_decode.decode_events(
-                                events, _ShapedRawEvent if shaped else _RawEvent,
-                                self.dropped_fields, self.dropped)
-                        except msgspec.DecodeError:
-                            error = exc
-                            continue
+                        chunk = trace_chunks.decode_chunk(events)
                     except msgspec.DecodeError as exc:
                         error = exc
                         continue
-                    # The raw args (shapes) refer into the chunk: used and dropped before
-                    # its view is released, or the buffer could not be cut down after.
-                    self._keep(raws)
-                    del raws
+                self._merge(chunk)
             finally:
                 data[close + 1] = saved
             next_event = data.index(b"{", close + 1, end)
@@ -356,101 +335,145 @@ class _Reader:
             raise TraceFormatError(f"{self.path}: an event of over {_MAX_EVENT >> 20} MB: "
                                    "not a torch profiler trace")
 
-    def _keep(self, raws: list[_RawEvent]) -> None:
-        """Complete events that pass the time checks become rows; the others are counted."""
-        self._decoded += len(raws)
+    def _keep(self, raws: list[RawEvent]) -> None:
+        """Decoded events (a whole small file, or the array's tail) join the columns."""
+        chunk = trace_chunks.ChunkColumns()
+        trace_chunks.add_events(chunk, raws)
+        self._merge(chunk)
+
+    def _merge(self, chunk: trace_chunks.ChunkColumns) -> None:
+        """A chunk's rows join the columns, in file order: its ids made the file's, and what each
+        track is (host, device, runtime, steps, skipped) applied to its rows as arrays."""
+        self._decoded += chunk.decoded
         if self._decoded > self.max_events:
             raise TraceFormatError(
                 f"{self.path}: over {self.max_events:,} events, more than a file of its size "
                 f"holds (a gzip of tiny events fills memory): refusing; set "
                 f"{MAX_EVENTS_ENV}=N to read up to N events")
-        columns, tracks, dropped = self.columns, self._tracks, self.dropped
-        names = columns.names
-        # Bound appends: this loop runs once per event of the trace (millions).
-        add_start, add_dur = columns.start_us.append, columns.dur_us.append
-        add_where, add_name = columns.where.append, columns.name.append
-        add_correlation = columns.correlation.append
-        max_ts, max_dur = validate.MAX_TS_US, validate.MAX_DUR_US
-        comm_names, step_names = self._comm_names, self._step_names
-        keep_sequences = self._keep_sequences  # a local: tested once per host event
-        last_key, where = None, None
-        for raw in raws:
-            if raw.ph != "X":
-                if raw.ph == "M" and raw.name == "process_name":
-                    self._process_name(raw)
-                continue
-            ts, dur = raw.ts, raw.dur
-            # One chained comparison covers the usual case; None and NaN fail it too.
-            if ts is None or dur is None or not (0.0 <= ts <= max_ts and 0.0 <= dur <= max_dur):
-                dropped[validate.time_problem(ts, dur)] += 1
-                continue
-            name = raw.name
-            name_id = names.get(name)
-            if name_id is None:
-                # What a name is (a collective, a step range) is looked at once per name, not
-                # once per event: the loop below tests ids in sets.
-                name_id = columns.name_id(name)
-                if is_comm_name(name):
-                    comm_names.add(name_id)
-                if name.startswith(_STEP_PREFIXES):
-                    step_names.add(name_id)
-                if not keep_sequences and is_layer_range(name):
-                    keep_sequences = self._keep_sequences = True
-            key = (raw.cat, raw.pid, raw.tid)
-            if key != last_key:  # runs of events on one track: most events skip the lookup
-                where = tracks.get(key)
-                if where is None:
-                    where = self._track(*key)
-                last_key = key
-            kind, track, where_id, role = where
-            args = raw.args
-            correlation = args.correlation if args is not None else None
-            if name_id in comm_names and args is not None:
-                kept = _comm_stats(args)
-                if kept:
-                    columns.stats[len(columns.start_us)] = kept
-            # One test of the track's role (set once per track) picks the work an event needs.
-            if role == _HOST:
-                if name_id in step_names and kind in _STEP_KINDS:
-                    where_id = self._step(raw, name, track, correlation)
-                elif keep_sequences and args is not None and args.sequence is not None:
-                    sequence = _count(args.sequence)
-                    if sequence is not None:
-                        columns.stats.setdefault(len(columns.start_us), {})[SEQUENCE] = sequence
-            elif role == _DEVICE:
-                if args is not None and args.nbytes is not None:
-                    columns.nbytes[len(columns.start_us)] = args.nbytes
-                elif kind == MEMCPY and correlation is not None:
-                    self._sizeless.append((len(columns.start_us), correlation))
-            elif role == _RUNTIME:
-                if args is not None and args.size is not None and correlation is not None:
-                    size = _count(args.size)
-                    if size is not None:
-                        self._copy_sizes[correlation] = size
-            elif role == _STEPS:
-                where_id = self._step(raw, name, track, correlation)
-            else:  # _SKIP
-                continue
-            add_start(ts)
-            add_dur(dur)
-            add_where(where_id)
-            add_name(name_id)
-            if correlation is None:
-                add_correlation(NONE)
-            else:
-                try:  # inline of ColumnsBuilder.add_correlation: one call less per GPU event
-                    add_correlation(correlation)
-                except OverflowError:  # an id past 64 bits is garbage: no link
-                    add_correlation(NONE)
+        self.dropped.update(chunk.dropped)
+        self.dropped_fields.update(chunk.dropped_fields)
+        for pid, name in chunk.processes:
+            self._process_name(pid, name)
+        if not len(chunk.start_us):
+            return
+        columns = self.columns
+        name_ids = np.fromiter(map(self._name_id, chunk.names), np.int32, len(chunk.names))
+        names = name_ids[np.frombuffer(chunk.name, np.int32)]
+        tracks = np.frombuffer(chunk.track, np.int32)
+        keys = list(chunk.tracks)
+        kinds_roles = [self._kind_role(key) for key in keys]
+        roles = np.array([role for _, role in kinds_roles], np.int8)[tracks]
+        keep = roles != ROLE_SKIP
+        rows_at = np.cumsum(keep) + (len(columns.start_us) - 1)  # kept rows' rows in the file
+        step_wheres = self._register(chunk, keys, kinds_roles, names, tracks, rows_at)
+        where_ids = np.array([-1 if self._tracks[key][2] is None else self._tracks[key][2]
+                              for key in keys], np.int32)[tracks]
+        for row, where_id in step_wheres.items():
+            where_ids[row] = where_id
+        correlations = np.frombuffer(chunk.correlation, np.int64)
+        self._keep_stats(chunk, names, roles, step_wheres, rows_at)
+        self._keep_sizes(chunk, kinds_roles, tracks, roles, correlations, rows_at)
+        if keep.all():
+            columns.start_us.extend(chunk.start_us)
+            columns.dur_us.extend(chunk.dur_us)
+            columns.correlation.extend(chunk.correlation)
+        else:
+            columns.start_us.frombytes(np.frombuffer(chunk.start_us, np.float64)[keep].tobytes())
+            columns.dur_us.frombytes(np.frombuffer(chunk.dur_us, np.float64)[keep].tobytes())
+            columns.correlation.frombytes(correlations[keep].tobytes())
+        columns.name.frombytes(names[keep].tobytes())
+        columns.where.frombytes(where_ids[keep].tobytes())
 
-    def _step(self, raw: _RawEvent, name: str, track: str, correlation) -> int:
+    def _name_id(self, name: str) -> int:
+        """The file's id of a name; what a name is (a step range, a layer range) is looked at
+        once per name."""
+        name_id = self.columns.names.get(name)
+        if name_id is None:
+            name_id = self.columns.name_id(name)
+            if name.startswith(STEP_PREFIXES):
+                self._step_names.add(name_id)
+            if is_layer_range(name):
+                self._layer_names.add(name_id)
+        return name_id
+
+    def _kind_role(self, key: tuple) -> tuple:
+        known = self._tracks.get(key)
+        if known is not None:
+            return known[0], known[3]
+        kind, _, role = describe(key, self._device_pids)
+        return kind, role
+
+    def _register(self, chunk, keys, kinds_roles, names, tracks, rows_at) -> dict[int, int]:
+        """Registers the chunk's new tracks, and its steps, in file order (a track's where id at
+        its first event, a step track's at its first step, as an event-by-event reader would);
+        returns the step rows' where ids."""
+        candidates = [local for local, (kind, role) in enumerate(kinds_roles) if role == ROLE_STEPS]
+        step_names = list(self._step_names)
+        maybe = np.isin(tracks, candidates) if candidates else np.zeros(len(tracks), bool)
+        if step_names:
+            maybe |= np.isin(names, step_names)
+        firsts = sorted(zip(chunk.track_first_rows, range(len(keys))))
+        step_wheres, f, local_names = {}, 0, None
+        for row in np.flatnonzero(maybe).tolist():
+            while f < len(firsts) and firsts[f][0] <= row:
+                self._track_of(keys[firsts[f][1]])
+                f += 1
+            kind, track, _, role = self._tracks[keys[tracks[row]]]
+            if role == ROLE_STEPS or (role == ROLE_HOST and names[row] in self._step_names
+                                  and kind in STEP_KINDS):
+                local_names = local_names or list(chunk.names)
+                step_wheres[row] = self._step(chunk, row, int(rows_at[row]),
+                                              local_names[chunk.name[row]], track)
+        for _, local in firsts[f:]:
+            self._track_of(keys[local])
+        return step_wheres
+
+    def _keep_stats(self, chunk, names, roles, step_wheres, rows_at) -> None:
+        """What collectives moved, and autograd sequence numbers of host events from the first
+        layer range on (other traces keep none): per-layer backward time links by them."""
+        stats = {row: kept for row, kept in chunk.comm.items() if roles[row] != ROLE_SKIP}
+        if not self._keep_sequences and self._layer_names:
+            layer_rows = np.flatnonzero(np.isin(names, list(self._layer_names)))
+            if len(layer_rows):
+                self._keep_sequences = True
+                self._sequences_from = int(layer_rows[0])
+        if self._keep_sequences:
+            start = self._sequences_from
+            for row, value in chunk.sequences.items():
+                if row >= start and roles[row] == ROLE_HOST and row not in step_wheres:
+                    sequence = value if type(value) is int and value >= 0 else trace_chunks.count(value)
+                    if sequence is not None:
+                        stats.setdefault(row, {})[SEQUENCE] = sequence
+            self._sequences_from = 0  # later chunks keep theirs from their first row
+        for row in sorted(stats):
+            self.columns.stats[int(rows_at[row])] = stats[row]
+
+    def _keep_sizes(self, chunk, kinds_roles, tracks, roles, correlations, rows_at) -> None:
+        """Device events' bytes; a copy without any waits for its runtime call's size (ROCm)."""
+        columns = self.columns
+        for row, nbytes in chunk.nbytes.items():
+            if roles[row] == ROLE_DEVICE:
+                columns.nbytes[int(rows_at[row])] = nbytes
+        memcpy = np.array([kind == MEMCPY and role == ROLE_DEVICE for kind, role in kinds_roles])
+        sizeless = memcpy[tracks] & (correlations != NONE)
+        for row in np.flatnonzero(sizeless).tolist():
+            if row not in chunk.nbytes:
+                self._sizeless.append((int(rows_at[row]), int(correlations[row])))
+        for row, size in chunk.sizes.items():
+            if roles[row] == ROLE_RUNTIME and correlations[row] != NONE:
+                size = trace_chunks.count(size)
+                if size is not None:
+                    self._copy_sizes[int(correlations[row])] = size
+
+    def _step(self, chunk, row: int, file_row: int, name: str, track: str) -> int:
         """A step range: its number noted for the step checks; returns its where id."""
-        columns, args = self.columns, raw.args
-        number = args.step_num if args is not None and args.step_num is not None \
-            else name.rpartition("#")[2]
-        row, number = len(columns.start_us), validate.step_number(str(number))
-        columns.step_nums[row] = number
-        self.steps.append((row, Event(name, STEP, raw.ts, raw.dur, track, number, correlation)))
+        columns = self.columns
+        number = chunk.step_nums.get(row)
+        number = validate.step_number(str(name.rpartition("#")[2] if number is None else number))
+        correlation = chunk.correlation[row]
+        columns.step_nums[file_row] = number
+        self.steps.append((file_row, Event(name, STEP, chunk.start_us[row], chunk.dur_us[row], track,
+                                           number, None if correlation == NONE else correlation)))
         return columns.where_id(STEP, track)
 
     def sizes_from_runtime(self) -> None:
@@ -460,12 +483,11 @@ class _Reader:
             if size is not None:
                 self.columns.nbytes[row] = size
 
-    def _process_name(self, raw: _RawEvent) -> None:
-        name = raw.args.name if raw.args is not None else None
+    def _process_name(self, pid, name) -> None:
         if isinstance(name, str) and name.startswith("device "):
-            self._device_pids.add(raw.pid)
+            self._device_pids.add(pid)
         if isinstance(name, str) and _DEVICE_PROCESS.match(name):
-            self._named_devices.add(raw.pid)
+            self._named_devices.add(pid)
 
     def device_tracks(self) -> None:
         """Events of categories the reader does not know (another accelerator's) are the device's
@@ -473,10 +495,10 @@ class _Reader:
         categories. Done once the whole file is read, as Kineto names its processes last."""
         wheres = self.columns.wheres
         device_pids = self._named_devices | {pid for (cat, pid, _), where in self._tracks.items()
-                                             if where[3] == _DEVICE and cat in DEVICE_CATEGORIES}
+                                             if where[3] == ROLE_DEVICE and cat in DEVICE_CATEGORIES}
         moved = {}
         for (cat, pid, tid), (kind, track, where_id, role) in self._tracks.items():
-            if kind == OTHER and role == _HOST and pid in device_pids:
+            if kind == OTHER and role == ROLE_HOST and pid in device_pids:
                 lowered = cat.lower()
                 kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
                 key = (kind, f"device/{pid}/{tid}")
@@ -485,17 +507,13 @@ class _Reader:
         if moved:
             self.columns.wheres = {moved.get(i, key): i for key, i in wheres.items()}
 
-    def _track(self, cat: str, pid, tid) -> tuple:
-        if cat in _EXPORT_VIEWS:
-            where = self._tracks[(cat, pid, tid)] = (None, None, None, _SKIP)
-            return where
-        device = cat in DEVICE_CATEGORIES or cat in _EXPORTED_DEVICE or (
-            cat == "annotation" and pid in self._device_pids)
-        kind = (DEVICE_CATEGORIES.get(cat) or _EXPORTED_DEVICE.get(cat) or _HOST_CATEGORIES.get(cat)
-                or _EXPORTED_HOST.get(cat) or (RUNTIME if cat.endswith(_RUNTIME_SUFFIXES) else OTHER))
-        track = f"{'device' if device else 'host'}/{pid}/{tid}"
-        role = _DEVICE if device else _STEPS if kind == STEP else _RUNTIME if kind == RUNTIME else _HOST
-        where = self._tracks[(cat, pid, tid)] = (kind, track, self.columns.where_id(kind, track), role)
+    def _track_of(self, key: tuple) -> tuple:
+        """A track's (kind, track, where id, role), registered at its first event."""
+        where = self._tracks.get(key)
+        if where is None:
+            kind, track, role = describe(key, self._device_pids)
+            where_id = None if role == ROLE_SKIP else self.columns.where_id(kind, track)
+            where = self._tracks[key] = (kind, track, where_id, role)
         return where
 
 
@@ -528,10 +546,12 @@ class _Window:
         with memoryview(self.data) as view:
             return bytes(view[:self.end])
 
-
-# Events whose args say what a collective moved: gloo's ranges and the c10d dispatcher ops on
-# the CPU, NCCL's kernels and host ranges on the GPU, and record_param_comms for either.
-_COMM_PREFIXES = ("gloo:", "nccl:", "hccl:", "c10d::", "record_param_comms")
+    def put_back(self, cuts: list[tuple[bytes, bytes]]) -> None:
+        """Chunks cut from the front (_Reader._cut's) return there, in order: the buffer holds
+        the bytes it held before they were cut."""
+        rest = bytes(self.data[1:self.end])  # after the "[" the last cut left
+        self.end = 0
+        self.add(b"[" + b"".join(events[1:] + between for events, between in cuts) + rest)
 
 
 # Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
@@ -541,43 +561,6 @@ SEQUENCE = "sequence"  # the Event.stats key of an autograd sequence number
 
 def is_layer_range(name: str) -> bool:
     return name.startswith(LAYER_RANGE_PREFIXES)
-
-
-def is_comm_name(name: str) -> bool:
-    return name.startswith(_COMM_PREFIXES) or "nccl" in name[:16].lower()
-
-
-def _comm_stats(args: _Args) -> dict:
-    """The args of one comm event that say what it moved; garbage values read as absent."""
-    kept = {}
-    for key in ("collective", "dtype"):
-        value = getattr(args, key)
-        if isinstance(value, str):
-            kept[key] = value
-    for key in ("in_nelems", "out_nelems", "group_size"):
-        value = _count(getattr(args, key))
-        if value is not None:
-            kept[key] = value
-    for key in ("input_type", "input_dims"):
-        raw = getattr(args, key, None)
-        if raw is not None and len(raw):
-            try:
-                kept[key] = msgspec.json.decode(raw)
-            except msgspec.DecodeError:
-                pass
-    if args.finished is False:
-        kept["finished"] = False
-    return kept
-
-
-def _count(value) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
-    return value if isinstance(value, int) and value >= 0 else None
 
 
 def _distributed_info(raw: msgspec.Raw) -> dict | None:

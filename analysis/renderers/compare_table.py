@@ -57,8 +57,12 @@ def _short(comparison: Comparison) -> str:
             f"{g.phase} {cols.delta(g.delta_ms, g.delta_ci95)} ms"
             + ("" if g.within_noise or pair.within_noise or g.share_of_gap is None
                else f" ({100 * g.share_of_gap:.0f} %)") for g in top))
-        page.line(f"  causes ({cols.TRACED}):", hang=4)
-        for e in pair.evidence[:_TOP]:
+        # A busy machine's causes are as distorted as its gap: the first only (--verbose: all).
+        shown = pair.evidence[:1 if pair.inconclusive else _TOP]
+        more = len(pair.evidence) - len(shown) if pair.inconclusive else 0
+        page.line(f"  causes ({cols.TRACED}" + (f"; {more} more with --verbose" if more else "")
+                  + "):", hang=4)
+        for e in shown:
             page.line(f"  - {cols.evidence_text.sentence(e, pair)}", hang=4)
         for line in cols.lead_lines(pair):
             page.line(f"  - {line}", hang=4)

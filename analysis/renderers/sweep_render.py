@@ -61,6 +61,45 @@ def crossover_lines(result: SweepResult) -> list[str]:
     return lines
 
 
+def compile_lines(result: SweepResult) -> list[str]:
+    """Where a configuration's one-time extra cost (its compile beyond the first's) is paid back
+    by its faster steps, point by point; with --over-steps, who wins over that many steps from
+    the start, compile included."""
+    lines = []
+    for index, label in enumerate(result.labels[1:], start=1):
+        said = []
+        for point in result.points:
+            c = point.configs[index]
+            where = f"{result.axis_name} {_value(point.value)}"
+            if c.pays_back == "after":
+                said.append(f"after {c.pays_after_steps:,} steps at {where}")
+            elif c.pays_back == "never":
+                said.append(f"never at {where} (its steps are slower)")
+        if said:
+            lines.append(f"compile: {label} pays back its extra warm-up against "
+                         f"{result.labels[0]} " + ", ".join(said))
+    if result.over_steps is None:
+        return lines
+    n = f"{result.over_steps:,} steps"
+    for c in result.crossovers_over_steps:
+        lines.append(f"over {n}, compile included: {c.label} against {result.labels[0]} passes 1x "
+                     f"between {result.axis_name} {_value(c.low)} and {_value(c.high)}, at about "
+                     f"{_value(c.at)}")
+    for index, label in enumerate(result.labels[1:], start=1):
+        ratios = [p.configs[index].ratio_over_steps for p in result.points]
+        if any(c.label == label for c in result.crossovers_over_steps):
+            continue
+        if None in ratios:
+            lines.append(f"over {n}, compile included: no figure for {label} (a run kept no "
+                         "warm-up to take its compile from)")
+        else:
+            side = "slower" if all(r > 1 for r in ratios) else "faster"
+            lines.append(f"over {n}, compile included: {label} is {side} than {result.labels[0]} "
+                         f"at every {result.axis_name} swept ("
+                         + ", ".join(f"{r:.2f}x" for r in ratios) + ")")
+    return lines
+
+
 def footer(result: SweepResult) -> str:
     noise = (f"[95 % t-interval over {result.repeats} interleaved repeats]" if result.repeats > 1
              else "one repeat: no interval")
@@ -77,7 +116,7 @@ def render_table(result: SweepResult) -> str:
     page.table(Grid("phase shares (% of the step)", [result.axis_name, "config",
                                                      *(p for p in PHASES)],
                     _share_rows(result), [1] * len(PHASES), keys=2, left=frozenset({0, 1})))
-    for line in crossover_lines(result):
+    for line in crossover_lines(result) + compile_lines(result):
         page.line(line)
     return page.text()
 
@@ -90,7 +129,7 @@ def render_markdown(result: SweepResult) -> str:
     lines += ["", f"_{footer(result)}_", "",
               _md_row([result.axis_name, "config", *PHASES]), "|" + "---|" * (2 + len(PHASES))]
     lines += [_md_row(r) for r in _share_rows(result)]
-    lines += [""] + [f"- {line}" for line in crossover_lines(result)]
+    lines += [""] + [f"- {line}" for line in crossover_lines(result) + compile_lines(result)]
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,8 @@ from analysis.measures.hardware import hardware
 from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.event import EventKind
-from analysis.events.intervals import clip_merged, merge, total
+from analysis.events.columns import code
+from analysis.events.intervals import clip_merged, merge, merge_arrays, total
 from analysis.events.trace import Trace
 from analysis.measures import page_faults
 from analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
@@ -100,9 +101,14 @@ def outside_steps(trace: Trace, timeline: PhaseTimeline) -> str | None:
     gave 'step 0.000 ms' and exit 0 while every op ran beside them, so the step figures are
     about the markers, not the work."""
     steps = timeline.steps
-    if not any(e.kind == EventKind.STEP for e in trace.events):
+    # From the columns: a 1 GB trace's millions of host ops are never made objects here.
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    if not (kinds == code(EventKind.STEP)).any():
         return None  # iterations found between optimizer steps leave the cold first one out by design
-    ops = merge([(e.start_us, e.end_us) for e in trace.events if e.kind == EventKind.HOST_OP])
+    host_ops = kinds == code(EventKind.HOST_OP)
+    starts = columns.start_us[host_ops]
+    ops = merge_arrays(starts, starts + columns.dur_us[host_ops])
     if len(steps) > 1:  # between the first step and the last: a cold iteration left out before is no fault
         ops = clip_merged(ops, steps[0].start_us, max(s.end_us for s in steps))
     busy = total(ops)

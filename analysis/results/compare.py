@@ -6,6 +6,8 @@ import enum
 import statistics
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from analysis.measures import page_faults
 from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
 from analysis.measures.runtime_calls import LAUNCH, SYNC
@@ -434,9 +436,18 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
     # The gap's interval is the ratio's, in ms of the baseline step: one verdict, not two.
     if result.ci95 is not None:
         pair.gap_ci95 = (pair.a_step_ms * (result.ci95[0] - 1), pair.a_step_ms * (result.ci95[1] - 1))
-    for g in pair.phases:
-        g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means])
+    for column, g in enumerate(pair.phases, start=1):
+        g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means],
+                                        _within(side_a, column), _within(side_b, column))
     pair.interval_method = IntervalMethod.REPEATS
+
+
+def _within(side: list[Breakdown], column: int) -> list[float] | None:
+    """Each run's variance of its phase mean from its own steps: its bootstrap replicates'
+    (column `column`: step, then the phases); None where a run has none."""
+    if any(x.replicates is None for x in side):
+        return None
+    return [float(np.var(x.replicates[1:, column])) for x in side]
 
 
 def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:

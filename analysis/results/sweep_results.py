@@ -30,6 +30,13 @@ class ConfigPoint:
     parameters: int | None
     ratio: float | None = None                  # step time / the first configuration's (paired)
     ratio_ci95: tuple[float, float] | None = None
+    compile_ms: float | None = None             # its warm-up's excess over steady steps, mean
+    # Against the first configuration: steps after which this one's extra one-time cost (its
+    # compile beyond the first's) is paid back by its faster steps; None: it is not faster,
+    # or costs nothing extra (pays_back says which).
+    pays_after_steps: int | None = None
+    pays_back: str | None = None                # "after", "never" (slower) or "free" (no extra cost)
+    ratio_over_steps: float | None = None       # (compile + N steps) / the first's, with --over-steps N
 
 
 @dataclass
@@ -66,6 +73,10 @@ class SweepResult:
     repeats: int
     points: list[SweepPoint]
     crossovers: list[Crossover] = field(default_factory=list)
+    # With the compile included: over `over_steps` steps from the start, each configuration's
+    # total time against the first's, and where that ratio crosses 1.
+    over_steps: int | None = None
+    crossovers_over_steps: list[Crossover] = field(default_factory=list)
     folder: str = ""
     status: str = "complete"               # the sweep's own: complete | failed | running
     error: str | None = None
@@ -79,7 +90,9 @@ class SweepResult:
         return asdict(self)
 
 
-def sweep_result(folder: str | Path) -> SweepResult:
+def sweep_result(folder: str | Path, over_steps: int | None = None) -> SweepResult:
+    """The sweep's figures; `over_steps`: also the ratios of whole runs of that many steps,
+    compile included (where compiling pays, at each point)."""
     folder = Path(folder)
     try:
         state = state_json.load(folder / SWEEP_STATE)
@@ -115,6 +128,11 @@ def sweep_result(folder: str | Path) -> SweepResult:
     result = SweepResult(workload, axis, labels, repeats, measured, folder=str(folder),
                          status=status, error=error, gaps=sorted(gaps, key=lambda g: g.value))
     result.crossovers = crossovers(result)
+    if over_steps is not None:
+        result.over_steps = over_steps
+        for point in measured:
+            _over_steps(point, over_steps)
+        result.crossovers_over_steps = crossovers(result, "ratio_over_steps")
     return result
 
 
@@ -126,22 +144,52 @@ def _point(value, ab_folder: Path, labels: list[str]) -> SweepPoint:
         steps = [d["step_ms"]["mean"] for d in docs]
         batch = runs[0].manifest.get("workload_spec", {}).get("batch_size")
         step = statistics.fmean(steps)
+        compiles = [d["compile_ms"] for d in docs if d.get("compile_ms") is not None]
         figures.append(ConfigPoint(
             label, round(step, 6), steps, round(1000.0 * batch / step, 1) if batch and step else 0.0,
             {p: round(statistics.fmean(d["phases"][p]["share"] for d in docs), 4) for p in PHASES},
-            runs[0].manifest.get("parameters")))
+            runs[0].manifest.get("parameters"),
+            compile_ms=round(statistics.fmean(compiles), 3) if len(compiles) == len(docs) else None))
     first = figures[0]
     for other in figures[1:]:
         ratio, interval = paired_ratio(first.step_ms_repeats, other.step_ms_repeats)
         other.ratio = round(ratio, 4)
         other.ratio_ci95 = None if interval is None else (round(interval[0], 4), round(interval[1], 4))
+        _pays_back(first, other)
     first.ratio = 1.0
     return SweepPoint(value, figures)
 
 
-def crossovers(result: SweepResult) -> list[Crossover]:
+def _pays_back(first: ConfigPoint, other: ConfigPoint) -> None:
+    """other's one-time extra (its compile beyond the first's) ÷ its gain a step, as
+    amortisation does for a pair of runs."""
+    if first.compile_ms is None or other.compile_ms is None:
+        return
+    extra = other.compile_ms - first.compile_ms
+    gain = first.step_ms - other.step_ms
+    if extra <= 0:
+        other.pays_back = "free"
+    elif gain <= 0:
+        other.pays_back = "never"
+    else:
+        other.pays_back, other.pays_after_steps = "after", math.ceil(extra / gain)
+
+
+def _over_steps(point: SweepPoint, steps: int) -> None:
+    """Each configuration's compile plus `steps` steady steps, against the first's."""
+    first = point.configs[0]
+    if first.compile_ms is None:
+        return
+    base = first.compile_ms + steps * first.step_ms
+    for config in point.configs:
+        if config.compile_ms is not None:
+            config.ratio_over_steps = round((config.compile_ms + steps * config.step_ms) / base, 4)
+
+
+def crossovers(result: SweepResult, ratio: str = "ratio") -> list[Crossover]:
     """For each configuration after the first: every pair of neighbouring points between which
-    its ratio to the first passes 1 (the winner changes there)."""
+    its ratio to the first (`ratio`: the steady steps', or over N steps with the compile)
+    passes 1 (the winner changes there)."""
     found = []
     gaps = [g.value for g in result.gaps]
     for index, label in enumerate(result.labels[1:], start=1):
@@ -149,13 +197,14 @@ def crossovers(result: SweepResult) -> list[Crossover]:
         for (v0, c0), (v1, c1) in zip(series, series[1:]):
             if any(v0 < g < v1 for g in gaps):
                 continue  # an unmeasured point between: the ratio may cross and cross back there
-            r0, r1 = c0.ratio, c1.ratio
+            r0, r1 = getattr(c0, ratio), getattr(c1, ratio)
             if not (r0 and r1) or (r0 - 1.0) * (r1 - 1.0) >= 0:
                 continue
             x0, x1, y0, y1 = math.log(v0), math.log(v1), math.log(r0), math.log(r1)
             at = math.exp(x0 + (0.0 - y0) * (x1 - x0) / (y1 - y0))
-            found.append(Crossover(label, v0, v1, round(at, 3),
-                                   all(_excludes_one(c.ratio_ci95) for c in (c0, c1))))
+            # Over N steps the compile, measured once a run, has no interval of its own.
+            certain = ratio == "ratio" and all(_excludes_one(c.ratio_ci95) for c in (c0, c1))
+            found.append(Crossover(label, v0, v1, round(at, 3), certain))
     return found
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import logging
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +56,7 @@ class Analysed:
     problem: str | None = None
     explanation: RunExplanation | None = field(default=None, repr=False)
     explain_problem: str | None = None
+    pending: bool = False  # listed before its analysis, which runs meanwhile
 
 
 class Views:
@@ -67,16 +69,30 @@ class Views:
         # TensorBoard answers requests on several threads: one analysis at a time, and a
         # run is never read twice because two requests asked at once.
         self._lock = threading.Lock()
+        # Runs a page asked for that are still to be analysed (runs(wait_s)), and the thread
+        # that analyses them.
+        self._queue_lock = threading.Lock()
+        self._queued: dict[str, RunEntry] = {}
+        self._worker: threading.Thread | None = None
 
     def has_runs(self) -> bool:
         return bool(find_runs(self.logdir))
 
-    def runs(self) -> dict:
-        """Every run with its breakdown (per-step detail left out), or its one-line problem."""
+    def runs(self, wait_s: float | None = None) -> dict:
+        """Every run with its breakdown (per-step detail left out), or its one-line problem.
+        With `wait_s`, the runs not analysed by then are listed as pending and analysed on a
+        thread meanwhile, for the page to ask again: 200 runs took 16 s, past a page's patience."""
+        deadline = None if wait_s is None else time.monotonic() + wait_s
         with self._lock:
             found_jobs: dict = {}
             entries = find_runs(self.logdir, found_jobs)
-            analysed = [self._analysed(name, entry) for name, entry in entries.items()]
+        analysed = []
+        for name, entry in entries.items():
+            if deadline is None or time.monotonic() < deadline:
+                with self._lock:
+                    analysed.append(self._analysed(name, entry))
+            else:
+                analysed.append(self._known_or_queued(name, entry))
         labels = folder_labels([a.label for a in analysed], [a.name for a in analysed])
         configs = _measurement_configs(entries.values())
         documents = []
@@ -84,7 +100,7 @@ class Views:
             path = entries[a.name].path
             measurement, config = configs.get(path, (None, None))
             document = {"name": a.name, "label": label, "problem": a.problem,
-                        "framework": a.framework, "traced": a.traced,
+                        "framework": a.framework, "traced": a.traced, "pending": a.pending,
                         # An A/B folder's runs: one comparison of its configurations, the CLI's.
                         "measurement": measurement and _name_under(self.logdir, measurement),
                         "config": config, "breakdown": None}
@@ -99,7 +115,35 @@ class Views:
             jobs = [self._job(name, path, job) for name, (path, job) in found_jobs.items()]
         # The logdir's name only: the machine's paths are not the page's to give away.
         return {"logdir": self.logdir.name, "phases": list(PHASES), "colours": PHASE_COLOURS,
-                "runs": documents, "jobs": jobs}
+                "runs": documents, "jobs": jobs, "pending": sum(a.pending for a in analysed)}
+
+    def _known_or_queued(self, name: str, entry: RunEntry) -> Analysed:
+        """The run's analysis where it is current; else a pending one, and the run queued for
+        the thread that analyses runs between requests."""
+        cached = self._cache.get(name)
+        if cached is not None and cached.signature == _signature(entry.path):
+            return cached
+        with self._queue_lock:
+            if name not in self._queued:
+                self._queued[name] = entry
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._analyse_queued, daemon=True,
+                                                name="gapscope-runs")
+                self._worker.start()
+        return Analysed(name, (), entry.label or (entry.path.name if entry.path else name),
+                        pending=True)
+
+    def _analyse_queued(self) -> None:
+        while True:
+            with self._queue_lock:
+                if not self._queued:
+                    self._worker = None
+                    return
+                name, entry = next(iter(self._queued.items()))
+            with self._lock:
+                self._analysed(name, entry)
+            with self._queue_lock:
+                self._queued.pop(name, None)
 
     def _job(self, name: str, path: Path, job) -> dict:
         """A distributed job's own figures (job step, skew, straggler, communication per rank)

@@ -6,7 +6,7 @@ import {pairPanels, panelSections} from './panels.js';
 
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const KIND_COLOURS = {'warm-up': '#999999', 'traced': '#D55E00', 'unprofiled': '#0072B2'};
-const state = {doc: null, selected: null, compared: [], root: null, scale: null};
+const state = {doc: null, selected: null, compared: [], root: null, scale: null, pendingTimer: null};
 // Above this ratio of the slowest run's step to the fastest's, bars to scale leave the fast runs
 // without a visible bar: the chart opens on each run's shares instead.
 const SPREAD_FOR_SHARES = 10;
@@ -20,16 +20,25 @@ export async function render() {
 
 async function reload() {
   state.root.replaceChildren(html('p', {class: 'loading'}, 'reading the runs…'));
+  await fetchRuns();
+}
+
+// Runs the server has not analysed yet come as pending (it analyses them meanwhile): the page
+// asks again each second until none is, redrawing with what has come.
+async function fetchRuns() {
+  clearTimeout(state.pendingTimer);
   try {
-    state.doc = await getJson('./runs');
+    state.doc = await getJson('./runs?wait=2');
   } catch (error) {
     state.root.replaceChildren(html('p', {class: 'problem'}, `gapscope: ${error.message}`));
     return;
   }
+  if (state.doc.pending) state.pendingTimer = setTimeout(fetchRuns, 1000);
   const ok = state.doc.runs.filter((run) => run.breakdown);
   if (!ok.some((run) => run.name === state.selected)) state.selected = ok.length ? ok[0].name : null;
   state.compared = state.compared.filter((name) => ok.some((run) => run.name === name));
-  if (!state.compared.length) state.compared = defaultCompare(ok);
+  // The default pair is chosen once every run is known: a part of them could pick another.
+  if (!state.compared.length && !state.doc.pending) state.compared = defaultCompare(ok);
   draw();
 }
 
@@ -55,7 +64,8 @@ function draw() {
   const doc = state.doc;
   const header = html('header', {},
       html('h1', {}, 'gapscope'),
-      html('span', {class: 'logdir'}, `${doc.runs.length} run(s) in ${doc.logdir}`),
+      html('span', {class: 'logdir'}, `${doc.runs.length} run(s) in ${doc.logdir}` +
+           (doc.pending ? `, ${doc.pending} being analysed` : '')),
       button('reload', reload));
   const sections = [header];
   // What the other tabs of this TensorBoard show offline (and which one is off).
@@ -103,8 +113,8 @@ function runsSection(doc) {
         html('td', {}, run.framework || ''),
         html('td', {class: 'num'}, b ? withInterval(b.step_ms.mean, b.step_ms.ci95) + unreliableMark(b) : ''),
         html('td', {class: 'num'}, b ? String(b.steps) : ''),
-        html('td', {class: b ? 'note' : 'problem'},
-             b ? b.step_source : `cannot be analysed: ${run.problem}`));
+        html('td', {class: b || run.pending ? 'note' : 'problem'},
+             b ? b.step_source : run.pending ? 'being analysed…' : `cannot be analysed: ${run.problem}`));
   });
   return section('runs', 'Runs',
       table(['compare', 'run', 'path', 'framework', 'step ms ±95 %', 'steps', 'step time from'], rows),

@@ -1,0 +1,141 @@
+"""The worker processes that decode a big trace's chunks at once, one per core, kept for the process's reads."""
+from __future__ import annotations
+
+import atexit
+import multiprocessing
+import os
+import pickle
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+from profilers.errors import GapscopeInputError
+
+WORKERS_ENV = "GAPSCOPE_READ_WORKERS"  # how many processes decode a trace's chunks; 1: none
+MAX_WORKERS = 8  # past this the reading process, which cuts and merges, is the bottleneck
+# Set in the workers themselves: a worker that reads a trace (never, today) reads it alone.
+_IN_WORKER_ENV = "GAPSCOPE_CHUNK_WORKER"
+_LENGTH = struct.Struct("<Q")
+_ROOT = Path(__file__).resolve().parents[2]  # where the analysis package lies
+_workers: list["Worker"] = []
+
+
+class WorkerLost(Exception):
+    """A worker died, or answered with something else than a chunk's columns."""
+
+
+def workers() -> int:
+    """How many processes may decode chunks: WORKERS_ENV, else the cores this process may use;
+    1 inside a worker of another pool (a rank of a job): its siblings use the other cores."""
+    raw = os.environ.get(WORKERS_ENV, "").strip()
+    if raw:
+        if not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= 1024):
+            raise GapscopeInputError(f"{WORKERS_ENV}={raw[:40]!r}: give a whole number of processes (1: none)")
+        return int(raw)
+    if multiprocessing.parent_process() is not None or os.environ.get(_IN_WORKER_ENV):
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    return min(cores, MAX_WORKERS)
+
+
+def pool(size: int) -> list["Worker"]:
+    """`size` workers, started at the first big read and kept for the next ones."""
+    for worker in [worker for worker in _workers if not worker.ready()]:
+        worker.stop()  # dead, or left with an answer nobody read (a read that raised)
+        _workers.remove(worker)
+    while len(_workers) < size:
+        _workers.append(Worker())
+    return _workers[:size]
+
+
+class Worker:
+    """One process running this module's main: it reads a chunk's bytes on stdin and writes its
+    columns, pickled, on stdout, until stdin closes. A plain child process rather than a
+    multiprocessing one: those re-import the caller's main script (a user's loop without a
+    __main__ guard would run again in every worker) or fork a process whose threads may hold
+    locks (the read-ahead's, TensorFlow's)."""
+
+    def __init__(self):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+            [str(_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+            **{_IN_WORKER_ENV: "1"})
+        # Its errors are answered as a lost worker (the reader then decodes the rest itself):
+        # stderr is dropped, and a Ctrl-C that reaches the whole process group prints nothing.
+        self.process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+        self.busy = False
+
+    def ready(self) -> bool:
+        return self.process.poll() is None and not self.busy
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.process.stdin.write(_LENGTH.pack(len(data)))
+            self.process.stdin.write(data)
+            self.process.stdin.flush()
+        except OSError:
+            raise WorkerLost from None
+        self.busy = True
+
+    def receive(self):
+        """The columns of the chunk last sent (a decode error is raised here)."""
+        self.busy = False
+        head = self.process.stdout.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            raise WorkerLost
+        (length,) = _LENGTH.unpack(head)
+        payload = self.process.stdout.read(length)
+        if len(payload) < length:
+            raise WorkerLost
+        ok, value = pickle.loads(payload)
+        if not ok:
+            raise value
+        return value
+
+    def stop(self) -> None:
+        try:
+            self.process.stdin.close()
+        except OSError:
+            pass
+        if self.busy:  # decoding a chunk nobody will read
+            self.process.kill()
+        try:
+            self.process.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def discard() -> None:
+    """Stop the workers (one was lost mid-read, or at exit); the next big read starts others."""
+    while _workers:
+        _workers.pop().stop()
+
+
+def _serve() -> None:
+    from analysis.readers.trace_chunks import decode_chunk
+
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = stdin.read(_LENGTH.size)
+        if len(head) < _LENGTH.size:
+            return
+        data = stdin.read(_LENGTH.unpack(head)[0])
+        try:
+            answer = (True, decode_chunk(data + b"]"))  # the reader sends "[" + events
+        except Exception as exc:  # noqa: BLE001 - a decode error goes back to the reader
+            answer = (False, exc)
+        payload = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
+        stdout.write(_LENGTH.pack(len(payload)))
+        stdout.write(payload)
+        stdout.flush()
+
+
+atexit.register(discard)
+
+if __name__ == "__main__":
+    _serve()
