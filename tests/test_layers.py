@@ -411,3 +411,16 @@ def test_layers_named_differently_line_up_by_order_and_parameter_counts():
     assert layer_pairs(a, other) == ([], None)
     assert layer_panel(a, other)["note"] == NO_LINEUP
     assert [r["note"] for r in layer_panel(a, other)["rows"]] == ["not matched"] * 6
+
+
+def test_keras_scopes_that_differ_only_by_a_suffix_are_said_to_be_read_as_one_layer(fixtures_dir):
+    """The seed CNN's Keras XSpace from before layer naming (no `layers` in its manifest): its
+    four convolutions' scopes, as TF wrote them (conv2d_1, conv2d_1_2, conv2d_2_1, conv2d_3_1,
+    taken off the op names by hand), read as one `conv2d`, and a note says so rather than
+    passing the four off as one layer in silence."""
+    layers = layer_breakdown(load_run(fixtures_dir / "cnn_cpu" / "keras"))
+    assert "conv2d" in [r.name for r in layers.rows]
+    said = [n.split(":")[0] for n in layers.notes if n.startswith("layer scopes ")]
+    # Its two dense layers likewise: scope dense_1 the hidden one, dense_1_2 the logits (README).
+    assert said == ["layer scopes conv2d_1, conv2d_1_2, conv2d_2_1, conv2d_3_1 read as one layer 'conv2d'",
+                    "layer scopes dense_1, dense_1_2 read as one layer 'dense'"]

@@ -81,7 +81,7 @@ def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None) -> tu
     if trace.source_format == "torch":
         found, notes = _torch_layers(trace)
     else:
-        found, notes = _scoped_layers(trace, names), []
+        found, notes = _scoped_layers(trace, names)
     if names:
         found = {name: found[name] for name in names if name in found}
     return (found, notes) if found else None
@@ -226,22 +226,35 @@ def _innermost(track: list[tuple[float, float, str]], starts: list[float], t: fl
     return None
 
 
-def _scoped_layers(trace: Trace, names: list[str] | None) -> dict:
+def _scoped_layers(trace: Trace, names: list[str] | None) -> tuple[dict, list[str]]:
     """TF ops by the Keras layer scope in their names: `…/gapscope_forward/<model>/<layer>/…`
     is that layer's forward, `…/gradient_tape/gapscope_forward/<model>/<layer>/…` its backward,
-    the `compile_loss` scope is the loss."""
+    the `compile_loss` scope is the loss. Without the layers' names, a note where scopes that
+    differ only by a suffix were read as one layer."""
     known = set(names or ())
     layer_of: dict[str, tuple[str, str] | None] = {}
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    scopes: dict[str, set[str]] = defaultdict(set)
     for e in trace.events:
         if e.kind != HOST_OP or not e.track.startswith("host"):
             continue
         where = layer_of.get(e.name, False)
         if where is False:
             where = layer_of[e.name] = _scope_layer(e.name, known)
+            if where is not None and not known:
+                scopes[where[0]].add(_raw_scope(e.name))
         if where is not None:
             found[where[0]][where[1]].append((e.start_us, e.end_us))
-    return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}
+    notes = [f"layer scopes {', '.join(sorted(raw))} read as one layer {name!r}: TF suffixes a reused "
+             f"scope, Keras a second layer of a kind (dense, dense_1), and without the model's layer "
+             "names gapscope cannot tell which" for name, raw in scopes.items() if len(raw) > 1]
+    return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
+
+
+def _raw_scope(op_name: str) -> str:
+    """The layer scope of an op's name as TF wrote it (`dense_1_2`), before any suffix is cut."""
+    parts = op_name.partition(_TF_FORWARD)[2].split("/")
+    return parts[1] if len(parts) >= 3 else parts[0]
 
 
 def _scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
