@@ -181,6 +181,28 @@ def trace_rules_options(command):
     return functools.reduce(lambda c, option: option(c), reversed(options), with_rules)
 
 
+def engine_options(command):
+    """--engine and --rank-retries, on the commands that break jobs down: the engine that
+    analyses the ranks (analysis.results.engines.choose), started only if a job needs it."""
+    @functools.wraps(command)
+    def with_engine(*args, engine=None, rank_retries=0, **kwargs):
+        from analysis.results.engines.choose import using_engine
+        from workloads.progress import rank_progress
+        with using_engine(engine, rank_retries, rank_progress()):
+            return command(*args, **kwargs)
+    options = [
+        click.option("--engine", default=None, metavar="ENGINE",
+                     help="What analyses a job's ranks: local (a process pool, the default), "
+                          "dask or ray (a cluster started here), tcp://HOST:PORT or "
+                          "dask://HOST:PORT (a Dask scheduler), ray://HOST:PORT (Ray Client). "
+                          "Default: $GAPSCOPE_ENGINE, else local."),
+        click.option("--rank-retries", type=click.IntRange(min=0), default=0, metavar="N",
+                     help="Run a rank whose analysis raised up to N more times (never for bad "
+                          "input); a rank still failing is a missing rank, named."),
+    ]
+    return functools.reduce(lambda c, option: option(c), reversed(options), with_engine)
+
+
 def _breakdown_options(fmt: str, no_legend: bool) -> dict:
     """The terminal table alone has a legend to leave out; other formats take no options."""
     return {"legend": not no_legend} if fmt == "table" else {}
@@ -511,6 +533,7 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
 @layers_option
 @wide_option
 @trace_rules_options
+@engine_options
 def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
     """Per-phase breakdown of PATHS: run directories, folders of runs, matrix folders, folders or
     trace files (.pt.trace.json[.gz] from any torch.profiler run, or .xplane.pb).
@@ -610,6 +633,7 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
 @layers_option
 @wide_option
 @trace_rules_options
+@engine_options
 def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions,
             different_workloads, quiet, verbose, fmt, layers, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
@@ -1122,6 +1146,7 @@ def _refuse_existing(out: Path, force: bool) -> None:
                    "(default: the first).")
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages.")
 @trace_rules_options
+@engine_options
 def report(runs, out_file, source, baseline, quiet):
     """Write a report on RUNS (run directories, folders of runs, a matrix folder): environment,
     breakdown tables, comparison, and plots of the phases, the step time over each run and

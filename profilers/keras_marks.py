@@ -110,7 +110,8 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1):
+                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
+                  window_hooks=None):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
     step view expects), or a started torch.profiler that it steps once per call.
@@ -119,7 +120,9 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     call whose updates overlap it (`steps_per_call` each), even a first call that also holds
     the warm-up: a run of one long call is still traced rather than not at all.
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
-    torch), so the time since the previous call ended is this step's data_load."""
+    torch), so the time since the previous call ended is this step's data_load.
+    `window_hooks`: attached (`attach()`) at the window's first call and detached after its
+    last (layer ranges on Keras-on-torch layers): the other steps run without them."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -148,6 +151,8 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                          and self._call_first <= window.last and call_last >= window.first)
             if in_window:
                 self.traced_calls.append(self._call_first)
+                if window_hooks is not None:
+                    window_hooks.attach()  # once: a second attach adds nothing
                 if tf_logdir and not self._tracing:
                     import tensorflow as tf
                     tf.profiler.experimental.start(logdir=str(tf_logdir))
@@ -174,6 +179,8 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             if window is not None and self._updates - 1 >= window.last:
                 self._window_done = True
                 self.finish_trace()
+                if window_hooks is not None:
+                    window_hooks.detach()
             self._previous_end = timer.now()
 
         def _loss_of_call(self, last_batch: int, running_mean):

@@ -60,7 +60,16 @@ def outputs(root: Path, names: list[str]) -> dict[str, str]:
         invoke("report.out", ["report", *runs, "--out", "report/r.md", "--quiet"])
         if (root / "report" / "r.md").is_file():
             found["report.md"] = (root / "report" / "r.md").read_text()
-        found.update(_plugin_routes(root, runs))
+        # One worker, as the commands above: the job JSON names its engine's workers.
+        workers = os.environ.get("GAPSCOPE_JOB_WORKERS")
+        os.environ["GAPSCOPE_JOB_WORKERS"] = "1"
+        try:
+            found.update(_plugin_routes(root, runs))
+        finally:
+            if workers is None:
+                os.environ.pop("GAPSCOPE_JOB_WORKERS")
+            else:
+                os.environ["GAPSCOPE_JOB_WORKERS"] = workers
     finally:
         os.chdir(cwd)
     return {key: _GENERATED.sub("<generated>", text.replace(str(root), "<root>"))

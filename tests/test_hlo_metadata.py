@@ -70,7 +70,7 @@ def tiny_hlo_proto() -> bytes:
     return _field(1, module)
 
 
-def tiny_xla_space(with_hlo_proto: bool = True):
+def tiny_xla_space(with_hlo_proto: bool = True, proto: bytes | None = None):
     space = new_space()
     host = PlaneBuilder(space, 1, "/host:CPU")
     python = host.line(10, "python")
@@ -86,7 +86,7 @@ def tiny_xla_space(with_hlo_proto: bool = True):
         metadata.stat_metadata[1].name = "Hlo Proto"
         metadata.event_metadata[7].id = 7
         metadata.event_metadata[7].name = f"{MODULE}(7)"
-        metadata.event_metadata[7].stats.add(metadata_id=1, bytes_value=tiny_hlo_proto())
+        metadata.event_metadata[7].stats.add(metadata_id=1, bytes_value=proto or tiny_hlo_proto())
     return space
 
 
@@ -184,3 +184,34 @@ def test_run_uses_the_hlo_modules_its_reader_parsed(tmp_path):
     run = load_run(path)
     assert run.hlo is run.trace.metadata["hlo_modules"]
     assert set(run.hlo.modules[MODULE]) == set(EXPECTED)
+
+
+def test_xla_ops_find_their_keras_layer_through_the_hlo_metadata(tmp_path):
+    """The same thunks, compiled from a Keras model's scopes: MatMul.1 from dense1's forward
+    (30 µs a step), select_fusion from logits' backward alone (10 µs), subtract_fusion fuses a
+    dense1 and a logits op (no one layer: outside layers, said), copy.1 has no metadata."""
+    from analysis.measures.layer_times import layer_times
+    dense1_relu = "gapscope_forward/mlp_1/dense1/Relu"
+    logits_grad = "gradient_tape/gapscope_forward/mlp_1/logits_1/MatMul/MatMul_1"
+    grad_fused = _computation("fused_computation", 1, [
+        _instruction("param_0", "parameter"),
+        _instruction("grad", "select", logits_grad, "MatMul")])
+    across = _computation("fused_computation.1", 2, [
+        _instruction("param_0.1", "parameter"),
+        _instruction("relu", "maximum", dense1_relu, "Relu"),
+        _instruction("sub", "subtract", logits_grad, "MatMul")])
+    entry = _computation(MODULE, 3, [
+        _instruction("MatMul.1", "dot", "gapscope_forward/mlp_1/dense1/MatMul", "MatMul"),
+        _instruction("select_fusion", "fusion", logits_grad, "MatMul", called=[1]),
+        _instruction("copy.1", "copy"),
+        _instruction("subtract_fusion", "fusion", logits_grad, "MatMul", called=[2])])
+    module = _field(1, MODULE) + b"".join(_field(3, c) for c in (grad_fused, across, entry)) + _field(6, 3)
+    path = tmp_path / "host.xplane.pb"
+    path.write_bytes(tiny_xla_space(proto=_field(1, module)).SerializeToString())
+    trace = read_xplane(path)
+    hlo = read_hlo_protos(trace.metadata["hlo_protos"])
+    found = layer_times(trace, phase_timeline(trace), ["dense1", "logits", "loss"], hlo)
+    assert found.layers["dense1"] == pytest.approx({"forward": 0.030, "backward": 0.0})
+    assert found.layers["logits"] == pytest.approx({"forward": 0.0, "backward": 0.010})
+    assert found.notes == ["1 XLA op(s) fuse ops of several layers (subtract_fusion): their "
+                           "time is outside layers"]

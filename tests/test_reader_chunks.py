@@ -149,13 +149,19 @@ def _plain_document(steps: int) -> str:
     return json.dumps({"traceEvents": events, "deviceProperties": [{"id": 1}]}, indent=1)
 
 
-def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeypatch, parallel_reads):
+def _alone_then_split(tmp_path, monkeypatch):
+    """A plain document read in one process; then set to be read in 2 kB chunks by workers."""
     path = tmp_path / "w.1.pt.trace.json"
     path.write_text(_plain_document(60))
     monkeypatch.setenv(chunk_pool.WORKERS_ENV, "1")
     whole = read_torch_trace(path)
     monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
     monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    return path, whole
+
+
+def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeypatch, parallel_reads):
+    path, whole = _alone_then_split(tmp_path, monkeypatch)
     decoded_here = []
     original = torch_trace._Reader._decode_chunk
     monkeypatch.setattr(torch_trace._Reader, "_decode_chunk",
@@ -169,12 +175,7 @@ def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeyp
 
 def test_a_worker_lost_mid_read_leaves_the_rest_to_the_reading_process(tmp_path, monkeypatch,
                                                                        parallel_reads):
-    path = tmp_path / "w.1.pt.trace.json"
-    path.write_text(_plain_document(60))
-    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "1")
-    whole = read_torch_trace(path)
-    monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
-    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    path, whole = _alone_then_split(tmp_path, monkeypatch)
     for worker in chunk_pool.pool(2):
         worker.process.kill()  # SIGKILL, as the OOM killer would
         worker.process.wait()
@@ -218,3 +219,13 @@ def test_a_bad_worker_count_is_one_line(tmp_path, monkeypatch, value):
     monkeypatch.setenv(chunk_pool.WORKERS_ENV, value)
     with pytest.raises(torch_trace.GapscopeInputError, match=chunk_pool.WORKERS_ENV):
         read_torch_trace(path)
+
+
+def test_a_rank_of_a_job_reads_its_trace_alone(monkeypatch):
+    # A job's ranks share the cores (a Ray worker is no multiprocessing child): no chunk workers.
+    monkeypatch.delenv(chunk_pool.WORKERS_ENV, raising=False)
+    monkeypatch.setattr(chunk_pool.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert chunk_pool.workers() == 4
+    with chunk_pool.alone():
+        assert chunk_pool.workers() == 1
+    assert chunk_pool.workers() == 4

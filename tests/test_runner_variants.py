@@ -55,6 +55,11 @@ def test_keras_jit_leaves_hlo_dumps_for_phase_mapping(tmp_path):
     assert outcome.status == "complete", outcome.error
     dumps = list((outcome.run_dir / "xla_dump").glob("*after_optimizations.txt"))
     assert dumps and any("gapscope_forward" in d.read_text() for d in dumps)
+    # Its XLA ops find their layers through that metadata.
+    from analysis.model.run import load_run
+    from analysis.results.layers import layer_breakdown
+    layers = layer_breakdown(load_run(outcome.run_dir))
+    assert layers.row("dense1").forward_ms > 0 and layers.row("logits").backward_ms > 0
 
 
 def test_spe_warmup_ends_on_a_call_boundary(variant_runs):
@@ -64,3 +69,13 @@ def test_spe_warmup_ends_on_a_call_boundary(variant_runs):
     result = breakdown_of(outcome.run_dir)
     assert any("warm-up taken as 4 updates, not 3" in n for n in result.notes), result.notes
     assert result.steps and min(s.step for s in result.steps) >= 4
+
+
+def test_keras_on_torch_layers_come_from_the_same_ranges_as_torchs(variant_runs):
+    # A Keras layer is a torch module on the torch backend: the runner's layer ranges wrap it
+    # in the traced window, and backward nodes link to it by sequence number.
+    from analysis.model.run import load_run
+    from analysis.results.layers import layer_breakdown
+    layers = layer_breakdown(load_run(variant_runs[("mlp", "keras-torch", "default")].run_dir))
+    assert [r.name for r in layers.rows] == ["dense1", "logits"]
+    assert all(r.forward_ms > 0 and r.backward_ms > 0 for r in layers.rows)

@@ -1,4 +1,4 @@
-"""Rich progress bars on stderr for matrix rows and a run's steps (stdout stays clean for --format json)."""
+"""Rich progress bars on stderr for matrix rows, a run's steps and a job's ranks (stdout stays clean for --format json)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -42,3 +42,32 @@ def run_progress(label: str, total: int | None, quiet: bool):
                   TimeElapsedColumn(), console=Console(stderr=True)) as progress:
         task = progress.add_task(f"{label}: steps", total=total)
         yield lambda done: progress.update(task, completed=min(done, total) if total else done)
+
+
+class RankProgress:
+    """The on_ranks callback of analysis.results.engines: one bar per job over its ranks (done,
+    running, failed, MB/s of the ranks' files), gone when the job is."""
+
+    def __init__(self) -> None:
+        self._progress, self._task = None, None
+
+    def __call__(self, label: str, total: int, done: int, failed: int, running: int,
+                 megabytes: float, seconds: float) -> None:
+        if self._progress is None:
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
+                                      MofNCompleteColumn(), TextColumn("{task.fields[state]}"),
+                                      TimeElapsedColumn(), console=Console(stderr=True),
+                                      transient=True)
+            self._progress.start()
+            self._task = self._progress.add_task(f"{label}: ranks", total=total, state="")
+        rate = f"{megabytes / seconds:.1f} MB/s" if seconds > 0 and megabytes else "- MB/s"
+        self._progress.update(self._task, completed=done + failed,
+                              state=f"running {running}, failed {failed}, {rate}")
+        if done + failed >= total:
+            self._progress.stop()
+            self._progress = None
+
+
+def rank_progress() -> RankProgress | None:
+    """A bar over a job's ranks where stderr is a terminal; None (no bar) anywhere else."""
+    return RankProgress() if Console(stderr=True).is_terminal else None

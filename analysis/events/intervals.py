@@ -22,16 +22,34 @@ def merge(intervals: list[Interval]) -> list[Interval]:
 
 def merge_arrays(starts, ends) -> list[Interval]:
     """merge for intervals given as two numpy arrays, vectorised for the millions an unmarked
-    trace can hold: sorted, and a new interval begins where a start passes every end so far."""
+    trace can hold."""
+    starts, ends = merged_arrays(starts, ends)
+    return list(zip(starts.tolist(), ends.tolist()))
+
+
+def merged_arrays(starts, ends) -> tuple[np.ndarray, np.ndarray]:
+    """merge_arrays' disjoint intervals, sorted, as two arrays (no tuple per interval): sorted,
+    and a new interval begins where a start passes every end so far."""
     nonempty = ends > starts
     starts, ends = starts[nonempty], ends[nonempty]
     if not len(starts):
-        return []
+        return starts, ends
     order = np.lexsort((ends, starts))
     starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    del order
     begins = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
     last = np.r_[begins[1:] - 1, len(starts) - 1]
-    return list(zip(starts[begins].tolist(), reach[last].tolist()))
+    return starts[begins], reach[last]
+
+
+def covered_within(starts: np.ndarray, ends: np.ndarray, windows: list[Interval]) -> float:
+    """Time of merged_arrays' intervals inside the disjoint `windows` (merged)."""
+    found = 0.0
+    for lo, hi in windows:
+        first, stop = np.searchsorted(ends, lo, "right"), np.searchsorted(starts, hi, "left")
+        if stop > first:
+            found += float((np.minimum(ends[first:stop], hi) - np.maximum(starts[first:stop], lo)).sum())
+    return found
 
 
 def clip(intervals: list[Interval], lo: float, hi: float) -> list[Interval]:

@@ -46,16 +46,21 @@ def clock_alignment(collectives_by_rank: dict[int, list[Collective]],
         if rank == reference or (hosts.get(rank) is not None and hosts.get(rank) == hosts.get(reference)):
             found[rank] = Offset(rank, 0.0, 0, 0.0, True)
             continue
-        mine = _ends_by_kind(collectives_by_rank.get(rank, []))
-        differences = [ref - own for kind, ends in mine.items()
-                       for ref, own in zip(ref_ends.get(kind, []), ends)]
-        if not differences:
-            found[rank] = Offset(rank, 0.0, 0, None, False)
-            continue
-        offset = statistics.median(differences)
-        spread = statistics.median(abs(d - offset) for d in differences)
-        found[rank] = Offset(rank, offset, len(differences), spread, False)
+        found[rank] = offset_from_ends(rank, ref_ends, _ends_by_kind(collectives_by_rank.get(rank, [])))
     return found
+
+
+def offset_from_ends(rank: int, ref_ends: dict[str, list[float]],
+                     ends: dict[str, list[float]]) -> Offset:
+    """The offset of a rank on another host than the reference's, from both ranks' collective
+    ends per kind in order of issue: what a job's ranks streaming in one by one are reduced to."""
+    differences = [ref - own for kind, mine in ends.items()
+                   for ref, own in zip(ref_ends.get(kind, []), mine)]
+    if not differences:
+        return Offset(rank, 0.0, 0, None, False)
+    offset = statistics.median(differences)
+    spread = statistics.median(abs(d - offset) for d in differences)
+    return Offset(rank, offset, len(differences), spread, False)
 
 
 def _ends_by_kind(collectives: list[Collective]) -> dict[str, list[float]]:

@@ -8,6 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from analysis.events import intervals
+from analysis.events.hlo_metadata import HloModules
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from analysis.measures.fusion_table import classify
@@ -37,9 +38,11 @@ class LayerTimes:
         return self.phase_ms[phase] - sum(times[phase] for times in self.layers.values())
 
 
-def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None) -> LayerTimes | None:
-    """None where the trace carries no layer: no layer ranges, no layer scopes."""
-    found = _found(trace, timeline, names)
+def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
+                hlo: HloModules | None = None) -> LayerTimes | None:
+    """None where the trace carries no layer: no layer ranges, no layer scopes. `hlo`: the
+    run's HLO metadata, through which an XLA-compiled op finds the layers it was made from."""
+    found = _found(trace, timeline, names, hlo)
     if found is None:
         return None
     layers, notes = found
@@ -59,11 +62,11 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
                       {p: ms / n for p, ms in phase_ms.items()}, n, notes)
 
 
-def layer_spans(trace: Trace, timeline: PhaseTimeline,
-                names: list[str] | None = None) -> list[tuple[float, float, str, str, int]]:
+def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
+                hlo: HloModules | None = None) -> list[tuple[float, float, str, str, int]]:
     """Each stretch of time a layer was given in the traced steps, as layer_times counts it:
     (start µs, end µs, layer, phase, step index), in time order; [] where the trace names none."""
-    found = _found(trace, timeline, names)
+    found = _found(trace, timeline, names, hlo)
     if found is None:
         return []
     spans, order = [], _inner_first(found[0])
@@ -74,14 +77,15 @@ def layer_spans(trace: Trace, timeline: PhaseTimeline,
     return sorted(spans)
 
 
-def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None) -> tuple[dict, list[str]] | None:
+def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None,
+           hlo: HloModules | None) -> tuple[dict, list[str]] | None:
     """Each layer's intervals by phase (the spec's layers only, where names are given), and notes."""
     if not timeline.steps:
         return None
     if trace.source_format == "torch":
         found, notes = _torch_layers(trace)
     else:
-        found, notes = _scoped_layers(trace, names)
+        found, notes = _scoped_layers(trace, names, hlo)
     if names:
         found = {name: found[name] for name in names if name in found}
     return (found, notes) if found else None
@@ -226,29 +230,56 @@ def _innermost(track: list[tuple[float, float, str]], starts: list[float], t: fl
     return None
 
 
-def _scoped_layers(trace: Trace, names: list[str] | None) -> tuple[dict, list[str]]:
+def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None) -> tuple[dict, list[str]]:
     """TF ops by the Keras layer scope in their names: `…/gapscope_forward/<model>/<layer>/…`
     is that layer's forward, `…/gradient_tape/gapscope_forward/<model>/<layer>/…` its backward,
-    the `compile_loss` scope is the loss. Without the layers' names, a note where scopes that
+    the `compile_loss` scope is the loss. An XLA op (jit_compile) has no scope in its name
+    (`fusion.3`): the HLO metadata's op names of what it was made from give its layer, where
+    they are all of one layer and phase. Without the layers' names, a note where scopes that
     differ only by a suffix were read as one layer."""
     known = set(names or ())
     layer_of: dict[str, tuple[str, str] | None] = {}
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    across, unknown = set(), set()
     scopes: dict[str, set[str]] = defaultdict(set)
     for e in trace.events:
         if e.kind != HOST_OP or not e.track.startswith("host"):
             continue
-        where = layer_of.get(e.name, False)
-        if where is False:
-            where = layer_of[e.name] = _scope_layer(e.name, known)
-            if where is not None and not known:
-                scopes[where[0]].add(_raw_scope(e.name))
+        if e.hlo_op:
+            key = f"{e.hlo_module}/{e.hlo_op}"
+            where = layer_of.get(key, False)
+            if where is False:
+                where = layer_of[key] = _xla_layer(hlo, e, known, across, unknown)
+        else:
+            where = layer_of.get(e.name, False)
+            if where is False:
+                where = layer_of[e.name] = _scope_layer(e.name, known)
+                if where is not None and not known:
+                    scopes[where[0]].add(_raw_scope(e.name))
         if where is not None:
             found[where[0]][where[1]].append((e.start_us, e.end_us))
     notes = [f"layer scopes {', '.join(sorted(raw))} read as one layer {name!r}: TF suffixes a reused "
              f"scope, Keras a second layer of a kind (dense, dense_1), and without the model's layer "
              "names gapscope cannot tell which" for name, raw in scopes.items() if len(raw) > 1]
-    return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
+    if across:
+        notes.append(f"{len(across)} XLA op(s) fuse ops of several layers ({', '.join(sorted(across)[:3])}"
+                     f"{', …' if len(across) > 3 else ''}): their time is outside layers")
+    if unknown:
+        notes.append(f"{len(unknown)} XLA op(s) not in the HLO metadata: their time is outside layers")
+    found = {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}
+    return found, notes
+
+
+def _xla_layer(hlo: HloModules | None, e, known: set[str], across: set, unknown: set):
+    """(layer, phase) of an XLA op from its HLO metadata, or None (several, or none known)."""
+    op = hlo.find(e.hlo_module, e.hlo_op) if hlo else None
+    if op is None:
+        unknown.add(e.hlo_op)
+        return None
+    wheres = {w for w in (_scope_layer(name, known) for name in op.op_names) if w is not None}
+    if len(wheres) > 1:
+        across.add(e.hlo_op)
+    return next(iter(wheres)) if len(wheres) == 1 else None
 
 
 def _raw_scope(op_name: str) -> str:

@@ -288,6 +288,26 @@ def _sampled(job: Job, numbers: list[int], missing: list[int], why: str) -> Job:
     return job
 
 
+def without_failed(job: Job, failed: dict[int, str]) -> Job:
+    """The job less the ranks whose analysis failed (each with why): they are missing ranks,
+    as sampled ranks are, so the job step and skew become lower bounds, said once."""
+    if not failed:
+        return job
+    keep = [(n, run) for n, run in zip(job.rank_numbers, job.ranks) if n not in failed]
+    if not keep:
+        first = min(failed)
+        raise GapscopeInputError(f"job {job.run_id}: every rank failed to analyse "
+                                 f"(rank {first}: {failed[first]})")
+    numbers = [n for n, _ in keep]
+    reasons = "; ".join(f"rank {n}: {failed[n]}" for n in sorted(failed)[:3])
+    notes = [*job.notes, f"warning: rank {rank_ranges(failed)} failed to analyse ({reasons}"
+             f"{'; ...' if len(failed) > 3 else ''}): missing {rank_ranges(job.missing + list(failed))}; "
+             "the job step and skew are lower bounds, no straggler is named"]
+    return Job(job.path, job.manifest, [run for _, run in keep],
+               {n: h for n, h in job.hosts.items() if n not in failed}, job.foreign, notes,
+               numbers, job.world_size)
+
+
 def _load_rank(job_id: str, rank: int, place) -> Run:
     if isinstance(place, RunPlace):
         found = place.readable()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import multiprocessing
 import os
 import pickle
@@ -19,6 +20,7 @@ _IN_WORKER_ENV = "GAPSCOPE_CHUNK_WORKER"
 _LENGTH = struct.Struct("<Q")
 _ROOT = Path(__file__).resolve().parents[2]  # where the analysis package lies
 _workers: list["Worker"] = []
+_alone = 0  # depth of alone() blocks in this process
 
 
 class WorkerLost(Exception):
@@ -33,13 +35,25 @@ def workers() -> int:
         if not (raw.isascii() and raw.isdigit() and 0 < int(raw) <= 1024):
             raise GapscopeInputError(f"{WORKERS_ENV}={raw[:40]!r}: give a whole number of processes (1: none)")
         return int(raw)
-    if multiprocessing.parent_process() is not None or os.environ.get(_IN_WORKER_ENV):
+    if _alone or multiprocessing.parent_process() is not None or os.environ.get(_IN_WORKER_ENV):
         return 1
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     return min(cores, MAX_WORKERS)
+
+
+@contextlib.contextmanager
+def alone():
+    """Reads inside decode in this process only: one rank of a job among others on the cores
+    (a Ray worker is no multiprocessing child, so workers() cannot tell by itself)."""
+    global _alone
+    _alone += 1
+    try:
+        yield
+    finally:
+        _alone -= 1
 
 
 def pool(size: int) -> list["Worker"]:

@@ -19,7 +19,7 @@ from analysis.measures.other_split import other_shares
 from analysis.events.timeline import PhaseTimeline, phase_timeline
 from analysis.events.event import EventKind
 from analysis.events.columns import code
-from analysis.events.intervals import clip_merged, merge, merge_arrays, total
+from analysis.events.intervals import covered_within, merge, merged_arrays
 from analysis.events.trace import Trace
 from analysis.measures import page_faults
 from analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
@@ -107,14 +107,18 @@ def outside_steps(trace: Trace, timeline: PhaseTimeline) -> str | None:
     if not (kinds == code(EventKind.STEP)).any():
         return None  # iterations found between optimizer steps leave the cold first one out by design
     host_ops = kinds == code(EventKind.HOST_OP)
+    del kinds
     starts = columns.start_us[host_ops]
-    ops = merge_arrays(starts, starts + columns.dur_us[host_ops])
-    if len(steps) > 1:  # between the first step and the last: a cold iteration left out before is no fault
-        ops = clip_merged(ops, steps[0].start_us, max(s.end_us for s in steps))
-    busy = total(ops)
-    if not steps or busy <= 0:
+    ops = merged_arrays(starts, starts + columns.dur_us[host_ops])
+    del host_ops, starts
+    if not steps:
         return None
-    inside = total(merge([i for s in steps for i in clip_merged(ops, s.start_us, s.end_us)]))
+    lo, hi = (steps[0].start_us, max(s.end_us for s in steps)) if len(steps) > 1 else (-np.inf, np.inf)
+    # Between the first step and the last: a cold iteration left out before is no fault.
+    busy = covered_within(*ops, [(lo, hi)])
+    if busy <= 0:
+        return None
+    inside = covered_within(*ops, merge([(max(s.start_us, lo), min(s.end_us, hi)) for s in steps]))
     share = 1 - inside / busy
     if share <= _MOST_OUTSIDE:
         return None
@@ -292,7 +296,8 @@ def _from_samples(samples: PhaseSamples, steps: list[StepBreakdown], origins: di
         notes = notes + ["no unprofiled steps: the profiler's own cost is inside these figures"]
     return Breakdown(result.source, steps, [float(t) for t in times], result.phases,
                      step_ci95=result.step_ci95, unprofiled=unprofiled,
-                     phase_sources=origins, notes=notes, replicates=result.replicates)
+                     phase_sources=origins, notes=notes, replicates=result.replicates,
+                     bootstrap=(samples, raw))
 
 
 def _steady(rows: list[dict], warmup_steps: int) -> list[dict]:

@@ -20,11 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.readers import step_rows
-from analysis.model.job import Job, load_job, lone_rank
+from analysis.model.job import Job, load_job, lone_rank, without_failed
 from analysis.model.locate import JobPlace, locate
 from analysis.model.run import load_run
 from analysis.results.breakdown import Source, breakdown
-from analysis.results.rank_summary import RankSummary, summarize_ranks
+from analysis.results.engines.collective_reduce import CollectiveReduction
+from analysis.results.phase_estimate import replicates_of
+from analysis.results.rank_summary import RankSummary, gather_ranks
 from analysis.results.records import Breakdown
 from analysis.measures.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
 from profilers.environment import threads_of
@@ -76,6 +78,7 @@ class JobBreakdown:
     notes: list[str] = field(default_factory=list)
     job_step_replicates: np.ndarray | None = field(default=None, repr=False)
     rank_numbers: list[int] | None = None       # of `ranks`; None: 0..len-1
+    engine: dict | None = None                  # what analysed the ranks: name, workers
 
     @property
     def numbers(self) -> list[int]:
@@ -143,6 +146,7 @@ class JobBreakdown:
             "clocks": self.clocks,
             "last_arrival": {str(r): _r(v, 4) for r, v in self.last_arrival.items()},
             "notes": self.notes,
+            "engine": self.engine,
         }
 
 
@@ -157,11 +161,18 @@ def breakdown_of(path, source: str = Source.AUTO):
 
 
 def job_breakdown(job: Job, source: str = "auto", workers: int | None = None) -> JobBreakdown:
-    return combine(job, summarize_ranks(job, source, workers))
+    """The job's figures over its ranks, gathered by the command's engine; a rank whose analysis
+    failed after its retries is a missing rank (analysis.model.job.without_failed)."""
+    gathered = gather_ranks(job, source, workers)
+    result = combine(without_failed(job, gathered.failed), gathered.summaries, gathered.collectives)
+    result.engine = gathered.engine
+    return result
 
 
-def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
-    """The job's figures from its ranks' summaries (pure: no file is read here)."""
+def combine(job: Job, summaries: list[RankSummary],
+            collectives: CollectiveReduction | None = None) -> JobBreakdown:
+    """The job's figures from its ranks' summaries (pure: no file is read here); `collectives`:
+    their collectives already reduced as they streamed in (else reduced here)."""
     ranks = [s.breakdown for s in summaries]
     numbers = [s.rank for s in summaries]
     notes = list(job.notes)
@@ -191,7 +202,7 @@ def combine(job: Job, summaries: list[RankSummary]) -> JobBreakdown:
         step_source, wait_source, comm_phase, wait_ms, busy, max(busy) - min(busy), skew_ci,
         max(means) - min(means), None if straggler is None else numbers[straggler], phase, extra,
         extra_ci, notes=notes, job_step_replicates=replicates, rank_numbers=numbers)
-    _clocks(result, job, summaries)
+    _clocks(result, job, summaries, collectives)
     result.threads = threads_of(job.ranks[0].manifest)
     if job.batch_size:
         result.samples_per_step = job.batch_size * job.world_size
@@ -263,10 +274,11 @@ def _waits(ranks: list[Breakdown], comms: list,
 
 def _busy_replicates(b: Breakdown, wait: dict[str, float], column: int = 0) -> np.ndarray | None:
     """Bootstrap replicates of a rank's busy time (column 0: the step; 1..5: a phase)."""
-    if b.replicates is None:
+    replicates = replicates_of(b)
+    if replicates is None:
         return None
     shift = sum(wait.values()) if column == 0 else wait.get(PHASES[column - 1], 0.0)
-    return b.replicates[:, column] - shift
+    return replicates[:, column] - shift
 
 
 def _busy_difference(ranks, waits, a: int, b: int) -> Interval | None:
@@ -288,52 +300,41 @@ def _straggler_phase(ranks: list[Breakdown], waits, straggler: int | None):
     phase = max(extra, key=extra.get)
     column = 1 + PHASES.index(phase)
     mine = _busy_replicates(ranks[straggler], waits[straggler], column)
-    theirs = [_busy_replicates(ranks[r], waits[r], column) for r in others]
-    interval = None
-    if mine is not None and all(t is not None and len(t) == len(mine) for t in theirs):
-        interval = percentile_interval(mine - np.mean(theirs, axis=0))
+    theirs = None if mine is None else mean_of(_busy_replicates(ranks[r], waits[r], column)
+                                                for r in others)
+    interval = None if theirs is None or len(theirs) != len(mine) else percentile_interval(mine - theirs)
     return phase, extra[phase], interval
 
 
-def _clocks(result: JobBreakdown, job: Job, summaries: list[RankSummary]) -> None:
-    """Clock offsets between hosts from matching collective completions, applied to the
-    collectives' arrivals: the rank the others wait for reaches each collective last."""
-    collectives = {s.rank: s.collectives for s in summaries}
-    hosts = {r: h for r, h in job.hosts.items()}
-    known = {h for h in hosts.values() if h}
-    offsets = {r: 0.0 for r in hosts}
-    if len(known) > 1:
-        try:
-            from analysis.measures.clock_align import clock_offsets
-        except ImportError:
-            result.clocks = "ranks on different hosts; clock alignment unavailable in this build"
+def mean_of(arrays) -> np.ndarray | None:
+    """np.mean(arrays, axis=0), to the last bit, one array at a time: a job's ranks' replicates
+    rebuilt one by one are never all held at once. None where one is missing or of another size."""
+    total, count = None, 0
+    for values in arrays:
+        if values is None or (total is not None and len(values) != len(total)):
+            return None
+        if total is None:
+            total = np.array(values, float)
         else:
-            if all(collectives.values()):
-                offsets = {r: float(v) for r, v in clock_offsets(collectives, hosts).items()}
-                result.clocks = (f"{len(known)} hosts: offsets estimated from matching collective "
-                                 "completions, applied")
-            else:
-                result.clocks = f"{len(known)} hosts, no collectives in the traces: clocks not aligned"
-    elif not known:
-        result.clocks = "hosts unknown: clocks taken as one"
-    result.clock_offsets_us = offsets
+            total += values
+        count += 1
+    return None if total is None else total / count
+
+
+def _clocks(result: JobBreakdown, job: Job, summaries: list[RankSummary],
+            reduction: CollectiveReduction | None) -> None:
+    """Clock offsets between hosts from matching collective completions, applied to the
+    collectives' arrivals: the rank the others wait for reaches each collective last. From the
+    reduction the ranks streamed into, else from the summaries' collectives here."""
+    if reduction is None:
+        reduction = CollectiveReduction(job.hosts)
+        for s in summaries:
+            reduction.add(s.rank, s.collectives)
+    result.clock_offsets_us, line = reduction.clocks()
+    if line:
+        result.clocks = line
     if job.complete:  # the last of some ranks says nothing of who the others waited for
-        result.last_arrival = _last_arrival(collectives, offsets)
-
-
-def _last_arrival(collectives: dict[int, list], offsets: dict[int, float]) -> dict[int, float]:
-    by_seq: dict = {}
-    for rank, items in collectives.items():
-        for c in items:
-            if getattr(c, "seq", None) is not None:
-                by_seq.setdefault((c.kind, c.seq), {})[rank] = c.start_us + offsets.get(rank, 0.0)
-    matched = [arrivals for arrivals in by_seq.values() if len(arrivals) == len(collectives)]
-    if not matched or len(collectives) < 2:
-        return {}
-    counts = {r: 0 for r in collectives}
-    for arrivals in matched:
-        counts[max(arrivals, key=arrivals.get)] += 1
-    return {r: n / len(matched) for r, n in counts.items()}
+        result.last_arrival = reduction.last_arrival()
 
 
 def _r(value, digits: int = _DIGITS):

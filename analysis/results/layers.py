@@ -142,7 +142,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=["no trace: layers come from a traced run"])
     names = [s["name"] for s in specs] if specs else None
-    found = layer_times(run.trace, run.timeline, names)
+    found = layer_times(run.trace, run.timeline, names, run.hlo)
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
                f"{run.trace_file.name} {NO_LAYERS}")
@@ -179,7 +179,7 @@ def run_layer_spans(run: Run) -> list[tuple[float, float, str, str, int]]:
     if run.trace is None:
         return []
     specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
-    return layer_spans(run.trace, run.timeline, [s["name"] for s in specs] if specs else None)
+    return layer_spans(run.trace, run.timeline, [s["name"] for s in specs] if specs else None, run.hlo)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from analysis.measures import stats
-from analysis.results.records import PhaseFigure, PhaseSource
+from analysis.results.records import Breakdown, PhaseFigure, PhaseSource
 from profilers.phases import MARKED_PHASES, PHASES
 
 _OTHER = PHASES.index("other")
@@ -110,3 +110,11 @@ def _compensate(samples: PhaseSamples, it: np.ndarray, iv: np.ndarray | None) ->
 def _spread(phases: np.ndarray) -> bool:
     """An interval needs resamples that differ (one step, or identical steps, give none)."""
     return len(phases) > 1 and bool(np.ptp(phases, axis=0).max() > 0)
+
+
+def replicates_of(b: Breakdown) -> np.ndarray | None:
+    """A breakdown's bootstrap replicates: kept, or rebuilt from its samples (the fixed seed gives
+    the very same) where they were left out to keep a gathered rank summary small."""
+    if b.replicates is not None or b.bootstrap is None:
+        return b.replicates
+    return estimate(*b.bootstrap).replicates

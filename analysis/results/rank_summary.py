@@ -2,16 +2,18 @@
 breakdown, step rows and communication, small and picklable, never the trace's events."""
 from __future__ import annotations
 
-import multiprocessing
-import os
-from concurrent.futures import ProcessPoolExecutor
+import time
 from dataclasses import dataclass, field
 
 from analysis.model.job import Job
 from analysis.model.locate import RunPlace
 from analysis.model.run import Run, current_rules, load_run, use_rules
+from analysis.readers import chunk_pool
+from analysis.results.engines.choose import current_choice
+from analysis.results.engines.collective_reduce import CollectiveReduction, digest
+from analysis.results.engines.interface import stream
+from analysis.results.engines.local import WORKERS_ENV, worker_count  # noqa: F401 - their old home
 from analysis.results.records import Breakdown
-from profilers.errors import GapscopeInputError
 
 @dataclass
 class RankSummary:
@@ -22,7 +24,9 @@ class RankSummary:
     breakdown: Breakdown
     rows: list[dict] | None                 # steps.csv
     communication: object | None = None     # analysis.measures.collectives.Communication
-    collectives: list = field(default_factory=list)  # analysis.measures.collectives.Collective, for clocks
+    # analysis.measures.collectives.Collective, for clocks: a Digest once slimmed for the trip
+    # back, None once reduced at the driver (engines.collective_reduce)
+    collectives: list = field(default_factory=list)
     traced_step_ms: float | None = None     # mean traced step: the clock communication was timed on
     notes: list[str] = field(default_factory=list)
     traced: bool = False                    # the rank's trace was read
@@ -32,7 +36,13 @@ class RankSummary:
 
 
 def summarize_rank(rank: int, place: RunPlace, label: str, source: str, host: str | None) -> RankSummary:
-    """One rank, loaded and analysed inside a worker; the Run and its trace die with the call."""
+    """One rank, loaded and analysed inside a worker; the Run and its trace die with the call.
+    Its trace is read in this process alone: the job's other ranks have the other cores."""
+    with chunk_pool.alone():
+        return _summarize_rank(rank, place, label, source, host)
+
+
+def _summarize_rank(rank: int, place: RunPlace, label: str, source: str, host: str | None) -> RankSummary:
     from analysis.results.breakdown import breakdown, breakdown_from_timers
     run = load_run(place, label=label)  # as located: its manifest is not read again
     result = breakdown(run, source)
@@ -74,34 +84,87 @@ def _communication(run: Run):
             list(find_collectives(run.trace, run.timeline)))
 
 
-# Workers of the pool, where the caller names none: GAPSCOPE_JOB_WORKERS (1 reads the ranks one
-# after another in this process), else one per core.
-WORKERS_ENV = "GAPSCOPE_JOB_WORKERS"
+@dataclass
+class Gathered:
+    """Every rank's summary that came back, in rank order; the ranks whose work failed, each
+    with why (one line); and what did the work (engine name, workers)."""
+
+    summaries: list[RankSummary]
+    failed: dict[int, str]
+    engine: dict
+    collectives: CollectiveReduction   # the ranks' collectives, reduced as they came
 
 
-def worker_count(ranks: int, workers: int | None = None) -> int:
-    """At most one worker per core and per rank: memory stays that of a few traces at once."""
-    if not workers:
-        try:
-            workers = int(os.environ.get(WORKERS_ENV) or 0)
-        except ValueError:
-            raise GapscopeInputError(f"{WORKERS_ENV} should be a whole number, not "
-                                     f"{os.environ[WORKERS_ENV]!r}") from None
-    limit = workers if workers and workers > 0 else (os.cpu_count() or 1)
-    return max(1, min(ranks, limit))
+def _summarize_under(rules, rank: int, place: RunPlace, label: str, source: str,
+                     host: str | None) -> RankSummary:
+    """summarize_rank under the command's --phase and --step-marker, wherever it runs."""
+    use_rules(rules)
+    return _slim(summarize_rank(rank, place, label, source, host))
+
+
+def _slim(summary: RankSummary) -> RankSummary:
+    """What travels back to the driver: the bootstrap replicates (96 of a summary's 99 kB) left
+    out, rebuilt at the driver only where a figure needs them (phase_estimate.replicates_of);
+    the collectives as a Digest of numbers, reduced at the driver as the rank comes in."""
+    for b in (summary.breakdown, summary.timers):
+        if b is not None and b.bootstrap is not None:
+            b.replicates = None
+    summary.collectives = digest(summary.collectives)
+    return summary
+
+
+def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> Gathered:
+    """Every rank's summary from the command's engine (analysis.results.engines.choose), taken
+    as each completes; a rank still failing after its retries is left out and named."""
+    rules = current_rules()
+    tasks = {r: (rules, r, run.place, run.label, source, job.hosts.get(r))
+             for r, run in zip(job.rank_numbers, job.ranks)}
+    choice = current_choice()
+    summaries, failed = {}, {}
+    collectives = CollectiveReduction(job.hosts)
+    with choice.engine(len(tasks), workers) as engine:
+        told = _progress(choice.on_ranks, job, engine.workers)
+        for outcome in stream(engine, _summarize_under, tasks, choice.retries):
+            if outcome.error is None:
+                summary = summaries[outcome.key] = outcome.value
+                collectives.add(outcome.key, summary.collectives)
+                summary.collectives = None  # reduced: the driver keeps no rank's list
+            else:
+                failed[outcome.key] = outcome.error
+                collectives.drop(outcome.key)
+            told(outcome.key, outcome.error is None)
+        record = engine.record()
+    return Gathered([summaries[r] for r in sorted(summaries)], failed, record, collectives)
+
+
+def _progress(on_ranks, job: Job, workers: int):
+    """told(rank, ok) for each rank as it completes, passing on_ranks the counts and the MB of
+    the ranks' files read so far; nothing where nobody watches."""
+    if on_ranks is None:
+        return lambda rank, ok: None
+    sizes = {r: _bytes(run.place.path) for r, run in zip(job.rank_numbers, job.ranks)}
+    total, counts, start = len(sizes), {"done": 0, "failed": 0, "bytes": 0}, time.monotonic()
+
+    def told(rank: int | None, ok: bool) -> None:
+        if rank is not None:
+            counts["done" if ok else "failed"] += 1
+            counts["bytes"] += sizes.get(rank, 0) if ok else 0
+        left = total - counts["done"] - counts["failed"]
+        on_ranks(job.label, total, counts["done"], counts["failed"], min(workers, left),
+                 counts["bytes"] / 1e6, time.monotonic() - start)
+    told(None, True)
+    return told
+
+
+def _bytes(path) -> int:
+    """A rank's files on disk: the trace file, or all a rank directory holds."""
+    try:
+        return path.stat().st_size if path.is_file() else sum(
+            p.stat().st_size for p in path.rglob("*") if p.is_file())
+    except OSError:
+        return 0
 
 
 def summarize_ranks(job: Job, source: str = "auto", workers: int | None = None) -> list[RankSummary]:
-    """Every rank's summary in rank order; with more than one worker, a process pool whose
-    workers each load one rank at a time and return only its summary."""
-    tasks = [(r, run.place, run.label, source, job.hosts.get(r))
-             for r, run in zip(job.rank_numbers, job.ranks)]
-    count = worker_count(len(tasks), workers)
-    if count == 1:
-        return [summarize_rank(*task) for task in tasks]
-    # forkserver (spawn where there is none): no copy of this process's memory or threads.
-    methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-    with ProcessPoolExecutor(max_workers=count, mp_context=context,  # --phase, --step-marker too
-                             initializer=use_rules, initargs=(current_rules(),)) as pool:
-        return list(pool.map(summarize_rank, *zip(*tasks)))
+    """The summaries of the ranks that succeeded, in rank order."""
+    return gather_ranks(job, source, workers).summaries

@@ -87,6 +87,9 @@ class Breakdown:
     # Bootstrap replicates (rows) of the step mean and the five phases (columns: step, *PHASES);
     # row 0 is the estimate itself. Kept for the intervals of differences between runs.
     replicates: np.ndarray | None = field(default=None, repr=False)
+    # What rebuilds `replicates` (phase_estimate.replicates_of: the samples and the raw flag, with
+    # the fixed seed) where a job's gathered rank summaries leave them out: 2 kB, not 96.
+    bootstrap: tuple | None = field(default=None, repr=False)
     # What torch.compile did and why (compile_why.CompileWhy), where the run kept compile.json.
     compile_why: object | None = field(default=None, repr=False)
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.results.compare import PhaseGap
-from analysis.results.distributed_breakdown import JobBreakdown
+from analysis.results.distributed_breakdown import JobBreakdown, mean_of
+from analysis.results.phase_estimate import replicates_of
 from analysis.results.records import Breakdown
 from analysis.measures.stats import Interval, contains_one, percentile_interval
 from profilers.errors import GapscopeInputError
@@ -50,11 +51,11 @@ def run_side(b: Breakdown, batch_size: int | None, threads: str | None = None) -
 
 
 def job_side(jb: JobBreakdown, batch_size: int | None, threads: str | None = None) -> Side:
-    reps = {}
-    if all(b.replicates is not None for b in jb.ranks) and len({len(b.replicates) for b in jb.ranks}) == 1:
-        for i, p in enumerate(PHASES):
-            reps[p] = np.mean([b.replicates[:, 1 + i] - w.get(p, 0.0)
-                               for b, w in zip(jb.ranks, jb.wait_ms)], axis=0)
+    # Rank by rank, each rank's replicates rebuilt once: a job's are never all held at once.
+    reps = mean_of(None if (r := replicates_of(b)) is None
+                   else np.column_stack([r[:, 1 + i] - w.get(p, 0.0) for i, p in enumerate(PHASES)])
+                   for b, w in zip(jb.ranks, jb.wait_ms))
+    reps = {} if reps is None else {p: reps[:, i] for i, p in enumerate(PHASES)}
     bound = None if jb.complete else (f"{jb.label}: {len(jb.ranks)} of {jb.world_size} ranks "
                                       "present: its job step is a lower bound, and so the gap")
     return Side(jb.label, jb.job_id, jb.ranks[0].workload, jb.world_size, jb.job_step_ms,

@@ -71,7 +71,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     callback = step_callback(timer, window if traced else None,
                              tf_logdir=run_dir if traced and not on_torch else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
-                             steps_per_call=settings.steps_per_execution)
+                             steps_per_call=settings.steps_per_execution,
+                             window_hooks=_torch_layer_ranges(spec, model, settings, profiler))
     # On TF, the train_step's Python body runs only when Keras' tf.function traces it: each
     # trace, with its input signature and the update it came at, goes to compile.json.
     trace_log = None
@@ -146,6 +147,19 @@ def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> Non
             f"--nproc {world} with {what} is not supported: distributed Keras runs are "
             "keras (TensorFlow backend) training with the numpy or tfdata pipeline, without "
             "jit_compile, one step per execution")
+
+
+def _torch_layer_ranges(spec: WorkloadSpec, model, settings: RunSettings, profiler):
+    """On the torch backend a Keras layer is a torch module: the torch runner's layer ranges
+    around each named layer in the traced window (its loss is Keras' compute_loss, no module:
+    outside layers). None on TF (its op scopes name the layers), without a profiler, or under
+    jit_compile, whose torch.compile would trace the hooks into its graph."""
+    layers = spec.layers()
+    if profiler is None or layers is None or settings.jit_compile:
+        return None
+    from workloads.runners.layer_ranges import LayerRanges
+    return LayerRanges({layer.name: model.get_layer(layer.name) for layer in layers
+                        if layer.kind != "loss"})
 
 
 def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, callback) -> None:

@@ -1,0 +1,106 @@
+"""The Dask engine: a LocalCluster started here (`--engine dask`), or a running scheduler joined
+(`--engine tcp://HOST:PORT`, `dask://HOST:PORT`), gapscope's code uploaded to workers that
+lack it. Imported only when --engine names Dask: Dask is an optional extra."""
+from __future__ import annotations
+
+import logging
+import os
+import tempfile
+import zipfile
+from collections.abc import Callable
+from pathlib import Path
+
+from analysis.results.engines.interface import Engine, one_line
+from analysis.results.engines.local import worker_count
+from analysis.results.engines.probe import PACKAGES, ROOT, check_workers, make_probe, reachable
+from profilers.errors import GapscopeInputError
+
+CONNECT_TIMEOUT_S = 10
+
+
+class DaskEngine(Engine):
+    name = "dask"
+
+    def __init__(self, client, cluster=None) -> None:
+        from distributed import as_completed
+        self.client, self.cluster = client, cluster
+        self.workers = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+        self._keys: dict = {}
+        self._done = as_completed()
+
+    @classmethod
+    def open(cls, address: str | None) -> DaskEngine:
+        try:
+            from distributed import Client, LocalCluster
+        except ImportError:
+            raise GapscopeInputError("--engine dask needs Dask: pip install 'gapscope[dask]'") from None
+        if address is None:
+            # One thread a worker: the rank analysis is Python, bound by the GIL.
+            cluster = LocalCluster(n_workers=worker_count(os.cpu_count() or 1), threads_per_worker=1,
+                                   processes=True, dashboard_address=None,
+                                   # its HTTP server (health routes) on a free port, not 8787:
+                                   # no "port in use" warning beside another cluster
+                                   scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
+                                   silence_logs=logging.ERROR)
+            return cls(Client(cluster), cluster)
+        reachable(address, CONNECT_TIMEOUT_S)
+        try:
+            client = Client(address, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as error:
+            raise GapscopeInputError(f"--engine {address}: no Dask scheduler answers "
+                                     f"({one_line(error)})") from None
+        engine = cls(client)
+        try:
+            engine._ready_workers(address)
+        except BaseException:
+            client.close()
+            raise
+        return engine
+
+    def _ready_workers(self, address: str) -> None:
+        """Workers without gapscope get its code as a zip (upload_file); then every worker must
+        run what this process runs."""
+        probe = make_probe()
+        mine = probe()
+        theirs = list(self.client.run(probe).values())
+        if any(w.get("gapscope") is None for w in theirs):
+            with tempfile.TemporaryDirectory() as folder:
+                self.client.upload_file(str(_zip_packages(Path(folder) / "gapscope_code.zip")))
+            theirs = list(self.client.run(probe).values())
+        check_workers(address, mine, theirs)
+
+    def submit(self, key: int, fn: Callable, args: tuple, where: str | None = None) -> None:
+        future = self.client.submit(fn, *args, pure=False)
+        self._keys[future.key] = key
+        self._done.add(future)
+
+    @property
+    def pending(self) -> int:
+        return len(self._keys)
+
+    def next_done(self):
+        future = next(self._done)
+        key = self._keys.pop(future.key)
+        if future.status == "error":
+            return key, None, future.exception()
+        return key, future.result(), None
+
+    def cancel(self) -> None:
+        futures = list(self._done.futures)
+        self._done.clear()
+        self._keys.clear()
+        if futures:
+            self.client.cancel(futures, force=True)
+
+    def close(self) -> None:
+        self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+
+
+def _zip_packages(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
+        for package in PACKAGES:
+            for source in sorted((ROOT / package).rglob("*.py")):
+                archive.write(source, source.relative_to(ROOT).as_posix())
+    return path

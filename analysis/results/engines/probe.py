@@ -1,0 +1,76 @@
+"""What a cluster's workers run gapscope with, checked before any rank is sent: Python, the
+libraries the rank analysis imports, and gapscope's own code (a digest of its sources), each
+against this process's, so a skew is one line and not a traceback from inside a worker."""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from profilers.errors import GapscopeInputError
+
+# The packages a rank's analysis imports: what is shipped to workers that lack gapscope.
+PACKAGES = ("analysis", "profilers")
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def make_probe():
+    """A probe function pickled by value (defined in a call, not importable by name), so it runs
+    on a worker that cannot import gapscope at all."""
+    def probe() -> dict:
+        import hashlib
+        import importlib
+        import importlib.util
+        import sys
+        found = {"python": "%d.%d" % sys.version_info[:2]}
+        for name in ("numpy", "msgspec"):
+            try:
+                found[name] = importlib.import_module(name).__version__
+            except ImportError:
+                found[name] = None
+        import zipfile
+        spec = importlib.util.find_spec("analysis")
+        digest = None
+        if spec is not None and spec.submodule_search_locations:
+            root = Path(list(spec.submodule_search_locations)[0]).parent
+            if zipfile.is_zipfile(root):  # the code as uploaded (Dask's upload_file)
+                with zipfile.ZipFile(root) as archive:
+                    sources = {n: archive.read(n) for n in archive.namelist()
+                               if n.endswith(".py") and n.split("/")[0] in ("analysis", "profilers")}
+            else:
+                sources = {p.relative_to(root).as_posix(): p.read_bytes()
+                           for package in ("analysis", "profilers") for p in (root / package).rglob("*.py")}
+            sha = hashlib.sha256()
+            for name in sorted(sources):
+                sha.update(name.encode() + b"\0" + sources[name])
+            digest = sha.hexdigest()[:16]
+        found["gapscope"] = digest
+        return found
+    return probe
+
+
+def check_workers(address: str, mine: dict, theirs: list[dict]) -> None:
+    """One line naming the first difference between this process and a worker; None passes."""
+    if not theirs:
+        raise GapscopeInputError(f"--engine {address}: the cluster has no workers")
+    for worker in theirs:
+        for name in ("numpy", "msgspec", "gapscope"):
+            if worker.get(name) is None:
+                raise GapscopeInputError(f"--engine {address}: the workers lack {name} "
+                                         f"(install gapscope's dependencies there)")
+        for name, want in mine.items():
+            if worker.get(name) != want:
+                what = "gapscope's code" if name == "gapscope" else name
+                raise GapscopeInputError(f"--engine {address}: version skew: the workers run "
+                                         f"{what} {worker.get(name)}, this process {want}")
+
+
+def reachable(address: str, timeout_s: float) -> None:
+    """A refused or unroutable address said at once, in one line, before a client library spends
+    its whole connect timeout retrying it."""
+    host, _, port = address.partition("://")[2].rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise GapscopeInputError(f"--engine {address}: nothing answers at {host}:{port} "
+                                 f"({reason})") from None

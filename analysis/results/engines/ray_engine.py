@@ -1,0 +1,167 @@
+"""The Ray engine: a local Ray started here (`--engine ray`), the cluster of a `ray job submit`
+(`--engine ray` with RAY_ADDRESS set), or Ray Client (`--engine ray://HOST:PORT`), gapscope's
+code shipped with runtime_env. Imported only when --engine names Ray: Ray is an optional extra."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import secrets
+import shutil
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+
+from analysis.results.engines.interface import Engine, one_line
+from analysis.results.engines.local import worker_count
+from analysis.results.engines.probe import PACKAGES, ROOT, check_workers, make_probe, reachable
+from profilers.errors import GapscopeInputError
+
+CONNECT_TIMEOUT_S = 10
+# One token for every Ray this process starts: Ray's C++ side caches the first it reads.
+_TOKEN = secrets.token_hex(32)
+# A worker process that died is run again by Ray itself, this many times, before the rank fails.
+SYSTEM_RETRIES = 2
+
+
+class RayEngine(Engine):
+    name = "ray"
+
+    def __init__(self, ray, started: bool, temp_dir: str | None, env: dict) -> None:
+        self._ray, self._started, self._temp_dir, self._env = ray, started, temp_dir, env
+        self.workers = int(ray.cluster_resources().get("CPU", 0))
+        self._refs: dict = {}
+        self._remote = {}
+
+    @classmethod
+    def open(cls, address: str | None) -> RayEngine:
+        embedded = address is None and not os.environ.get("RAY_ADDRESS")
+        # Ray reads its authentication mode when imported: set before.
+        saved = _token_env() if embedded else {}
+        try:
+            import ray
+        except ImportError:
+            _restore(saved)
+            raise GapscopeInputError("--engine ray needs Ray: pip install 'gapscope[ray]'") from None
+        quiet = {"include_dashboard": False, "log_to_driver": False,
+                 "logging_level": logging.ERROR}
+        if ray.is_initialized():  # inside a Ray task or a script that started Ray: use it
+            _restore(saved)
+            return cls(ray, False, None, {})
+        if embedded:
+            return cls._start_local(ray, quiet, saved)
+        if address is not None:
+            reachable(address, CONNECT_TIMEOUT_S)
+        shipped = {"py_modules": [str(ROOT / p) for p in PACKAGES]}
+        try:
+            ray.init(address=address or "auto", runtime_env=shipped, **quiet)
+        except (ConnectionError, RuntimeError, TimeoutError) as error:
+            raise GapscopeInputError(f"--engine {address or 'ray'}: cannot join the Ray cluster "
+                                     f"({one_line(error)})") from None
+        engine = cls(ray, True, None, {})
+        try:
+            probe = ray.remote(num_cpus=0)(make_probe())
+            check_workers(address or "ray", make_probe()(), [ray.get(probe.remote())])
+        except BaseException:
+            engine.close()
+            raise
+        return engine
+
+    @classmethod
+    def _start_local(cls, ray, quiet: dict, saved: dict) -> RayEngine:
+        """address="local": a fresh Ray of its own, never one a stale address file names. Its
+        files in a temp folder of its own (short: Ray's socket paths have a length limit)."""
+        try:  # Ray imported before (by the user's code) read the mode then: re-read, as Ray does
+            from ray._raylet import Config
+            Config.initialize("")
+        except (ImportError, AttributeError):
+            pass
+        temp_dir = tempfile.mkdtemp(prefix="gs-ray-", dir="/tmp")
+        try:
+            with _ctrl_c_after():
+                ray.init(address="local", num_cpus=worker_count(os.cpu_count() or 1),
+                         _temp_dir=temp_dir, **quiet)
+            return cls(ray, True, temp_dir, saved)
+        except BaseException:
+            ray.shutdown()
+            _restore(saved)
+            shutil.rmtree(temp_dir, ignore_errors=True)
+            raise
+
+    def submit(self, key: int, fn: Callable, args: tuple, where: str | None = None) -> None:
+        remote = self._remote.get(fn)
+        if remote is None:
+            remote = self._remote[fn] = self._ray.remote(num_cpus=1, max_retries=SYSTEM_RETRIES)(fn)
+        self._refs[remote.remote(*args)] = key
+
+    @property
+    def pending(self) -> int:
+        return len(self._refs)
+
+    def next_done(self):
+        (ref,), _ = self._ray.wait(list(self._refs), num_returns=1)
+        key = self._refs.pop(ref)
+        try:
+            return key, self._ray.get(ref), None
+        except self._ray.exceptions.RayTaskError as error:
+            return key, None, getattr(error, "cause", None) or error
+        except self._ray.exceptions.RayError as error:  # the worker died past its retries
+            return key, None, error
+
+    def cancel(self) -> None:
+        for ref in list(self._refs):
+            try:
+                self._ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - already finished or gone: nothing to stop
+                pass
+        self._refs.clear()
+
+    def close(self) -> None:
+        if self._started:
+            self._ray.shutdown()
+            _restore(self._env)
+        for _ in range(5):  # Ray's processes, stopping, may still write a log or two
+            if not self._temp_dir or not os.path.exists(self._temp_dir):
+                break
+            shutil.rmtree(self._temp_dir, ignore_errors=True)
+            time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _ctrl_c_after():
+    """Ctrl-C held until the block ends: a Ray interrupted halfway through its start leaves its
+    agents running with no raylet to stop them (seen); once started, shutdown stops them all."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pressed = []
+    previous = signal.signal(signal.SIGINT, lambda *_: pressed.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pressed:
+        raise KeyboardInterrupt
+
+
+def _token_env() -> dict:
+    """Ray 2.60 turns token authentication on for a new cluster, writing ~/.ray/auth_token and
+    warning: the token is made here and passed by environment (to Ray's own processes too),
+    unless the user set the mode or token. Returns what it replaced, to restore."""
+    env = {"RAY_AUTH_MODE": os.environ.get("RAY_AUTH_MODE") or "token",
+           "RAY_USAGE_STATS_ENABLED": "0"}
+    if env["RAY_AUTH_MODE"] == "token" and not os.environ.get("RAY_AUTH_TOKEN"):
+        env["RAY_AUTH_TOKEN"] = _TOKEN
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    return saved
+
+
+def _restore(saved: dict) -> None:
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

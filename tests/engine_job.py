@@ -1,0 +1,54 @@
+"""A small synthetic job for the engine tests: four ranks copied from the hand-made sampled-rank
+traces (tests/fixtures/foreign/sampled_ranks, figures worked out in its README), ranks 0-2 from
+rank 0's trace (steps of 1.000 ms), rank 3 from rank 5's (1.100 ms: data load 100 µs longer)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+SAMPLED = Path(__file__).parent / "fixtures" / "foreign" / "sampled_ranks"
+WORLD = 4
+
+
+def make_job(folder: Path, world: int = WORLD) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    fast, slow = sorted(SAMPLED.glob("*.json"))  # worker0, worker5
+    for rank in range(world):
+        doc = json.loads((slow if rank == world - 1 else fast).read_text())
+        doc["distributedInfo"].update(rank=rank, world_size=world)
+        (folder / f"trace_{rank}.pt.trace.json").write_text(json.dumps(doc))
+    return folder
+
+
+def job_json(job) -> str:
+    """The job's JSON as `breakdown --format json` writes it, less the engine that made it."""
+    from analysis.renderers import registry
+    job.engine = None
+    return registry.JOB_BREAKDOWN["json"].render([job])
+
+
+def make_timed_job(root: Path, world: int = WORLD, steps: int = 12) -> Path:
+    """A gapscope job directory of `world` ranks, each with the trace above and a steps.csv of
+    `steps` unprofiled steps whose times differ (1.00-1.04 ms, rank 3's data load 0.1 ms
+    longer), so every bootstrap interval has a width."""
+    fast, slow = sorted(SAMPLED.glob("*.json"))
+    for rank in range(world):
+        folder = root / f"rank{rank}"
+        folder.mkdir(parents=True)
+        doc = json.loads((slow if rank == world - 1 else fast).read_text())
+        doc["distributedInfo"].update(rank=rank, world_size=world)
+        (folder / "w.1.pt.trace.json").write_text(json.dumps(doc))
+        (folder / "manifest.json").write_text(json.dumps({
+            "run_id": f"job-rank{rank}", "status": "complete", "workload": "mlp",
+            "framework": "torch", "variant": "default", "warmup_steps": 0, "rank": rank,
+            "job_id": "job", "world_size": world}))
+        lines = ["step,epoch,warmup,traced,step_ms,data_load_ms,forward_ms,backward_ms,optimizer_ms,loss"]
+        for step in range(steps):
+            load = 0.1 + (0.1 if rank == world - 1 else 0.0) + 0.01 * ((step * 7 + rank * 3) % 5)
+            lines.append(f"{step},0,0,0,{0.9 + load:.3f},{load:.3f},,,,")
+        (folder / "steps.csv").write_text("\n".join(lines) + "\n")
+    (root / "manifest.json").write_text(json.dumps({
+        "run_id": "job", "status": "complete", "workload": "mlp", "framework": "torch",
+        "distributed": {"world_size": world, "backend": "nccl", "ranks": [
+            {"rank": r, "dir": f"rank{r}", "status": "complete"} for r in range(world)]}}))
+    return root

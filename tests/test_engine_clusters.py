@@ -1,0 +1,165 @@
+"""The same job on the local pool, a Dask LocalCluster of two worker processes and a local Ray of
+two CPUs gives byte-identical JSON (less the `engine` entry naming which did the work); a rank
+that always raises on a cluster is a named missing rank there too; a Dask cluster started apart
+whose workers lack gapscope gets its code and gives the same JSON, one whose workers run other
+gapscope code is refused in one line. Each cluster starts once for the module: Dask's in about
+3 s, Ray's in about 10 s on this machine."""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.model.job import load_job
+from analysis.results.distributed_breakdown import job_breakdown
+from analysis.results.engines.choose import using_engine
+from analysis.results.engines.faults import FAULT_ENV
+from analysis.results.engines.local import LocalEngine
+from engine_job import job_json, make_job
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    return make_job(tmp_path_factory.mktemp("clusters") / "job")
+
+
+@pytest.fixture(scope="module")
+def pooled(job):
+    engine = LocalEngine(2)
+    with engine, using_engine(engine):
+        return job_json(job_breakdown(load_job(job)))
+
+
+@pytest.fixture(scope="module", params=["dask", "ray"])
+def cluster(request):
+    pytest.importorskip({"dask": "distributed", "ray": "ray"}[request.param],
+                        reason=f"the {request.param} extra is not installed")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GAPSCOPE_JOB_WORKERS", "2")  # two workers, as on a 2-core CI machine
+        if request.param == "dask":
+            from analysis.results.engines.dask_engine import DaskEngine
+            engine = DaskEngine.open(None)
+        else:
+            from analysis.results.engines.ray_engine import RayEngine
+            engine = RayEngine.open(None)
+    with engine:
+        yield engine
+
+
+def test_a_cluster_gives_the_local_pools_json_byte_for_byte(job, pooled, cluster):
+    with using_engine(cluster):
+        result = job_breakdown(load_job(job))
+    assert result.engine == {"name": cluster.name, "workers": 2}
+    assert job_json(result) == pooled
+    assert json.loads(pooled)["job"]["straggler"]["rank"] == 3
+
+
+def test_a_rank_always_raising_on_a_cluster_is_a_named_missing_rank(job, cluster, monkeypatch):
+    monkeypatch.setenv(FAULT_ENV, "2=raise")
+    with using_engine(cluster, retries=1):
+        result = job_breakdown(load_job(job))
+    assert result.numbers == [0, 1, 3] and not result.complete and result.straggler is None
+    assert any(note.startswith("warning: rank 2 failed to analyse (rank 2: InjectedFault")
+               for note in result.notes), result.notes
+
+
+@contextlib.contextmanager
+def _cluster_apart(code: Path):
+    """A Dask scheduler and one worker started apart, as a user's cluster is, importing from
+    `code` first and run there: the address, while they run."""
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from distributed import Client
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    dask = str(Path(sys.executable).parent / "dask")
+    quiet = {"cwd": code, "env": {**os.environ, "PYTHONPATH": str(code)},
+             "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    started = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                                 "--no-dashboard"], **quiet)]
+    started.append(subprocess.Popen([dask, "worker", address, "--nworkers", "1", "--nthreads", "1",
+                                     "--no-dashboard"], **quiet))
+    try:
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=120)
+        yield address
+    finally:
+        for process in reversed(started):
+            process.terminate()
+            process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def skewed_scheduler(tmp_path_factory):
+    """Workers whose gapscope is another version: a copy of this code with one line added."""
+    code = tmp_path_factory.mktemp("other_gapscope")
+    for package in ("analysis", "profilers"):
+        shutil.copytree(ROOT / package, code / package, ignore=shutil.ignore_patterns("__pycache__"))
+    with open(code / "profilers" / "errors.py", "a") as f:
+        f.write("# another version\n")
+    with _cluster_apart(code) as address:
+        yield address
+
+
+@pytest.fixture(scope="module")
+def bare_scheduler(tmp_path_factory):
+    """Workers without gapscope: the venv's editable install of it taken off their import path
+    (sitecustomize runs after site-packages' .pth files), nothing of it on PYTHONPATH."""
+    code = tmp_path_factory.mktemp("no_gapscope")
+    (code / "sitecustomize.py").write_text(
+        "import sys\n"
+        "sys.meta_path[:] = [f for f in sys.meta_path if 'editable' not in repr(f).lower()]\n")
+    with _cluster_apart(code) as address:
+        yield address
+
+
+def test_workers_without_gapscope_get_its_code_and_give_the_same_json(job, pooled, bare_scheduler):
+    from distributed import Client
+
+    from analysis.results.engines.probe import make_probe
+    from cli import cli
+    with Client(bare_scheduler, timeout=60) as client:
+        assert [w["gapscope"] for w in client.run(make_probe()).values()] == [None]
+    result = CliRunner().invoke(cli, ["breakdown", str(job), "--format", "json",
+                                      "--engine", bare_scheduler])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["job"].pop("engine") == {"name": "dask", "workers": 1}
+    expected = json.loads(pooled)
+    expected["job"].pop("engine")
+    assert doc == expected
+    with Client(bare_scheduler, timeout=60) as client:  # uploaded: the client's very code
+        assert [w["gapscope"] for w in client.run(make_probe()).values()] == [make_probe()()["gapscope"]]
+
+
+def test_a_cluster_running_other_gapscope_code_is_refused_in_one_line(job, skewed_scheduler):
+    from cli import cli
+    result = CliRunner().invoke(cli, ["breakdown", str(job), "--engine", skewed_scheduler])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"--engine {skewed_scheduler}: version skew: the workers run gapscope's code" in lines[0]
+
+
+def test_gapscope_engine_starts_dask_for_the_command_and_stops_it(job, pooled, monkeypatch):
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from cli import cli
+    monkeypatch.setenv("GAPSCOPE_ENGINE", "dask")
+    monkeypatch.setenv("GAPSCOPE_JOB_WORKERS", "2")
+    result = CliRunner().invoke(cli, ["breakdown", str(job), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["job"].pop("engine") == {"name": "dask", "workers": 2}
+    expected = json.loads(pooled)
+    expected["job"].pop("engine")
+    assert doc == expected
