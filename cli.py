@@ -1086,9 +1086,10 @@ def tensorboard(logdir, host, port, torch_tb_profiler):
 @trace_rules_options
 def trace(run, out_file, force, session):
     """Export RUN's trace as Chrome trace-event JSON for chrome://tracing and ui.perfetto.dev:
-    gapscope's steps and one track per phase (the five add up to each step) above the
-    trace's own events. RUN is a run directory, a folder with a trace, or a trace file.
-    An --out ending in .xplane.pb gets an XSpace instead, with the steps and phases as lines
+    gapscope's steps, one track per phase (the five add up to each step) and one of the
+    run's layers (where it names them) above the trace's own events. RUN is a run
+    directory, a folder with a trace, or a trace file.
+    An --out ending in .xplane.pb gets an XSpace instead, with the steps, phases and layers as lines
     above the threads, for XProf's Trace Viewer (TensorBoard's Profile tab lists it under
     <logdir>/<run>/plugins/profile/<session>/). Prints the file written.
 
@@ -1102,6 +1103,7 @@ def trace(run, out_file, force, session):
 
     from analysis.renderers.traces import trace_events, xspace
     from analysis.model.run import load_run
+    from analysis.results.layers import run_layer_spans
     from profilers.run_dir import ensure_out_dir, write_atomic, write_new
     if out_file:
         _refuse_existing(Path(out_file), force)  # before the work, not after it
@@ -1114,9 +1116,10 @@ def trace(run, out_file, force, session):
     _refuse_existing(out, force)
     ensure_out_dir(out.parent)  # one line before the work, as run, matrix and report do
     if out.name.endswith(".xplane.pb"):  # the profile plugin reads the host from the name
-        data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")])
+        data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")],
+                             run_layer_spans(loaded))
     else:
-        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
+        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label, run_layer_spans(loaded))
         data = gzip.compress(text.encode()) if out.name.endswith(".gz") else text.encode()
     # Atomic either way: --force replaces the name (a symlink's target is never written); without
     # it a file that appeared meanwhile is not overwritten.

@@ -13,6 +13,7 @@ from analysis.model.job import is_job, load_job
 from analysis.model.locate import RunPlace
 from analysis.readers.run_dir import find_files
 from analysis.renderers import plots, report_html, report_markdown
+from analysis.report_views import report_views
 from analysis.renderers.report_markdown import ReportContent, ReportRun
 from analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, repeats_by_name, run_label,
                                 unfinished, unique_labels)
@@ -80,12 +81,14 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
                             generated=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                             runs=runs, baseline=base)
     content.jobs_markdown = _jobs_markdown(jobs, complete, [loaded[id(r)] for r in complete])
+    comparison = None
     if measurement:
         progress("comparing the configurations")
-        _compare_measurement(content, measurement)
+        comparison = _compare_measurement(content, measurement)
     elif len(complete) > 1:
         progress("comparing runs")
-        _compare(content, [loaded[id(r)] for r in complete], complete, base)
+        comparison = _compare(content, [loaded[id(r)] for r in complete], complete, base)
+    views = report_views(complete, [loaded[id(r)] for r in complete], comparison)
 
     progress("plotting")
     figures = {}
@@ -96,6 +99,8 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
     if len(complete) > 1:
         figures["ratio"] = plots.speed_ratio([r.label for r in complete],
                                              [r.breakdown for r in complete], base)
+    if views.layers_figure is not None:
+        figures["layers"] = views.layers_figure
     stem = out.with_suffix("")
     images, pngs = [], {}
     for role, fig in figures.items():
@@ -105,6 +110,7 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
         svg.write_bytes(plots.svg_bytes(fig))
         images += [png, svg]
         content.figures[role] = png.name
+    content.views_markdown = views.markdown(content.figures.get("layers"))
 
     progress("writing the report")
     text = report_markdown.render(content)
@@ -159,8 +165,8 @@ def _read_run(entry: RunEntry, source: str, runs: Runs, alone: bool):
                                         [bool(r.get("traced")) for r in run.rows]), run
 
 
-def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], base: int) -> None:
-    """The compare analyzer's table and evidence, baseline first."""
+def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], base: int):
+    """The compare analyzer's table and evidence, baseline first; the comparison, or None."""
     if len(complete) > MAX_COMPARED_RUNS:
         content.comparison_note = (f"{len(complete)} runs: the comparison table is left out above "
                                    f"{MAX_COMPARED_RUNS}; run `gapscope compare` on the runs of interest")
@@ -189,17 +195,21 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
         comparison = compare(explain_all([loaded[base]] + [loaded[i] for i in matching]))
     except GapscopeInputError as exc:
         content.comparison_note = f"no comparison: {exc}"
-        return
+        return None
     content.comparison_markdown = compare_markdown.render(comparison)
+    return comparison
 
 
-def _compare_measurement(content: ReportContent, folder) -> None:
+def _compare_measurement(content: ReportContent, folder):
     from analysis.renderers import compare_markdown
     from analysis.results.measured import compare_measurement
     try:
-        content.comparison_markdown = compare_markdown.render(compare_measurement(folder))
+        comparison = compare_measurement(folder)
     except GapscopeInputError as exc:
         content.comparison_note = f"no comparison: {exc}"
+        return None
+    content.comparison_markdown = compare_markdown.render(comparison)
+    return comparison
 
 
 def _baseline_index(complete: list[ReportRun], baseline: str | None) -> int:

@@ -358,3 +358,69 @@ def test_a_compiled_torch_run_says_why_it_has_no_layers(tmp_path, fixtures_dir):
         "run_id": run.name, "workload": "mlp", "framework": "torch", "variant": "compile",
         "settings": {"compile_mode": "default"}, "status": "complete", "warmup_steps": 0}))
     assert layer_breakdown(load_run(run)).notes == [COMPILED]
+
+
+def test_each_layer_is_marked_with_what_its_fused_ops_fused(torch_run, keras_run):
+    """Issue 31 item 5 / issue 39: Keras on TF runs dense1 (ReLU in the layer, in the spec) as one
+    `_MklNativeFusedMatMul` with bias and ReLU, logits (no activation) as one with its bias;
+    eager torch on the CPU runs addmm and relu apart, so none of its layers is marked. The
+    terminal table marks the layer and says what was fused under it."""
+    keras = {r.name: r.fused for r in layer_breakdown(load_run(keras_run)).rows}
+    assert keras["dense1"].get("forward") == ["dense+bias+ReLU"]
+    assert keras["logits"].get("forward") == ["dense+bias"]
+    assert not keras["loss"]
+    assert all(not r.fused for r in layer_breakdown(load_run(torch_run)).rows)
+    result = CliRunner().invoke(cli, ["breakdown", str(keras_run), "--layers", "-q"])
+    assert result.exit_code in (0, 3), result.output
+    text = " ".join(result.output.split())
+    assert "dense1*" in text and "logits*" in text and "loss*" not in text
+    assert "* fused ops (one op for several): dense1 fwd dense+bias+ReLU, logits fwd dense+bias" in text
+
+
+def test_layers_named_differently_line_up_by_order_and_parameter_counts():
+    """Issue 31 item 1: two runs of one model whose layers carry other names (hand-made: 100 ->
+    64 -> 10, dense 100·64 + 64 = 6,464 and 64·10 + 10 = 650 parameters) line up in order where
+    the parameter counts agree one by one, and say so; a count that differs lines up nothing."""
+    from analysis.measures.layer_flops import layer_params
+    from analysis.renderers.layers_render import render_compare_table
+    from analysis.results.layers import BY_ORDER, NO_LINEUP, layer_pairs
+    from analysis.results.panels.layer_panel import layer_panel
+    assert layer_params(_layer("dense", {"inputs": 100, "units": 64})) == 6464
+    assert layer_params(_layer("conv2d", {"kernel": 3, "in_channels": 3, "out_channels": 8,
+                                          "height": 8, "width": 8})) == 3 * 3 * 3 * 8 + 8
+    assert layer_params(_layer("lstm", {"inputs": 8, "units": 4, "steps": 2})) == 4 * 4 * 12 + 16
+    assert layer_params(_layer("loss", {"loss": "cross_entropy", "outputs": 10})) == 0
+
+    def run(label, names, params, ms):
+        rows = [LayerRow(n, f, 2 * f, params=p) for n, p, f in zip(names, params, ms)]
+        return LayerBreakdown(None, label, rows, {"forward": sum(ms) + 1.0, "backward": 2 * sum(ms) + 1.0}, 4)
+
+    a = run("ours", ["dense1", "logits", "loss"], [6464, 650, 0], [1.0, 0.5, 0.25])
+    b = run("theirs", ["fc1", "fc2", "criterion"], [6464, 650, 0], [3.0, 0.5, 0.25])
+    pairs, by = layer_pairs(a, b)
+    assert by == BY_ORDER and [(x.name, y.name) for x, y in pairs] == [
+        ("dense1", "fc1"), ("logits", "fc2"), ("loss", "criterion")]
+    panel = layer_panel(a, b)
+    assert panel["matched_by"] == BY_ORDER and panel["rows"][0]["name"] == "dense1 = fc1"
+    assert panel["rows"][0]["delta_ms"] == {"forward": 2.0, "backward": 4.0}
+    text = render_compare_table([(a, b)])
+    assert "dense1 = fc1" in text and "lined up by order and parameter counts" in " ".join(text.split())
+    # The cause names the pair: fc1 carries all of forward's traced delta (2 of 2 ms).
+    assert layer_cause(a, b, "forward", 2.0).layer == "dense1 = fc1"
+    other = run("wider", ["fc1", "fc2", "criterion"], [12928, 650, 0], [3.0, 0.5, 0.25])
+    assert layer_pairs(a, other) == ([], None)
+    assert layer_panel(a, other)["note"] == NO_LINEUP
+    assert [r["note"] for r in layer_panel(a, other)["rows"]] == ["not matched"] * 6
+
+
+def test_keras_scopes_that_differ_only_by_a_suffix_are_said_to_be_read_as_one_layer(fixtures_dir):
+    """The seed CNN's Keras XSpace from before layer naming (no `layers` in its manifest): its
+    four convolutions' scopes, as TF wrote them (conv2d_1, conv2d_1_2, conv2d_2_1, conv2d_3_1,
+    taken off the op names by hand), read as one `conv2d`, and a note says so rather than
+    passing the four off as one layer in silence."""
+    layers = layer_breakdown(load_run(fixtures_dir / "cnn_cpu" / "keras"))
+    assert "conv2d" in [r.name for r in layers.rows]
+    said = [n.split(":")[0] for n in layers.notes if n.startswith("layer scopes ")]
+    # Its two dense layers likewise: scope dense_1 the hidden one, dense_1_2 the logits (README).
+    assert said == ["layer scopes conv2d_1, conv2d_1_2, conv2d_2_1, conv2d_3_1 read as one layer 'conv2d'",
+                    "layer scopes dense_1, dense_1_2 read as one layer 'dense'"]

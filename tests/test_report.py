@@ -40,13 +40,14 @@ def test_prints_the_files_it_wrote_and_shows_progress_on_stderr(report):
     written = result.stdout.split()
     names = sorted(p.rsplit("/", 1)[-1] for p in written)
     assert names == sorted(["mlp.md", "mlp.html"] + [f"mlp-{plot}.{ext}" for plot in
-                                                      ("phases", "steps", "ratio") for ext in ("png", "svg")])
+                                                      ("phases", "steps", "ratio", "layers")
+                                                      for ext in ("png", "svg")])
     assert "plotting" in result.stderr
 
 
 def test_plots_are_real_images(report):
     out, _ = report
-    for plot in ("phases", "steps", "ratio"):
+    for plot in ("phases", "steps", "ratio", "layers"):
         png = out.with_name(f"mlp-{plot}.png")
         width, height = _png_size(png)
         assert width >= 800 and height >= 250 and png.stat().st_size > 10_000, (plot, width, height)
@@ -91,7 +92,7 @@ def test_the_ratio_points_the_same_way_as_the_compare_table_under_it(report):
 def test_html_is_self_contained(report):
     out, _ = report
     html = out.with_suffix(".html").read_text()
-    assert html.count("data:image/png;base64,") == 3
+    assert html.count("data:image/png;base64,") == 4
     assert 'src="mlp-' not in html  # nothing links to a file beside it
     assert "<table>" in html and "<h2>Environment</h2>" in html
 
@@ -112,6 +113,45 @@ def test_gapscope_run_directories_and_a_folder_of_runs(torch_run, keras_run, tmp
     from analysis.model.run import load_run
     parts = breakdown(load_run(keras_run)).to_json_dict()["phases"]["other"]["parts"]
     assert parts and all(f"{part} {ms:.3f} ms" in text for part, ms in parts.items())
+
+
+def test_layers_and_compile_sections_hold_the_panels_figures(torch_run, keras_run, tmp_path):
+    """Issues 31 and 32: the report's layers table per run, the two runs' layers lined up by
+    name with their deltas, the per-layer plot, and the Keras run's tf.function compile record
+    (its stages against the measured warm-up), each figure as the panels hold it (the tab's)."""
+    from analysis.model.run import load_run
+    from analysis.results.breakdown import breakdown
+    from analysis.results.layers import layer_breakdown
+    from analysis.results.panels.compile_panel import compile_panel
+    out = tmp_path / "r" / "report.md"
+    result = CliRunner().invoke(cli, ["report", str(torch_run), str(keras_run), "--out", str(out), "-q"])
+    assert result.exit_code == 0, result.output
+    text = out.read_text()
+    assert "## Layers" in text and "(report-layers.png)" in text
+    assert _png_size(out.with_name("report-layers.png"))[0] >= 800
+    rows = {}
+    for run in (torch_run, keras_run):
+        loaded = load_run(run)
+        lb = layer_breakdown(loaded, None, len(breakdown(loaded).steps))
+        assert [r.name for r in lb.rows] == ["dense1", "logits", "loss"]
+        rows[run] = {r.name: r for r in lb.rows}
+        total = lb.phase_ms["forward"] + lb.phase_ms["backward"]
+        for r in lb.rows:
+            share = 100 * round((r.forward_ms + r.backward_ms) / total, 4)
+            assert (f"| {r.name} | {r.forward_ms:.3f} | {r.backward_ms:.3f} | {r.forward_gflop:.4f} | "
+                    f"{r.backward_gflop:.4f} |") in text
+            assert f"| {share:.1f} % | {r.fused_text() or '-'} |" in text
+    assert "Layers matched by name" in text
+    for name in ("dense1", "logits", "loss"):
+        a, b = rows[torch_run][name], rows[keras_run][name]
+        assert (f"| {name} | {a.forward_ms:.3f} | {b.forward_ms:.3f} | {b.forward_ms - a.forward_ms:+.3f} | "
+                f"{a.backward_ms:.3f} | {b.backward_ms:.3f} | {b.backward_ms - a.backward_ms:+.3f} |") in text
+    # Keras' train_step is a tf.function: its traces and stages, each once.
+    why = compile_panel(breakdown(load_run(keras_run)).compile_why)
+    assert "## Compile" in text and why["line"] in text and "train_step traced" in why["line"]
+    for stage in why["stages"]:
+        assert f"| {stage['name']} | {stage['ms']:.3f} |" in text
+    assert f"| measured (warm-up beyond a steady step) | {why['measured_ms']:.3f} |" in text
 
 
 def test_a_failed_run_is_listed_and_exits_1(two_runs, tmp_path):

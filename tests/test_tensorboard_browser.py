@@ -511,6 +511,121 @@ def open_trace_viewer(browser, url: str, session: str) -> dict:
     return shown
 
 
+# Each row of a table of the plugin's page (`selector` names the rows), its cells' text; null
+# while there is none.
+_ROWS = """(doc) => {
+  const rows = [...doc.querySelectorAll(%s)];
+  return rows.length ? rows.map((tr) => [...tr.children].map((td) => td.textContent)) : null;
+}"""
+
+
+def _tick_only(browser, names: list[str]) -> None:
+    """Compare exactly `names`, in that order (the first ticked is the baseline)."""
+    for box in browser.evaluate(_IN_GAPSCOPE % """(doc) => [...doc.querySelectorAll(
+        'input.compare-pick')].filter((b) => b.checked).map((b) => b.dataset.run)"""):
+        browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+            'input.compare-pick[data-run="{box}"]').click()""")
+    for name in names:
+        wait_in_gapscope(browser, f"""(doc) => {{
+          const box = doc.querySelector('input.compare-pick[data-run="{name}"]');
+          if (box && !box.checked) box.click();
+          return box && box.checked;
+        }}""")
+
+
+def _route(url: str, route: str) -> dict:
+    from urllib.request import urlopen
+    with urlopen(f"{url.rstrip('/')}/data/plugin/gapscope/{route}", timeout=120) as answer:
+        return json.loads(answer.read())
+
+
+def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensorboard, logdir,
+                                                                 torch_run, keras_run, artefacts):
+    """Issues 31 and 32: the Layers view draws each layer's figures as /details holds them, and
+    two runs' layers lined up as /compare holds them; the Compile view draws the compiled
+    run's stages, its graph break with reason and line, and the pair's amortisation point."""
+    import shutil
+    from urllib.parse import urlencode
+
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    url = tensorboard[0]
+    views = logdir / "views"  # under its own folder, taken away after: the tests above count runs
+    try:
+        for run in (torch_run, keras_run):
+            shutil.copytree(run, views / run.name)
+        dynamic = {}
+        for variant in ("default", "compile"):
+            outcome = launch(RunSettings("dynamic", "torch", variant=variant, steps=10,
+                                         warmup_steps=3, trace_steps=3), views)
+            assert outcome.status == "complete", outcome.error
+            dynamic[variant] = f"views/{outcome.run_dir.name}"
+        mlp = [f"views/{keras_run.name}", f"views/{torch_run.name}"]
+        open_fresh(browser, url + "#gapscope")
+        wait_in_gapscope(browser, f"""(doc) => !!doc.querySelector('a.run-link[data-run="{mlp[0]}"]')""")
+
+        # One run's layers: every figure of its /details document, the keras run's three layers.
+        browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+            'a.run-link[data-run="{mlp[0]}"]').click()""")
+        panel = _route(url, f"details?run={quote(mlp[0])}")["panels"]["layers"]
+        assert [r["name"] for r in panel["rows"]] == ["dense1", "logits", "loss"]
+        rows = wait_in_gapscope(browser, _ROWS % "'[data-view=layers] tr.layer-row'")
+        expected = [[r["name"], *(fixed(c[k], d) for k, d in (
+            ("forward_ms", 3), ("backward_ms", 3), ("forward_gflop", 4), ("backward_gflop", 4),
+            ("forward_gflops", 1), ("backward_gflops", 1))), f"{fixed(100 * c['share'], 1)} %",
+            c["fused"] or "-"] for r in panel["rows"] for c in r["sides"]]
+        assert rows == expected
+        # Keras fuses dense1's bias and ReLU into its matmul (the spec's activation), logits' bias.
+        assert [row[-1] for row in rows] == ["fwd dense+bias+ReLU", "fwd dense+bias", "-"]
+        outside = wait_in_gapscope(browser, _ROWS % "'[data-view=layers] tr.layers-outside'")
+        assert outside[0][1:3] == [fixed(panel["outside"][0][p]) for p in ("forward", "backward")]
+        # Keras' train_step is a tf.function: its traces, as /details has them.
+        traced = _route(url, f"details?run={quote(mlp[0])}")["panels"]["compile"]
+        line = wait_in_gapscope(browser, "(doc) => doc.querySelector('[data-view=compile] p.compile-line')?.textContent")
+        assert line == traced["line"] and "train_step traced" in line
+
+        # Two runs' layers lined up by name, with the deltas of /compare's document.
+        _tick_only(browser, mlp)
+        pair = _route(url, "compare?" + urlencode([("run", n) for n in mlp]))["panels"][0]["layers"]
+        assert pair["matched_by"] == "name" and all(r["matched"] for r in pair["rows"])
+        rows = wait_in_gapscope(browser, _ROWS % "'[data-view=compare] tr.layer-row'")
+        assert [r[0] for r in rows] == ["dense1", "logits", "loss"]
+        assert [r[1:4] for r in rows] == [
+            [fixed(r["sides"][0]["forward_ms"]), fixed(r["sides"][1]["forward_ms"]),
+             signed(r["delta_ms"]["forward"])] for r in pair["rows"]]
+        assert [r[4:7] for r in rows] == [
+            [fixed(r["sides"][0]["backward_ms"]), fixed(r["sides"][1]["backward_ms"]),
+             signed(r["delta_ms"]["backward"])] for r in pair["rows"]]
+        browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compare] tr.layer-row').scrollIntoView()")
+        screenshot(browser, artefacts, "gapscope-layers-compare")
+
+        # The compiled run: its stages, its graph break's reason and line.
+        browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+            'a.run-link[data-run="{dynamic["compile"]}"]').click()""")
+        why = _route(url, f"details?run={quote(dynamic['compile'])}")["panels"]["compile"]
+        (brk,) = why["graph_breaks"]
+        assert brk["reason"] == "Data-dependent branching" and brk["place"].startswith("dynamic.py:")
+        line = wait_in_gapscope(browser, "(doc) => doc.querySelector('[data-view=compile] p.compile-line')?.textContent")
+        assert line == why["line"]
+        stages = wait_in_gapscope(browser, _ROWS % "'[data-view=compile] tr.compile-stage'")
+        assert [s[:2] for s in stages] == [[s["name"], fixed(s["ms"])] for s in why["stages"]] + \
+            [["unattributed", fixed(why["unattributed_ms"])]]
+        breaks = wait_in_gapscope(browser, _ROWS % "'[data-view=compile] tr.graph-break'")
+        assert breaks == [[brk["reason"], brk["place"], str(brk["times_logged"]), str(brk["first_step"])]]
+        browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compile]').scrollIntoView()")
+        screenshot(browser, artefacts, "gapscope-compile")
+
+        # Eager against compiled: where compiling pays, as /compare says it.
+        _tick_only(browser, [dynamic["default"], dynamic["compile"]])
+        pays = _route(url, "compare?" + urlencode([("run", dynamic["default"]), ("run", dynamic["compile"])]))
+        pays = pays["panels"][0]["compile"]["amortisation"]
+        shown = wait_in_gapscope(browser, "(doc) => doc.querySelector('[data-view=compare] p.amortisation')?.textContent")
+        assert shown == pays["text"] and shown.startswith("amortisation: ")
+        assert_offline_and_clean(browser, url)
+    finally:
+        shutil.rmtree(views, ignore_errors=True)
+
+
 def test_an_ab_folder_opens_as_the_clis_comparison(chromium, ab_folder, tmp_path):
     """Issue 35 item 4: the tab pre-ticked two repeats of one configuration and compared it with
     itself. It ticks two configurations, and shows the verdict lines `compare FOLDER` prints."""

@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from analysis.results.breakdown import breakdown
-from analysis.renderers.traces.trace_events import GAPSCOPE_PID, PHASE_CATEGORY, STEP_CATEGORY
+from analysis.renderers.traces.trace_events import (GAPSCOPE_PID, LAYER_CATEGORY, PHASE_CATEGORY,
+                                                   STEP_CATEGORY)
 from analysis.model.run import load_run
 from cli import cli
 from profilers.phases import PHASES
@@ -40,7 +41,9 @@ def test_phase_tracks_add_up_to_the_steps_and_the_breakdowns_traced_phases(
             assert isinstance(e["tid"], int) and e["dur"] >= 0 and isinstance(e["ts"], (int, float))
     threads = {e["args"]["name"] for e in events
                if e["ph"] == "M" and e["name"] == "thread_name" and e["pid"] == GAPSCOPE_PID}
-    assert threads == {"steps", *PHASES}
+    # The gapscope runs name their layers (a track of them); the hand-made trace has none.
+    layered = which != "fixture"
+    assert threads == {"steps", *PHASES} | ({"layers"} if layered else set())
 
     steps = {e["args"]["step"]: e for e in events if e.get("cat") == STEP_CATEGORY}
     per_step = defaultdict(lambda: dict.fromkeys(PHASES, 0.0))
@@ -62,6 +65,28 @@ def test_phase_tracks_add_up_to_the_steps_and_the_breakdowns_traced_phases(
     # Every original event is there, on a process of its own.
     originals = [e for e in events if e["ph"] == "X" and e["pid"] != GAPSCOPE_PID]
     assert len(originals) == len(run.trace.events)
+    if layered:
+        _layer_track_is_the_layers_table(events, steps, run)
+
+
+def _layer_track_is_the_layers_table(events: list, steps: dict, run) -> None:
+    """Each layer's spans lie inside their step and its phase; per step they add up to what the
+    layers table gives that layer in that phase (its mean over the traced steps)."""
+    from analysis.results.layers import layer_breakdown
+    table = layer_breakdown(run)
+    spans = [e for e in events if e.get("cat") == LAYER_CATEGORY]
+    assert {e["name"] for e in spans} == {r.name for r in table.rows} == {"dense1", "logits", "loss"}
+    phases = [e for e in events if e.get("cat") == PHASE_CATEGORY]
+    summed = defaultdict(float)
+    for e in spans:
+        step = steps[e["args"]["step"]]
+        assert step["ts"] <= e["ts"] and e["ts"] + e["dur"] <= step["ts"] + step["dur"] + 1e-2
+        assert any(p["name"] == e["args"]["phase"] and p["ts"] - 1e-2 <= e["ts"]
+                   and e["ts"] + e["dur"] <= p["ts"] + p["dur"] + 1e-2 for p in phases)
+        summed[e["name"], e["args"]["phase"]] += e["dur"]
+    for r in table.rows:
+        for phase in ("forward", "backward"):
+            assert summed[r.name, phase] / 1000.0 / len(steps) == pytest.approx(r.ms(phase), abs=1e-5)
 
 
 def test_a_run_without_a_trace_is_refused_in_one_line(tmp_path, torch_run):

@@ -125,8 +125,9 @@ def test_a_torch_run_ends_with_its_trace_as_an_xspace(torch_run, exported):
                       for side, pid, tid in [e.track.split("/")] if side == "host")
     assert {name: len(line.events) for name, line in lines.items()
             if name.startswith("thread ")} == dict(threads)
+    # Beside them, gapscope's step, phase and layer lines.
     assert sum(len(line.events) for line in host.lines) == len(run.trace.events) + \
-        len(timeline.steps) + sum(map(len, steps))
+        len(timeline.steps) + sum(map(len, steps)) + len(lines["gapscope layers"].events)
 
 
 def test_the_torch_run_s_breakdown_still_reads_its_kineto_trace(torch_run, exported, tmp_path):
@@ -307,3 +308,28 @@ def test_gapscope_trace_writes_one_for_any_trace(fixtures_dir, tmp_path):
     lines = lines_of(host)
     assert list(lines)[:2] == ["Steps", "gapscope phases"]
     assert named(host, lines["Steps"]) == ["step 1", "step 2"]
+
+
+def test_a_layered_torch_run_has_a_layers_line_below_the_phases(torch_run, exported):
+    """Issue 31: the MLP's layers on a line of their own, each layer's time per phase as the
+    layers table counts it; the reader skips the line (layers are derived from the ops again)."""
+    from analysis.results.layers import layer_breakdown
+    run = load_run(torch_run)
+    host = next(p for p in parse(exported).planes if p.name == "/host:CPU")
+    lines = lines_of(host)
+    assert list(lines)[:3] == ["Steps", "gapscope phases", "gapscope layers"]
+    assert all(name.startswith("thread ") for name in list(lines)[3:])
+    phase_of = {key: meta.name for key, meta in host.stat_metadata.items()}
+    summed = Counter()
+    layer_line = lines["gapscope layers"]
+    for name, event in zip(named(host, layer_line), layer_line.events):
+        stats = {phase_of[s.metadata_id]: s for s in event.stats}
+        summed[name, stats["phase"].str_value] += event.duration_ps / PS
+    table = layer_breakdown(run)
+    assert {name for name, _ in summed} == {r.name for r in table.rows} == {"dense1", "logits", "loss"}
+    for r in table.rows:
+        for phase in ("forward", "backward"):
+            # Each end rounded to the nanosecond: a few ns per span at most.
+            assert summed[r.name, phase] / 1000.0 / table.steps == pytest.approx(r.ms(phase), abs=1e-4)
+    back = read_xplane(exported)
+    assert not {"dense1", "logits", "loss"} & {e.name for e in back.events}

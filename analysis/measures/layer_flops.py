@@ -95,3 +95,20 @@ def _elementwise(forward: int, backward: int):
 _COUNTS = {"conv2d": _conv2d, "dense": _dense, "lstm": _lstm, "maxpool2d": _maxpool2d,
            "flatten": _flatten, "loss": _loss, "batchnorm": _elementwise(8, 8),
            "relu": _elementwise(1, 1), "dropout": _elementwise(2, 1)}
+
+
+def layer_params(layer: dict) -> int:
+    """Weights and biases of a layer from its shapes: conv k·k·in·out + out, dense in·units + units,
+    LSTM 4·units·(in + units) + 4·units (one bias per gate, as Keras; torch keeps two, 4·units
+    more), batch norm 2 per feature (scale and shift; the running statistics are no parameters),
+    none for pooling, flatten, ReLU, dropout and the loss."""
+    kind, d = layer["kind"], layer.get("dims", {})
+    if kind == "conv2d":
+        return d["kernel"] ** 2 * d["in_channels"] * d["out_channels"] + d["out_channels"]
+    if kind == "dense":
+        return d["inputs"] * d["units"] + d["units"]
+    if kind == "lstm":
+        return 4 * d["units"] * (d["inputs"] + d["units"]) + 4 * d["units"]
+    if kind == "batchnorm":
+        return 2 * d["features"]
+    return 0

@@ -11,6 +11,7 @@ from analysis.events import intervals
 from analysis.events.hlo_metadata import HloModules
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
+from analysis.measures.fusion_table import classify
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 from profilers.phases import LOSS_SCOPE
 
@@ -41,6 +42,44 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
                 hlo: HloModules | None = None) -> LayerTimes | None:
     """None where the trace carries no layer: no layer ranges, no layer scopes. `hlo`: the
     run's HLO metadata, through which an XLA-compiled op finds the layers it was made from."""
+    found = _found(trace, timeline, names, hlo)
+    if found is None:
+        return None
+    layers, notes = found
+    order = _inner_first(layers)
+    totals = {name: dict.fromkeys(LAYER_PHASES, 0.0) for name in layers}
+    phase_ms = dict.fromkeys(LAYER_PHASES, 0.0)
+    for step in range(len(timeline.steps)):
+        for phase in LAYER_PHASES:
+            segments, parts = _attributed(layers, order, timeline, step, phase)
+            phase_ms[phase] += intervals.total(segments) / 1000.0
+            for name, own in parts:
+                totals[name][phase] += intervals.total(own) / 1000.0
+    n = len(timeline.steps)
+    ordered = names or list(layers)
+    return LayerTimes({name: {p: totals[name][p] / n for p in LAYER_PHASES}
+                       for name in ordered if name in totals},
+                      {p: ms / n for p, ms in phase_ms.items()}, n, notes)
+
+
+def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
+                hlo: HloModules | None = None) -> list[tuple[float, float, str, str, int]]:
+    """Each stretch of time a layer was given in the traced steps, as layer_times counts it:
+    (start µs, end µs, layer, phase, step index), in time order; [] where the trace names none."""
+    found = _found(trace, timeline, names, hlo)
+    if found is None:
+        return []
+    spans, order = [], _inner_first(found[0])
+    for step in range(len(timeline.steps)):
+        for phase in LAYER_PHASES:
+            for name, own in _attributed(found[0], order, timeline, step, phase)[1]:
+                spans += [(start, end, name, phase, step) for start, end in own]
+    return sorted(spans)
+
+
+def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None,
+           hlo: HloModules | None) -> tuple[dict, list[str]] | None:
+    """Each layer's intervals by phase (the spec's layers only, where names are given), and notes."""
     if not timeline.steps:
         return None
     if trace.source_format == "torch":
@@ -49,30 +88,30 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
         found, notes = _scoped_layers(trace, names, hlo)
     if names:
         found = {name: found[name] for name in names if name in found}
-    if not found:
-        return None
-    # Where layers overlap (nested module ranges, ops on parallel threads), an instant goes to
-    # the layer with less time in all: the inner of two nested ranges. Each instant counts once.
-    order = sorted(found, key=lambda name: sum(intervals.total(v) for v in found[name].values()))
-    totals = {name: dict.fromkeys(LAYER_PHASES, 0.0) for name in found}
-    phase_ms = dict.fromkeys(LAYER_PHASES, 0.0)
-    for step in range(len(timeline.steps)):
-        window = timeline.steps[step]
-        for phase in LAYER_PHASES:
-            segments = [(s, e) for s, e, p in timeline.segments[step] if p == phase]
-            phase_ms[phase] += intervals.total(segments) / 1000.0
-            outside = intervals.subtract([(window.start_us, window.end_us)], segments)
-            taken: list = []
-            for name in order:
-                own = intervals.clip_merged(found[name].get(phase, []), window.start_us, window.end_us)
-                own = intervals.subtract(intervals.subtract(own, outside), taken)
-                totals[name][phase] += intervals.total(own) / 1000.0
-                taken = intervals.merge(taken + own)
-    n = len(timeline.steps)
-    ordered = names or list(found)
-    return LayerTimes({name: {p: totals[name][p] / n for p in LAYER_PHASES}
-                       for name in ordered if name in totals},
-                      {p: ms / n for p, ms in phase_ms.items()}, n, notes)
+    return (found, notes) if found else None
+
+
+def _inner_first(found: dict) -> list[str]:
+    """Where layers overlap (nested module ranges, ops on parallel threads), an instant goes to
+    the layer with less time in all: the inner of two nested ranges, so it is served first."""
+    return sorted(found, key=lambda name: sum(intervals.total(v) for v in found[name].values()))
+
+
+def _attributed(found: dict, order: list[str], timeline: PhaseTimeline, step: int,
+                phase: str) -> tuple[list, list]:
+    """The phase's segments in the step, and each layer's own time inside them, `order` served
+    first (each instant counts once)."""
+    window = timeline.steps[step]
+    segments = [(s, e) for s, e, p in timeline.segments[step] if p == phase]
+    outside = intervals.subtract([(window.start_us, window.end_us)], segments)
+    taken: list = []
+    parts = []
+    for name in order:
+        own = intervals.clip_merged(found[name].get(phase, []), window.start_us, window.end_us)
+        own = intervals.subtract(intervals.subtract(own, outside), taken)
+        parts.append((name, own))
+        taken = intervals.merge(taken + own)
+    return segments, parts
 
 
 def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
@@ -83,22 +122,13 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     right after the node that made the parameter's gradient."""
     columns = trace.columns
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    accumulate = []
-    for e in trace.events:
-        if e.name == _ACCUMULATE_NODE:
-            accumulate.append(e)
-        # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
-        if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
-                and e.name.startswith(LAYER_RANGE_PREFIXES):
-            name = _layer_name(e.name)
-            found[name]["forward"].append((e.start_us, e.end_us))
-            ranges[e.track].append((e.start_us, e.end_us, name))
-    if not found:
+    ranges, starts = _layer_ranges(trace)
+    if not ranges:
         return {}, []
     for track in ranges.values():
-        track.sort()
-    starts = {track: [s for s, _, _ in r] for track, r in ranges.items()}
+        for start, end, name in track:
+            found[name]["forward"].append((start, end))
+    accumulate = [e for e in trace.events if e.name == _ACCUMULATE_NODE]
     made_by: dict[int, str] = {}
     backward_nodes = []
     for row, stats in columns.stats.items():
@@ -135,6 +165,53 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
 
 
+def _layer_ranges(trace: Trace) -> tuple[dict, dict]:
+    """Each host track's layer ranges (start, end, layer) in start order, and their starts."""
+    ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    for e in trace.events:
+        # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
+        if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
+                and e.name.startswith(LAYER_RANGE_PREFIXES):
+            ranges[e.track].append((e.start_us, e.end_us, _layer_name(e.name)))
+    for track in ranges.values():
+        track.sort()
+    return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}
+
+
+def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[str, list[str]]]:
+    """What each layer's fused ops fused (fusion_table), by phase: {"dense1": {"forward":
+    ["dense+bias+ReLU"]}}. TF ops by their layer scope; torch host ops inside a layer's range
+    (forward: torch's backward nodes are no fused ops). Layers without one are left out."""
+    found: dict[str, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    known = set(names or ())
+    kinds: dict[str, object] = {}
+
+    def add(layer: str, phase: str, op_name: str) -> None:
+        if op_name not in kinds:
+            kinds[op_name] = classify(op_name)
+        fused = kinds[op_name]
+        if fused is not None and fused.fuses not in found[layer][phase] and (not known or layer in known):
+            found[layer][phase].append(fused.fuses)
+
+    if trace.source_format == "torch":
+        ranges, starts = _layer_ranges(trace)
+        for e in trace.events:
+            if e.kind == HOST_OP and e.track in ranges:
+                layer = _innermost(ranges[e.track], starts[e.track], e.start_us)
+                if layer is not None:
+                    add(layer, "forward", e.name)
+    else:
+        scopes: dict[str, tuple[str, str] | None] = {}
+        for e in trace.events:
+            if e.kind != HOST_OP or not e.track.startswith("host"):
+                continue
+            if e.name not in scopes:
+                scopes[e.name] = _scope_layer(e.name, known)
+            if scopes[e.name] is not None:
+                add(*scopes[e.name], e.name)
+    return {layer: dict(phases) for layer, phases in found.items() if any(phases.values())}
+
+
 def _layer_name(range_name: str) -> str:
     for prefix in LAYER_RANGE_PREFIXES:
         if range_name.startswith(prefix):
@@ -158,11 +235,13 @@ def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None
     is that layer's forward, `…/gradient_tape/gapscope_forward/<model>/<layer>/…` its backward,
     the `compile_loss` scope is the loss. An XLA op (jit_compile) has no scope in its name
     (`fusion.3`): the HLO metadata's op names of what it was made from give its layer, where
-    they are all of one layer and phase."""
+    they are all of one layer and phase. Without the layers' names, a note where scopes that
+    differ only by a suffix were read as one layer."""
     known = set(names or ())
     layer_of: dict[str, tuple[str, str] | None] = {}
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     across, unknown = set(), set()
+    scopes: dict[str, set[str]] = defaultdict(set)
     for e in trace.events:
         if e.kind != HOST_OP or not e.track.startswith("host"):
             continue
@@ -175,9 +254,13 @@ def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None
             where = layer_of.get(e.name, False)
             if where is False:
                 where = layer_of[e.name] = _scope_layer(e.name, known)
+                if where is not None and not known:
+                    scopes[where[0]].add(_raw_scope(e.name))
         if where is not None:
             found[where[0]][where[1]].append((e.start_us, e.end_us))
-    notes = []
+    notes = [f"layer scopes {', '.join(sorted(raw))} read as one layer {name!r}: TF suffixes a reused "
+             f"scope, Keras a second layer of a kind (dense, dense_1), and without the model's layer "
+             "names gapscope cannot tell which" for name, raw in scopes.items() if len(raw) > 1]
     if across:
         notes.append(f"{len(across)} XLA op(s) fuse ops of several layers ({', '.join(sorted(across)[:3])}"
                      f"{', …' if len(across) > 3 else ''}): their time is outside layers")
@@ -197,6 +280,12 @@ def _xla_layer(hlo: HloModules | None, e, known: set[str], across: set, unknown:
     if len(wheres) > 1:
         across.add(e.hlo_op)
     return next(iter(wheres)) if len(wheres) == 1 else None
+
+
+def _raw_scope(op_name: str) -> str:
+    """The layer scope of an op's name as TF wrote it (`dense_1_2`), before any suffix is cut."""
+    parts = op_name.partition(_TF_FORWARD)[2].split("/")
+    return parts[1] if len(parts) >= 3 else parts[0]
 
 
 def _scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:

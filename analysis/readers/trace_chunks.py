@@ -88,8 +88,8 @@ _RUNTIME_SUFFIXES = ("_runtime", "_driver")
 # annotations are on the device where their process is a "device" one.
 _EXPORTED_DEVICE = {"memcpy": MEMCPY, "memset": MEMSET}
 _EXPORTED_HOST = {"host_op": HOST_OP, "annotation": ANNOTATION, "runtime": RUNTIME, "step": STEP}
-# The export's own steps and phases: derived from the events, so derived again, never read.
-_EXPORT_VIEWS = ("gapscope.step", "gapscope.phase")
+# The export's own steps, phases and layers: derived from the events, so derived again, never read.
+_EXPORT_VIEWS = ("gapscope.step", "gapscope.phase", "gapscope.layer")
 # The kinds a step range comes as: an annotation today, an op (Operator) in the old schema.
 STEP_KINDS = (ANNOTATION, HOST_OP)
 # What a track's events need beyond their columns, decided once per track: a host event may be

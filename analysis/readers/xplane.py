@@ -20,6 +20,8 @@ _TF_FUNCTION_STATS = ("tf_function_call", "tracing_count")
 # phases, and one line per thread of the torch trace, named so. The categories are not kept: the
 # thread's ops are host ops, its CUDA/HIP calls runtime calls (without the correlation ids).
 PHASES_LINE = "gapscope phases"
+# gapscope's layers line: derived from the ops again, never read as events of the trace.
+LAYERS_LINE = "gapscope layers"
 _TORCH_THREAD = re.compile(r"^thread \S+ \(process \S+\)$")
 _TORCH_RUNTIME = ("cuda", "hip")
 _TORCH_SESSION = "PyTorch Profiler"
@@ -179,6 +181,8 @@ def _host_events(plane, origin_ns, groups: dict | None = None):
     for line, xevent, start_us, dur_us in _line_events(plane, origin_ns):
         name = names.get(xevent.metadata_id, "")
         track = f"host/{plane.id}/{line.id}"
+        if line.name == LAYERS_LINE:
+            continue
         torch_thread = torch_view and _TORCH_THREAD.match(line.name)
         if line.name.startswith("tf_data") and name not in _GET_NEXT_OPS:
             # Input-pipeline work on tf.data's own threads overlaps the step; it only

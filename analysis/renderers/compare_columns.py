@@ -1,6 +1,7 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
+from analysis.results.amortisation import compile_behind_line
 from analysis.results.compare import Comparison, IntervalMethod
 from analysis.renderers import evidence_text
 from analysis.renderers.columns import plus_minus, ratio_interval
@@ -90,7 +91,13 @@ def _one_process(comparison: Comparison) -> str | None:
 def _where(pair) -> str:
     """'; 93 % of it in backward (+22.300 ms)': the phase that carries most of the gap, beyond
     noise; with the biggest cause inside it where one is found: '; 78 % of it in forward
-    +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)'."""
+    +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)'. A slower compiled
+    run's graph breaks and recompiles come first."""
+    lead = f"; {compile_behind_line(pair.compile_behind)}" if pair.compile_behind else ""
+    return lead + _leading_phase(pair)
+
+
+def _leading_phase(pair) -> str:
     top = pair.leading_phase
     if top is None:
         return ""
@@ -213,14 +220,21 @@ def phase_device_rows(comparison: Comparison, sep: str = " ") -> tuple[list[str]
     return head, rows
 
 
+def lead_lines(pair) -> list[str]:
+    """The suggestions as printed: a slower compiled run's breaks and recompiles first (what
+    to fix before any variant), then each suggestion."""
+    return ([compile_behind_line(pair.compile_behind)] if pair.compile_behind else []) \
+        + [evidence_text.suggestion(s) for s in pair.suggestions]
+
+
 def evidence_lines(comparison: Comparison) -> list[str]:
     lines = []
     for pair in comparison.pairs:
         lines.append(f"{pair.b_label} vs {pair.a_label}: gap {pair.gap_ms:+.3f} ms per step; "
                      f"the evidence from {TRACED}:")
         lines += [f"  - {evidence_text.sentence(e, pair)}" for e in pair.evidence]
-        if pair.suggestions:
+        if pair.suggestions or pair.compile_behind:
             lines.append(f"suggestions for {pair.b_label if pair.gap_ms > 0 else pair.a_label} "
                          "(hypotheses; --check-suggestions measures them):")
-            lines += [f"  - {evidence_text.suggestion(s)}" for s in pair.suggestions]
+            lines += [f"  - {line}" for line in lead_lines(pair)]
     return lines

@@ -1,6 +1,7 @@
 """A comparison as JSON: both breakdowns, the gap per phase and the evidence as structured fields."""
 from __future__ import annotations
 
+from analysis.results.amortisation import compile_behind_line
 from analysis.results.compare import Comparison
 from analysis.renderers import evidence_text
 from profilers import strict_json
@@ -25,6 +26,8 @@ def document(comparison: Comparison) -> dict:
         if pair.fusion_behind_gap is not None:
             pair_doc["fusion_behind_gap"]["text"] = evidence_text.fusion_cause(
                 pair.fusion_behind_gap, pair.a_label, pair.b_label)
+        if pair.compile_behind is not None:
+            pair_doc["compile_behind"]["text"] = compile_behind_line(pair.compile_behind)
         if pair.faults_behind_gap is not None:
             pair_doc["faults_behind_gap"]["text"] = evidence_text.faults_cause(pair.faults_behind_gap)
     return doc

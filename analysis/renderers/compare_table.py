@@ -64,8 +64,8 @@ def _short(comparison: Comparison) -> str:
                   + "):", hang=4)
         for e in shown:
             page.line(f"  - {cols.evidence_text.sentence(e, pair)}", hang=4)
-        for s in pair.suggestions:
-            page.line(f"  - {cols.evidence_text.suggestion(s)}", hang=4)
+        for line in cols.lead_lines(pair):
+            page.line(f"  - {line}", hang=4)
     page.line(verdicts[-1])
     for warning in comparison.warnings:
         if warning not in comparison.headline:

@@ -2,11 +2,13 @@
 GFLOP/s with the time outside layers; per compared pair, the layers side by side."""
 from __future__ import annotations
 
-from analysis.results.layers import LayerBreakdown, LayerRow, matched_layers
+from analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs,
+                                     pair_name)
 from analysis.renderers.fit import Grid, Page
 
 UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step counted "
                "from the layer's shapes (docs/reference.md, Layers)")
+FUSED_MARK = "*"
 _HEAD = ["layer", "fwd\nms", "bwd\nms", "fwd\nGFLOP", "bwd\nGFLOP", "fwd\nGFLOP/s", "bwd\nGFLOP/s"]
 
 
@@ -23,8 +25,18 @@ def _row(name: str, r: LayerRow) -> list[str]:
             _num(r.backward_gflop), _num(r.gflops("forward"), 1), _num(r.gflops("backward"), 1)]
 
 
+def _marked(r: LayerRow) -> str:
+    """A layer with fused ops gets a mark; the line under the table says what they fused."""
+    return f"{r.name}{FUSED_MARK}" if r.fused_text() else r.name
+
+
+def _fused_line(lb: LayerBreakdown) -> list[str]:
+    found = [f"{r.name} {r.fused_text()}" for r in lb.rows if r.fused_text()]
+    return [f"{lb.label}: {FUSED_MARK} fused ops (one op for several): {', '.join(found)}"] if found else []
+
+
 def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
-    rows = [_row(r.name, r) for r in lb.rows]
+    rows = [_row(_marked(r), r) for r in lb.rows]
     rows.append(["outside layers", _num(lb.outside_ms("forward")), _num(lb.outside_ms("backward")),
                  "", "", "", ""])
     total = LayerRow("phase", lb.phase_ms["forward"], lb.phase_ms["backward"],
@@ -36,9 +48,8 @@ def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
 
 def _compare_rows(a: LayerBreakdown, b: LayerBreakdown) -> list[list[str]]:
     rows = []
-    for name in matched_layers(a, b):
-        ra, rb = a.row(name), b.row(name)
-        rows.append([name, _num(ra.forward_ms), _num(rb.forward_ms),
+    for ra, rb in layer_pairs(a, b)[0]:
+        rows.append([pair_name(ra, rb), _num(ra.forward_ms), _num(rb.forward_ms),
                      _delta(rb.forward_ms - ra.forward_ms), _num(ra.backward_ms), _num(rb.backward_ms),
                      _delta(rb.backward_ms - ra.backward_ms), _num(ra.gflops("backward"), 1),
                      _num(rb.gflops("backward"), 1)])
@@ -56,7 +67,7 @@ def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
 
 
 def _notes(lb: LayerBreakdown) -> list[str]:
-    return [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
+    return _fused_line(lb) + [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
 
 
 def _peak(lb: LayerBreakdown) -> list[str]:
@@ -69,6 +80,11 @@ def _peak(lb: LayerBreakdown) -> list[str]:
         return []
     return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s peak ({lb.peak.get('method')}): "
             + ", ".join(shares)]
+
+
+def _matched_by(a: LayerBreakdown, b: LayerBreakdown, by: str) -> str:
+    return (f"{b.label} vs {a.label}: the layers are named differently; lined up by {by} "
+            "(\"first = second\" names the pair)")
 
 
 def render_table(breakdowns: list[LayerBreakdown]) -> str:
@@ -87,12 +103,14 @@ def render_table(breakdowns: list[LayerBreakdown]) -> str:
 def render_compare_table(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) -> str:
     page = Page()
     for a, b in pairs:
-        if matched_layers(a, b):
+        pairs, by = layer_pairs(a, b)
+        if pairs:
             page.table(Grid(f"gapscope layers: {b.label} vs {a.label}", _compare_head(a, b, "\n"),
                             _compare_rows(a, b), [3, 3, 2]))
+            if by != BY_NAME:
+                page.line(_matched_by(a, b, by))
         else:
-            page.line(f"{b.label} vs {a.label}: no layers to line up (neither the same names "
-                      "nor layers in both traces)")
+            page.line(f"{b.label} vs {a.label}: {NO_LINEUP}")
         for note in _notes(a) + _notes(b):
             page.line(note)
     page.line(UNIT_FOOTER)
@@ -119,9 +137,12 @@ def render_compare_markdown(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) 
     lines = []
     for a, b in pairs:
         lines += [f"### Layers: {b.label} vs {a.label}", ""]
-        if matched_layers(a, b):
+        pairs, by = layer_pairs(a, b)
+        if pairs:
             lines += _markdown(_compare_head(a, b, " "), _compare_rows(a, b)) + [""]
+            if by != BY_NAME:
+                lines.append(f"- {_matched_by(a, b, by)}")
         else:
-            lines.append("- no layers to line up (neither the same names nor layers in both traces)")
+            lines.append(f"- {NO_LINEUP}")
         lines += [f"- {note}" for note in _notes(a) + _notes(b)]
     return "\n".join(lines + ["", UNIT_FOOTER, ""])

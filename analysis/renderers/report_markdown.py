@@ -33,6 +33,7 @@ class ReportContent:
     comparison_note: str | None = None
     notes: list[str] = field(default_factory=list)
     jobs_markdown: list[str] = field(default_factory=list)  # per distributed job: ranks, scaling
+    views_markdown: list[str] = field(default_factory=list)  # the layers and compile sections' lines
 
     @property
     def complete(self) -> list[ReportRun]:
@@ -69,6 +70,7 @@ def render(content: ReportContent) -> str:
             lines += [content.comparison_markdown.rstrip(), ""]
         if content.comparison_note:
             lines += [f"_{content.comparison_note}_", ""]
+    lines += content.views_markdown
     problems = [r for r in content.runs if r.breakdown is None]
     if problems:
         lines += ["## Runs without results", ""]

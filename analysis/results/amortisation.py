@@ -1,9 +1,12 @@
 """When compiling pays: the compiled run's extra one-time cost ÷ its per-step gain over the eager
-run (the amortisation point), or why it never does (its graph breaks and recompiles)."""
+run (the amortisation point), or why it never does (its graph breaks and recompiles); and a slower
+compiled run's breaks and recompiles, the line compare leads with."""
 from __future__ import annotations
 
 import math
+import os
 
+from analysis.results.compile_why import short_reason
 from analysis.results.records import Breakdown
 
 # Variants that compile the step (torch.compile, XLA for Keras and the raw TF loop, CUDA graphs,
@@ -58,3 +61,37 @@ def amortisation_line(f: dict) -> str:
     if f.get("guard_ms_per_step"):
         reasons.append(f"Dynamo guards {f['guard_ms_per_step']:.3f} ms a step")
     return text + (": " + ", ".join(reasons) if reasons else "")
+
+
+def compile_behind(a: Breakdown, b: Breakdown, gap_ms: float) -> dict | None:
+    """Where the compiled side of an eager/compiled pair is the slower one (gap_ms: b − a, beyond
+    noise) and its compile record holds graph breaks or recompiles: their counts and the first
+    of each with its reason and source line, the first thing to fix; None otherwise."""
+    if is_compiled(a) == is_compiled(b) or not gap_ms:
+        return None
+    compiled = a if is_compiled(a) else b
+    if (gap_ms > 0) != (compiled is b):
+        return None
+    why = compiled.compile_why
+    if why is None or not (why.graph_breaks or why.recompiles):
+        return None
+    first_break = why.graph_breaks[0] if why.graph_breaks else None
+    first_recompile = why.recompiles[0] if why.recompiles else None
+    return {"run": compiled.name, "graph_breaks": len(why.graph_breaks),
+            "recompiles": len(why.recompiles), "graphs": len(why.graphs),
+            "first_break": first_break and f"{short_reason(first_break)} at {first_break.place}",
+            "first_recompile": first_recompile and (
+                f"{first_recompile.guard} in {first_recompile.function}"
+                + (f" at {os.path.basename(first_recompile.file)}:{first_recompile.line}"
+                   if first_recompile.file else ""))}
+
+
+def compile_behind_line(f: dict) -> str:
+    """"mlp torch compile breaks its graph: 1 graph break (first: Data-dependent branching at
+    dynamic.py:24), 0 recompiles": the one line the headline and the suggestions lead with."""
+    parts = []
+    for key, noun, first in (("graph_breaks", "graph break", "first_break"),
+                             ("recompiles", "recompile", "first_recompile")):
+        n = f[key]
+        parts.append(f"{n} {noun}{'' if n == 1 else 's'}" + (f" (first: {f[first]})" if f[first] else ""))
+    return f"{f['run']} is compiled and slower: " + ", ".join(parts)

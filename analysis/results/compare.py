@@ -12,7 +12,7 @@ from analysis.measures import page_faults
 from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.measures.fusion import fused_apart, summary as fusion_summary
-from analysis.results.amortisation import amortisation
+from analysis.results.amortisation import amortisation, compile_behind
 from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
 from analysis.results.layers import LayerCause, layer_cause
 from analysis.results.explain import RunExplanation
@@ -105,6 +105,8 @@ class PairComparison:
     # A side's step time cannot be trusted (a busy machine, steps in two levels).
     untrusted: bool = False
     layer: LayerCause | None = None  # the layer carrying >= 40 % of the leading phase's delta
+    # The compiled side is the slower: its graph breaks and recompiles (amortisation.compile_behind).
+    compile_behind: dict | None = None
 
     @property
     def leading_phase(self) -> PhaseGap | None:
@@ -183,7 +185,9 @@ class PairComparison:
                 # The page faults the headline names beside the cause (their facts are in evidence).
                 "faults_behind_gap": None if self.faults_behind_gap is None else {
                     "delta_ms": self.faults_behind_gap.delta_ms,
-                    "share_of_gap": self.faults_behind_gap.share_of_gap}}
+                    "share_of_gap": self.faults_behind_gap.share_of_gap},
+                # Only where a slower compiled side breaks its graph or recompiles.
+                **({"compile_behind": self.compile_behind} if self.compile_behind else {})}
 
 
 @dataclass
@@ -346,6 +350,8 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
     pair.untrusted = any(x.reliability_warnings or x.busy_load for side in sides for x in side)
     pair.suggestions = _suggestions(pair, a, b)
+    if not (pair.untrusted or pair.within_noise):  # "slower" is a fact only then
+        pair.compile_behind = compile_behind(a.breakdown, b.breakdown, gap)
     leading = pair.leading_phase
     if leading is not None:
         pair.cause = biggest_cause(a, b, leading.phase, leading.delta_ms)

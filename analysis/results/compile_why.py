@@ -87,7 +87,7 @@ class CompileWhy:
         stages = [f"{STAGE_NAMES[s]} {_s(ms)}" for s, ms in self.stages_ms.items() if ms > 0]
         if self.unattributed_ms is not None:
             stages.append(f"unattributed {_s(self.unattributed_ms)}")
-        breaks = ", ".join(f"{_short(b)} at {b.place}" for b in self.graph_breaks)
+        breaks = ", ".join(f"{short_reason(b)} at {b.place}" for b in self.graph_breaks)
         guards = ", ".join(f"{r.guard} in {r.function}" for r in self.recompiles[:3]) + \
             (", …" if len(self.recompiles) > 3 else "")
         if self.tf_traces:
@@ -268,7 +268,8 @@ def unseen_lines(compiles: list[dict], records: dict) -> list[str]:
     return lines
 
 
-def _short(b: GraphBreak) -> str:
+def short_reason(b: GraphBreak) -> str:
+    """The reason a break reads by: the explanation where the reason is Dynamo's generic one."""
     text = b.explanation if _GENERIC_REASON.match(b.reason) and b.explanation else b.reason
     text = text.split(". ")[0].rstrip(".")
     return text if len(text) <= _REASON_CHARS else text[:_REASON_CHARS - 1] + "…"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from analysis.measures.layer_flops import layer_flops
-from analysis.measures.layer_times import LAYER_PHASES, layer_times
+from analysis.measures.layer_flops import layer_flops, layer_params
+from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.model.run import Run
 
 # A layer is named as the cause of a phase's delta where it carries at least this share of it.
@@ -28,12 +28,20 @@ class LayerRow:
     backward_ms: float
     forward_gflop: float | None = None   # per step (one batch); None where no rule counts it
     backward_gflop: float | None = None
+    # What its fused ops fused, by phase ({"forward": ["dense+bias+ReLU"]}); {} where none.
+    fused: dict[str, list[str]] = field(default_factory=dict)
+    params: int | None = None   # weights and biases, from the spec's shapes; None without one
 
     def ms(self, phase: str) -> float:
         return getattr(self, f"{phase}_ms")
 
     def gflop(self, phase: str) -> float | None:
         return getattr(self, f"{phase}_gflop")
+
+    def fused_text(self) -> str:
+        """"fwd dense+bias+ReLU; bwd conv filter gradient+bias gradient"; "" where none."""
+        return "; ".join(f"{phase[:3].replace('bac', 'bwd').replace('for', 'fwd')} {', '.join(kinds)}"
+                         for phase, kinds in self.fused.items() if kinds)
 
     def gflops(self, phase: str) -> float | None:
         """Achieved GFLOP/s in a phase; None without a count or without time."""
@@ -97,7 +105,8 @@ class LayerBreakdown:
     @classmethod
     def from_json_dict(cls, d: dict) -> "LayerBreakdown":
         rows = [LayerRow(r["name"], r["forward_ms"], r["backward_ms"], r.get("forward_gflop"),
-                         r.get("backward_gflop")) for r in d["layers"]]
+                         r.get("backward_gflop"), dict(r.get("fused") or {}), r.get("params"))
+                for r in d["layers"]]
         return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
                    d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"))
 
@@ -144,13 +153,15 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     if per_call > 1 and updates and updates != found.steps:
         found = _per_update(found, updates)
     by_name = {s["name"]: s for s in specs or ()}
+    fused = layer_fused(run.trace, names)
     rows, notes = [], list(found.notes)
     for name, times in found.layers.items():
         spec = by_name.get(name)
         flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
         rows.append(LayerRow(name, round(times["forward"], _DIGITS), round(times["backward"], _DIGITS),
                              flops and round(flops.forward / 1e9, _DIGITS),
-                             flops and round(flops.backward / 1e9, _DIGITS)))
+                             flops and round(flops.backward / 1e9, _DIGITS), fused.get(name, {}),
+                             layer_params(spec) if spec else None))
     if not specs:
         notes.append("layer names from the trace; no layer shapes, so no FLOPs")
     if run.manifest.get("framework") in ("keras", "tf"):
@@ -160,6 +171,15 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
     return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
                           peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")})
+
+
+def run_layer_spans(run: Run) -> list[tuple[float, float, str, str, int]]:
+    """The run's layer spans in its traced steps (the spec's layers, where the manifest names
+    them), as the layers table counts them; [] where the trace names none."""
+    if run.trace is None:
+        return []
+    specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
+    return layer_spans(run.trace, run.timeline, [s["name"] for s in specs] if specs else None, run.hlo)
 
 
 @dataclass
@@ -191,13 +211,38 @@ class LayerCause:
                 "a_gflops": _round(self.a_gflops), "b_gflops": _round(self.b_gflops)}
 
 
-def matched_layers(a: LayerBreakdown | None, b: LayerBreakdown | None) -> list[str]:
-    """Layer names both runs have, in the first run's order (the spec gives both one naming).
-    Runs without one naming (foreign traces of different models) line up no layer."""
+BY_NAME, BY_ORDER = "name", "order and parameter counts"
+NO_LINEUP = ("no layers to line up (neither the same names nor, in the same order, the same "
+             "parameter counts)")
+
+
+def layer_pairs(a: LayerBreakdown | None,
+                b: LayerBreakdown | None) -> tuple[list[tuple[LayerRow, LayerRow]], str | None]:
+    """The two runs' layers lined up, and how: by name where they share names (the spec gives
+    gapscope's runs one naming), in the first run's order; else, where both have as many
+    layers with parameter counts that agree one by one in order, by order (a model named
+    differently); else none (None)."""
     if not a or not b:
-        return []
-    theirs = {r.name for r in b.rows}
-    return [r.name for r in a.rows if r.name in theirs]
+        return [], None
+    theirs = {r.name: r for r in b.rows}
+    by_name = [(r, theirs[r.name]) for r in a.rows if r.name in theirs]
+    if by_name:
+        return by_name, BY_NAME
+    weighted = [r for r in a.rows if r.params], [r for r in b.rows if r.params]
+    if (len(a.rows) == len(b.rows) and weighted[0] and len(weighted[0]) == len(weighted[1])
+            and all(ra.params == rb.params for ra, rb in zip(a.rows, b.rows))):
+        return list(zip(a.rows, b.rows)), BY_ORDER
+    return [], None
+
+
+def pair_name(ra: LayerRow, rb: LayerRow) -> str:
+    """One name for a lined-up pair: both where they differ ("dense1 = fc1")."""
+    return ra.name if ra.name == rb.name else f"{ra.name} = {rb.name}"
+
+
+def matched_layers(a: LayerBreakdown | None, b: LayerBreakdown | None) -> list[str]:
+    """The lined-up layers' names (layer_pairs), in the first run's order."""
+    return [pair_name(ra, rb) for ra, rb in layer_pairs(a, b)[0]]
 
 
 def layer_cause(a: LayerBreakdown | None, b: LayerBreakdown | None, phase: str,
@@ -206,19 +251,19 @@ def layer_cause(a: LayerBreakdown | None, b: LayerBreakdown | None, phase: str,
     least LAYER_CAUSE_SHARE of the phase's delta in the traced steps (the breakdown's delta is
     compensated for the profiler's cost; the layers' times are traced, so both sides of the
     share come from the traced steps). None where the traced delta points the other way."""
-    if phase not in LAYER_PHASES or not phase_delta_ms or not matched_layers(a, b):
+    pairs, _ = layer_pairs(a, b)
+    if phase not in LAYER_PHASES or not phase_delta_ms or not pairs:
         return None
     traced = b.phase_ms[phase] - a.phase_ms[phase]
     if traced * phase_delta_ms <= 0:
         return None
     best = None
-    for name in matched_layers(a, b):
-        ra, rb = a.row(name), b.row(name)
+    for ra, rb in pairs:
         delta = rb.ms(phase) - ra.ms(phase)
         if delta * traced > 0 and (best is None or abs(delta) > abs(best[0])):
             best = (delta, ra, rb)
     if best is None or abs(best[0]) < LAYER_CAUSE_SHARE * abs(traced):
         return None
     _, ra, rb = best
-    return LayerCause(phase, phase_delta_ms, traced, ra.name, ra.ms(phase), rb.ms(phase),
+    return LayerCause(phase, phase_delta_ms, traced, pair_name(ra, rb), ra.ms(phase), rb.ms(phase),
                       ra.gflops(phase), rb.gflops(phase))

@@ -11,6 +11,7 @@ from analysis.readers import safe_files
 from analysis.readers.run_dir import exported_xspace_dir
 from analysis.renderers.traces import xspace
 from analysis.model.run import Run
+from analysis.results.layers import run_layer_spans
 from profilers.run_dir import write_atomic
 
 
@@ -22,7 +23,7 @@ def write_xspace(run: Run) -> Path | None:
     if run.trace_file in run.located.torch_traces:
         # The plugin reads the host from the file name: the part before ".xplane.pb".
         host = re.sub(r"[^\w.-]", "_", str(run.manifest.get("host") or socket.gethostname()))
-        data = xspace.render(run.trace, run.timeline, host)
+        data = xspace.render(run.trace, run.timeline, host, run_layer_spans(run))
     elif run.timeline.steps:
         # A session of its own beside TF's: the profiler's file stays as it wrote it.
         host = run.trace_file.name[:-len(".xplane.pb")]

@@ -1,5 +1,6 @@
-"""A trace as Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): gapscope's steps and
-one track per phase above the original events, from the phase timeline every analyser reads."""
+"""A trace as Chrome trace-event JSON (chrome://tracing, ui.perfetto.dev): gapscope's steps, one
+track per phase and, where the run names layers, a track of its layers above the original
+events, from the phase timeline every analyser reads."""
 from __future__ import annotations
 
 from analysis.events.timeline import PhaseTimeline
@@ -11,19 +12,24 @@ from profilers.phases import PHASES
 GAPSCOPE_PID = 0
 STEPS_TID = 0
 PHASE_TIDS = {phase: i for i, phase in enumerate(PHASES, start=1)}
-STEP_CATEGORY, PHASE_CATEGORY = "gapscope.step", "gapscope.phase"
+STEP_CATEGORY, PHASE_CATEGORY, LAYER_CATEGORY = "gapscope.step", "gapscope.phase", "gapscope.layer"
+# Below the phases: each layer's time as the layers table counts it (analysis.measures.layer_times).
+LAYERS_TID = len(PHASES) + 1
 # Facts of the neutral event model worth seeing when an event is clicked.
 _ARGS = ("step_num", "correlation", "nbytes", "hlo_op", "hlo_module")
 
 
-def render(trace: Trace, timeline: PhaseTimeline, title: str) -> str:
-    return strict_json.dumps(document(trace, timeline, title), separators=(",", ":"))
+def render(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | None = None) -> str:
+    return strict_json.dumps(document(trace, timeline, title, layers), separators=(",", ":"))
 
 
-def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:
-    """`traceEvents` (complete "X" events, "M" names), times in µs as recorded."""
-    events = _names(GAPSCOPE_PID, f"gapscope phases: {title}", -1,
-                    {STEPS_TID: "steps", **{tid: phase for phase, tid in PHASE_TIDS.items()}})
+def document(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | None = None) -> dict:
+    """`traceEvents` (complete "X" events, "M" names), times in µs as recorded. `layers`: the
+    run's layer spans (layer_times.layer_spans), a track of their own where there are any."""
+    threads = {STEPS_TID: "steps", **{tid: phase for phase, tid in PHASE_TIDS.items()}}
+    if layers:
+        threads[LAYERS_TID] = "layers"
+    events = _names(GAPSCOPE_PID, f"gapscope phases: {title}", -1, threads)
     for index, step in enumerate(timeline.steps):
         number = timeline.step_number(index)
         events.append(_complete(f"step {number}", STEP_CATEGORY, GAPSCOPE_PID, STEPS_TID,
@@ -31,6 +37,9 @@ def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:
         for start, end, phase in timeline.covering(index):
             events.append(_complete(phase, PHASE_CATEGORY, GAPSCOPE_PID, PHASE_TIDS[phase],
                                     start, end - start, {"step": number}))
+    for start, end, layer, phase, index in layers or ():
+        events.append(_complete(layer, LAYER_CATEGORY, GAPSCOPE_PID, LAYERS_TID, start, end - start,
+                                {"step": timeline.step_number(index), "phase": phase}))
     events += _original(trace)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": trace.path, "format": trace.source_format,

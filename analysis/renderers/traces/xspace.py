@@ -1,6 +1,7 @@
-"""A trace as an XSpace (.xplane.pb) for XProf's Trace Viewer: gapscope's steps and phases as the
-first lines of the host plane, above one line per thread of the trace; device streams on a plane
-per GPU. A TF profiler's own XSpace gets the same two lines added."""
+"""A trace as an XSpace (.xplane.pb) for XProf's Trace Viewer: gapscope's steps and phases (and
+its layers, where the run names them) as the first lines of the host plane, above one line per
+thread of the trace; device streams on a plane per GPU. A TF profiler's own XSpace gets the step
+and phase lines added."""
 from __future__ import annotations
 
 import math
@@ -9,7 +10,7 @@ import numpy as np
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import Trace
-from analysis.readers.xplane import PHASES_LINE  # how the reader knows such a file again
+from analysis.readers.xplane import LAYERS_LINE, PHASES_LINE  # how the reader knows such a file again
 from analysis.readers.xplane_proto import PlaneBuilder, xplane_pb2
 
 # XProf's trace viewer shows the host threads of the plane named so, and GPUs from planes named
@@ -19,7 +20,7 @@ GPU_PLANE = "/device:GPU:{}"
 # XProf orders the host plane's lines by id: gapscope's come first, so they sit above the ops.
 # "Steps" is the name XProf gives the step line it derives on device planes.
 STEPS_LINE = "Steps"
-STEPS_ID, PHASES_ID = 1, 2
+STEPS_ID, PHASES_ID, LAYERS_ID = 1, 2, 3
 STEP_STAT = "step"
 # What makes an event a step marker for XProf's step analysis (the Overview page's step times),
 # as TF's own `train` TraceMe writes it: a root event (`_r`) carrying its step number. XProf only
@@ -31,9 +32,10 @@ ROOT_STAT, STEP_NUM_STAT = "_r", "step_num"
 NS_PER_US, PS_PER_NS = 1_000, 1_000
 
 
-def render(trace: Trace, timeline: PhaseTimeline, hostname: str) -> bytes:
+def render(trace: Trace, timeline: PhaseTimeline, hostname: str, layers: list | None = None) -> bytes:
     """Times count from the trace's first whole microsecond: XProf adds an event's picoseconds to
-    its line's nanoseconds in 64 bits, which absolute epoch times would overflow."""
+    its line's nanoseconds in 64 bits, which absolute epoch times would overflow. `layers`: the
+    run's layer spans (layer_times.layer_spans), a line below the phases where there are any."""
     space = xplane_pb2().XSpace()
     space.hostnames.append(hostname)
     columns = trace.columns
@@ -41,7 +43,9 @@ def render(trace: Trace, timeline: PhaseTimeline, hostname: str) -> bytes:
     host = PlaneBuilder(space.planes.add(id=0, name=HOST_PLANE))
     if timeline.steps:
         _phase_lines(host, timeline, origin_us, (STEPS_ID, PHASES_ID))
-    lines = _trace_lines(space, host, trace, origin_us)
+    if timeline.steps and layers:
+        _layer_line(host, timeline, layers, origin_us)
+    lines = _trace_lines(space, host, trace, origin_us, LAYERS_ID if timeline.steps and layers else PHASES_ID)
     _mark_steps(host, lines, timeline, origin_us)
     return space.SerializeToString()
 
@@ -89,6 +93,18 @@ def _phase_lines(host: PlaneBuilder, timeline: PhaseTimeline, origin_us: float,
             add(phases, phase, start, end, number)
 
 
+def _layer_line(host: PlaneBuilder, timeline: PhaseTimeline, layers: list, origin_us: float) -> None:
+    """Each layer's spans on one line, with their step and phase as stats."""
+    line = host.plane.lines.add(id=LAYERS_ID, name=LAYERS_LINE)
+    step_stat, phase_stat = host.stat(STEP_STAT), host.stat("phase")
+    for start_us, end_us, layer, phase, index in layers:
+        start, end = int(_ps(start_us, origin_us)), int(_ps(end_us, origin_us))
+        event = line.events.add(metadata_id=host.event_meta(layer), offset_ps=start,
+                                duration_ps=end - start)
+        event.stats.add(metadata_id=step_stat, int64_value=timeline.step_number(index))
+        event.stats.add(metadata_id=phase_stat, str_value=phase)
+
+
 def _mark_steps(host: PlaneBuilder, lines: dict, timeline: PhaseTimeline, origin_us: float) -> None:
     """The trace's own step events (ProfilerStep#N) as XProf's step markers, so its Overview
     and input-pipeline pages measure steps instead of saying "No step marker observed"."""
@@ -111,11 +127,11 @@ def _ps(t_us, origin_us: float):
     return np.rint((t_us - origin_us) * NS_PER_US).astype(np.int64) * PS_PER_NS
 
 
-def _trace_lines(space, host: PlaneBuilder, trace: Trace, origin_us: float) -> dict:
+def _trace_lines(space, host: PlaneBuilder, trace: Trace, origin_us: float, last_own_id: int) -> dict:
     """Every event of the trace on the line of its track ("host/<pid>/<tid>": a thread of the
     host plane; "device/<device>/<stream>": a stream of that GPU's plane), returned by track.
     Works on the columns, a line at a time, with no object per event: a large trace holds
-    millions."""
+    millions. The threads' lines are numbered after gapscope's own (`last_own_id`)."""
     columns = trace.columns
     starts = _ps(columns.start_us, origin_us)
     ends = _ps(columns.start_us + columns.dur_us, origin_us)
@@ -137,7 +153,7 @@ def _trace_lines(space, host: PlaneBuilder, trace: Trace, origin_us: float) -> d
         if side == "host":
             plane, threads = host, threads + 1
             # No "/" in the name: XProf groups lines named "<pool>/<n>" into thread pools.
-            line = host.plane.lines.add(id=PHASES_ID + threads,
+            line = host.plane.lines.add(id=last_own_id + threads,
                                         name=f"thread {thread} (process {process})")
         else:
             if process not in gpus:

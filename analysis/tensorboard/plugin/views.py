@@ -15,6 +15,9 @@ from analysis.results.breakdown import breakdown
 from analysis.results.compare import compare
 from analysis.results.explain import RunExplanation, explain
 from analysis.results.measured import compare_measurement
+from analysis.results.panels.compile_panel import compile_panel
+from analysis.results.panels.layer_panel import layer_panel
+from analysis.results.panels.pair_panels import pair_panels
 from analysis.renderers import compare_json
 from analysis.renderers.compare_columns import verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
@@ -195,6 +198,9 @@ class Views:
             explained = a.explanation.to_json_dict()
             document.update({k: explained[k] for k in
                              ("kernels", "attribution", "compile", "transfers", "resources")})
+            # The layers and compile views' figures, as the report has them.
+            document["panels"] = {"layers": layer_panel(a.explanation.layers),
+                                  "compile": compile_panel(a.explanation.breakdown.compile_why)}
         return document
 
     def compare(self, names: list[str]) -> dict:
@@ -210,7 +216,7 @@ class Views:
                     comparison = compare_measurement(folder)
             except GapscopeInputError as exc:
                 return {"error": one_line(exc)}
-            return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison)}
+            return _compared(comparison)
         explanations = []
         with self._lock:
             every = {name: self._analysed(name, entry) for name, entry in find_runs(self.logdir).items()}
@@ -233,8 +239,7 @@ class Views:
             comparison = compare(explanations)
         except GapscopeInputError as exc:
             return {"error": one_line(exc)}
-        # The CLI's own verdict lines ("... is 1.30x slower ...", "within noise").
-        return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison)}
+        return _compared(comparison)
 
     def _one_measurement(self, names: list[str]) -> Path | None:
         """The A/B folder that holds every run named, where they are runs of two or more of its
@@ -271,6 +276,13 @@ class Views:
                 a.problem = _problem(name, exc)
         self._cache[name] = a
         return a
+
+
+def _compared(comparison) -> dict:
+    """The compare JSON, the CLI's own verdict lines ("... is 1.30x slower ...", "within noise")
+    and each pair's layers and compile views."""
+    return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison),
+            "panels": pair_panels(comparison)}
 
 
 def _measurement_configs(entries) -> dict[Path, tuple[Path, str]]:

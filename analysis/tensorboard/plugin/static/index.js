@@ -2,6 +2,8 @@
 // compare: the CLI's analysers, serialised on the server) as tables and hand-written SVG.
 // No library and no request outside the plugin, so it renders on a machine without internet.
 
+import {pairPanels, panelSections} from './panels.js';
+
 const SVG_NS = 'http://www.w3.org/2000/svg';
 const KIND_COLOURS = {'warm-up': '#999999', 'traced': '#D55E00', 'unprofiled': '#0072B2'};
 const state = {doc: null, selected: null, compared: [], root: null, scale: null, pendingTimer: null};
@@ -78,7 +80,7 @@ function draw() {
   const selected = ok.find((run) => run.name === state.selected);
   if (selected) {
     sections.push(breakdownSection(doc, selected), stepsSection(selected));
-    if (selected.traced) sections.push(detailsSection(doc, selected));
+    if (selected.traced) sections.push(detailsSection(doc, selected), ...panelSections(selected));
   }
   sections.push(compareSection());
   state.root.replaceChildren(...sections);
@@ -356,7 +358,7 @@ function compareSection() {
 
 function comparison(doc) {
   const parts = [html('ul', {class: 'verdicts'}, ...doc.verdicts.map((line) => html('li', {}, line)))];
-  for (const pair of doc.comparisons) {
+  for (const [i, pair] of doc.comparisons.entries()) {
     const rows = Object.entries(pair.phases).map(([phase, g]) => html('tr', {},
         html('td', {}, swatch(state.doc.colours[phase]), phase),
         html('td', {class: 'num'}, ms(g.a_ms)), html('td', {class: 'num'}, ms(g.b_ms)),
@@ -381,10 +383,13 @@ function comparison(doc) {
              `intervals: ${pair.interval_method}`),
         html('h4', {}, 'evidence'),
         html('ul', {class: 'evidence'}, ...pair.evidence.map((e) => html('li', {}, e.text))));
-    if (pair.suggestions.length) {
+    // A slower compiled run's graph breaks and recompiles lead: what to fix before any variant.
+    const lead = pair.compile_behind ? [html('li', {class: 'compile-behind'}, pair.compile_behind.text)] : [];
+    if (pair.suggestions.length || lead.length) {
       parts.push(html('h4', {}, 'suggestions (hypotheses: gapscope compare --check-suggestions measures them)'),
-          html('ul', {class: 'suggestions'}, ...pair.suggestions.map((s) => html('li', {}, s.text))));
+          html('ul', {class: 'suggestions'}, ...lead, ...pair.suggestions.map((s) => html('li', {}, s.text))));
     }
+    parts.push(...pairPanels(doc.panels && doc.panels[i]));
   }
   return parts.concat(notes(doc.warnings.map((w) => `warning: ${w}`)));
 }
@@ -486,18 +491,18 @@ function details(doc, d) {
 
 // ---- small parts ------------------------------------------------------------------------
 
-async function getJson(route) {
+export async function getJson(route) {
   const response = await fetch(route);
   const doc = await response.json();
   if (!response.ok) throw new Error(doc.error || `${route}: HTTP ${response.status}`);
   return doc;
 }
 
-function ms(value) {
+export function ms(value) {
   return value == null ? 'n/a' : value.toFixed(3);
 }
 
-function signed(value, digits) {
+export function signed(value, digits) {
   return value == null ? 'n/a' : (value > 0 ? '+' : '') + value.toFixed(digits);
 }
 
@@ -516,7 +521,7 @@ function originMark(origin) {
           'not applicable': ' (not applicable)', 'annotated': ' (annotated)'}[origin] || '';
 }
 
-function notes(lines) {
+export function notes(lines) {
   return html('ul', {class: 'notes'}, ...lines.map((line) => html('li', {}, line)));
 }
 
@@ -531,11 +536,11 @@ function swatch(colour) {
   return box;
 }
 
-function section(name, title, ...children) {
+export function section(name, title, ...children) {
   return html('section', {'data-view': name}, html('h2', {}, title), ...children);
 }
 
-function table(head, rows) {
+export function table(head, rows) {
   return html('table', {},
       html('thead', {}, html('tr', {}, ...head.map((cell) => html('th', {}, cell)))),
       html('tbody', {}, ...rows));
@@ -547,7 +552,7 @@ function button(text, onClick) {
   return b;
 }
 
-function html(tag, attrs = {}, ...children) {
+export function html(tag, attrs = {}, ...children) {
   return build(document.createElement(tag), attrs, children);
 }
 

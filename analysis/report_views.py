@@ -1,0 +1,37 @@
+"""The report's layers and compile sections: the panels' figures (the TensorBoard tab's) of each
+run and each compared pair, the per-layer plot, and their Markdown."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from analysis.renderers.panels.layer_plot import layer_bars
+from analysis.renderers.panels.report_sections import compile_markdown, layers_markdown
+from analysis.results.layers import layer_breakdown
+from analysis.results.panels.compile_panel import compile_panel
+from analysis.results.panels.layer_panel import layer_panel
+from analysis.results.panels.pair_panels import pair_panels
+
+
+@dataclass
+class ReportViews:
+    layers: list[dict]                      # one run's layer panel each (traced runs)
+    pairs: list[dict]                       # each compared pair's panels
+    compiles: list[tuple[str, dict]]        # (run label, compile panel)
+    layers_figure: object | None = field(default=None, repr=False)
+
+    def markdown(self, figure: str | None) -> list[str]:
+        amortisations = [p["compile"]["amortisation"]["text"] for p in self.pairs
+                         if p["compile"]["amortisation"]]
+        return (layers_markdown(self.layers, [p["layers"] for p in self.pairs], figure)
+                + compile_markdown(self.compiles, amortisations))
+
+
+def report_views(complete: list, runs: list, comparison) -> ReportViews:
+    """`complete`: the report's complete runs (ReportRun); `runs`: the Run each was read from;
+    `comparison`: the report's comparison, or None."""
+    layers = [layer_panel(layer_breakdown(run, r.label, len(r.breakdown.steps)))
+              for r, run in zip(complete, runs) if run is not None and run.trace is not None]
+    pairs = pair_panels(comparison) if comparison is not None else []
+    compiles = [(r.label, compile_panel(r.breakdown.compile_why)) for r in complete]
+    figure = layer_bars(layers) if any(p["rows"] for p in layers) else None
+    return ReportViews(layers, pairs, compiles, figure)
