@@ -88,3 +88,53 @@ def _modules():
                     torch.optim.SGD(self.second.parameters(), lr=0.1))
 
     return {"Mlp": Mlp, "TwoOptimizers": TwoOptimizers}
+
+
+def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, accumulate: int = 1,
+           name: str = "hf-gpt2", eval_every: int | None = None, fail_at: int | None = None):
+    """A 2-layer GPT-2 of hidden size 32 built from its config (nothing downloaded), trained by
+    the Hugging Face Trainer on random tokens on the CPU; returns the gapscope callback."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from gapscope.trainers.hf import capture_trainer
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32)
+    tokens = torch.randint(0, config.vocab_size, (256, 16))
+    dataset = [{"input_ids": row, "labels": row} for row in tokens]
+    args = TrainingArguments(
+        output_dir=str(out / "hf-output"), max_steps=steps, per_device_train_batch_size=8,
+        gradient_accumulation_steps=accumulate, report_to=[], save_strategy="no",
+        logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+        eval_strategy="steps" if eval_every else "no", eval_steps=eval_every,
+        per_device_eval_batch_size=8)
+    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=dataset,
+                      eval_dataset=dataset[:16] if eval_every else None,
+                      callbacks=[] if fail_at is None else [_FailAt(fail_at)])
+    with capture_trainer(trainer, name, trace_steps=trace_steps, out=out, warmup_steps=warmup) as cap:
+        trainer.train()
+    return cap
+
+
+def _fail_at_class():
+    from transformers import TrainerCallback
+
+    class FailAt(TrainerCallback):
+        """Raises at the end of update `step` (1-based, as global_step counts), before gapscope's
+        callback, added after it, sees that update end."""
+
+        def __init__(self, step):
+            self.step = step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == self.step:
+                raise ValueError("the trainer broke")
+
+    return FailAt
+
+
+def _FailAt(step):  # noqa: N802 - a class, defined on first use
+    return _fail_at_class()(step)
