@@ -572,6 +572,36 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
         sys.exit(EXIT_RUN_FAILED)
 
 
+@cli.command("capture")
+@click.option("--pid", type=click.IntRange(1), required=True,
+              help="The running job: a torch loop under gapscope.capture, or a Lightning or "
+                   "Hugging Face Trainer fit under gapscope's callback.")
+@click.option("--steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
+              help="How many of its next steps to trace.")
+@click.option("--timeout", "timeout_s", type=_FiniteRange(1, 24 * 3600), default=600,
+              show_default=True, help="Seconds to wait for the window.")
+@format_option()
+@legend_option
+@wide_option
+@click.pass_context
+def capture_command(ctx, pid, steps, timeout_s, fmt, no_legend):
+    """Trace the next STEPS steps of a running job and print their breakdown against the job's
+    own unprofiled steps (the job pays one flag check per step until asked).
+
+    \b
+    Example:
+      gapscope capture --pid 12345 --steps 10
+    """
+    from gapscope.ondemand.ask import WindowNotTraced, ask_window
+    try:
+        window = ask_window(pid, steps, timeout_s)
+    except WindowNotTraced as exc:
+        click.echo(f"gapscope: {exc}", err=True)
+        sys.exit(EXIT_RUN_FAILED)
+    click.echo(f"gapscope: process {pid} traced its window into {window}", err=True)
+    ctx.invoke(breakdown, paths=(str(window),), fmt=fmt, no_legend=no_legend)
+
+
 @cli.command()
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--measure", is_flag=True,
