@@ -115,3 +115,26 @@ def test_a_process_without_gapscope_gets_one_line():
     result = CliRunner().invoke(cli, ["capture", "--pid", str(os.getpid()), "--steps", "3"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert "runs no gapscope capture" in result.stderr
+
+
+def test_a_lightning_fit_is_captured_the_same_way(tmp_path, monkeypatch):
+    runtime = tmp_path / "runtime"
+    monkeypatch.setenv(RUNTIME_ENV, str(runtime))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    process = subprocess.Popen([sys.executable, str(ROOT / "tests" / "long_lightning_fit.py"), "out"],
+                               cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    try:
+        run_dir = tmp_path / process.stdout.readline().strip()
+        result = CliRunner().invoke(cli, ["capture", "--pid", str(process.pid), "--steps", "3",
+                                          "--format", "json", "--timeout", "120"])
+    finally:
+        process.terminate()
+        process.communicate(timeout=120)
+    assert result.exit_code == 0, result.output
+    window = Path(re.search(r"into (\S+)", result.stderr).group(1))
+    assert window.parent == run_dir.resolve().parent
+    first, last = _manifest(window)["trace_window"]
+    assert last - first + 1 == 3
+    assert [int(r["step"]) for r in _steps(window) if r["traced"] == "1"] == list(range(first - 1, last + 2))
+    assert json.loads(result.stdout)["steps"] == _manifest(window)["steps"] - 5 - 2

@@ -113,7 +113,7 @@ class OnDemandWindows:
             self.wanted = False
             return
         self._steps, self._window_dir = request
-        if self._window_dir.parent != self._run.run_dir.parent or self._window_dir.exists():
+        if self._window_dir.parent != self._run.run_dir.resolve().parent or self._window_dir.exists():
             self.wanted = False  # only a new folder beside the job's run is written
             return
         self._window_dir.mkdir()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gapscope.ondemand.job_window import OnDemandWindows
 from gapscope.user_run import UserRun, default_warmup, rank_place, trace_window
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
@@ -60,6 +61,9 @@ class HookSteps:
         except BaseException as exc:  # the directory exists: say why it holds no run
             self._run.fail([], {}, exc)
             raise
+        # `gapscope capture --pid` windows, as for the capture API's loops.
+        self._windows = OnDemandWindows(self._run, cuda, lambda: torch_device_name(self._device),
+                                        self._session).open()
 
     # -- the hooks ----------------------------------------------------------------------
     def enter(self, phase: str) -> None:
@@ -86,6 +90,8 @@ class HookSteps:
         self._session.end_step(self.steps)
         self.steps += 1
         self._in_step = False
+        if self._windows.wanted:  # all an untriggered fit pays for on-demand capture
+            self._windows.after_step(self.steps, self._timer.rows)
 
     def _begin_step(self) -> None:
         self._timer.begin_step()
@@ -106,7 +112,12 @@ class HookSteps:
             self._session.stop(*((type(exc), exc, exc.__traceback__) if exc else (None, None, None)))
         except Exception as error:  # noqa: BLE001 - recorded below; the fit's own error comes first
             stop_error = error
-        rows = mark_rows(self._timer.rows(), self.warmup_steps, self._session.traced_steps(self.steps))
+        try:
+            self._windows.close(self._timer.rows)
+        except Exception as error:  # noqa: BLE001 - a window's failure must not lose the fit's run
+            stop_error = stop_error or error
+        traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
+        rows = mark_rows(self._timer.rows(), self.warmup_steps, traced)
         facts = {"device": torch_device_name(self._device), "steps": self.steps,
                  "trace_window": self._session.recorded_window(self.steps), **(facts or {})}
         if exc is None and stop_error is None:
