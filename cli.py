@@ -603,6 +603,30 @@ def capture_command(ctx, pid, steps, timeout_s, fmt, no_legend):
 
 
 @cli.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--once", is_flag=True, help="Print the run's state now and exit.")
+@click.option("--interval", "interval_s", type=_FiniteRange(0.1, 60), default=1.0, show_default=True,
+              help="Seconds between looks.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="table: refreshed in place on a terminal, a line per step "
+                                      "when piped; json: the state at each look.")
+def watch(run_dir, once, interval_s, fmt):
+    """Follow RUN_DIR's steps.csv as the run appends to it (about once a second): phases per
+    step, step time, the steady mean so far and whether other processes take the cores.
+
+    \b
+    Example:
+      gapscope watch traces/my-run-torch-user-20261127-013210-a2ae
+    """
+    from gapscope.watch.follow import follow
+    console = None
+    if sys.stdout.isatty():
+        from rich.console import Console
+        console = Console()
+    follow(Path(run_dir), once=once, interval_s=interval_s, fmt=fmt, echo=click.echo, console=console)
+
+
+@cli.command()
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--measure", is_flag=True,
               help="RUNS are configurations WORKLOAD:FRAMEWORK[:VARIANT] to run now, interleaved "

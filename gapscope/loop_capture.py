@@ -71,7 +71,8 @@ class LoopCapture:
             self._signals.close()
             raise
         # On-demand windows (`gapscope capture --pid`): torch.profiler, so torch loops only.
-        self._windows = (OnDemandWindows(self._run, cuda, self._device_name, self._session).open()
+        self._windows = (OnDemandWindows(self._run, cuda, self._device_name, self._session,
+                                         self._timer, self.warmup_steps).open()
                          if self.framework == "torch" else NoWindows())
         self._tentative_begin()
         return self

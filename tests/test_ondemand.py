@@ -93,6 +93,14 @@ def test_a_second_request_while_a_window_runs_gets_one_line(job):
     assert second.stderr.count("\n") == 1 and "asked for earlier" in second.stderr, second.stderr
 
 
+def test_the_running_job_appends_to_steps_csv_for_watch(job):
+    """Runs before the job is stopped (tests run in file order): its live steps.csv grows."""
+    result = CliRunner().invoke(cli, ["watch", str(job["run_dir"]), "--once", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.stdout)
+    assert state["status"] == "running" and state["steps"] > 0 and state["steady_ms"] > 0
+
+
 def test_the_job_ends_with_its_windows_left_out(job):
     job["stop"].touch()
     assert job["process"].wait(timeout=120) == 0, job["process"].stderr.read()
@@ -138,3 +146,4 @@ def test_a_lightning_fit_is_captured_the_same_way(tmp_path, monkeypatch):
     assert last - first + 1 == 3
     assert [int(r["step"]) for r in _steps(window) if r["traced"] == "1"] == list(range(first - 1, last + 2))
     assert json.loads(result.stdout)["steps"] == _manifest(window)["steps"] - 5 - 2
+

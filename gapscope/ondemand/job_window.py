@@ -9,6 +9,7 @@ import threading
 import warnings
 from pathlib import Path
 
+from gapscope.ondemand.live_steps import LiveSteps
 from gapscope.ondemand.registry import REQUEST, TRIGGER, register, unregister
 from profilers.run_dir import mark_rows
 from profilers.run_lifecycle import RunLifecycle
@@ -20,16 +21,20 @@ _COPIED = ("workload", "framework", "variant", "settings", "warmup_steps")
 
 
 class OnDemandWindows:
-    """`wanted` is the one thing a step looks at: False until a request comes, and while no
-    window is under way. A request that comes while the job's own trace window is pending waits
-    for it to end: two torch profilers cannot record at once."""
+    """`wanted` is the one thing a step looks at: True while a request or a window is under way,
+    or the live steps.csv is due for its once-a-second flush (LiveSteps). A request that comes
+    while the job's own trace window is pending waits for it to end: two torch profilers cannot
+    record at once."""
 
     wanted = False
 
-    def __init__(self, run, cuda: bool, device_name, session):
-        """`session`: the job's own TorchStepSession (its window and whether it is done)."""
+    def __init__(self, run, cuda: bool, device_name, session, timer, warmup_steps: int):
+        """`session`: the job's own TorchStepSession (its window and whether it is done);
+        `timer`: the job's StepTimer."""
         self._run, self._cuda = run, cuda
         self._device_name, self._session = device_name, session
+        self._asked = False
+        self._live = LiveSteps(run.run_dir, timer, warmup_steps, self._want)
         self._entry: Path | None = None
         self._previous = None
         self._profiler = None
@@ -46,8 +51,9 @@ class OnDemandWindows:
         registered: `gapscope capture` says so)."""
         if (threading.current_thread() is threading.main_thread()
                 and signal.getsignal(TRIGGER) is signal.SIG_DFL):
-            self._previous = signal.signal(TRIGGER, self._asked)
+            self._previous = signal.signal(TRIGGER, self._on_signal)
             self._entry = register(self._run.run_dir)
+        self._live.start()
         return self
 
     @property
@@ -56,7 +62,11 @@ class OnDemandWindows:
         the last of them itself."""
         return self._recorded | set(self._teardowns[:-1])
 
-    def _asked(self, signum, frame):
+    def _on_signal(self, signum, frame):
+        self._asked = True
+        self.wanted = True
+
+    def _want(self):
         self.wanted = True
 
     def after_step(self, done: int, rows) -> None:
@@ -64,9 +74,20 @@ class OnDemandWindows:
         step rows so far. A window that fails (a full disk) is recorded as failed and warned of:
         the job's training goes on."""
         try:
-            self._advance(done, rows)
+            if self._live.due:
+                self._live.flush(self._known_traced(done))
+            if self._asked:
+                self._advance(done, rows)
         except Exception as exc:  # noqa: BLE001 - the user's job must not die of a window
             self._abandon(exc)
+        # A tick between the flush and here is taken at the next one.
+        self.wanted = self._asked or self._live.due
+
+    def _known_traced(self, done: int) -> set[int]:
+        known = set(self._session.traced_steps(done) or ()) | self.traced
+        if self._first is not None:
+            known.update(range(self._first, done))
+        return known
 
     def _advance(self, done: int, rows) -> None:
         if self._first is None:
@@ -91,10 +112,11 @@ class OnDemandWindows:
             self._window_run.fail(None, {}, exc)
         warnings.warn(f"gapscope: on-demand window of {self._run.run_dir} failed: {exc}", stacklevel=3)
         (self._run.run_dir / REQUEST).unlink(missing_ok=True)
-        self._first, self._window_dir, self._window_run, self.wanted = None, None, None, False
+        self._first, self._window_dir, self._window_run, self._asked = None, None, None, False
 
     def close(self, rows=None) -> None:
         """The job ends: a window under way is saved with the steps it got."""
+        self._live.stop()
         if self._profiler is not None:
             profiler, self._profiler = self._profiler, None
             profiler.__exit__(None, None, None)
@@ -110,11 +132,11 @@ class OnDemandWindows:
     def _start(self, done: int) -> None:
         request = _read_request(self._run.run_dir / REQUEST)
         if request is None:  # a signal with no request: someone else's SIGUSR2
-            self.wanted = False
+            self._asked = False
             return
         self._steps, self._window_dir = request
         if self._window_dir.parent != self._run.run_dir.resolve().parent or self._window_dir.exists():
-            self.wanted = False  # only a new folder beside the job's run is written
+            self._asked = False  # only a new folder beside the job's run is written
             return
         self._window_dir.mkdir()
         self._first = done
@@ -137,7 +159,7 @@ class OnDemandWindows:
         self._window_run.complete(mark_rows(rows, warmup, traced),
                                   {"steps": len(rows), "trace_window": [first, min(last, len(rows) - 1)]})
         (self._run.run_dir / REQUEST).unlink(missing_ok=True)
-        self._first, self._window_dir, self._window_run, self.wanted = None, None, None, False
+        self._first, self._window_dir, self._window_run, self._asked = None, None, None, False
 
 
 class NoWindows:
@@ -145,19 +167,6 @@ class NoWindows:
 
     wanted = False
     traced: frozenset = frozenset()
-
-    def _abandon(self, exc: Exception) -> None:
-        profiler, self._profiler = self._profiler, None
-        if profiler is not None:
-            try:
-                profiler.__exit__(None, None, None)
-            except Exception:  # noqa: BLE001 - already failing; the first error is the one told
-                pass
-        if self._first is not None and self._window_run is not None:
-            self._window_run.fail(None, {}, exc)
-        warnings.warn(f"gapscope: on-demand window of {self._run.run_dir} failed: {exc}", stacklevel=3)
-        (self._run.run_dir / REQUEST).unlink(missing_ok=True)
-        self._first, self._window_dir, self._window_run, self.wanted = None, None, None, False
 
     def close(self, rows=None) -> None:
         pass

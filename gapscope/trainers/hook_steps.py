@@ -63,7 +63,7 @@ class HookSteps:
             raise
         # `gapscope capture --pid` windows, as for the capture API's loops.
         self._windows = OnDemandWindows(self._run, cuda, lambda: torch_device_name(self._device),
-                                        self._session).open()
+                                        self._session, self._timer, self.warmup_steps).open()
 
     # -- the hooks ----------------------------------------------------------------------
     def enter(self, phase: str) -> None:
