@@ -573,33 +573,53 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
 
 
 @cli.command("capture")
-@click.option("--pid", type=click.IntRange(1), required=True,
+@click.argument("target", required=False)
+@click.option("--pid", type=click.IntRange(1), default=None,
               help="The running job: a torch loop under gapscope.capture, or a Lightning or "
                    "Hugging Face Trainer fit under gapscope's callback.")
 @click.option("--steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
-              help="How many of its next steps to trace.")
+              help="With --pid: how many of its next steps to trace.")
 @click.option("--timeout", "timeout_s", type=_FiniteRange(1, 24 * 3600), default=600,
-              show_default=True, help="Seconds to wait for the window.")
+              show_default=True, help="With --pid: seconds to wait for the window.")
+@click.option("--duration", "duration_s", type=_FiniteRange(0.01, 600), default=2.0, show_default=True,
+              help="With grpc:// TARGET: seconds to trace.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="With grpc:// TARGET: where the profile's folder goes.")
+@click.option("--step-marker", default=None, metavar="NAME",
+              help="As for breakdown: the range or op that marks a step in the trace (a Keras "
+                   "fit traced over grpc: multi_step_on_iterator).")
 @format_option()
 @legend_option
 @wide_option
 @click.pass_context
-def capture_command(ctx, pid, steps, timeout_s, fmt, no_legend):
-    """Trace the next STEPS steps of a running job and print their breakdown against the job's
-    own unprofiled steps (the job pays one flag check per step until asked).
+def capture_command(ctx, target, pid, steps, timeout_s, duration_s, out_dir, step_marker, fmt,
+                    no_legend):
+    """Trace a running job now and print the breakdown: with --pid, the next STEPS steps of a
+    gapscope-instrumented torch job, against its own unprofiled steps (the job pays one flag
+    check per step until asked); with grpc://host:port (several: comma-separated), DURATION
+    seconds of a TensorFlow job that started tf.profiler.experimental.server.
 
     \b
-    Example:
+    Examples:
       gapscope capture --pid 12345 --steps 10
+      gapscope capture grpc://localhost:6009 --duration 2 --step-marker multi_step_on_iterator
     """
-    from gapscope.ondemand.ask import WindowNotTraced, ask_window
-    try:
-        window = ask_window(pid, steps, timeout_s)
-    except WindowNotTraced as exc:
-        click.echo(f"gapscope: {exc}", err=True)
-        sys.exit(EXIT_RUN_FAILED)
-    click.echo(f"gapscope: process {pid} traced its window into {window}", err=True)
-    ctx.invoke(breakdown, paths=(str(window),), fmt=fmt, no_legend=no_legend)
+    if (target is None) == (pid is None):
+        raise GapscopeInputError("give either --pid PID (a gapscope-instrumented torch job) or "
+                                 "grpc://host:port (a TensorFlow profiler server), not both or neither")
+    if target is not None:
+        from gapscope.ondemand.tf_client import trace_servers
+        window = trace_servers(target, duration_s, out_dir)
+        click.echo(f"gapscope: traced {target} for {duration_s:g} s into {window}", err=True)
+    else:
+        from gapscope.ondemand.ask import WindowNotTraced, ask_window
+        try:
+            window = ask_window(pid, steps, timeout_s)
+        except WindowNotTraced as exc:
+            click.echo(f"gapscope: {exc}", err=True)
+            sys.exit(EXIT_RUN_FAILED)
+        click.echo(f"gapscope: process {pid} traced its window into {window}", err=True)
+    ctx.invoke(breakdown, paths=(str(window),), fmt=fmt, no_legend=no_legend, step_marker=step_marker)
 
 
 @cli.command()
