@@ -586,8 +586,8 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
 @click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
               show_default=True, help="With grpc:// TARGET: where the profile's folder goes.")
 @click.option("--step-marker", default=None, metavar="NAME",
-              help="As for breakdown: the range or op that marks a step in the trace (a Keras "
-                   "fit traced over grpc: multi_step_on_iterator).")
+              help="As for breakdown: the range or op that marks a step in the trace; without "
+                   "step markers the traced window is one step.")
 @format_option()
 @legend_option
 @wide_option
@@ -602,7 +602,7 @@ def capture_command(ctx, target, pid, steps, timeout_s, duration_s, out_dir, ste
     \b
     Examples:
       gapscope capture --pid 12345 --steps 10
-      gapscope capture grpc://localhost:6009 --duration 2 --step-marker multi_step_on_iterator
+      gapscope capture grpc://localhost:6009 --duration 2
     """
     if (target is None) == (pid is None):
         raise GapscopeInputError("give either --pid PID (a gapscope-instrumented torch job) or "
