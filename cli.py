@@ -595,6 +595,80 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
         sys.exit(EXIT_RUN_FAILED)
 
 
+@cli.command("capture")
+@click.argument("target", required=False)
+@click.option("--pid", type=click.IntRange(1), default=None,
+              help="The running job: a torch loop under gapscope.capture, or a Lightning or "
+                   "Hugging Face Trainer fit under gapscope's callback.")
+@click.option("--steps", type=click.IntRange(1, MAX_STEPS), default=10, show_default=True,
+              help="With --pid: how many of its next steps to trace.")
+@click.option("--timeout", "timeout_s", type=_FiniteRange(1, 24 * 3600), default=600,
+              show_default=True, help="With --pid: seconds to wait for the window.")
+@click.option("--duration", "duration_s", type=_FiniteRange(0.01, 600), default=2.0, show_default=True,
+              help="With grpc:// TARGET: seconds to trace.")
+@click.option("--out", "out_dir", type=click.Path(file_okay=False), default=DEFAULT_OUT,
+              show_default=True, help="With grpc:// TARGET: where the profile's folder goes.")
+@click.option("--step-marker", default=None, metavar="NAME",
+              help="As for breakdown: the range or op that marks a step in the trace; without "
+                   "step markers the traced window is one step.")
+@format_option()
+@legend_option
+@wide_option
+@click.pass_context
+def capture_command(ctx, target, pid, steps, timeout_s, duration_s, out_dir, step_marker, fmt,
+                    no_legend):
+    """Trace a running job now and print the breakdown: with --pid, the next STEPS steps of a
+    gapscope-instrumented torch job, against its own unprofiled steps (the job pays one flag
+    check per step until asked); with grpc://host:port (several: comma-separated), DURATION
+    seconds of a TensorFlow job that started tf.profiler.experimental.server.
+
+    \b
+    Examples:
+      gapscope capture --pid 12345 --steps 10
+      gapscope capture grpc://localhost:6009 --duration 2
+    """
+    if (target is None) == (pid is None):
+        raise GapscopeInputError("give either --pid PID (a gapscope-instrumented torch job) or "
+                                 "grpc://host:port (a TensorFlow profiler server), not both or neither")
+    if target is not None:
+        from gapscope.ondemand.tf_client import trace_servers
+        window = trace_servers(target, duration_s, out_dir)
+        click.echo(f"gapscope: traced {target} for {duration_s:g} s into {window}", err=True)
+    else:
+        from gapscope.ondemand.ask import WindowNotTraced, ask_window
+        try:
+            window = ask_window(pid, steps, timeout_s)
+        except WindowNotTraced as exc:
+            click.echo(f"gapscope: {exc}", err=True)
+            sys.exit(EXIT_RUN_FAILED)
+        click.echo(f"gapscope: process {pid} traced its window into {window}", err=True)
+    ctx.invoke(breakdown, paths=(str(window),), fmt=fmt, no_legend=no_legend, step_marker=step_marker)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path())
+@click.option("--once", is_flag=True, help="Print the run's state now and exit.")
+@click.option("--interval", "interval_s", type=_FiniteRange(0.1, 60), default=1.0, show_default=True,
+              help="Seconds between looks.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="table: refreshed in place on a terminal, a line per step "
+                                      "when piped; json: the state at each look.")
+def watch(run_dir, once, interval_s, fmt):
+    """Follow RUN_DIR's steps.csv as the run appends to it (about once a second): phases per
+    step, step time, the steady mean so far and whether other processes take the cores.
+
+    \b
+    Example:
+      gapscope watch traces/my-run-torch-user-20261127-013210-a2ae
+    """
+    from gapscope.watch.follow import follow
+    console = None
+    if sys.stdout.isatty():
+        from rich.console import Console
+        console = Console()
+    follow(Path(run_dir), once=once, interval_s=interval_s, fmt=fmt, echo=click.echo, console=console)
+
+
 @cli.command()
 @click.argument("runs", nargs=-1, required=True)
 @click.option("--measure", is_flag=True,

@@ -7,6 +7,7 @@ from pathlib import Path
 from profilers.step_sessions import TfStepSession, TorchStepSession
 from contextlib import ExitStack
 
+from gapscope.ondemand.job_window import NoWindows, OnDemandWindows
 from gapscope.user_run import UserRun, default_warmup, rank_place, stop_on_sigterm, trace_window
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
@@ -69,6 +70,10 @@ class LoopCapture:
             self._run.fail([], {}, exc)
             self._signals.close()
             raise
+        # On-demand windows (`gapscope capture --pid`): torch.profiler, so torch loops only.
+        self._windows = (OnDemandWindows(self._run, cuda, self._device_name, self._session,
+                                         self._timer, self.warmup_steps).open()
+                         if self.framework == "torch" else NoWindows())
         self._tentative_begin()
         return self
 
@@ -88,14 +93,16 @@ class LoopCapture:
             self._session.stop(exc_type, exc, tb)
         except Exception as error:  # noqa: BLE001 - recorded below; the loop's own error comes first
             stop_error = error
-        # Phases that only ever ran inside a tf.function have no host time: left empty,
-        # not zero, so the timer breakdown says they need the trace.
-        timed = {phase for phase, _, _ in self._timer.phase_marks}
-        rows = mark_rows(self._timer.rows(timed_phases=[p for p in MARKED_PHASES if p in timed]),
-                         self.warmup_steps,
-                         self._session.traced_steps(self.steps))
+        window_error = None
+        try:
+            self._windows.close(self._rows)
+        except Exception as error:  # noqa: BLE001 - a window's failure must not lose the job's run
+            window_error = error
+        traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
+        rows = mark_rows(self._rows(), self.warmup_steps, traced)
         facts = {"device": self._device_name(), "steps": self.steps,
                  "trace_window": self._session.recorded_window(self.steps)}
+        stop_error = stop_error or window_error
         if exc is None and stop_error is None:
             self._run.complete(rows, facts)
         else:
@@ -159,7 +166,15 @@ class LoopCapture:
         self._timer.end_step(loss)
         self._session.end_step(self.steps)
         self.steps += 1
+        if self._windows.wanted:  # all an untriggered job pays for on-demand capture
+            self._windows.after_step(self.steps, self._rows)
         self._tentative_begin()
+
+    def _rows(self) -> list[dict]:
+        """The finished steps' rows, unmarked. Phases that only ever ran inside a tf.function
+        have no host time: left empty, not zero, so the timer breakdown says they need the trace."""
+        timed = {phase for phase, _, _ in self._timer.phase_marks}
+        return self._timer.rows(timed_phases=[p for p in MARKED_PHASES if p in timed])
 
     def _phase_of(self, name: str):  # replaced on entering by the marks' own lookup
         raise RuntimeError("cap.data, cap.phase and cap.step work inside "

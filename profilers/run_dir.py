@@ -290,14 +290,20 @@ def mark_rows(rows: list[dict], warmup_steps: int, traced: Container[int] | None
 
 
 def write_steps_csv(run_dir: Path, rows: list[dict]) -> Path:
+    path = run_dir / STEPS_CSV
+    write_atomic(path, steps_csv_text(rows))
+    return path
+
+
+def steps_csv_text(rows: list[dict], header: bool = True) -> str:
+    """`rows` as steps.csv's lines; header=False for rows appended to a file that has it."""
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=STEP_COLUMNS, extrasaction="ignore")
-    writer.writeheader()
+    if header:
+        writer.writeheader()
     for row in rows:
         writer.writerow({key: _cell(row.get(key)) for key in STEP_COLUMNS})
-    path = run_dir / STEPS_CSV
-    write_atomic(path, buffer.getvalue())
-    return path
+    return buffer.getvalue()
 
 
 def _cell(value):

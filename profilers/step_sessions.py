@@ -19,6 +19,11 @@ class TorchStepSession:
 
     tracing = False  # record_function ranges come with PhaseMarks, no extra event needed
 
+    @property
+    def done(self) -> bool:
+        """No profiler will run any more: the window is saved, or there is none."""
+        return self._profiler is None
+
     def start(self) -> None:
         if self._profiler is not None:
             self._profiler.__enter__()

@@ -25,6 +25,10 @@ class HostClock:
     def resolve(self) -> None:
         pass
 
+    @staticmethod
+    def ready(mark) -> bool:
+        return True
+
 
 class CudaEventClock:
     """CUDA events recorded on the current stream: they time the device's work without a
@@ -51,6 +55,12 @@ class CudaEventClock:
 
     def resolve(self) -> None:
         self._synchronize()
+
+    @staticmethod
+    def ready(event) -> bool:
+        """Whether the device has reached `event`: then it and every earlier event on the stream
+        can be read without a synchronize."""
+        return event.query()
 
 
 class StepTimer:
@@ -100,13 +110,17 @@ class StepTimer:
     def __len__(self) -> int:
         return len(self._steps)
 
-    def rows(self, timed_phases=MARKED_PHASES) -> list[dict]:
-        """One dict per step with step_ms, <phase>_ms for the phases this timer saw, and loss."""
-        self.clock.resolve()
+    def rows(self, timed_phases=MARKED_PHASES, first_step: int = 0, resolve: bool = True) -> list[dict]:
+        """One dict per step from `first_step` with step_ms, <phase>_ms for the phases this timer
+        saw, and loss. resolve=False: the caller knows the device has reached these steps' marks
+        (`ready_steps`), so the clock need not synchronize."""
+        if resolve:
+            self.clock.resolve()
         elapsed = self.clock.elapsed_ms
-        bounds = [first for first, *_ in self._steps[1:]] + [len(self.phase_marks)]
+        bounds = [first for first, *_ in self._steps[first_step + 1:]] + [len(self.phase_marks)]
         rows = []
-        for number, ((first, start, end, loss, faults), last) in enumerate(zip(self._steps, bounds)):
+        for number, ((first, start, end, loss, faults), last) in enumerate(
+                zip(self._steps[first_step:], bounds), start=first_step):
             row = {"step": number, "step_ms": elapsed(start, end)}
             row.update({f"{phase}_ms": 0.0 for phase in timed_phases})
             for phase, phase_start, phase_end in self.phase_marks[first:last]:
@@ -115,6 +129,12 @@ class StepTimer:
             row["minor_faults"] = faults
             rows.append(row)
         return rows
+
+
+    def all_ready(self) -> bool:
+        """Whether every step can be read now without waiting: always on the host; on a GPU once
+        the device has reached the last step's end (its loss is then ready too)."""
+        return not self._steps or self.clock.ready(self._steps[-1][2])
 
 
 def _minor_faults() -> int:

@@ -1,0 +1,107 @@
+"""gapscope's Hugging Face Trainer capture on real tiny runs (a 2-layer GPT-2 built from its config,
+random tokens, CPU, nothing downloaded): a run directory whose phases add up, gradient
+accumulation with evaluation between updates, a failed train(), and compare reading them."""
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+
+import trainer_fits  # noqa: E402
+from analysis.results.distributed_breakdown import breakdown_of  # noqa: E402
+from cli import cli  # noqa: E402
+from profilers.errors import EXIT_INCONCLUSIVE  # noqa: E402
+
+MARKED = ("data_load", "forward", "backward", "optimizer")
+STEPS, TRACE, WARMUP = 16, (6, 9), 3
+
+
+def _manifest(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def _steps(run_dir: Path) -> list[dict]:
+    with open(run_dir / "steps.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _ranges(run_dir: Path) -> Counter:
+    (trace,) = run_dir.glob("*.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    return Counter(e["name"] for e in events if e.get("name", "").startswith("gapscope/"))
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory):
+    return trainer_fits.hf_fit(tmp_path_factory.mktemp("hf"), steps=STEPS, trace_steps=TRACE,
+                               warmup=WARMUP).run_dir
+
+
+@pytest.fixture(scope="module")
+def accumulated(tmp_path_factory):
+    return trainer_fits.hf_fit(tmp_path_factory.mktemp("hf_acc"), steps=12, accumulate=2,
+                               eval_every=4, trace_steps=TRACE, warmup=WARMUP).run_dir
+
+
+def test_a_train_is_a_run_directory_whose_phases_add_up(plain):
+    manifest = _manifest(plain)
+    assert manifest["status"] == "complete" and manifest["error"] is None
+    assert (manifest["framework"], manifest["workload"], manifest["variant"]) == ("torch", "hf-gpt2", "user")
+    assert manifest["settings"]["api"] == "gapscope.trainers.hf"
+    assert manifest["steps"] == STEPS and manifest["trace_window"] == [6, 8]
+    rows = _steps(plain)
+    assert [int(r["step"]) for r in rows if r["traced"] == "1"] == [5, 6, 7, 8, 9]
+    for row in rows:
+        assert all(float(row[f"{phase}_ms"]) > 0 for phase in MARKED), row
+        assert sum(float(row[f"{phase}_ms"]) for phase in MARKED) <= float(row["step_ms"]), row
+    # Per traced step: the fetch and the copy to the device (two data_load ranges), one each
+    # of compute_loss, accelerator.backward and the update.
+    assert _ranges(plain) == {"gapscope/data_load": 6, "gapscope/forward": 3, "gapscope/backward": 3,
+                              "gapscope/optimizer": 3}
+
+
+@pytest.mark.parametrize("source, steps", [("trace", 3), ("timers", STEPS - WARMUP - 5)])
+def test_breakdown_reads_it_from_trace_and_timers(plain, source, steps):
+    result = breakdown_of(plain, source)
+    result.self_check()
+    doc = result.to_json_dict()
+    assert doc["unidentified_phases"] == [] and doc["steps"] == steps
+    assert all(doc["phases"][phase]["ms"] > 0 for phase in MARKED), doc["phases"]
+    assert sum(p["ms"] for p in doc["phases"].values()) == pytest.approx(doc["step_ms"]["mean"], abs=1e-6)
+
+
+def test_accumulation_with_evaluation_between_updates(accumulated):
+    manifest = _manifest(accumulated)
+    assert manifest["status"] == "complete" and manifest["steps"] == 12
+    assert manifest["settings"]["gradient_accumulation_steps"] == 2
+    # One fetch of both micro-batches and two copies, two forwards and backwards, one update per
+    # step; evaluation's own _prepare_inputs and compute_loss (every 4 updates) are not marked.
+    assert _ranges(accumulated) == {"gapscope/data_load": 9, "gapscope/forward": 6,
+                                    "gapscope/backward": 6, "gapscope/optimizer": 3}
+    # The update's loss: its micro-batches' shares summed (random tokens of 128: near ln 128 =
+    # 4.85, where one share would be half of it).
+    assert all(4.0 < float(row["loss"]) < 5.3 for row in _steps(accumulated))
+
+
+def test_a_train_that_raises_is_recorded_as_failed(tmp_path):
+    with pytest.raises(ValueError, match="the trainer broke"):
+        trainer_fits.hf_fit(tmp_path, steps=STEPS, trace_steps=None, fail_at=6)
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("hf-gpt2-")]
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "failed" and manifest["error"] == "ValueError: the trainer broke"
+    assert len(_steps(run_dir)) == 5  # the update that raised never reached gapscope's on_step_end
+
+
+def test_compare_reads_two_trains(plain, accumulated):
+    result = CliRunner().invoke(cli, ["compare", str(plain), str(accumulated), "--format", "json"])
+    assert result.exit_code in (0, EXIT_INCONCLUSIVE), result.output  # 3: the machine was busy
+    runs = json.loads(result.stdout)["runs"]
+    assert [run["breakdown"]["steps"] for run in runs] == [STEPS - WARMUP - 5, 12 - WARMUP - 5]

@@ -1,0 +1,79 @@
+"""`gapscope watch`: a growing steps.csv read line by line, the state of a hand-made run whose
+figures are derivable by hand, and its views (--once table and JSON, a line per step piped)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.readers.live_steps import StepsFollower
+from cli import cli
+
+HEADER = "step,epoch,warmup,traced,step_ms,data_load_ms,forward_ms,backward_ms,optimizer_ms,loss,minor_faults\n"
+
+
+def _row(step, step_ms, phases=(1.0, 2.0, 3.0, 1.0), warmup=0, traced=0):
+    return f"{step},,{warmup},{traced},{step_ms},{','.join(map(str, phases))},2.0,0\n"
+
+
+@pytest.fixture
+def ended_run(tmp_path) -> Path:
+    """Step 0 warm-up, step 3 traced; the steady steps 1, 2, 4 take 8, 10 and 12 ms (mean 10),
+    their marked phases 1, 2, 3, 1 ms (7), so other is 3 ms. Others used 50 % of the cores."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "manifest.json").write_text(json.dumps({
+        "run_id": "run", "status": "complete", "machine_load": {"others_cpu_pct": 50.0}}))
+    (run / "steps.csv").write_text(HEADER + _row(0, 90.0, warmup=1) + _row(1, 8.0) + _row(2, 10.0)
+                                   + _row(3, 30.0, traced=1) + _row(4, 12.0))
+    return run
+
+
+def test_once_json_has_the_steady_means_derived_by_hand(ended_run):
+    result = CliRunner().invoke(cli, ["watch", str(ended_run), "--once", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    state = json.loads(result.stdout)
+    assert (state["status"], state["steps"], state["steady_steps"]) == ("complete", 5, 3)
+    assert state["steady_ms"] == pytest.approx(10.0)
+    assert state["phases_ms"] == pytest.approx({"data_load": 1.0, "forward": 2.0, "backward": 3.0,
+                                                "optimizer": 1.0, "other": 3.0})
+    assert state["busy"] is True and state["others_cpu_pct"] == 50.0
+    assert [row["step"] for row in state["latest"]] == [0, 1, 2, 3, 4]
+
+
+def test_once_table_and_piped_lines(ended_run):
+    table = CliRunner().invoke(cli, ["watch", str(ended_run), "--once"])
+    assert table.exit_code == 0, table.output
+    assert "run: complete, 5 steps" in table.stdout
+    assert "steady: 10.000 ms a step over the last 3 unprofiled steps" in table.stdout
+    piped = CliRunner().invoke(cli, ["watch", str(ended_run), "--interval", "0.1"])
+    lines = piped.stdout.splitlines()
+    assert piped.exit_code == 0 and len(lines) == 6  # a line per step, then how the run ended
+    assert lines[3] == ("step 3: 30.000 ms data_load=1.000 forward=2.000 backward=3.000 "
+                        "optimizer=1.000 [traced]")
+    assert lines[-1].startswith("run: complete. steady: 10.000 ms")
+
+
+def test_a_growing_file_is_read_line_by_line(tmp_path):
+    path = tmp_path / "steps.csv"
+    follower = StepsFollower(path)
+    assert follower.new_rows() == []  # not written yet
+    path.write_text(HEADER + _row(0, 8.0) + _row(1, 9.0) + "2,,0,0,1")  # a line half written
+    assert [r["step"] for r in follower.new_rows()] == [0, 1]
+    with open(path, "a") as handle:
+        handle.write("0.0,1.0,2.0,3.0,1.0,2.0,0\n" + _row(3, 11.0))
+    assert [(r["step"], r["step_ms"]) for r in follower.new_rows()] == [(2, 10.0), (3, 11.0)]
+    assert follower.new_rows() == [] and not follower.restarted
+    # The run's end rewrites the file whole (a new file renamed into place): read from the start.
+    replaced = tmp_path / "new.csv"
+    replaced.write_text(HEADER + _row(0, 8.0, warmup=1))
+    replaced.replace(path)
+    assert [r["warmup"] for r in follower.new_rows()] == [1] and follower.restarted
+
+
+def test_not_a_run_directory_is_one_line(tmp_path):
+    result = CliRunner().invoke(cli, ["watch", str(tmp_path), "--once"])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1
+    assert "not a gapscope run directory" in result.stderr

@@ -1,0 +1,140 @@
+"""Test helper: tiny Lightning and Hugging Face Trainer fits, each recorded by gapscope's
+trainer callbacks into a run directory under `out`."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import user_loops
+
+BATCH = user_loops.BATCH
+
+
+def lightning_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3,
+                  accumulate: int = 1, precision="32-true", two_optimizers: bool = False,
+                  name: str = "lit-mlp"):
+    """A LightningModule of the MLP user_loops trains, fit on CPU; returns the callback."""
+    import torch
+    import lightning.pytorch as pl
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from gapscope.trainers.lightning import GapscopeCallback
+
+    torch.manual_seed(0)
+    # One intra-op thread: on 2 shared cores torch's spinning pool made this MLP's step 90x slower.
+    torch.set_num_threads(1)
+    x, y = user_loops.data()
+    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=BATCH,
+                        shuffle=True)
+    module = lightning_module("TwoOptimizers" if two_optimizers else "Mlp")
+    callback = GapscopeCallback(name, trace_steps=trace_steps, out=out, warmup_steps=warmup)
+    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accumulate_grad_batches=accumulate,
+                         precision=precision, callbacks=[callback])
+    trainer.fit(module, loader)
+    return callback
+
+
+def _mlp():
+    import torch
+    return torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+
+def lightning_module(name: str):
+    """A fresh instance of one of the LightningModules below."""
+    return _modules()[name]()
+
+
+def _modules():
+    import torch
+    import lightning.pytorch as pl
+
+    class Mlp(pl.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = _mlp()
+
+        def training_step(self, batch, batch_idx):
+            inputs, targets = batch
+            return torch.nn.functional.cross_entropy(self.net(inputs), targets)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    class TwoOptimizers(pl.LightningModule):
+        """Manual optimization, two optimizers (a GAN's shape): each updates its half."""
+
+        def __init__(self):
+            super().__init__()
+            self.automatic_optimization = False
+            self.first, self.second = _mlp(), torch.nn.Linear(10, 10)
+
+        def training_step(self, batch, batch_idx):
+            inputs, targets = batch
+            opt_first, opt_second = self.optimizers()
+            loss = torch.nn.functional.cross_entropy(self.first(inputs), targets)
+            opt_first.zero_grad()
+            self.manual_backward(loss)
+            opt_first.step()
+            loss2 = torch.nn.functional.cross_entropy(self.second(self.first(inputs).detach()), targets)
+            opt_second.zero_grad()
+            self.manual_backward(loss2)
+            opt_second.step()
+            return loss
+
+        def configure_optimizers(self):
+            return (torch.optim.SGD(self.first.parameters(), lr=0.1),
+                    torch.optim.SGD(self.second.parameters(), lr=0.1))
+
+    return {"Mlp": Mlp, "TwoOptimizers": TwoOptimizers}
+
+
+def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, accumulate: int = 1,
+           name: str = "hf-gpt2", eval_every: int | None = None, fail_at: int | None = None):
+    """A 2-layer GPT-2 of hidden size 32 built from its config (nothing downloaded), trained by
+    the Hugging Face Trainer on random tokens on the CPU; returns the gapscope callback."""
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+
+    from gapscope.trainers.hf import capture_trainer
+
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32)
+    tokens = torch.randint(0, config.vocab_size, (256, 16))
+    dataset = [{"input_ids": row, "labels": row} for row in tokens]
+    args = TrainingArguments(
+        output_dir=str(out / "hf-output"), max_steps=steps, per_device_train_batch_size=8,
+        gradient_accumulation_steps=accumulate, report_to=[], save_strategy="no",
+        logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
+        eval_strategy="steps" if eval_every else "no", eval_steps=eval_every,
+        per_device_eval_batch_size=8)
+    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=dataset,
+                      eval_dataset=dataset[:16] if eval_every else None,
+                      callbacks=[] if fail_at is None else [_FailAt(fail_at)])
+    with capture_trainer(trainer, name, trace_steps=trace_steps, out=out, warmup_steps=warmup) as cap:
+        trainer.train()
+    return cap
+
+
+def _fail_at_class():
+    from transformers import TrainerCallback
+
+    class FailAt(TrainerCallback):
+        """Raises at the end of update `step` (1-based, as global_step counts), before gapscope's
+        callback, added after it, sees that update end."""
+
+        def __init__(self, step):
+            self.step = step
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == self.step:
+                raise ValueError("the trainer broke")
+
+    return FailAt
+
+
+def _FailAt(step):  # noqa: N802 - a class, defined on first use
+    return _fail_at_class()(step)
