@@ -1,0 +1,32 @@
+"""The process's resident memory per step (steps.csv `rss_mb`): its level and creep over the steady steps."""
+from __future__ import annotations
+
+from analysis.measures.memory.creep import Creep, creep
+from analysis.readers import step_rows
+
+RSS_COLUMN = "rss_mb"
+
+
+def rss_rows(rows: list[dict] | None, warmup_steps: int) -> list[dict]:
+    """Steady steps that recorded RSS; the unprofiled ones where there are any, since the
+    profiler's own buffers grow the process while it records."""
+    if not rows:
+        return []
+    steady = [r for r in step_rows.steady(rows, warmup_steps) if r.get(RSS_COLUMN) is not None]
+    return [r for r in steady if not r.get("traced")] or steady
+
+
+def rss_figures(rows: list[dict] | None, warmup_steps: int) -> dict | None:
+    """{"mean_mb", "peak_mb", "first_mb", "last_mb", "steps", "creep"} or None without the column."""
+    chosen = rss_rows(rows, warmup_steps)
+    if not chosen:
+        return None
+    values = [float(r[RSS_COLUMN]) for r in chosen]
+    return {"mean_mb": sum(values) / len(values), "peak_mb": max(values), "first_mb": values[0],
+            "last_mb": values[-1], "steps": len(values),
+            "creep": creep([float(r["step"]) for r in chosen], values)}
+
+
+def rss_creep(rows: list[dict] | None, warmup_steps: int) -> Creep | None:
+    found = rss_figures(rows, warmup_steps)
+    return None if found is None else found["creep"]
