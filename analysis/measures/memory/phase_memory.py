@@ -44,8 +44,11 @@ def step_memory(levels: Levels, timeline: PhaseTimeline) -> list[StepMemory]:
                           -sum(levels.events[i].nbytes for i in events if levels.events[i].nbytes < 0))
         for seg_start, seg_end, phase in timeline.covering(index):
             inside = levels.between(seg_start, seg_end)
-            mark = max([levels.at(seg_start)] + [levels.allocated[i] for i in inside])
-            step.high_water[phase] = max(step.high_water.get(phase, mark), mark)
+            # The level the phase entered the step at, then what its own allocations reached:
+            # where threads overlap (TF), a later segment may start while another phase's
+            # blocks are live, which is no mark of this phase's.
+            entered = step.high_water.get(phase, levels.at(seg_start))
+            step.high_water[phase] = max([entered] + [levels.allocated[i] for i in inside])
             step.net[phase] = step.net.get(phase, 0) + sum(levels.events[i].nbytes for i in inside)
             if phase == "forward":
                 step.after_forward = levels.at(seg_end)

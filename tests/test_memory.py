@@ -1,0 +1,221 @@
+"""Memory beside time on real torch and Keras runs: per-phase net change of a known tensor, a
+planted leak's creep, the seed CNN's memory in the breakdown, a Keras activation's size."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.events.memory_event import MemoryEvent
+from analysis.measures.memory.creep import creep
+from analysis.measures.memory.levels import Levels
+from analysis.model.run import load_run
+from analysis.results.breakdown import breakdown
+from analysis.results.memory.figures import MB
+from cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+KEPT_BYTES = 1 << 20            # the tensor forward allocates and backward frees: 1 MiB
+# The leak: a 256-sample batch through Linear(256, 1024), ReLU, Linear(1024, 1); each step's
+# loss is kept with its graph (backward with retain_graph), which holds ReLU's output for
+# its own backward and the second Linear's (one tensor, 256 x 1024 floats), MSE's input
+# (the model's output, 256 x 1 floats) and the loss itself (one float).
+LEAK_BATCH, LEAK_WIDTH = 256, 1024
+LEAK_BYTES = LEAK_BATCH * LEAK_WIDTH * 4 + LEAK_BATCH * 1 * 4 + 4
+
+
+def _known_tensor_loop(out: Path) -> Path:
+    import torch
+
+    import gapscope
+    weight = torch.ones(16, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.01)
+    batches = [torch.ones(16) for _ in range(8)]
+    with gapscope.capture("memory-known", trace_steps=(3, 7), out=out, warmup_steps=2) as cap:
+        for batch in cap.data(batches):
+            with cap.phase("forward"):
+                kept = torch.ones(KEPT_BYTES // 4)  # float32: exactly KEPT_BYTES
+                loss = (weight * batch).sum()
+            with cap.phase("backward"):
+                loss.backward()
+                del kept
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            cap.step(loss)
+    return cap.run_dir
+
+
+def _leaking_loop(out: Path) -> Path:
+    import torch
+
+    import gapscope
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, LEAK_WIDTH), torch.nn.ReLU(),
+                                torch.nn.Linear(LEAK_WIDTH, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x, y = torch.randn(LEAK_BATCH, 256), torch.randn(LEAK_BATCH, 1)
+    kept = []  # the leak
+    with gapscope.capture("memory-leak", trace_steps=(3, 9), out=out, warmup_steps=2) as cap:
+        for inputs, targets in cap.data([(x, y)] * 12):
+            with cap.phase("forward"):
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            with cap.phase("backward"):
+                loss.backward(retain_graph=True)
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            kept.append(loss)
+            cap.step(loss)
+    return cap.run_dir
+
+
+@pytest.fixture(scope="module")
+def known_run(tmp_path_factory):
+    return breakdown(load_run(_known_tensor_loop(tmp_path_factory.mktemp("memory_known"))))
+
+
+@pytest.fixture(scope="module")
+def leak_run(tmp_path_factory):
+    return breakdown(load_run(_leaking_loop(tmp_path_factory.mktemp("memory_leak"))))
+
+
+def test_a_tensor_kept_from_forward_to_backward_is_forwards_net_change_and_backwards_release(known_run):
+    memory = known_run.memory
+    assert memory is not None and memory.source.startswith("torch profiler")
+    assert len(memory.steps) == 4  # the window, steps 3..6
+    for step in memory.steps:
+        # The loss (4 bytes) replaces the last step's; the gradient (64 bytes) lives from
+        # backward to the optimizer's zero_grad: within 64 bytes of the tensor either way.
+        assert abs(step.net["forward"] - KEPT_BYTES) <= 64, step
+        assert abs(step.net["backward"] + KEPT_BYTES) <= 64, step
+        assert step.high_water["forward"] - step.start >= KEPT_BYTES
+        assert step.peak_allocated - step.start >= KEPT_BYTES
+    doc = known_run.to_json_dict()["memory"]
+    assert doc["phases"]["forward"]["net_mb"] == pytest.approx(KEPT_BYTES / MB, abs=1e-3)
+    assert doc["phases"]["backward"]["net_mb"] == pytest.approx(-KEPT_BYTES / MB, abs=1e-3)
+    assert not doc["creep"]["grows"]  # nothing is kept across steps
+    assert "allocated and kept" not in (doc["creep_line"] or "")
+
+
+def test_the_known_tensor_is_the_top_allocation_site_of_forward(known_run):
+    (site, *_) = known_run.memory.sites
+    assert site["phase"] == "forward" and site["bytes_per_step"] == KEPT_BYTES
+    assert "ones" in site["op"] or "empty" in site["op"] or "fill" in site["op"]
+
+
+def test_a_planted_leak_is_reported_as_creep_of_its_size_a_step(leak_run):
+    memory = leak_run.memory
+    assert memory.creep is not None and memory.creep.steps == 6
+    assert memory.creep.per_step == pytest.approx(LEAK_BYTES, rel=0.01)
+    assert memory.creep.significant
+    line = memory.creep_line()
+    assert line.startswith(f"memory creeps: {LEAK_BYTES / MB:+.2f} MB a step")
+    assert any(note.startswith("memory creeps:") for note in leak_run.notes)
+    doc = leak_run.to_json_dict()["memory"]["creep"]
+    assert doc["grows"] and doc["mb_per_step"] == pytest.approx(LEAK_BYTES / MB, rel=0.01)
+
+
+def test_the_leak_grows_each_steps_peak_by_its_size(leak_run):
+    peaks = [s.peak_allocated for s in leak_run.memory.steps]
+    assert all(b - a == pytest.approx(LEAK_BYTES, rel=0.01) for a, b in zip(peaks, peaks[1:]))
+
+
+def test_levels_follow_the_allocators_own_total_and_fill_in_a_running_sum():
+    events = [MemoryEvent(10.0, 100, None, None, "cpu", "host/1/1"),
+              MemoryEvent(20.0, 50, None, None, "cpu", "host/1/1"),
+              MemoryEvent(30.0, -100, None, None, "cpu", "host/1/1"),
+              MemoryEvent(40.0, 10, 1000, 4096, "cpu", "host/1/1")]
+    levels = Levels(events)
+    assert levels.allocated == [100, 150, 50, 1000]
+    assert (levels.at(5.0), levels.at(25.0), levels.at(30.0), levels.at(45.0)) == (0, 150, 150, 1000)
+    assert levels.reserved_at(45.0) == 4096 and levels.reserved_at(25.0) is None
+
+
+def test_creep_is_the_least_squares_slope_with_a_t_interval():
+    found = creep([0.0, 1.0, 2.0, 3.0], [10.0, 12.0, 14.0, 16.0])
+    assert found.per_step == pytest.approx(2.0) and found.ci95 == pytest.approx((2.0, 2.0))
+    noisy = creep([0.0, 1.0, 2.0, 3.0], [10.0, 13.0, 13.0, 16.0])
+    # slope 1.8; residuals -0.2, 1.0, -0.8, 0.4: s² = 1.8 / 2, sxx = 5, t(2) = 4.303
+    half = 4.303 * (0.9 / 5) ** 0.5
+    assert noisy.ci95 == pytest.approx((1.8 - half, 1.8 + half))
+    assert creep([1.0], [1.0]) is None
+
+
+@pytest.fixture(scope="module")
+def cnn_run(tmp_path_factory):
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    outcome = launch(RunSettings("cnn", "torch", steps=10, warmup_steps=3, trace_steps=3),
+                     tmp_path_factory.mktemp("memory_cnn"))
+    assert outcome.status == "complete", outcome.error
+    return outcome.run_dir
+
+
+def test_the_seed_cnn_has_peak_and_per_phase_memory_in_breakdown_and_json(cnn_run):
+    rows = (cnn_run / "steps.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    rss = [float(line.split(",")[header.index("rss_mb")]) for line in rows[1:]]
+    assert len(rss) == 10 and all(r > 10 for r in rss)  # a torch process holds far more than 10 MB
+    result = CliRunner().invoke(cli, ["breakdown", str(cnn_run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.output)["memory"]
+    assert memory["traced_steps"] == 3 and len(memory["per_step"]) == 3
+    phases = memory["phases"]
+    # Forward keeps the activations for backward, which frees them.
+    assert phases["forward"]["net_mb"] > 1 and phases["backward"]["net_mb"] < -1
+    assert memory["peak_allocated_mb"] == max(p["high_water_mb"] for p in phases.values()
+                                              if p["high_water_mb"] is not None)
+    assert memory["rss"]["steps"] >= 1 and memory["rss"]["mean_mb"] == pytest.approx(
+        sum(rss[3:]) / len(rss[3:]), rel=0.2)
+    table = CliRunner().invoke(cli, ["breakdown", str(cnn_run), "--wide"])
+    assert table.exit_code == 0, table.output
+    assert "peak" in table.output and f"{phases['forward']['high_water_mb']:.1f}" in table.output
+
+
+def test_a_run_recorded_without_memory_events_says_so_in_one_line(cnn_run, tmp_path):
+    import gzip
+    import shutil
+    copy = tmp_path / "run"
+    shutil.copytree(cnn_run, copy)
+    (trace,) = copy.glob("*.pt.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("name") != "[memory]"]
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    memory = breakdown(load_run(copy)).memory
+    assert memory.steps == [] and memory.rss is not None
+    assert [n for n in memory.notes if "no [memory] events" in n]
+
+
+_KERAS_LOOP = """
+import sys, numpy as np, keras, gapscope
+BATCH, WIDTH = {batch}, {width}
+model = keras.Sequential([keras.Input((WIDTH,)), keras.layers.Dense(WIDTH, activation="relu"),
+                          keras.layers.Dense(1)])
+model.compile(optimizer=keras.optimizers.SGD(0.001), loss="mse")
+x, y = np.ones((BATCH * 8, WIDTH), "float32"), np.ones((BATCH * 8, 1), "float32")
+cap = gapscope.capture_keras(model, "keras-memory", trace_steps=(3, 6), out=sys.argv[1],
+                             warmup_steps=2)
+model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[cap], verbose=0)
+print(cap.run_dir)
+"""
+
+
+def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path):
+    batch, width = 256, 1024
+    activation = batch * width * 4  # the Dense layer's ReLU output, kept for backward
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", _KERAS_LOOP.format(batch=batch, width=width),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    memory = breakdown(load_run(Path(done.stdout.strip().splitlines()[-1]))).memory
+    assert memory.source == "TF allocator events" and memory.steps
+    for step in memory.steps:
+        assert step.high_water["forward"] - step.start == pytest.approx(activation, rel=0.10)
+        assert step.net["forward"] == pytest.approx(activation, rel=0.10)
+    assert any("only its large blocks" in note for note in memory.notes)
