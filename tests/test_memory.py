@@ -29,7 +29,7 @@ LEAK_BATCH, LEAK_WIDTH = 256, 1024
 LEAK_BYTES = LEAK_BATCH * LEAK_WIDTH * 4 + LEAK_BATCH * 1 * 4 + 4
 
 
-def _known_tensor_loop(out: Path) -> Path:
+def _known_tensor_loop(out: Path, kept_bytes: int = KEPT_BYTES) -> Path:
     import torch
 
     import gapscope
@@ -39,7 +39,7 @@ def _known_tensor_loop(out: Path) -> Path:
     with gapscope.capture("memory-known", trace_steps=(3, 7), out=out, warmup_steps=2) as cap:
         for batch in cap.data(batches):
             with cap.phase("forward"):
-                kept = torch.ones(KEPT_BYTES // 4)  # float32: exactly KEPT_BYTES
+                kept = torch.ones(kept_bytes // 4)  # float32: exactly kept_bytes
                 loss = (weight * batch).sum()
             with cap.phase("backward"):
                 loss.backward()
@@ -76,8 +76,13 @@ def _leaking_loop(out: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def known_run(tmp_path_factory):
-    return breakdown(load_run(_known_tensor_loop(tmp_path_factory.mktemp("memory_known"))))
+def known_dir(tmp_path_factory):
+    return _known_tensor_loop(tmp_path_factory.mktemp("memory_known"))
+
+
+@pytest.fixture(scope="module")
+def known_run(known_dir):
+    return breakdown(load_run(known_dir))
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +106,21 @@ def test_a_tensor_kept_from_forward_to_backward_is_forwards_net_change_and_backw
     assert doc["phases"]["backward"]["net_mb"] == pytest.approx(-KEPT_BYTES / MB, abs=1e-3)
     assert not doc["creep"]["grows"]  # nothing is kept across steps
     assert "allocated and kept" not in (doc["creep_line"] or "")
+
+
+def test_compare_memory_leads_with_who_keeps_more_at_the_end_of_forward(known_dir, tmp_path):
+    twice = _known_tensor_loop(tmp_path, 2 * KEPT_BYTES)  # the same capture, twice the tensor
+    result = CliRunner().invoke(cli, ["compare", "--memory", str(known_dir), str(twice)])
+    assert result.exit_code in (0, 3), result.output  # 3: the machine was busy (time, not memory)
+    first = result.output.splitlines()[0]
+    assert first.endswith("holds 2.0x more at the end of forward (activations kept for "
+                          f"backward): {2 * KEPT_BYTES / MB:.1f} vs {KEPT_BYTES / MB:.1f} MB"), first
+    doc = json.loads(CliRunner().invoke(cli, ["compare", str(known_dir), str(twice),
+                                              "--format", "json"]).stdout)
+    (pair,) = doc["comparisons"]
+    assert pair["memory"]["figure"] == "forward_net_mb"
+    assert pair["memory"]["ratio"] == pytest.approx(2.0, abs=1e-3)
+    assert all("memory" in run["breakdown"] for run in doc["runs"])
 
 
 def test_the_known_tensor_is_the_top_allocation_site_of_forward(known_run):
