@@ -239,3 +239,29 @@ def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path):
         assert step.high_water["forward"] - step.start == pytest.approx(activation, rel=0.10)
         assert step.net["forward"] == pytest.approx(activation, rel=0.10)
     assert any("only its large blocks" in note for note in memory.notes)
+
+
+def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
+    import gzip
+
+    from analysis.readers.torch_memory import read_torch_memory
+    # 40,000 events of ~250 bytes: 10 MB, so events straddle the reader's 4 MB blocks; an op
+    # between them, and args before the name in some, as other writers order keys.
+    events = []
+    for i in range(40_000):
+        sign = 1 if i % 2 == 0 else -1
+        args = {"Total Reserved": 0, "Total Allocated": 4096 * ((i + 1) % 2), "Bytes": sign * 4096,
+                "Device Id": -1, "Device Type": 0, "Addr": 1000 + i}
+        event = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+                 "pid": 7, "tid": 8, "ts": 1000.0 + i, "args": args}
+        events.append({"args": args, **{k: v for k, v in event.items() if k != "args"}}
+                      if i % 3 == 0 else event)
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 7, "tid": 8,
+                       "ts": 1000.0 + i, "dur": 0.5, "args": {"External id": i}})
+    path = tmp_path / "t.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}, indent=1).encode()))
+    found = read_torch_memory(path)
+    assert len(found) == 40_000
+    assert sum(e.nbytes for e in found) == 0 and sum(e.nbytes > 0 for e in found) == 20_000
+    assert [e.ts_us for e in found] == [1000.0 + i for i in range(40_000)]
+    assert {e.track for e in found} == {"host/7/8"} and {e.device for e in found} == {"cpu"}
