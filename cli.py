@@ -1079,7 +1079,9 @@ def trace(run, out_file, force, session):
     if out.name.endswith(".xplane.pb"):  # the profile plugin reads the host from the name
         data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")])
     else:
-        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label)
+        from analysis.results.memory.figures import allocator_events
+        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label,
+                                   allocator_events(loaded)[0])  # counter tracks of memory
         data = gzip.compress(text.encode()) if out.name.endswith(".gz") else text.encode()
     # Atomic either way: --force replaces the name (a symlink's target is never written); without
     # it a file that appeared meanwhile is not overwritten.

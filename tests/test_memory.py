@@ -265,3 +265,16 @@ def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
     assert sum(e.nbytes for e in found) == 0 and sum(e.nbytes > 0 for e in found) == 20_000
     assert [e.ts_us for e in found] == [1000.0 + i for i in range(40_000)]
     assert {e.track for e in found} == {"host/7/8"} and {e.device for e in found} == {"cpu"}
+
+
+def test_gapscope_trace_draws_the_allocators_level_as_a_counter_track(cnn_run, tmp_path):
+    from analysis.readers.torch_memory import read_torch_memory
+    (trace,) = cnn_run.glob("*.pt.trace.json.gz")
+    events = read_torch_memory(trace)
+    out = tmp_path / "cnn.trace.json"
+    result = CliRunner().invoke(cli, ["trace", str(cnn_run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    counters = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(events) and {c["name"] for c in counters} == {"memory cpu"}
+    last = max(events, key=lambda e: e.ts_us)
+    assert counters[-1]["args"]["allocated MB"] == pytest.approx(last.allocated / MB)

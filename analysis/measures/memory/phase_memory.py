@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from analysis.events.phase_rules import gapscope_phase
 from analysis.events.timeline import PhaseTimeline
 from analysis.measures.memory.levels import Levels
 from profilers.phases import PHASES
@@ -28,9 +29,10 @@ class StepMemory:
 
 
 def step_memory(levels: Levels, timeline: PhaseTimeline) -> list[StepMemory]:
-    """One StepMemory per step of the timeline; each instant of a step goes to the phase
-    the timeline gives it (the five phases cover the step once), so the phases' net changes
-    add up to the step's."""
+    """One StepMemory per step of the timeline. An event goes to the phase its op's name says
+    where it says one (TF's `gapscope_forward/...`, `gradient_tape/...`: its executor runs ops of
+    two phases at once on several threads, which time alone cannot split), else to the phase
+    the timeline gives its instant; so the phases' net changes add up to the step's."""
     found = []
     for index, window in enumerate(timeline.steps):
         start_level = levels.at(window.start_us)
@@ -42,16 +44,17 @@ def step_memory(levels: Levels, timeline: PhaseTimeline) -> list[StepMemory]:
                           start_level, levels.at(window.end_us),
                           sum(levels.events[i].nbytes for i in events if levels.events[i].nbytes > 0),
                           -sum(levels.events[i].nbytes for i in events if levels.events[i].nbytes < 0))
+        # Each phase's mark starts at the level it entered the step at.
         for seg_start, seg_end, phase in timeline.covering(index):
-            inside = levels.between(seg_start, seg_end)
-            # The level the phase entered the step at, then what its own allocations reached:
-            # where threads overlap (TF), a later segment may start while another phase's
-            # blocks are live, which is no mark of this phase's.
-            entered = step.high_water.get(phase, levels.at(seg_start))
-            step.high_water[phase] = max([entered] + [levels.allocated[i] for i in inside])
-            step.net[phase] = step.net.get(phase, 0) + sum(levels.events[i].nbytes for i in inside)
+            step.high_water.setdefault(phase, levels.at(seg_start))
             if phase == "forward":
                 step.after_forward = levels.at(seg_end)
+        for i in events:
+            event = levels.events[i]
+            phase = (gapscope_phase(event.op) if event.op else None) or timeline.phase_at(index, event.ts_us)
+            step.net[phase] = step.net.get(phase, 0) + event.nbytes
+            level = levels.allocated[i]
+            step.high_water[phase] = max(step.high_water.get(phase, level - event.nbytes), level)
         for phase in PHASES:  # a phase the step never entered keeps nothing
             step.net.setdefault(phase, 0)
         found.append(step)

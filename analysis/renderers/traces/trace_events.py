@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import Trace
+from analysis.renderers.memory.counters import memory_counters
 from profilers import strict_json
 from profilers.phases import PHASES
 
@@ -16,12 +17,13 @@ STEP_CATEGORY, PHASE_CATEGORY = "gapscope.step", "gapscope.phase"
 _ARGS = ("step_num", "correlation", "nbytes", "hlo_op", "hlo_module")
 
 
-def render(trace: Trace, timeline: PhaseTimeline, title: str) -> str:
-    return strict_json.dumps(document(trace, timeline, title), separators=(",", ":"))
+def render(trace: Trace, timeline: PhaseTimeline, title: str, memory=None) -> str:
+    return strict_json.dumps(document(trace, timeline, title, memory), separators=(",", ":"))
 
 
-def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:
-    """`traceEvents` (complete "X" events, "M" names), times in µs as recorded."""
+def document(trace: Trace, timeline: PhaseTimeline, title: str, memory=None) -> dict:
+    """`traceEvents` (complete "X" events, "M" names), times in µs as recorded; with `memory`
+    (the trace's MemoryEvents) a counter track per device of the allocator's level."""
     events = _names(GAPSCOPE_PID, f"gapscope phases: {title}", -1,
                     {STEPS_TID: "steps", **{tid: phase for phase, tid in PHASE_TIDS.items()}})
     for index, step in enumerate(timeline.steps):
@@ -31,6 +33,7 @@ def document(trace: Trace, timeline: PhaseTimeline, title: str) -> dict:
         for start, end, phase in timeline.covering(index):
             events.append(_complete(phase, PHASE_CATEGORY, GAPSCOPE_PID, PHASE_TIDS[phase],
                                     start, end - start, {"step": number}))
+    events += memory_counters(memory or [], GAPSCOPE_PID)
     events += _original(trace)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": trace.path, "format": trace.source_format,

@@ -116,7 +116,7 @@ class MemoryFigures:
 def run_memory(run: Run) -> MemoryFigures | None:
     """The run's memory figures; None where it has neither allocator events nor RSS per step."""
     rss = rss_figures(run.rows, run.warmup_steps)
-    events, source, notes = _allocator_events(run)
+    events, source, notes = allocator_events(run)
     if not events:
         if rss is None:
             return None
@@ -141,7 +141,7 @@ def run_memory(run: Run) -> MemoryFigures | None:
     return MemoryFigures(source, device, steps, sites, ends, rss, notes)
 
 
-def _allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]]:
+def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]]:
     """The trace's allocator events, what recorded them, and a line where it has none."""
     try:
         trace = run.trace
