@@ -278,3 +278,17 @@ def test_gapscope_trace_draws_the_allocators_level_as_a_counter_track(cnn_run, t
     assert len(counters) == len(events) and {c["name"] for c in counters} == {"memory cpu"}
     last = max(events, key=lambda e: e.ts_us)
     assert counters[-1]["args"]["allocated MB"] == pytest.approx(last.allocated / MB)
+
+
+def test_the_report_has_a_memory_section_with_the_steps_curve(cnn_run, tmp_path):
+    from analysis.report import write_report
+    files = write_report([cnn_run], tmp_path / "report.md")
+    text = files.markdown.read_text()
+    memory = breakdown(load_run(cnn_run)).memory
+    assert "## Where the memory goes" in text and "report-memory.png" in text
+    assert f"| {memory.peak_allocated_mb():.1f} |" in text
+    assert (tmp_path / "report-memory.png").stat().st_size > 1000
+    curve = memory.curve
+    assert curve["step"] == memory.steps[-1].step
+    assert max(curve["allocated_mb"]) == pytest.approx(memory.steps[-1].peak_allocated / MB, abs=1e-4)
+    assert curve["phases"][0][0] == 0.0 and curve["t_ms"][-1] >= curve["phases"][-1][1] - 1e-3

@@ -29,6 +29,8 @@ class MemoryFigures:
     creep: Creep | None = None            # of the level at each traced step's end, bytes a step
     rss: dict | None = None               # rss_figures of the steady steps
     notes: list[str] = field(default_factory=list)
+    # One traced step's allocation curve with its phase bands, times in ms from the step's start.
+    curve: dict | None = None
 
     def phase_high_water_mb(self) -> dict[str, float | None]:
         """Each phase's high-water mark, the highest over the traced steps."""
@@ -109,6 +111,7 @@ class MemoryFigures:
                 **{k: _round(v) for k, v in self.rss.items() if k not in ("creep", "steps")},
                 "steps": self.rss["steps"], "creep": _creep_json(self.rss["creep"], 1.0)},
             "creep_line": self.creep_line(),
+            "step_curve": self.curve,
             "notes": self.notes,
         }
 
@@ -138,7 +141,22 @@ def run_memory(run: Run) -> MemoryFigures | None:
     if run.trace.source_format == "xplane" and device == "cpu":
         notes.append("memory: TF's CPU allocator reports only its large blocks (oneDNN keeps small "
                      "ones apart, unrecorded): small tensors are missing from these figures")
-    return MemoryFigures(source, device, steps, sites, ends, rss, notes)
+    curve = step_curve(levels, timeline, len(timeline.steps) - 1) if steps else None
+    return MemoryFigures(source, device, steps, sites, ends, rss, notes, curve)
+
+
+def step_curve(levels: Levels, timeline, index: int) -> dict:
+    """The level through one step (the last traced one, the steadiest) as a staircase: the level
+    at the step's start, after each event, and at its end; the phases as bands."""
+    window = timeline.steps[index]
+    origin = window.start_us
+    inside = levels.between(window.start_us, window.end_us)
+    times = [0.0] + [(levels.times[i] - origin) / 1000 for i in inside] + [window.dur_us / 1000]
+    values = [levels.at(window.start_us)] + [levels.allocated[i] for i in inside] + [levels.at(window.end_us)]
+    return {"step": timeline.step_number(index), "t_ms": [round(t, 4) for t in times],
+            "allocated_mb": [round(v / MB, 4) for v in values],
+            "phases": [[round((a - origin) / 1000, 4), round((b - origin) / 1000, 4), phase]
+                       for a, b, phase in timeline.covering(index)]}
 
 
 def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]]:
