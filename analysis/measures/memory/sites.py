@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+import numpy as np
+
 from analysis.events.memory_event import MemoryEvent
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import HOST_OP, Trace
@@ -12,31 +14,38 @@ UNNAMED = "(no op around it)"
 
 def enclosing_ops(events: list[MemoryEvent], trace: Trace) -> list[str | None]:
     """For each event, the innermost host op running on its thread at its instant (torch's
-    memory events name no op: the op that allocated is the one around them)."""
-    ops: dict[str, list] = defaultdict(list)
+    memory events name no op: the op that allocated is the one around them). Read from the
+    trace's columns: only the ops of the events' threads become tuples."""
+    columns = trace.columns
     wanted = {e.track for e in events}
-    for op in trace.events:
-        if op.kind == HOST_OP and op.track in wanted:
-            ops[op.track].append(op)
+    where_track = {i: track for i, (kind, track) in enumerate(columns.wheres)
+                   if kind == HOST_OP and track in wanted}
+    ops: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    if where_track:
+        rows = np.flatnonzero(np.isin(columns.where, list(where_track)))
+        for row in rows.tolist():
+            start = float(columns.start_us[row])
+            ops[where_track[int(columns.where[row])]].append(
+                (start, start + float(columns.dur_us[row]), columns.names[columns.name[row]]))
     names: list[str | None] = [None] * len(events)
     by_track: dict[str, list[int]] = defaultdict(list)
     for i, event in enumerate(events):
         by_track[event.track].append(i)
     for track, indices in by_track.items():
         # Ops of one thread nest: sweep them in start order (outer first) with a stack.
-        pending = sorted(ops.get(track, []), key=lambda o: (o.start_us, -o.dur_us))
+        pending = sorted(ops.get(track, []), key=lambda o: (o[0], o[0] - o[1]))
         stack, next_op = [], 0
         for i in sorted(indices, key=lambda i: events[i].ts_us):
             t = events[i].ts_us
-            while next_op < len(pending) and pending[next_op].start_us <= t:
+            while next_op < len(pending) and pending[next_op][0] <= t:
                 op = pending[next_op]
-                while stack and stack[-1].end_us <= op.start_us:
+                while stack and stack[-1][1] <= op[0]:
                     stack.pop()
                 stack.append(op)
                 next_op += 1
-            while stack and stack[-1].end_us <= t:
+            while stack and stack[-1][1] <= t:
                 stack.pop()
-            names[i] = stack[-1].name if stack else None
+            names[i] = stack[-1][2] if stack else None
     return names
 
 
