@@ -292,3 +292,38 @@ def test_the_report_has_a_memory_section_with_the_steps_curve(cnn_run, tmp_path)
     assert curve["step"] == memory.steps[-1].step
     assert max(curve["allocated_mb"]) == pytest.approx(memory.steps[-1].peak_allocated / MB, abs=1e-4)
     assert curve["phases"][0][0] == 0.0 and curve["t_ms"][-1] >= curve["phases"][-1][1] - 1e-3
+
+
+def _x(name: str, cat: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+def _mem(ts: float, nbytes: int, total: int) -> dict:
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+            "ts": ts, "args": {"Total Reserved": 0, "Total Allocated": total, "Bytes": nbytes,
+                               "Device Id": -1, "Device Type": 0, "Addr": 1}}
+
+
+def test_hand_made_trace_gives_each_phases_net_change_and_high_water_mark(tmp_path):
+    # One step of 100 µs: forward 10-40 (an addmm 12-35 allocates 1000 and 500 bytes, frees
+    # the 500), backward 50-90 (allocates 200 at 60, frees forward's 1000 at 70), other the
+    # rest (frees the 200 at 95).
+    events = [_x("ProfilerStep#1", "user_annotation", 1000, 100),
+              _x("gapscope/forward", "user_annotation", 1010, 30), _x("aten::addmm", "cpu_op", 1012, 23),
+              _x("gapscope/backward", "user_annotation", 1050, 40),
+              _x("AddmmBackward0", "cpu_op", 1055, 30),
+              _mem(1015, 1000, 1000), _mem(1020, 500, 1500), _mem(1030, -500, 1000),
+              _mem(1060, 200, 1200), _mem(1070, -1000, 200), _mem(1095, -200, 0)]
+    path = tmp_path / "hand.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    memory = breakdown(load_run(path)).memory
+    (step,) = memory.steps
+    assert (step.start, step.end, step.peak_allocated) == (0, 0, 1500)
+    assert (step.allocated, step.freed, step.churn) == (1700, 1700, 1700)
+    assert step.net == {"data_load": 0, "forward": 1000, "backward": -800, "optimizer": 0, "other": -200}
+    # A phase's mark: the level it began at, then what its own events reached.
+    assert (step.high_water["forward"], step.high_water["backward"], step.high_water["other"]) == (1500, 1200, 0)
+    assert step.after_forward == 1000
+    (site, backward_site) = memory.sites
+    assert (site["op"], site["phase"], site["bytes_per_step"]) == ("aten::addmm", "forward", 1500)
+    assert (backward_site["op"], backward_site["phase"]) == ("AddmmBackward0", "backward")
