@@ -112,9 +112,11 @@ def test_compare_memory_leads_with_who_keeps_more_at_the_end_of_forward(known_di
     twice = _known_tensor_loop(tmp_path, 2 * KEPT_BYTES)  # the same capture, twice the tensor
     result = CliRunner().invoke(cli, ["compare", "--memory", str(known_dir), str(twice)])
     assert result.exit_code in (0, 3), result.output  # 3: the machine was busy (time, not memory)
-    first = result.output.splitlines()[0]
+    first, where, *_ = result.output.splitlines()
     assert first.endswith("holds 2.0x more at the end of forward (activations kept for "
                           f"backward): {2 * KEPT_BYTES / MB:.1f} vs {KEPT_BYTES / MB:.1f} MB"), first
+    # Then where: the bigger side's top forward site, the tensor of twice the size.
+    assert "allocates most in forward at" in where and f"({2 * KEPT_BYTES / MB:.1f} MB)" in where, where
     doc = json.loads(CliRunner().invoke(cli, ["compare", str(known_dir), str(twice),
                                               "--format", "json"]).stdout)
     (pair,) = doc["comparisons"]

@@ -51,9 +51,26 @@ def memory_gap(a: Breakdown, b: Breakdown) -> dict | None:
         line = f"{more.name} holds {factor} {words}: {high:.1f} vs {low:.1f} MB"
     caveats = [f"{x.name}: {note}" for x in (a, b) if x.memory is not None
                for note in x.memory.notes if "only its large blocks" in note]
+    phase = _PHASE_OF.get(key)
+    sites = {side: _phase_sites(x.memory, phase) for side, x in (("a", a), ("b", b))} if phase else {}
+    where = [f"{x.name} allocates most in {phase} at " + ", ".join(
+                 f"{s['op']} ({s['bytes_per_step'] / 1e6:.1f} MB)" for s in sites[side])
+             for side, x in [("a" if more is a else "b", more), ("b" if more is a else "a", less)]
+             if sites.get(side)] if phase else []
     return {"figure": key, "a_mb": round(va, 3), "b_mb": round(vb, 3),
             "ratio": round(vb / va, 4) if va > 0 else None, "line": line,
-            "a": _side(a.memory), "b": _side(b.memory), "caveats": caveats}
+            "a": _side(a.memory), "b": _side(b.memory), "caveats": caveats,
+            "sites": {side: [{"op": s["op"], "mb_per_step": round(s["bytes_per_step"] / 1e6, 3)}
+                             for s in found] for side, found in sites.items()},
+            "where": where}
+
+
+# The phase whose allocations a figure comes from: its top sites say where the gap is.
+_PHASE_OF = {"forward_net_mb": "forward"}
+
+
+def _phase_sites(memory: MemoryFigures | None, phase: str, top: int = 3) -> list[dict]:
+    return [s for s in (memory.sites if memory is not None else []) if s["phase"] == phase][:top]
 
 
 def _side(memory: MemoryFigures | None) -> dict | None:
@@ -77,5 +94,5 @@ def memory_lines(comparison) -> list[str]:
                          "(runs recorded before memory capture, or without a trace)")
             continue
         lines.append(gap["line"])
-        lines += gap["caveats"]
+        lines += gap["where"] + gap["caveats"]
     return lines
