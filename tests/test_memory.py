@@ -329,3 +329,13 @@ def test_hand_made_trace_gives_each_phases_net_change_and_high_water_mark(tmp_pa
     (site, backward_site) = memory.sites
     assert (site["op"], site["phase"], site["bytes_per_step"]) == ("aten::addmm", "forward", 1500)
     assert (backward_site["op"], backward_site["phase"]) == ("AddmmBackward0", "backward")
+
+
+def test_a_timers_breakdown_gives_the_rss_without_reading_the_trace(cnn_run):
+    run = load_run(cnn_run)
+    memory = breakdown(run, "timers").memory
+    assert "trace" not in run.__dict__  # the cached property was never read
+    assert memory.steps == [] and memory.source is None
+    unprofiled = [r for r in run.rows if r["step"] >= run.warmup_steps and not r["traced"]]
+    assert memory.rss["steps"] == len(unprofiled)
+    assert memory.rss["peak_mb"] == max(r["rss_mb"] for r in unprofiled)

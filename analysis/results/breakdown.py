@@ -71,7 +71,7 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     faults = page_faults.note(result.minor_faults_per_step, result.step_stats()["mean"],
                               run.manifest.get("variant"))
     result.compile_why = run_compile_why(run, compile_ms(run.rows, run.warmup_steps) if run.rows else None)
-    result.memory = run_memory(run) if source != Source.TIMERS else None
+    result.memory = run_memory(run, trace=source != Source.TIMERS)
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
                     + ([result.compile_why.line()] if result.compile_why else []) + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else [])
                     + (result.memory.lines() if result.memory is not None else []))

@@ -116,10 +116,11 @@ class MemoryFigures:
         }
 
 
-def run_memory(run: Run) -> MemoryFigures | None:
-    """The run's memory figures; None where it has neither allocator events nor RSS per step."""
+def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
+    """The run's memory figures; None where it has neither allocator events nor RSS per step.
+    `trace` False: the RSS only (a timers breakdown reads no trace)."""
     rss = rss_figures(run.rows, run.warmup_steps)
-    events, source, notes = allocator_events(run)
+    events, source, notes = allocator_events(run) if trace else ([], None, [])
     if not events:
         if rss is None:
             return None
