@@ -195,6 +195,11 @@ def test_the_seed_cnn_has_peak_and_per_phase_memory_in_breakdown_and_json(cnn_ru
                                               if p["high_water_mb"] is not None)
     assert memory["rss"]["steps"] >= 1 and memory["rss"]["mean_mb"] == pytest.approx(
         sum(rss[3:]) / len(rss[3:]), rel=0.2)
+    # conv1's ReLU output (batch x 26 x 26 x 32 floats) is what conv1 keeps for backward: ReLU's
+    # own backward and conv2's read it; the convolution's output before ReLU is freed.
+    batch = json.loads((cnn_run / "manifest.json").read_text())["workload_spec"]["batch_size"]
+    assert memory["layers_kept_mb"]["conv1"] == pytest.approx(batch * 26 * 26 * 32 * 4 / MB, abs=1e-3)
+    assert list(memory["layers_kept_mb"])[:2] == ["conv1", "conv2"]  # in the model's order
     table = CliRunner().invoke(cli, ["breakdown", str(cnn_run), "--wide"])
     assert table.exit_code == 0, table.output
     assert "peak" in table.output and f"{phases['forward']['high_water_mb']:.1f}" in table.output
@@ -241,6 +246,8 @@ def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path):
         assert step.high_water["forward"] - step.start == pytest.approx(activation, rel=0.10)
         assert step.net["forward"] == pytest.approx(activation, rel=0.10)
     assert any("only its large blocks" in note for note in memory.notes)
+    # The layer's scope in the ops' names says whose activation it is.
+    assert memory.layers["dense"] == pytest.approx(activation, rel=0.10)
 
 
 def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):

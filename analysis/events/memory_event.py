@@ -15,3 +15,4 @@ class MemoryEvent(msgspec.Struct, gc=False, frozen=True):
     device: str              # "cpu", "cuda:0", ...: each device's allocator counts on its own
     track: str               # "host/<pid>/<tid>": the thread whose op allocated
     op: str | None = None    # the op that allocated, where the trace names it
+    addr: int | None = None  # the block's address: pairs a free with its allocation

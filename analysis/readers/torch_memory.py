@@ -24,6 +24,7 @@ class _Args(msgspec.Struct, gc=False):
     reserved: int | float | None = msgspec.field(default=None, name="Total Reserved")
     device_type: int | None = msgspec.field(default=None, name="Device Type")
     device_id: int | None = msgspec.field(default=None, name="Device Id")
+    addr: int | None = msgspec.field(default=None, name="Addr")
 
 
 class _Raw(msgspec.Struct, gc=False):
@@ -113,7 +114,7 @@ def _event(text: bytes) -> MemoryEvent | None:
     if device != "cpu" and args.device_id is not None and args.device_id >= 0:
         device = f"{device}:{args.device_id}"
     return MemoryEvent(float(raw.ts), int(args.nbytes), _int(args.allocated), _int(args.reserved),
-                       device, f"host/{raw.pid}/{raw.tid}")
+                       device, f"host/{raw.pid}/{raw.tid}", addr=args.addr)
 
 
 def _int(value) -> int | None:

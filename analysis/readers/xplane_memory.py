@@ -19,7 +19,7 @@ def memory_event(name: str, stats: dict, start_us: float, track: str) -> MemoryE
     op = stats.get("tf_op")
     return MemoryEvent(start_us, size if name == NAMES[0] else -size,
                        _int(stats.get("bytes_allocated")), _int(stats.get("bytes_reserved")),
-                       _device(allocator), track, str(op) if op else None)
+                       _device(allocator), track, str(op) if op else None, _int(stats.get("addr")))
 
 
 def _device(allocator: str) -> str:

@@ -51,7 +51,7 @@ def step_memory(levels: Levels, timeline: PhaseTimeline) -> list[StepMemory]:
                 step.after_forward = levels.at(seg_end)
         for i in events:
             event = levels.events[i]
-            phase = (gapscope_phase(event.op) if event.op else None) or timeline.phase_at(index, event.ts_us)
+            phase = event_phase(event, timeline, index)
             step.net[phase] = step.net.get(phase, 0) + event.nbytes
             level = levels.allocated[i]
             step.high_water[phase] = max(step.high_water.get(phase, level - event.nbytes), level)
@@ -59,3 +59,9 @@ def step_memory(levels: Levels, timeline: PhaseTimeline) -> list[StepMemory]:
             step.net.setdefault(phase, 0)
         found.append(step)
     return found
+
+
+def event_phase(event, timeline: PhaseTimeline, step: int) -> str:
+    """The phase an allocator event belongs to: its op's name where that says one, else the
+    phase of its instant in the step."""
+    return (gapscope_phase(event.op) if event.op else None) or timeline.phase_at(step, event.ts_us)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from analysis.events.memory_event import MemoryEvent
 from analysis.measures.memory.creep import Creep, creep
+from analysis.measures.memory.layer_memory import kept_by_layer, layer_of_events
 from analysis.measures.memory.levels import Levels, main_device
 from analysis.measures.memory.phase_memory import StepMemory, step_memory
 from analysis.measures.memory.rss import rss_figures
@@ -31,6 +32,8 @@ class MemoryFigures:
     notes: list[str] = field(default_factory=list)
     # One traced step's allocation curve with its phase bands, times in ms from the step's start.
     curve: dict | None = None
+    # Per layer, bytes allocated in forward and still held when forward ended (a step's mean).
+    layers: dict[str, float] = field(default_factory=dict)
 
     def phase_high_water_mb(self) -> dict[str, float | None]:
         """Each phase's high-water mark, the highest over the traced steps."""
@@ -75,6 +78,9 @@ class MemoryFigures:
                          + (f", reserved {reserved:.2f} MB" if reserved is not None else "")
                          + "; net a step: " + ", ".join(f"{p} {net[p]:+.2f}" for p in PHASES if abs(net[p]) >= 0.005)
                          + f" MB; {self.churn_mb():.2f} MB freed and allocated again a step")
+            if self.layers:
+                found.append("kept from forward for backward, per layer: " + ", ".join(
+                    f"{name} {b / MB:.2f} MB" for name, b in self.layers.items()))
             if self.sites:
                 found.append("top allocation sites: " + ", ".join(
                     f"{s['op']} ({s['phase']}) {s['bytes_per_step'] / MB:.2f} MB" for s in self.sites[:3]))
@@ -111,6 +117,7 @@ class MemoryFigures:
                 **{k: _round(v) for k, v in self.rss.items() if k not in ("creep", "steps")},
                 "steps": self.rss["steps"], "creep": _creep_json(self.rss["creep"], 1.0)},
             "creep_line": self.creep_line(),
+            "layers_kept_mb": {name: _round(b / MB) for name, b in self.layers.items()},
             "step_curve": self.curve,
             "notes": self.notes,
         }
@@ -142,8 +149,22 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
     if run.trace.source_format == "xplane" and device == "cpu":
         notes.append("memory: TF's CPU allocator reports only its large blocks (oneDNN keeps small "
                      "ones apart, unrecorded): small tensors are missing from these figures")
+    if run.trace.source_format == "xplane":
+        notes.append("memory: TF's sizes are its allocator's blocks, which may be larger than the "
+                     "bytes an op asked for")
     curve = step_curve(levels, timeline, len(timeline.steps) - 1) if steps else None
-    return MemoryFigures(source, device, steps, sites, ends, rss, notes, curve)
+    layers = _layers_kept(run, levels, timeline) if steps else {}
+    return MemoryFigures(source, device, steps, sites, ends, rss, notes, curve, layers)
+
+
+def _layers_kept(run: Run, levels: Levels, timeline) -> dict[str, float]:
+    """Bytes each layer keeps from forward for backward, in the spec's layer order where the
+    manifest lists them; empty where the trace names no layer."""
+    specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
+    names = [s["name"] for s in specs if isinstance(s, dict) and "name" in s] if specs else None
+    kept = kept_by_layer(levels, layer_of_events(levels.events, run.trace, names), timeline)
+    order = [n for n in names if n in kept] if names else sorted(kept, key=kept.get, reverse=True)
+    return {name: kept[name] for name in order}
 
 
 def step_curve(levels: Levels, timeline, index: int) -> dict:
