@@ -50,19 +50,33 @@ def memory_gap(a: Breakdown, b: Breakdown) -> dict | None:
         factor = f"{high / low:.1f}x more" if low > 0 else f"{high - low:.1f} MB more"
         line = f"{more.name} holds {factor} {words}: {high:.1f} vs {low:.1f} MB"
     caveats = [f"{x.name}: {note}" for x in (a, b) if x.memory is not None
-               for note in x.memory.notes if "only its large blocks" in note]
+               for note in x.memory.notes if note.startswith("memory: TF's")]
     phase = _PHASE_OF.get(key)
     sites = {side: _phase_sites(x.memory, phase) for side, x in (("a", a), ("b", b))} if phase else {}
     where = [f"{x.name} allocates most in {phase} at " + ", ".join(
                  f"{s['op']} ({s['bytes_per_step'] / 1e6:.1f} MB)" for s in sites[side])
              for side, x in [("a" if more is a else "b", more), ("b" if more is a else "a", less)]
              if sites.get(side)] if phase else []
-    return {"figure": key, "a_mb": round(va, 3), "b_mb": round(vb, 3),
+    layers = _layer_gaps(a, b) if key == "forward_net_mb" else []
+    if layers:  # the layers say where better than the ops do
+        where = [f"{layer['layer']}: {a.name} keeps {layer['a_mb']:.1f}, {b.name} "
+                 f"{layer['b_mb']:.1f} MB" for layer in layers[:3]]
+    return {"figure": key, "a_mb": round(va, 3), "b_mb": round(vb, 3), "layers": layers,
             "ratio": round(vb / va, 4) if va > 0 else None, "line": line,
             "a": _side(a.memory), "b": _side(b.memory), "caveats": caveats,
             "sites": {side: [{"op": s["op"], "mb_per_step": round(s["bytes_per_step"] / 1e6, 3)}
                              for s in found] for side, found in sites.items()},
             "where": where}
+
+
+def _layer_gaps(a: Breakdown, b: Breakdown) -> list[dict]:
+    """The layers both runs name, by how far apart what they keep for backward is, largest first."""
+    la = a.memory.layers if a.memory is not None else {}
+    lb = b.memory.layers if b.memory is not None else {}
+    shared = [name for name in la if name in lb]
+    gaps = [{"layer": name, "a_mb": round(la[name] / 1e6, 3), "b_mb": round(lb[name] / 1e6, 3),
+             "delta_mb": round((lb[name] - la[name]) / 1e6, 3)} for name in shared]
+    return sorted(gaps, key=lambda g: -abs(g["delta_mb"]))
 
 
 # The phase whose allocations a figure comes from: its top sites say where the gap is.
