@@ -346,3 +346,26 @@ def test_a_timers_breakdown_gives_the_rss_without_reading_the_trace(cnn_run):
     unprofiled = [r for r in run.rows if r["step"] >= run.warmup_steps and not r["traced"]]
     assert memory.rss["steps"] == len(unprofiled)
     assert memory.rss["peak_mb"] == max(r["rss_mb"] for r in unprofiled)
+
+
+def test_the_memory_gap_names_the_layers_whose_kept_activations_differ_most():
+    from analysis.measures.memory.phase_memory import StepMemory
+    from analysis.results.memory.figures import MemoryFigures
+    from analysis.results.memory.gap import memory_gap
+    from analysis.results.records import Breakdown, PhaseSource
+
+    def run(label: str, forward: int, layers: dict[str, int]) -> Breakdown:
+        step = StepMemory(0, 3 * forward, None, 0, 0, forward, forward,
+                          net={"data_load": 0, "forward": forward, "backward": -forward,
+                               "optimizer": 0, "other": 0})
+        figures = MemoryFigures("hand", "cpu", [step], layers={k: float(v) for k, v in layers.items()})
+        return Breakdown(PhaseSource.TIMERS, [], [1.0], {}, label=label, memory=figures)
+
+    a = run("torch", 196_000_000, {"conv1": 100_000_000, "conv2": 90_000_000, "dense": 6_000_000})
+    b = run("keras", 412_000_000, {"conv1": 110_000_000, "conv2": 290_000_000, "dense": 12_000_000})
+    gap = memory_gap(a, b)
+    assert gap["line"] == ("keras holds 2.1x more at the end of forward (activations kept for "
+                           "backward): 412.0 vs 196.0 MB")
+    assert [layer["layer"] for layer in gap["layers"]] == ["conv2", "conv1", "dense"]
+    assert gap["layers"][0]["delta_mb"] == 200.0
+    assert gap["where"][0] == "conv2: torch keeps 90.0, keras 290.0 MB"
