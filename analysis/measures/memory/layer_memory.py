@@ -9,6 +9,7 @@ import numpy as np
 from analysis.events.memory_event import MemoryEvent
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, OTHER, Trace
+# The layer timing's own reading of layer ranges and Keras scopes, so both name layers alike.
 from analysis.measures.layer_times import _layer_name, _scope_layer
 from analysis.measures.memory.levels import Levels
 from analysis.measures.memory.phase_memory import event_phase

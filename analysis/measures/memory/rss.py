@@ -1,7 +1,7 @@
 """The process's resident memory per step (steps.csv `rss_mb`): its level and creep over the steady steps."""
 from __future__ import annotations
 
-from analysis.measures.memory.creep import Creep, creep
+from analysis.measures.memory.creep import creep
 from analysis.readers import step_rows
 
 RSS_COLUMN = "rss_mb"
@@ -29,7 +29,3 @@ def rss_figures(rows: list[dict] | None, warmup_steps: int) -> dict | None:
             "last_mb": values[-1], "steps": len(values),
             "creep": creep([float(r["step"]) for r in chosen], values) if unprofiled else None}
 
-
-def rss_creep(rows: list[dict] | None, warmup_steps: int) -> Creep | None:
-    found = rss_figures(rows, warmup_steps)
-    return None if found is None else found["creep"]

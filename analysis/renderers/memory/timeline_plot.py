@@ -1,7 +1,7 @@
 """The report's memory plot: each run's allocation curve through one traced step, over its phase bands."""
 from __future__ import annotations
 
-from analysis.renderers.plots import DPI, PHASE_COLOURS, WIDTH_IN  # noqa: F401 - DPI: same resolution
+from analysis.renderers.plots import PHASE_COLOURS, WIDTH_IN
 from analysis.results.records import Breakdown
 
 

@@ -19,6 +19,8 @@ MB = 1e6  # figures are in MB of 10^6 bytes
 _DIGITS = 3
 # A trend smaller than this a step is rounding, not creep (a CPU level moves by a few bytes).
 _NEGLIGIBLE_MB = 0.01
+# Points of a step's curve in the JSON and the plot at most (a CNN step has some hundreds).
+_CURVE_POINTS = 2000
 
 
 @dataclass
@@ -175,6 +177,10 @@ def step_curve(levels: Levels, timeline, index: int) -> dict:
     inside = levels.between(window.start_us, window.end_us)
     times = [0.0] + [(levels.times[i] - origin) / 1000 for i in inside] + [window.dur_us / 1000]
     values = [levels.at(window.start_us)] + [levels.allocated[i] for i in inside] + [levels.at(window.end_us)]
+    if len(times) > _CURVE_POINTS:  # a big model's step: every k-th point, and the peak kept
+        stride = -(-len(times) // _CURVE_POINTS)
+        keep = sorted(set(range(0, len(times), stride)) | {len(times) - 1, values.index(max(values))})
+        times, values = [times[i] for i in keep], [values[i] for i in keep]
     return {"step": timeline.step_number(index), "t_ms": [round(t, 4) for t in times],
             "allocated_mb": [round(v / MB, 4) for v in values],
             "phases": [[round((a - origin) / 1000, 4), round((b - origin) / 1000, 4), phase]
