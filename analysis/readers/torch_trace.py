@@ -176,8 +176,6 @@ def read_torch_trace(path: str | Path) -> Trace:
         columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
     metadata = {"device_properties": header.deviceProperties,
                 "base_time_ns": header.baseTimeNanoseconds}
-    if reader.memory_events:
-        metadata["memory_event_count"] = reader.memory_events
     distributed = _distributed_info(header.distributedInfo)
     if distributed is not None:
         metadata["distributed_info"] = distributed
@@ -223,7 +221,6 @@ class _Reader:
         self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
-        self.memory_events = 0  # `[memory]` instants (profile_memory): torch_memory reads them
 
     def read(self, blocks: safe_files.ReadAhead):
         buf = _Window(_CHUNK + _BLOCK)
@@ -381,8 +378,6 @@ class _Reader:
             if raw.ph != "X":
                 if raw.ph == "M" and raw.name == "process_name":
                     self._process_name(raw)
-                elif raw.name == "[memory]":
-                    self.memory_events += 1
                 continue
             ts, dur = raw.ts, raw.dur
             # One chained comparison covers the usual case; None and NaN fail it too.

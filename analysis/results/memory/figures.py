@@ -201,14 +201,11 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
             "memory: the XSpace holds no allocator events (TF records them for its BFC "
             "allocators only: on the CPU, blocks of the oneDNN allocator)"]
     from analysis.readers.torch_memory import read_torch_memory
-    # The torch reader counted them (the key only where there are some): a trace without
-    # any is not read again; traces read as one session are not counted. Read once, then
-    # kept with the trace, as the XSpace reader keeps its own.
+    # Read once (a scan for the name: a trace without them costs one pass over its bytes),
+    # then kept with the trace, as the XSpace reader keeps its own.
     events = trace.metadata.get("memory_events")
     if events is None:
-        counted = trace.metadata.get("memory_event_count", None if run.located.combined else 0)
-        events = read_torch_memory(run.trace_file) if counted is None or counted > 0 else []
-        trace.metadata["memory_events"] = events
+        events = trace.metadata["memory_events"] = read_torch_memory(run.trace_file)
     return events, "torch profiler (profile_memory)", [] if events else [
         "memory: the trace holds no [memory] events (recorded without profile_memory): "
         "only the process's RSS is known"]
