@@ -152,8 +152,8 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
         notes.append("memory: TF's CPU allocator reports only its large blocks (oneDNN keeps small "
                      "ones apart, unrecorded): small tensors are missing from these figures")
     if run.trace.source_format == "xplane":
-        notes.append("memory: TF's sizes are its allocator's blocks, which may be larger than the "
-                     "bytes an op asked for")
+        notes.append("memory: TF's figures count the bytes ops asked for from the profile's start "
+                     "(its allocator's blocks may be larger): net changes exact, levels relative")
     curve = step_curve(levels, timeline, len(timeline.steps) - 1) if steps else None
     layers = _layers_kept(run, levels, timeline) if steps else {}
     return MemoryFigures(source, device, steps, sites, ends, rss, notes, curve, layers)
