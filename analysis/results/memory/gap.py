@@ -58,9 +58,13 @@ def memory_gap(a: Breakdown, b: Breakdown) -> dict | None:
              for side, x in [("a" if more is a else "b", more), ("b" if more is a else "a", less)]
              if sites.get(side)] if phase else []
     layers = _layer_gaps(a, b) if key == "forward_net_mb" else []
-    if layers:  # the layers say where better than the ops do
+    apart = [g for g in layers if abs(g["delta_mb"]) >= max(0.01, 0.01 * max(g["a_mb"], g["b_mb"]))]
+    if layers:  # the layers say where better than the ops do: those that keep different bytes
         where = [f"{layer['layer']}: {a.name} keeps {layer['a_mb']:.1f}, {b.name} "
-                 f"{layer['b_mb']:.1f} MB" for layer in layers[:3]]
+                 f"{layer['b_mb']:.1f} MB" for layer in apart[:3]]
+        same = [g["layer"] for g in layers if g not in apart]
+        if same:
+            where.append(f"the same in {', '.join(same)}")
     return {"figure": key, "a_mb": round(va, 3), "b_mb": round(vb, 3), "layers": layers,
             "ratio": round(vb / va, 4) if va > 0 else None, "line": line,
             "a": _side(a.memory), "b": _side(b.memory), "caveats": caveats,
