@@ -372,3 +372,13 @@ def test_the_memory_gap_names_the_layers_whose_kept_activations_differ_most():
     assert [layer["layer"] for layer in gap["layers"]] == ["conv2", "conv1", "dense"]
     assert gap["layers"][0]["delta_mb"] == 200.0
     assert gap["where"][0] == "conv2: torch keeps 90.0, keras 290.0 MB"
+
+
+def test_profile_memory_can_be_left_out_and_the_breakdown_says_so(tmp_path, monkeypatch):
+    from profilers.torch_session import PROFILE_MEMORY_ENV
+    monkeypatch.setenv(PROFILE_MEMORY_ENV, "0")
+    run_dir = _known_tensor_loop(tmp_path)
+    (trace,) = run_dir.glob("*.pt.trace.json.gz")
+    assert b"[memory]" not in __import__("gzip").decompress(trace.read_bytes())
+    memory = breakdown(load_run(run_dir)).memory
+    assert memory.steps == [] and [n for n in memory.notes if "no [memory] events" in n]
