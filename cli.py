@@ -703,13 +703,16 @@ def watch(run_dir, once, interval_s, fmt):
               help="The table format's evidence too: the phase table, host vs device time, "
                    "evidence per run and the runs' notes (default: the gap, its top phases and "
                    "causes).")
+@click.option("--memory", is_flag=True,
+              help="Lead with the memory gap: who holds more at the end of forward, at the "
+                   "step's peak, in resident memory (the JSON has it in each comparison).")
 @format_option(registry.COMPARE)
 @layers_option
 @wide_option
 @trace_rules_options
 @engine_options
 def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestions,
-            different_workloads, quiet, verbose, fmt, layers, **settings):
+            different_workloads, quiet, verbose, fmt, layers, memory, **settings):
     """Compare RUNS of one workload: the unprofiled step time of each with its 95 % interval,
     per phase the delta to the first run (the baseline) with its interval, then the evidence
     behind the biggest deltas (kernel counts, fusion, dispatch, transfers, compile).
@@ -764,6 +767,9 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all
+    if memory and fmt in ("table", "markdown"):
+        from analysis.results.memory.gap import memory_lines
+        click.echo("\n".join(memory_lines(comparison)) + "\n")
     click.echo(registry.COMPARE[fmt].render(comparison, **options), nl=False)
     if layers and fmt != "json":  # the JSON holds each run's layers and the cause's layer
         sides = [(comparison.runs[0].layers, run.layers) for run in comparison.runs[1:]]
@@ -1193,7 +1199,9 @@ def trace(run, out_file, force, session):
         data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")],
                              run_layer_spans(loaded))
     else:
-        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label, run_layer_spans(loaded))
+        from analysis.results.memory.figures import allocator_events
+        text = trace_events.render(loaded.trace, loaded.timeline, loaded.label, run_layer_spans(loaded),
+                                   allocator_events(loaded)[0])  # counter tracks of memory
         data = gzip.compress(text.encode()) if out.name.endswith(".gz") else text.encode()
     # Atomic either way: --force replaces the name (a symlink's target is never written); without
     # it a file that appeared meanwhile is not overwritten.

@@ -13,6 +13,7 @@ from analysis.model.job import is_job, load_job
 from analysis.model.locate import RunPlace
 from analysis.readers.run_dir import find_files
 from analysis.renderers import plots, report_html, report_markdown
+from analysis.renderers.memory import report_section, timeline_plot
 from analysis.report_views import report_views
 from analysis.renderers.report_markdown import ReportContent, ReportRun
 from analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, repeats_by_name, run_label,
@@ -96,6 +97,9 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
         figures["phases"] = plots.phase_bars([r.label for r in complete], [r.breakdown for r in complete])
     if series:
         figures["steps"] = plots.step_times(series)
+    curves = timeline_plot.with_curves([r.label for r in complete], [r.breakdown for r in complete])
+    if curves:
+        figures[report_section.ROLE] = timeline_plot.memory_timeline(curves)
     if len(complete) > 1:
         figures["ratio"] = plots.speed_ratio([r.label for r in complete],
                                              [r.breakdown for r in complete], base)

@@ -32,7 +32,7 @@ FAILED_MARKER = "run.failed"
 UNRECORDED_FAILURE = "failed, and the reason could not be written (disk full?)"
 
 STEP_COLUMNS = ("step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
-                "backward_ms", "optimizer_ms", "loss", "minor_faults")
+                "backward_ms", "optimizer_ms", "loss", "minor_faults", "rss_mb")
 
 
 def new_run_id(*parts: str) -> str:

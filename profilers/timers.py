@@ -1,6 +1,7 @@
 """Per-step phase timers: perf_counter on the host, CUDA events on a GPU, read only after the run."""
 from __future__ import annotations
 
+import os
 import resource
 import time
 
@@ -81,8 +82,8 @@ class StepTimer:
         # (phase, start, end) for every phase range of the run, in order.
         self.phase_marks: list[tuple[str, object, object]] = []
         self.add_phase = self.phase_marks.append
-        # (first phase mark index, start, end, loss, minor page faults) per step.
-        self._steps: list[tuple[int, object, object, object, int]] = []
+        # (first phase mark index, start, end, loss, minor page faults, resident pages) per step.
+        self._steps: list[tuple[int, object, object, object, int, int | None]] = []
         self._step_begin: tuple[int, object] | None = None
         # The page-fault counter at the last step's end: one reading a step (a system call, 0.44 µs),
         # so a step's faults run from the end of the one before, as a Keras step's time does.
@@ -105,7 +106,7 @@ class StepTimer:
         faults, before = _minor_faults(), self._faults_at_end
         self._faults_at_end = faults
         first, start = self._step_begin
-        self._steps.append((first, start, end, self._keep_loss(loss), faults - before))
+        self._steps.append((first, start, end, self._keep_loss(loss), faults - before, _RESIDENT()))
 
     def __len__(self) -> int:
         return len(self._steps)
@@ -119,7 +120,7 @@ class StepTimer:
         elapsed = self.clock.elapsed_ms
         bounds = [first for first, *_ in self._steps[first_step + 1:]] + [len(self.phase_marks)]
         rows = []
-        for number, ((first, start, end, loss, faults), last) in enumerate(
+        for number, ((first, start, end, loss, faults, pages), last) in enumerate(
                 zip(self._steps[first_step:], bounds), start=first_step):
             row = {"step": number, "step_ms": elapsed(start, end)}
             row.update({f"{phase}_ms": 0.0 for phase in timed_phases})
@@ -127,6 +128,7 @@ class StepTimer:
                 row[f"{phase}_ms"] += elapsed(phase_start, phase_end)
             row["loss"] = _as_float(loss)
             row["minor_faults"] = faults
+            row["rss_mb"] = None if pages is None else round(pages * _PAGE_BYTES / 1e6, 3)
             rows.append(row)
         return rows
 
@@ -144,6 +146,39 @@ def _minor_faults() -> int:
     that alone moved torch's CNN step by 19 % (benchmarks/README.md). One getrusage call,
     0.44 µs here."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+class _ResidentPages:
+    """The process's resident pages now, read from /proc/self/statm through a descriptor kept
+    open: one pread a step (no open, no Python file object), so the step pays a system call,
+    as for the page faults. None where the system has no /proc (macOS): RSS is then not kept."""
+
+    def __init__(self):
+        self._pid, self._fd = None, None
+        self._open()
+
+    def _open(self) -> None:
+        # /proc/self is resolved when opened: a forked child inherits its parent's statm.
+        self._pid = os.getpid()
+        try:
+            self._fd = os.open("/proc/self/statm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            self._fd = None
+
+    def __call__(self) -> int | None:
+        if self._pid != os.getpid():
+            self._open()
+        if self._fd is None:
+            return None
+        try:
+            return int(os.pread(self._fd, 64, 0).split(None, 2)[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+
+# One descriptor for the process; a forked child opens its own (see _open).
+_RESIDENT = _ResidentPages()
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _as_float(loss) -> float | None:

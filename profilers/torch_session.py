@@ -9,6 +9,9 @@ from profilers.trace_window import TraceWindow
 from profilers.written_traces import checked_writes, whole_json
 
 
+PROFILE_MEMORY_ENV = "GAPSCOPE_PROFILE_MEMORY"
+
+
 def torch_profiler(run_dir: Path, window: TraceWindow, cuda: bool):
     """A profiler to call .step() on once per step; it records exactly `window`.
 
@@ -28,8 +31,11 @@ def torch_profiler(run_dir: Path, window: TraceWindow, cuda: bool):
                           repeat=1),
         on_trace_ready=_checked(tensorboard_trace_handler(
             str(run_dir), worker_name=socket.gethostname(), use_gzip=True), run_dir),
-        # Shapes and stacks slow a small step ~1.7x; the breakdown needs neither.
-        record_shapes=False, with_stack=False, profile_memory=False,
+        # Shapes and stacks slow a small step ~1.7x; the breakdown needs neither. The
+        # allocator's events (profile_memory) give the memory per phase, in the window only;
+        # PROFILE_MEMORY_ENV=0 leaves them out (their cost in the window is not measured yet).
+        record_shapes=False, with_stack=False,
+        profile_memory=os.environ.get(PROFILE_MEMORY_ENV, "1").strip() != "0",
         acc_events=False,
     ) if window.steps > 0 else None
 

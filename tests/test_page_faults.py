@@ -82,7 +82,7 @@ def test_a_real_run_writes_its_faults_and_the_breakdown_reports_them(torch_run):
     from analysis.results.breakdown import breakdown
     from analysis.model.run import load_run
     header = (torch_run / "steps.csv").read_text().splitlines()[0].split(",")
-    assert header[-1] == "minor_faults"
+    assert header[-2:] == ["minor_faults", "rss_mb"]
     run = load_run(torch_run)
     expected = page_faults.faults_per_step(run.rows, run.warmup_steps)
     assert expected is not None and expected >= 0

@@ -39,8 +39,9 @@ def test_prints_the_files_it_wrote_and_shows_progress_on_stderr(report):
     out, result = report
     written = result.stdout.split()
     names = sorted(p.rsplit("/", 1)[-1] for p in written)
+    # memory: the torch run's allocation curve (its trace has the allocator's events)
     assert names == sorted(["mlp.md", "mlp.html"] + [f"mlp-{plot}.{ext}" for plot in
-                                                      ("phases", "steps", "ratio", "layers")
+                                                      ("phases", "steps", "ratio", "layers", "memory")
                                                       for ext in ("png", "svg")])
     assert "plotting" in result.stderr
 
@@ -92,7 +93,7 @@ def test_the_ratio_points_the_same_way_as_the_compare_table_under_it(report):
 def test_html_is_self_contained(report):
     out, _ = report
     html = out.with_suffix(".html").read_text()
-    assert html.count("data:image/png;base64,") == 4
+    assert html.count("data:image/png;base64,") == 5  # phases, steps, ratio, layers, memory
     assert 'src="mlp-' not in html  # nothing links to a file beside it
     assert "<table>" in html and "<h2>Environment</h2>" in html
 

@@ -36,7 +36,10 @@ def test_phase_tracks_add_up_to_the_steps_and_the_breakdowns_traced_phases(
     events = document["traceEvents"]
     # What chrome://tracing and Perfetto need of every event.
     for e in events:
-        assert e["ph"] in ("X", "M") and isinstance(e["pid"], int) and isinstance(e["name"], str)
+        assert e["ph"] in ("X", "M", "C") and isinstance(e["pid"], int) and isinstance(e["name"], str)
+        if e["ph"] == "C":  # a counter (the allocator's level): a time and numbers
+            assert isinstance(e["ts"], (int, float)) and all(
+                isinstance(v, (int, float)) for v in e["args"].values())
         if e["ph"] == "X":
             assert isinstance(e["tid"], int) and e["dur"] >= 0 and isinstance(e["ts"], (int, float))
     threads = {e["args"]["name"] for e in events

@@ -172,7 +172,7 @@ def _layer_ranges(trace: Trace) -> tuple[dict, dict]:
         # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
         if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
                 and e.name.startswith(LAYER_RANGE_PREFIXES):
-            ranges[e.track].append((e.start_us, e.end_us, _layer_name(e.name)))
+            ranges[e.track].append((e.start_us, e.end_us, layer_name(e.name)))
     for track in ranges.values():
         track.sort()
     return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}
@@ -206,13 +206,13 @@ def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[
             if e.kind != HOST_OP or not e.track.startswith("host"):
                 continue
             if e.name not in scopes:
-                scopes[e.name] = _scope_layer(e.name, known)
+                scopes[e.name] = scope_layer(e.name, known)
             if scopes[e.name] is not None:
                 add(*scopes[e.name], e.name)
     return {layer: dict(phases) for layer, phases in found.items() if any(phases.values())}
 
 
-def _layer_name(range_name: str) -> str:
+def layer_name(range_name: str) -> str:
     for prefix in LAYER_RANGE_PREFIXES:
         if range_name.startswith(prefix):
             return range_name[len(prefix):]
@@ -253,7 +253,7 @@ def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None
         else:
             where = layer_of.get(e.name, False)
             if where is False:
-                where = layer_of[e.name] = _scope_layer(e.name, known)
+                where = layer_of[e.name] = scope_layer(e.name, known)
                 if where is not None and not known:
                     scopes[where[0]].add(_raw_scope(e.name))
         if where is not None:
@@ -276,7 +276,7 @@ def _xla_layer(hlo: HloModules | None, e, known: set[str], across: set, unknown:
     if op is None:
         unknown.add(e.hlo_op)
         return None
-    wheres = {w for w in (_scope_layer(name, known) for name in op.op_names) if w is not None}
+    wheres = {w for w in (scope_layer(name, known) for name in op.op_names) if w is not None}
     if len(wheres) > 1:
         across.add(e.hlo_op)
     return next(iter(wheres)) if len(wheres) == 1 else None
@@ -288,7 +288,7 @@ def _raw_scope(op_name: str) -> str:
     return parts[1] if len(parts) >= 3 else parts[0]
 
 
-def _scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
+def scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
     """(layer, phase) an op's scope names, else None."""
     head, marker, rest = op_name.partition(_TF_FORWARD)
     if not marker:

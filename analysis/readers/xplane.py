@@ -6,7 +6,7 @@ from collections import Counter
 from pathlib import Path
 
 from profilers.errors import TraceFormatError
-from analysis.readers import safe_files, validate
+from analysis.readers import safe_files, validate, xplane_memory
 from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
 from analysis.readers.xplane_proto import xplane_pb2 as _xplane_pb2
@@ -69,9 +69,10 @@ def _trace_of(path: Path, space) -> Trace:
     groups: dict[int, list] = {}  # group_id -> [start, end, track] of the host events in it
     device_steps: list[Event] = []
     devices = []
+    memory: list = []  # the allocator's events (MemoryEvent), beside the events as read
     for plane in planes:
         if plane.name.startswith("/host:"):
-            events.extend(_host_events(plane, origin_ns, groups))
+            events.extend(_host_events(plane, origin_ns, groups, memory))
         elif plane.name.startswith("/device:"):
             events.extend(_device_events(plane, origin_ns, device_steps))
             device = _device_properties(plane)
@@ -96,6 +97,8 @@ def _trace_of(path: Path, space) -> Trace:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
         metadata["step_problems"] = step_problems
+    if memory:
+        metadata["memory_events"] = memory
     if hlo_protos:
         events += _framework_ops_of_thunks(events, hlo_protos, metadata)
     return Trace("xplane", str(path), events, metadata)
@@ -173,7 +176,7 @@ def _line_events(plane, origin_ns):
             yield line, xevent, base_us + xevent.offset_ps / 1e6, xevent.duration_ps / 1e6
 
 
-def _host_events(plane, origin_ns, groups: dict | None = None):
+def _host_events(plane, origin_ns, groups: dict | None = None, memory: list | None = None):
     stats_of = _stat_reader(plane)
     names = {key: meta.name for key, meta in plane.event_metadata.items()}
     with_stats = {key for key, meta in plane.event_metadata.items() if meta.stats}
@@ -189,6 +192,10 @@ def _host_events(plane, origin_ns, groups: dict | None = None):
             # costs step time through the IteratorGetNext wait, which is kept.
             continue
         stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
+        if name in xplane_memory.NAMES:
+            found = xplane_memory.memory_event(name, stats, start_us, track)
+            if memory is not None and found is not None:
+                memory.append(found)
         group = stats.get("group_id")
         if groups is not None and isinstance(group, int) and not line.name.startswith("tf_data"):
             span = groups.setdefault(group, [start_us, start_us + dur_us, track])

@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.renderers.columns import plus_minus, unit_footer, workload_references
+from analysis.renderers.memory.report_section import memory_section
 from analysis.results.records import Breakdown
 from profilers.phases import PHASES
 from profilers.run_dir import effective_status
@@ -57,6 +58,7 @@ def render(content: ReportContent) -> str:
         lines += ["Every step from the step timers, warm-up included: the shaded first steps carry "
                   "one-time costs (tf.function tracing, XLA or torch.compile compilation, first-step "
                   "allocation); dots mark the steps the profiler recorded, which carry its own cost.", ""]
+    lines += memory_section(content)
     if len(complete) > 1:
         lines += ["## Step-time ratio to the baseline", ""]
         lines += _figure(content, "ratio", "Step time of each run over the baseline's")

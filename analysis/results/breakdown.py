@@ -9,6 +9,7 @@ import numpy as np
 
 from analysis.readers import step_rows
 from analysis.results.compile_why import run_compile_why
+from analysis.results.memory.figures import run_memory
 from analysis.results.phase_estimate import PhaseSamples, estimate
 from analysis.events.phase_rules import PhaseOrigin
 from analysis.results.records import Breakdown, PhaseSource, StepBreakdown
@@ -71,8 +72,10 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     faults = page_faults.note(result.minor_faults_per_step, result.step_stats()["mean"],
                               run.manifest.get("variant"))
     result.compile_why = run_compile_why(run, compile_ms(run.rows, run.warmup_steps) if run.rows else None)
+    result.memory = run_memory(run, trace=source != Source.TIMERS)
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
-                    + ([result.compile_why.line()] if result.compile_why else []) + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else []))
+                    + ([result.compile_why.line()] if result.compile_why else []) + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else [])
+                    + (result.memory.lines() if result.memory is not None else []))
     _label(result, run)
     if result.device is None and source != Source.TIMERS and run.trace is not None:
         result.device = hardware(run.manifest, run.trace).device  # a foreign trace's own word on its GPU

@@ -205,9 +205,15 @@ class Comparison:
         return any(p.inconclusive for p in self.pairs)
 
     def to_json_dict(self) -> dict:
+        from analysis.results.memory.gap import memory_gap
+        comparisons = [p.to_json_dict() for p in self.pairs]
+        for run, doc in zip(self.runs[1:], comparisons):  # where both runs have memory figures
+            gap = memory_gap(self.runs[0].breakdown, run.breakdown)
+            if gap is not None:
+                doc["memory"] = gap
         return {"baseline": self.pairs[0].a if self.pairs else None,
                 "runs": [r.to_json_dict() for r in self.runs],
-                "comparisons": [p.to_json_dict() for p in self.pairs],
+                "comparisons": comparisons,
                 "warnings": self.warnings}
 
 

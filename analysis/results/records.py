@@ -92,6 +92,9 @@ class Breakdown:
     bootstrap: tuple | None = field(default=None, repr=False)
     # What torch.compile did and why (compile_why.CompileWhy), where the run kept compile.json.
     compile_why: object | None = field(default=None, repr=False)
+    # Memory per step and phase, creep and RSS (results.memory.figures.MemoryFigures), where
+    # the run recorded allocator events or RSS.
+    memory: object | None = field(default=None, repr=False)
 
     def self_check(self, tolerance_ms: float = 1e-6) -> None:
         """Assert that every step's phases add up to the step, and the phases to the mean
@@ -152,6 +155,7 @@ class Breakdown:
             "minor_faults_per_step": _round(self.minor_faults_per_step, 1),
             "per_step": [finite(asdict(s)) for s in self.steps],
             **({"compile": self.compile_why.to_json_dict()} if self.compile_why else {}),
+            **({"memory": self.memory.to_json_dict()} if self.memory is not None else {}),
         }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import Trace
+from analysis.renderers.memory.counters import memory_counters
 from profilers import strict_json
 from profilers.phases import PHASES
 
@@ -19,13 +20,16 @@ LAYERS_TID = len(PHASES) + 1
 _ARGS = ("step_num", "correlation", "nbytes", "hlo_op", "hlo_module")
 
 
-def render(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | None = None) -> str:
-    return strict_json.dumps(document(trace, timeline, title, layers), separators=(",", ":"))
+def render(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | None = None,
+           memory=None) -> str:
+    return strict_json.dumps(document(trace, timeline, title, layers, memory), separators=(",", ":"))
 
 
-def document(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | None = None) -> dict:
+def document(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | None = None,
+             memory=None) -> dict:
     """`traceEvents` (complete "X" events, "M" names), times in µs as recorded. `layers`: the
-    run's layer spans (layer_times.layer_spans), a track of their own where there are any."""
+    run's layer spans (layer_times.layer_spans), a track of their own where there are any; with
+    `memory` (the trace's MemoryEvents) a counter track per device of the allocator's level."""
     threads = {STEPS_TID: "steps", **{tid: phase for phase, tid in PHASE_TIDS.items()}}
     if layers:
         threads[LAYERS_TID] = "layers"
@@ -40,6 +44,7 @@ def document(trace: Trace, timeline: PhaseTimeline, title: str, layers: list | N
     for start, end, layer, phase, index in layers or ():
         events.append(_complete(layer, LAYER_CATEGORY, GAPSCOPE_PID, LAYERS_TID, start, end - start,
                                 {"step": timeline.step_number(index), "phase": phase}))
+    events += memory_counters(memory or [], GAPSCOPE_PID)
     events += _original(trace)
     return {"traceEvents": events, "displayTimeUnit": "ms",
             "otherData": {"source": trace.path, "format": trace.source_format,

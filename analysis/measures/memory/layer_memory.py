@@ -1,0 +1,91 @@
+"""Activations each layer keeps: bytes a layer allocated in forward that are still held when forward ends."""
+from __future__ import annotations
+
+import bisect
+from collections import defaultdict
+
+import numpy as np
+
+from analysis.events.memory_event import MemoryEvent
+from analysis.events.timeline import PhaseTimeline
+from analysis.events.trace import ANNOTATION, OTHER, Trace
+# The layer timing's own reading of layer ranges and Keras scopes, so both name layers alike.
+from analysis.measures.layer_times import layer_name, scope_layer
+from analysis.measures.memory.levels import Levels
+from analysis.measures.memory.phase_memory import event_phase
+from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES
+
+
+def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | None) -> list[str | None]:
+    """Each event's layer: the Keras scope in its op's name (TF), else the innermost layer
+    range around it on its thread (torch's eager runs mark layers with ranges)."""
+    known = set(names or ())
+    ranges = _layer_ranges(trace, {e.track for e in events if not e.op})
+    starts = {track: [r[0] for r in found] for track, found in ranges.items()}
+    found = []
+    for event in events:
+        layer = None
+        if event.op:
+            scoped = scope_layer(event.op, known)
+            layer = scoped[0] if scoped else None
+        elif event.track in ranges:
+            track, begun = ranges[event.track], starts[event.track]
+            i = bisect.bisect_right(begun, event.ts_us) - 1
+            while i >= 0 and layer is None:
+                start, end, name = track[i]
+                if event.ts_us < end:
+                    layer = name
+                i -= 1
+        found.append(layer)
+    return found
+
+
+def kept_by_layer(levels: Levels, layers: list[str | None], timeline: PhaseTimeline) -> dict[str, float]:
+    """Per layer, the bytes a step's forward allocated in it and had not freed when forward
+    ended (matched by address), averaged over the traced steps: what it keeps for backward."""
+    events = levels.events
+    kept: dict[str, float] = defaultdict(float)
+    steps = len(timeline.steps)
+    for index, window in enumerate(timeline.steps):
+        forward = [(a, b) for a, b, phase in timeline.covering(index) if phase == "forward"]
+        if not forward:
+            continue
+        forward_end = forward[-1][1]
+        inside = levels.between(window.start_us, window.end_us)
+        # Per address, when forward's frees of it came (in time order: events are sorted).
+        frees: dict[int, list[float]] = defaultdict(list)
+        for i in inside:
+            if events[i].nbytes < 0 and events[i].addr is not None and events[i].ts_us < forward_end:
+                frees[events[i].addr].append(events[i].ts_us)
+        for i in inside:
+            event, layer = events[i], layers[i]
+            if (layer is None or event.nbytes <= 0 or event.addr is None
+                    or event_phase(event, timeline, index) != "forward"):
+                continue
+            # Freed if a free of its address came after it and before forward's end.
+            times = frees.get(event.addr, ())
+            freed = bisect.bisect_left(times, event.ts_us) < len(times)
+            if not freed:
+                kept[layer] += event.nbytes
+    return {layer: total / steps for layer, total in kept.items()} if steps else {}
+
+
+def _layer_ranges(trace: Trace, tracks: set[str]) -> dict[str, list[tuple[float, float, str]]]:
+    """The layer ranges on `tracks`, sorted by start, from the trace's columns."""
+    if not tracks:
+        return {}
+    columns = trace.columns
+    ids = [i for i, name in enumerate(columns.names) if name.startswith(LAYER_RANGE_PREFIXES)]
+    wheres = {i: track for i, (kind, track) in enumerate(columns.wheres)
+              if kind in (ANNOTATION, OTHER) and track in tracks}
+    if not ids or not wheres:
+        return {}
+    rows = np.flatnonzero(np.isin(columns.name, ids) & np.isin(columns.where, list(wheres)))
+    found: dict[str, list] = defaultdict(list)
+    for row in rows.tolist():
+        start = float(columns.start_us[row])
+        found[wheres[int(columns.where[row])]].append(
+            (start, start + float(columns.dur_us[row]), layer_name(columns.names[columns.name[row]])))
+    for ranges in found.values():
+        ranges.sort()
+    return found

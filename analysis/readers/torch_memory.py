@@ -1,0 +1,121 @@
+"""Reads the `[memory]` instant events of a torch.profiler trace (profile_memory=True) into MemoryEvents."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+
+from analysis.events.memory_event import MemoryEvent
+from analysis.readers import safe_files
+from profilers.errors import TraceFormatError
+
+_NAME = b'"[memory]"'
+_BLOCK = 4 << 20
+# Bytes kept before a block's unread end: a memory event is some 300 bytes, so its start lies
+# well within this of its name, and a name cut by the block's end is found in the next round.
+_KEEP = 4096
+# Kineto's Device Type: c10::DeviceType's numbers (0 CPU, 1 CUDA).
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 8: "ipu", 9: "xla", 12: "xpu", 13: "mps", 17: "privateuse1"}
+
+
+class _Args(msgspec.Struct, gc=False):
+    nbytes: int | float | None = msgspec.field(default=None, name="Bytes")
+    allocated: int | float | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: int | float | None = msgspec.field(default=None, name="Total Reserved")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
+    addr: int | None = msgspec.field(default=None, name="Addr")
+
+
+class _Raw(msgspec.Struct, gc=False):
+    name: str = ""
+    ts: float | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    args: _Args | None = None
+
+
+_DECODE = msgspec.json.Decoder(_Raw, strict=False).decode
+
+
+def read_torch_memory(path: str | Path) -> list[MemoryEvent]:
+    """Every `[memory]` event of the trace, in the order written (empty: the profiler ran
+    without profile_memory). Only the events holding the name are decoded, so a trace
+    without them costs one scan of its bytes."""
+    path = Path(path)
+    found: list[MemoryEvent] = []
+    pending = b""
+    try:
+        with safe_files.open_stream(path) as stream, safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
+            while True:
+                block = blocks.read()
+                data = pending + block
+                done = _scan(data, found, final=not block)
+                if not block:
+                    break
+                pending = data[done:]
+    except OSError as exc:
+        raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    return found
+
+
+def _scan(data: bytes, found: list[MemoryEvent], final: bool) -> int:
+    """Decodes the memory events whose whole object lies in `data`; returns where the next
+    round starts (before the first event left incomplete, else `_KEEP` from the end)."""
+    position = 0
+    while True:
+        hit = data.find(_NAME, position)
+        if hit < 0:
+            return len(data) if final else max(position, len(data) - _KEEP)
+        start, end = _object_around(data, hit)
+        if end is None:
+            return len(data) if final else (start if start is not None else hit)
+        if start is not None:
+            event = _event(data[start:end])
+            if event is not None:
+                found.append(event)
+        position = end
+
+
+def _object_around(data: bytes, hit: int) -> tuple[int | None, int | None]:
+    """The bounds of the innermost JSON object around `hit`: a memory event nests only its args."""
+    depth, start = 0, None
+    for i in range(hit - 1, max(-1, hit - _KEEP), -1):
+        char = data[i]
+        if char == 0x7D:  # }
+            depth += 1
+        elif char == 0x7B:  # {
+            if depth == 0:
+                start = i
+                break
+            depth -= 1
+    depth = 0
+    for i in range(hit, min(len(data), hit + _KEEP)):
+        char = data[i]
+        if char == 0x7B:
+            depth += 1
+        elif char == 0x7D:
+            if depth == 0:
+                return start, i + 1
+            depth -= 1
+    return start, None
+
+
+def _event(text: bytes) -> MemoryEvent | None:
+    try:
+        raw = _DECODE(text)
+    except msgspec.DecodeError:
+        return None
+    args = raw.args
+    if raw.name != "[memory]" or args is None or raw.ts is None or args.nbytes is None:
+        return None
+    device = _DEVICE_TYPES.get(args.device_type, f"device{args.device_type}") \
+        if args.device_type is not None else "cpu"
+    if device != "cpu" and args.device_id is not None and args.device_id >= 0:
+        device = f"{device}:{args.device_id}"
+    return MemoryEvent(float(raw.ts), int(args.nbytes), _int(args.allocated), _int(args.reserved),
+                       device, f"host/{raw.pid}/{raw.tid}", addr=args.addr)
+
+
+def _int(value) -> int | None:
+    return None if value is None else int(value)

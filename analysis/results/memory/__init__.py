@@ -1,0 +1,1 @@
+"""Memory beside time: a run's memory figures, and the memory gap between runs."""

@@ -1,0 +1,384 @@
+"""Memory beside time on real torch and Keras runs: per-phase net change of a known tensor, a
+planted leak's creep, the seed CNN's memory in the breakdown, a Keras activation's size."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from analysis.events.memory_event import MemoryEvent
+from analysis.measures.memory.creep import creep
+from analysis.measures.memory.levels import Levels
+from analysis.model.run import load_run
+from analysis.results.breakdown import breakdown
+from analysis.results.memory.figures import MB
+from cli import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+KEPT_BYTES = 1 << 20            # the tensor forward allocates and backward frees: 1 MiB
+# The leak: a 256-sample batch through Linear(256, 1024), ReLU, Linear(1024, 1); each step's
+# loss is kept with its graph (backward with retain_graph), which holds ReLU's output for
+# its own backward and the second Linear's (one tensor, 256 x 1024 floats), MSE's input
+# (the model's output, 256 x 1 floats) and the loss itself (one float).
+LEAK_BATCH, LEAK_WIDTH = 256, 1024
+LEAK_BYTES = LEAK_BATCH * LEAK_WIDTH * 4 + LEAK_BATCH * 1 * 4 + 4
+
+
+def _known_tensor_loop(out: Path, kept_bytes: int = KEPT_BYTES) -> Path:
+    import torch
+
+    import gapscope
+    weight = torch.ones(16, requires_grad=True)
+    optimizer = torch.optim.SGD([weight], lr=0.01)
+    batches = [torch.ones(16) for _ in range(8)]
+    with gapscope.capture("memory-known", trace_steps=(3, 7), out=out, warmup_steps=2) as cap:
+        for batch in cap.data(batches):
+            with cap.phase("forward"):
+                kept = torch.ones(kept_bytes // 4)  # float32: exactly kept_bytes
+                loss = (weight * batch).sum()
+            with cap.phase("backward"):
+                loss.backward()
+                del kept
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            cap.step(loss)
+    return cap.run_dir
+
+
+def _leaking_loop(out: Path) -> Path:
+    import torch
+
+    import gapscope
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(256, LEAK_WIDTH), torch.nn.ReLU(),
+                                torch.nn.Linear(LEAK_WIDTH, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
+    x, y = torch.randn(LEAK_BATCH, 256), torch.randn(LEAK_BATCH, 1)
+    kept = []  # the leak
+    with gapscope.capture("memory-leak", trace_steps=(3, 9), out=out, warmup_steps=2) as cap:
+        for inputs, targets in cap.data([(x, y)] * 12):
+            with cap.phase("forward"):
+                loss = torch.nn.functional.mse_loss(model(inputs), targets)
+            with cap.phase("backward"):
+                loss.backward(retain_graph=True)
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad(set_to_none=True)
+            kept.append(loss)
+            cap.step(loss)
+    return cap.run_dir
+
+
+@pytest.fixture(scope="module")
+def known_dir(tmp_path_factory):
+    return _known_tensor_loop(tmp_path_factory.mktemp("memory_known"))
+
+
+@pytest.fixture(scope="module")
+def known_run(known_dir):
+    return breakdown(load_run(known_dir))
+
+
+@pytest.fixture(scope="module")
+def leak_run(tmp_path_factory):
+    return breakdown(load_run(_leaking_loop(tmp_path_factory.mktemp("memory_leak"))))
+
+
+def test_a_tensor_kept_from_forward_to_backward_is_forwards_net_change_and_backwards_release(known_run):
+    memory = known_run.memory
+    assert memory is not None and memory.source.startswith("torch profiler")
+    assert len(memory.steps) == 4  # the window, steps 3..6
+    for step in memory.steps:
+        # The loss (4 bytes) replaces the last step's; the gradient (64 bytes) lives from
+        # backward to the optimizer's zero_grad: within 64 bytes of the tensor either way.
+        assert abs(step.net["forward"] - KEPT_BYTES) <= 64, step
+        assert abs(step.net["backward"] + KEPT_BYTES) <= 64, step
+        assert step.high_water["forward"] - step.start >= KEPT_BYTES
+        assert step.peak_allocated - step.start >= KEPT_BYTES
+    doc = known_run.to_json_dict()["memory"]
+    assert doc["phases"]["forward"]["net_mb"] == pytest.approx(KEPT_BYTES / MB, abs=1e-3)
+    assert doc["phases"]["backward"]["net_mb"] == pytest.approx(-KEPT_BYTES / MB, abs=1e-3)
+    assert not doc["creep"]["grows"]  # nothing is kept across steps
+    assert "allocated and kept" not in (doc["creep_line"] or "")
+
+
+def test_compare_memory_leads_with_who_keeps_more_at_the_end_of_forward(known_dir, tmp_path):
+    twice = _known_tensor_loop(tmp_path, 2 * KEPT_BYTES)  # the same capture, twice the tensor
+    result = CliRunner().invoke(cli, ["compare", "--memory", str(known_dir), str(twice)])
+    assert result.exit_code in (0, 3), result.output  # 3: the machine was busy (time, not memory)
+    first, where, *_ = result.output.splitlines()
+    assert first.endswith("holds 2.0x more at the end of forward (activations kept for "
+                          f"backward): {2 * KEPT_BYTES / MB:.1f} vs {KEPT_BYTES / MB:.1f} MB"), first
+    # Then where: the bigger side's top forward site, the tensor of twice the size.
+    assert "allocates most in forward at" in where and f"({2 * KEPT_BYTES / MB:.1f} MB)" in where, where
+    doc = json.loads(CliRunner().invoke(cli, ["compare", str(known_dir), str(twice),
+                                              "--format", "json"]).stdout)
+    (pair,) = doc["comparisons"]
+    assert pair["memory"]["figure"] == "forward_net_mb"
+    assert pair["memory"]["ratio"] == pytest.approx(2.0, abs=1e-3)
+    assert all("memory" in run["breakdown"] for run in doc["runs"])
+
+
+def test_the_known_tensor_is_the_top_allocation_site_of_forward(known_run):
+    (site, *_) = known_run.memory.sites
+    assert site["phase"] == "forward" and site["bytes_per_step"] == KEPT_BYTES
+    assert "ones" in site["op"] or "empty" in site["op"] or "fill" in site["op"]
+
+
+def test_a_planted_leak_is_reported_as_creep_of_its_size_a_step(leak_run):
+    memory = leak_run.memory
+    assert memory.creep is not None and memory.creep.steps == 6
+    assert memory.creep.per_step == pytest.approx(LEAK_BYTES, rel=0.01)
+    assert memory.creep.significant
+    line = memory.creep_line()
+    assert line.startswith(f"memory creeps: {LEAK_BYTES / MB:+.2f} MB a step")
+    assert any(note.startswith("memory creeps:") for note in leak_run.notes)
+    doc = leak_run.to_json_dict()["memory"]["creep"]
+    assert doc["grows"] and doc["mb_per_step"] == pytest.approx(LEAK_BYTES / MB, rel=0.01)
+
+
+def test_the_leak_grows_each_steps_peak_by_its_size(leak_run):
+    peaks = [s.peak_allocated for s in leak_run.memory.steps]
+    assert all(b - a == pytest.approx(LEAK_BYTES, rel=0.01) for a, b in zip(peaks, peaks[1:]))
+
+
+def test_levels_follow_the_allocators_own_total_and_fill_in_a_running_sum():
+    events = [MemoryEvent(10.0, 100, None, None, "cpu", "host/1/1"),
+              MemoryEvent(20.0, 50, None, None, "cpu", "host/1/1"),
+              MemoryEvent(30.0, -100, None, None, "cpu", "host/1/1"),
+              MemoryEvent(40.0, 10, 1000, 4096, "cpu", "host/1/1")]
+    levels = Levels(events)
+    assert levels.allocated == [100, 150, 50, 1000]
+    assert (levels.at(5.0), levels.at(25.0), levels.at(30.0), levels.at(45.0)) == (0, 150, 150, 1000)
+    assert levels.reserved_at(45.0) == 4096 and levels.reserved_at(25.0) is None
+
+
+def test_creep_is_the_least_squares_slope_with_a_t_interval():
+    found = creep([0.0, 1.0, 2.0, 3.0], [10.0, 12.0, 14.0, 16.0])
+    assert found.per_step == pytest.approx(2.0) and found.ci95 == pytest.approx((2.0, 2.0))
+    noisy = creep([0.0, 1.0, 2.0, 3.0], [10.0, 13.0, 13.0, 16.0])
+    # slope 1.8; residuals -0.2, 1.0, -0.8, 0.4: s² = 1.8 / 2, sxx = 5, t(2) = 4.303
+    half = 4.303 * (0.9 / 5) ** 0.5
+    assert noisy.ci95 == pytest.approx((1.8 - half, 1.8 + half))
+    assert creep([1.0], [1.0]) is None
+
+
+@pytest.fixture(scope="module")
+def cnn_run(tmp_path_factory):
+    from workloads.launch import launch
+    from workloads.settings import RunSettings
+    outcome = launch(RunSettings("cnn", "torch", steps=10, warmup_steps=3, trace_steps=3),
+                     tmp_path_factory.mktemp("memory_cnn"))
+    assert outcome.status == "complete", outcome.error
+    return outcome.run_dir
+
+
+def test_the_seed_cnn_has_peak_and_per_phase_memory_in_breakdown_and_json(cnn_run):
+    rows = (cnn_run / "steps.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    rss = [float(line.split(",")[header.index("rss_mb")]) for line in rows[1:]]
+    assert len(rss) == 10 and all(r > 10 for r in rss)  # a torch process holds far more than 10 MB
+    result = CliRunner().invoke(cli, ["breakdown", str(cnn_run), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    memory = json.loads(result.output)["memory"]
+    assert memory["traced_steps"] == 3 and len(memory["per_step"]) == 3
+    phases = memory["phases"]
+    # Forward keeps the activations for backward, which frees them.
+    assert phases["forward"]["net_mb"] > 1 and phases["backward"]["net_mb"] < -1
+    assert memory["peak_allocated_mb"] == max(p["high_water_mb"] for p in phases.values()
+                                              if p["high_water_mb"] is not None)
+    assert memory["rss"]["steps"] >= 1 and memory["rss"]["mean_mb"] == pytest.approx(
+        sum(rss[3:]) / len(rss[3:]), rel=0.2)
+    # conv1's ReLU output (batch x 26 x 26 x 32 floats) is what conv1 keeps for backward: ReLU's
+    # own backward and conv2's read it; the convolution's output before ReLU is freed.
+    batch = json.loads((cnn_run / "manifest.json").read_text())["workload_spec"]["batch_size"]
+    assert memory["layers_kept_mb"]["conv1"] == pytest.approx(batch * 26 * 26 * 32 * 4 / MB, abs=1e-3)
+    assert list(memory["layers_kept_mb"])[:2] == ["conv1", "conv2"]  # in the model's order
+    table = CliRunner().invoke(cli, ["breakdown", str(cnn_run), "--wide"])
+    assert table.exit_code == 0, table.output
+    assert "peak" in table.output and f"{phases['forward']['high_water_mb']:.1f}" in table.output
+
+
+def test_a_run_recorded_without_memory_events_says_so_in_one_line(cnn_run, tmp_path):
+    import gzip
+    import shutil
+    copy = tmp_path / "run"
+    shutil.copytree(cnn_run, copy)
+    (trace,) = copy.glob("*.pt.trace.json.gz")
+    data = json.loads(gzip.decompress(trace.read_bytes()))
+    data["traceEvents"] = [e for e in data["traceEvents"] if e.get("name") != "[memory]"]
+    trace.write_bytes(gzip.compress(json.dumps(data).encode()))
+    memory = breakdown(load_run(copy)).memory
+    assert memory.steps == [] and memory.rss is not None
+    assert [n for n in memory.notes if "no [memory] events" in n]
+
+
+_KERAS_LOOP = """
+import sys, numpy as np, keras, gapscope
+BATCH, WIDTH, INPUTS = {batch}, {width}, {inputs}
+model = keras.Sequential([keras.Input((INPUTS,)), keras.layers.Dense(WIDTH, activation="relu"),
+                          keras.layers.Dense(1)])
+model.compile(optimizer=keras.optimizers.SGD(0.001), loss="mse")
+x, y = np.ones((BATCH * 8, INPUTS), "float32"), np.ones((BATCH * 8, 1), "float32")
+cap = gapscope.capture_keras(model, "keras-memory", trace_steps=(3, 6), out=sys.argv[1],
+                             warmup_steps=2)
+model.fit(x, y, batch_size=BATCH, epochs=1, callbacks=[cap], verbose=0)
+print(cap.run_dir)
+"""
+
+
+def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path):
+    # A narrow input (32 features) leaves the Dense layer's output the one large tensor of
+    # forward. TF sizes are what the ops asked for (its allocator's blocks may be larger).
+    batch, width, inputs = 256, 1024, 32
+    activation = batch * width * 4  # the Dense layer's ReLU output, kept for backward
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    done = subprocess.run([sys.executable, "-c", _KERAS_LOOP.format(batch=batch, width=width,
+                                                                    inputs=inputs),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    memory = breakdown(load_run(Path(done.stdout.strip().splitlines()[-1]))).memory
+    assert memory.source == "TF allocator events" and memory.steps
+    for step in memory.steps:
+        assert step.high_water["forward"] - step.start == pytest.approx(activation, rel=0.10)
+        assert step.net["forward"] == pytest.approx(activation, rel=0.10)
+    assert any("only its large blocks" in note for note in memory.notes)
+    # The layer's scope in the ops' names says whose activation it is.
+    assert memory.layers["dense"] == pytest.approx(activation, rel=0.10)
+
+
+def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
+    import gzip
+
+    from analysis.readers.torch_memory import read_torch_memory
+    # 40,000 events of ~250 bytes: 10 MB, so events straddle the reader's 4 MB blocks; an op
+    # between them, and args before the name in some, as other writers order keys.
+    events = []
+    for i in range(40_000):
+        sign = 1 if i % 2 == 0 else -1
+        args = {"Total Reserved": 0, "Total Allocated": 4096 * ((i + 1) % 2), "Bytes": sign * 4096,
+                "Device Id": -1, "Device Type": 0, "Addr": 1000 + i}
+        event = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]",
+                 "pid": 7, "tid": 8, "ts": 1000.0 + i, "args": args}
+        events.append({"args": args, **{k: v for k, v in event.items() if k != "args"}}
+                      if i % 3 == 0 else event)
+        events.append({"ph": "X", "cat": "cpu_op", "name": "aten::empty", "pid": 7, "tid": 8,
+                       "ts": 1000.0 + i, "dur": 0.5, "args": {"External id": i}})
+    path = tmp_path / "t.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}, indent=1).encode()))
+    found = read_torch_memory(path)
+    assert len(found) == 40_000
+    assert sum(e.nbytes for e in found) == 0 and sum(e.nbytes > 0 for e in found) == 20_000
+    assert [e.ts_us for e in found] == [1000.0 + i for i in range(40_000)]
+    assert {e.track for e in found} == {"host/7/8"} and {e.device for e in found} == {"cpu"}
+
+
+def test_gapscope_trace_draws_the_allocators_level_as_a_counter_track(cnn_run, tmp_path):
+    from analysis.readers.torch_memory import read_torch_memory
+    (trace,) = cnn_run.glob("*.pt.trace.json.gz")
+    events = read_torch_memory(trace)
+    out = tmp_path / "cnn.trace.json"
+    result = CliRunner().invoke(cli, ["trace", str(cnn_run), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    counters = [e for e in json.loads(out.read_text())["traceEvents"] if e["ph"] == "C"]
+    assert len(counters) == len(events) and {c["name"] for c in counters} == {"memory cpu"}
+    last = max(events, key=lambda e: e.ts_us)
+    assert counters[-1]["args"]["allocated MB"] == pytest.approx(last.allocated / MB)
+
+
+def test_the_report_has_a_memory_section_with_the_steps_curve(cnn_run, tmp_path):
+    from analysis.report import write_report
+    files = write_report([cnn_run], tmp_path / "report.md")
+    text = files.markdown.read_text()
+    memory = breakdown(load_run(cnn_run)).memory
+    assert "## Where the memory goes" in text and "report-memory.png" in text
+    assert f"| {memory.peak_allocated_mb():.1f} |" in text
+    assert (tmp_path / "report-memory.png").stat().st_size > 1000
+    curve = memory.curve
+    assert curve["step"] == memory.steps[-1].step
+    assert max(curve["allocated_mb"]) == pytest.approx(memory.steps[-1].peak_allocated / MB, abs=1e-4)
+    assert curve["phases"][0][0] == 0.0 and curve["t_ms"][-1] >= curve["phases"][-1][1] - 1e-3
+
+
+def _x(name: str, cat: str, ts: float, dur: float) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+
+
+def _mem(ts: float, nbytes: int, total: int) -> dict:
+    return {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1, "tid": 1,
+            "ts": ts, "args": {"Total Reserved": 0, "Total Allocated": total, "Bytes": nbytes,
+                               "Device Id": -1, "Device Type": 0, "Addr": 1}}
+
+
+def test_hand_made_trace_gives_each_phases_net_change_and_high_water_mark(tmp_path):
+    # One step of 100 µs: forward 10-40 (an addmm 12-35 allocates 1000 and 500 bytes, frees
+    # the 500), backward 50-90 (allocates 200 at 60, frees forward's 1000 at 70), other the
+    # rest (frees the 200 at 95).
+    events = [_x("ProfilerStep#1", "user_annotation", 1000, 100),
+              _x("gapscope/forward", "user_annotation", 1010, 30), _x("aten::addmm", "cpu_op", 1012, 23),
+              _x("gapscope/backward", "user_annotation", 1050, 40),
+              _x("AddmmBackward0", "cpu_op", 1055, 30),
+              _mem(1015, 1000, 1000), _mem(1020, 500, 1500), _mem(1030, -500, 1000),
+              _mem(1060, 200, 1200), _mem(1070, -1000, 200), _mem(1095, -200, 0)]
+    path = tmp_path / "hand.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    memory = breakdown(load_run(path)).memory
+    (step,) = memory.steps
+    assert (step.start, step.end, step.peak_allocated) == (0, 0, 1500)
+    assert (step.allocated, step.freed, step.churn) == (1700, 1700, 1700)
+    assert step.net == {"data_load": 0, "forward": 1000, "backward": -800, "optimizer": 0, "other": -200}
+    # A phase's mark: the level it began at, then what its own events reached.
+    assert (step.high_water["forward"], step.high_water["backward"], step.high_water["other"]) == (1500, 1200, 0)
+    assert step.after_forward == 1000
+    (site, backward_site) = memory.sites
+    assert (site["op"], site["phase"], site["bytes_per_step"]) == ("aten::addmm", "forward", 1500)
+    assert (backward_site["op"], backward_site["phase"]) == ("AddmmBackward0", "backward")
+
+
+def test_a_timers_breakdown_gives_the_rss_without_reading_the_trace(cnn_run):
+    run = load_run(cnn_run)
+    memory = breakdown(run, "timers").memory
+    assert "trace" not in run.__dict__  # the cached property was never read
+    assert memory.steps == [] and memory.source is None
+    unprofiled = [r for r in run.rows if r["step"] >= run.warmup_steps and not r["traced"]]
+    assert memory.rss["steps"] == len(unprofiled)
+    assert memory.rss["peak_mb"] == max(r["rss_mb"] for r in unprofiled)
+
+
+def test_the_memory_gap_names_the_layers_whose_kept_activations_differ_most():
+    from analysis.measures.memory.phase_memory import StepMemory
+    from analysis.results.memory.figures import MemoryFigures
+    from analysis.results.memory.gap import memory_gap
+    from analysis.results.records import Breakdown, PhaseSource
+
+    def run(label: str, forward: int, layers: dict[str, int]) -> Breakdown:
+        step = StepMemory(0, 3 * forward, None, 0, 0, forward, forward,
+                          net={"data_load": 0, "forward": forward, "backward": -forward,
+                               "optimizer": 0, "other": 0})
+        figures = MemoryFigures("hand", "cpu", [step], layers={k: float(v) for k, v in layers.items()})
+        return Breakdown(PhaseSource.TIMERS, [], [1.0], {}, label=label, memory=figures)
+
+    a = run("torch", 196_000_000, {"conv1": 100_000_000, "conv2": 90_000_000, "dense": 6_000_000})
+    b = run("keras", 412_000_000, {"conv1": 110_000_000, "conv2": 290_000_000, "dense": 12_000_000})
+    gap = memory_gap(a, b)
+    assert gap["line"] == ("keras holds 2.1x more at the end of forward (activations kept for "
+                           "backward): 412.0 vs 196.0 MB")
+    assert [layer["layer"] for layer in gap["layers"]] == ["conv2", "conv1", "dense"]
+    assert gap["layers"][0]["delta_mb"] == 200.0
+    assert gap["where"][0] == "conv2: torch keeps 90.0, keras 290.0 MB"
+
+
+def test_profile_memory_can_be_left_out_and_the_breakdown_says_so(tmp_path, monkeypatch):
+    from profilers.torch_session import PROFILE_MEMORY_ENV
+    monkeypatch.setenv(PROFILE_MEMORY_ENV, "0")
+    run_dir = _known_tensor_loop(tmp_path)
+    (trace,) = run_dir.glob("*.pt.trace.json.gz")
+    assert b"[memory]" not in __import__("gzip").decompress(trace.read_bytes())
+    memory = breakdown(load_run(run_dir)).memory
+    assert memory.steps == [] and [n for n in memory.notes if "no [memory] events" in n]
