@@ -642,3 +642,28 @@ def test_an_ab_folder_opens_as_the_clis_comparison(chromium, ab_folder, tmp_path
           return items.length ? items.map((li) => li.textContent) : null;
         }""")
     assert shown == expected and any("pair ratios" in line for line in shown), (shown, expected)
+
+
+def test_memory_view_renders_the_figures_of_the_json(browser, tensorboard, artefacts):
+    """Issue 36: the Memory view draws the selected run's memory figures as /details holds them:
+    the step peak, per phase the high-water mark and the net change, and one step's allocation
+    curve over its phase bands."""
+    url, name, _ = tensorboard  # the torch loop's run (capture API): profile_memory in its window
+    open_fresh(browser, url + "#gapscope")
+    wait_in_gapscope(browser, f"""(doc) => !!doc.querySelector('a.run-link[data-run="{name}"]')""")
+    browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector('a.run-link[data-run="{name}"]').click()""")
+    memory = _route(url, f"details?run={quote(name)}")["panels"]["memory"]
+    assert memory is not None and memory["peak_allocated_mb"] > 0  # profile_memory in the window
+    facts = wait_in_gapscope(browser, "(doc) => doc.querySelector('[data-view=memory] p.memory-facts')?.textContent")
+    assert f"step peak {fixed(memory['peak_allocated_mb'])} MB" in facts
+    rows = wait_in_gapscope(browser, _ROWS % "'[data-view=memory] tr.memory-phase'")
+    assert rows == [[phase, fixed(f["high_water_mb"]), signed(f["net_mb"])]
+                    for phase, f in memory["phases"].items()]
+    curve = wait_in_gapscope(browser, """(doc) => {
+      const svg = doc.querySelector('[data-view=memory] svg.chart.memory');
+      return svg ? [svg.querySelectorAll('path.level').length, svg.querySelectorAll('rect.band').length] : null;
+    }""")
+    assert curve == [1, len(memory["step_curve"]["phases"])]
+    browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=memory]').scrollIntoView()")
+    screenshot(browser, artefacts, "gapscope-memory")
+    assert_offline_and_clean(browser, url)

@@ -199,8 +199,10 @@ class Views:
             document.update({k: explained[k] for k in
                              ("kernels", "attribution", "compile", "transfers", "resources")})
             # The layers and compile views' figures, as the report has them.
+            memory = a.explanation.breakdown.memory
             document["panels"] = {"layers": layer_panel(a.explanation.layers),
-                                  "compile": compile_panel(a.explanation.breakdown.compile_why)}
+                                  "compile": compile_panel(a.explanation.breakdown.compile_why),
+                                  "memory": None if memory is None else memory.to_json_dict()}
         return document
 
     def compare(self, names: list[str]) -> dict:

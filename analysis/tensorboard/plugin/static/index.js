@@ -80,7 +80,7 @@ function draw() {
   const selected = ok.find((run) => run.name === state.selected);
   if (selected) {
     sections.push(breakdownSection(doc, selected), stepsSection(selected));
-    if (selected.traced) sections.push(detailsSection(doc, selected), ...panelSections(selected));
+    if (selected.traced) sections.push(detailsSection(doc, selected), ...panelSections(selected, doc.colours));
   }
   sections.push(compareSection());
   state.root.replaceChildren(...sections);
@@ -556,7 +556,7 @@ export function html(tag, attrs = {}, ...children) {
   return build(document.createElement(tag), attrs, children);
 }
 
-function svgEl(tag, attrs = {}, ...children) {
+export function svgEl(tag, attrs = {}, ...children) {
   return build(document.createElementNS(SVG_NS, tag), attrs, children);
 }
 

@@ -1,27 +1,30 @@
-// gapscope's Layers and Compile views. The figures come computed from the plugin's routes
+// gapscope's Layers and Compile views (and where the Memory view goes). The figures come computed from the plugin's routes
 // (analysis/results/panels: one run's in /details, a pair's in /compare); this only draws them.
 
 import {getJson, html, ms, notes, section, signed, table} from './index.js';
+import {memoryView} from './memory.js';
 
-// Per run: its layers and its compile record, from the run's /details document.
-export function panelSections(run) {
+// Per run: its layers, its compile record and its memory, from the run's /details document.
+export function panelSections(run, colours) {
   const layers = section('layers', `Layers: ${run.label}`, html('p', {class: 'loading'}, '…'));
   const compile = section('compile', `Compile: ${run.label}`, html('p', {class: 'loading'}, '…'));
+  const memory = section('memory', `Memory: ${run.label}`, html('p', {class: 'loading'}, '…'));
+  const boxes = [layers, compile, memory];
   getJson(`./details?run=${encodeURIComponent(run.name)}`).then((d) => {
     if (d.problem || !d.panels) {
-      const why = html('p', {class: 'problem'}, d.problem || 'no layers or compile figures');
-      layers.replaceChildren(layers.firstChild, why);
-      compile.replaceChildren(compile.firstChild, why.cloneNode(true));
+      const why = d.problem || 'no layers, compile or memory figures';
+      for (const box of boxes) box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, why));
       return;
     }
     layers.replaceChildren(layers.firstChild, ...layerView(d.panels.layers));
     compile.replaceChildren(compile.firstChild, ...compileView(d.panels.compile));
+    memory.replaceChildren(memory.firstChild, ...memoryView(d.panels.memory, colours));
   }).catch((error) => {
-    for (const box of [layers, compile]) {
+    for (const box of boxes) {
       box.replaceChildren(box.firstChild, html('p', {class: 'problem'}, error.message));
     }
   });
-  return [layers, compile];
+  return boxes;
 }
 
 // Per compared pair: the layers lined up and where compiling pays.
