@@ -140,7 +140,7 @@ def _serve() -> None:
             return
         data = stdin.read(_LENGTH.unpack(head)[0])
         try:
-            answer = (True, decode_chunk(data + b"]"))  # the reader sends "[" + events
+            answer = (True, decode_chunk(data))
         except Exception as exc:  # noqa: BLE001 - a decode error goes back to the reader
             answer = (False, exc)
         payload = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)

@@ -275,18 +275,21 @@ class _Reader:
             for worker, _ in sent:  # a read that raised: their answers are never read
                 worker.stop()
 
-    def _cut(self, buf: "_Window") -> tuple[bytes, bytes] | None:
-        """The whole events at the front of `buf` as "[" + events (the worker closes the array),
-        removed from it at the last place that looks like one between two events, and the bytes
-        found there (a comma and blanks, or a string's content where that place was inside one);
-        None where the buffer holds no complete event yet."""
+    def _cut(self, buf: "_Window") -> tuple[bytearray, bytes] | None:
+        """The whole events at the front of `buf` as an array ("[" + events + "]"), removed from
+        it at the last place that looks like one between two events, and the bytes found there
+        (a comma and blanks, or a string's content where that place was inside one); None where
+        the buffer holds no complete event yet."""
         candidates = self._candidates(buf)
         if not candidates:
             return None
         close = candidates[-1]
         data = buf.data
+        # The one copy (the buffer is reused meanwhile), closed as an array in place.
+        events = bytearray(close + 2)
         with memoryview(data) as view:
-            events = bytes(view[:close + 1])  # the one copy: the buffer is reused meanwhile
+            events[:close + 1] = view[:close + 1]
+        events[close + 1] = 0x5D
         next_event = data.index(b"{", close + 1, buf.end)
         between = bytes(data[close + 1:next_event])
         data[next_event - 1] = 0x5B
@@ -553,7 +556,7 @@ class _Window:
         the bytes it held before they were cut."""
         rest = bytes(self.data[1:self.end])  # after the "[" the last cut left
         self.end = 0
-        self.add(b"[" + b"".join(events[1:] + between for events, between in cuts) + rest)
+        self.add(b"[" + b"".join(events[1:-1] + between for events, between in cuts) + rest)
 
 
 # Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
