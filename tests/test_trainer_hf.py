@@ -3,12 +3,8 @@ random tokens, CPU, nothing downloaded): a run directory whose phases add up, gr
 accumulation with evaluation between updates, a failed train(), and compare reading them."""
 from __future__ import annotations
 
-import csv
-import gzip
 import json
 import os
-from collections import Counter
-from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,28 +12,10 @@ from click.testing import CliRunner
 os.environ["HF_HUB_OFFLINE"] = "1"
 
 import trainer_fits  # noqa: E402
+from trainer_fits import MARKED, STEPS, TRACE, WARMUP, manifest_of, phase_ranges, steps_of  # noqa: E402
 from analysis.results.distributed_breakdown import breakdown_of  # noqa: E402
 from cli import cli  # noqa: E402
 from profilers.errors import EXIT_INCONCLUSIVE  # noqa: E402
-
-MARKED = ("data_load", "forward", "backward", "optimizer")
-STEPS, TRACE, WARMUP = 16, (6, 9), 3
-
-
-def _manifest(run_dir: Path) -> dict:
-    return json.loads((run_dir / "manifest.json").read_text())
-
-
-def _steps(run_dir: Path) -> list[dict]:
-    with open(run_dir / "steps.csv") as handle:
-        return list(csv.DictReader(handle))
-
-
-def _ranges(run_dir: Path) -> Counter:
-    (trace,) = run_dir.glob("*.pt.trace.json.gz")
-    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
-    return Counter(e["name"] for e in events if e.get("name", "").startswith("gapscope/"))
-
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
@@ -52,19 +30,19 @@ def accumulated(tmp_path_factory):
 
 
 def test_a_train_is_a_run_directory_whose_phases_add_up(plain):
-    manifest = _manifest(plain)
+    manifest = manifest_of(plain)
     assert manifest["status"] == "complete" and manifest["error"] is None
     assert (manifest["framework"], manifest["workload"], manifest["variant"]) == ("torch", "hf-gpt2", "user")
     assert manifest["settings"]["api"] == "gapscope.trainers.hf"
     assert manifest["steps"] == STEPS and manifest["trace_window"] == [6, 8]
-    rows = _steps(plain)
+    rows = steps_of(plain)
     assert [int(r["step"]) for r in rows if r["traced"] == "1"] == [5, 6, 7, 8, 9]
     for row in rows:
         assert all(float(row[f"{phase}_ms"]) > 0 for phase in MARKED), row
         assert sum(float(row[f"{phase}_ms"]) for phase in MARKED) <= float(row["step_ms"]), row
     # Per traced step: the fetch and the copy to the device (two data_load ranges), one each
     # of compute_loss, accelerator.backward and the update.
-    assert _ranges(plain) == {"gapscope/data_load": 6, "gapscope/forward": 3, "gapscope/backward": 3,
+    assert phase_ranges(plain) == {"gapscope/data_load": 6, "gapscope/forward": 3, "gapscope/backward": 3,
                               "gapscope/optimizer": 3}
 
 
@@ -79,25 +57,25 @@ def test_breakdown_reads_it_from_trace_and_timers(plain, source, steps):
 
 
 def test_accumulation_with_evaluation_between_updates(accumulated):
-    manifest = _manifest(accumulated)
+    manifest = manifest_of(accumulated)
     assert manifest["status"] == "complete" and manifest["steps"] == 12
     assert manifest["settings"]["gradient_accumulation_steps"] == 2
     # One fetch of both micro-batches and two copies, two forwards and backwards, one update per
     # step; evaluation's own _prepare_inputs and compute_loss (every 4 updates) are not marked.
-    assert _ranges(accumulated) == {"gapscope/data_load": 9, "gapscope/forward": 6,
+    assert phase_ranges(accumulated) == {"gapscope/data_load": 9, "gapscope/forward": 6,
                                     "gapscope/backward": 6, "gapscope/optimizer": 3}
     # The update's loss: its micro-batches' shares summed (random tokens of 128: near ln 128 =
     # 4.85, where one share would be half of it).
-    assert all(4.0 < float(row["loss"]) < 5.3 for row in _steps(accumulated))
+    assert all(4.0 < float(row["loss"]) < 5.3 for row in steps_of(accumulated))
 
 
 def test_a_train_that_raises_is_recorded_as_failed(tmp_path):
     with pytest.raises(ValueError, match="the trainer broke"):
         trainer_fits.hf_fit(tmp_path, steps=STEPS, trace_steps=None, fail_at=6)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("hf-gpt2-")]
-    manifest = _manifest(run_dir)
+    manifest = manifest_of(run_dir)
     assert manifest["status"] == "failed" and manifest["error"] == "ValueError: the trainer broke"
-    assert len(_steps(run_dir)) == 5  # the update that raised never reached gapscope's on_step_end
+    assert len(steps_of(run_dir)) == 5  # the update that raised never reached gapscope's on_step_end
 
 
 def test_compare_reads_two_trains(plain, accumulated):

@@ -2,7 +2,11 @@
 trainer callbacks into a run directory under `out`."""
 from __future__ import annotations
 
+import csv
+import gzip
+import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import user_loops
@@ -138,3 +142,24 @@ def _fail_at_class():
 
 def _FailAt(step):  # noqa: N802 - a class, defined on first use
     return _fail_at_class()(step)
+
+
+# What both trainers' tests check a fit's run directory with.
+MARKED = ("data_load", "forward", "backward", "optimizer")
+STEPS, TRACE, WARMUP = 16, (6, 9), 3
+
+
+def manifest_of(run_dir: Path) -> dict:
+    return json.loads((run_dir / "manifest.json").read_text())
+
+
+def steps_of(run_dir: Path) -> list[dict]:
+    with open(run_dir / "steps.csv") as handle:
+        return list(csv.DictReader(handle))
+
+
+def phase_ranges(run_dir: Path) -> Counter:
+    """How many of each gapscope phase range the torch trace holds."""
+    (trace,) = run_dir.glob("*.pt.trace.json.gz")
+    events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
+    return Counter(e["name"] for e in events if e.get("name", "").startswith("gapscope/"))
