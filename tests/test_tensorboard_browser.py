@@ -666,4 +666,11 @@ def test_memory_view_renders_the_figures_of_the_json(browser, tensorboard, artef
     assert curve == [1, len(memory["step_curve"]["phases"])]
     browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=memory]').scrollIntoView()")
     screenshot(browser, artefacts, "gapscope-memory")
+    # Issue 35: in a 1400 px window no view is wider than its box (nothing to scroll sideways).
+    wide = wait_in_gapscope(browser, """(doc) => {
+      const views = [...doc.querySelectorAll('section[data-view]')];
+      return views.length >= 6 ? {wide: views.filter((s) => s.scrollWidth > s.clientWidth + 1)
+                                      .map((s) => [s.dataset.view, s.scrollWidth, s.clientWidth])} : null;
+    }""")
+    assert wide == {"wide": []}, wide
     assert_offline_and_clean(browser, url)
