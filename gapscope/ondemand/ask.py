@@ -2,12 +2,12 @@
 directory (one at a time), signal it and wait for the window's run directory to end."""
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 from gapscope.ondemand.registry import REQUEST, TRIGGER, read_entry, runtime_dir
+from profilers import strict_json
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import status_of
 
@@ -37,7 +37,8 @@ def ask_window(pid: int, steps: int, timeout_s: float, poll_s: float = 0.1) -> P
         raise GapscopeInputError(f"process {pid} is tracing a window asked for earlier "
                                  f"({request} exists): wait until it ends") from None
     with os.fdopen(fd, "w") as handle:
-        json.dump({"steps": steps, "window_dir": str(window_dir), "asked_by": os.getpid()}, handle)
+        handle.write(strict_json.dumps({"steps": steps, "window_dir": str(window_dir),
+                                        "asked_by": os.getpid()}))
     try:
         os.kill(pid, TRIGGER)
         return _wait(pid, window_dir, timeout_s, poll_s)

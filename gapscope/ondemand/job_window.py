@@ -3,7 +3,6 @@ starts torch.profiler for the requested steps, written as a run directory of the
 the job's, which holds the job's steps so far and the window marked as traced."""
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import warnings
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from gapscope.ondemand.live_steps import LiveSteps
 from gapscope.ondemand.registry import REQUEST, TRIGGER, register, unregister
+from profilers import state_json
 from profilers.run_dir import mark_rows
 from profilers.run_lifecycle import RunLifecycle
 from profilers.torch_session import torch_profiler
@@ -174,7 +174,7 @@ class NoWindows:
 
 def _read_request(path: Path) -> tuple[int, Path] | None:
     try:
-        request = json.loads(path.read_text())
+        request = state_json.load(path)
         return int(request["steps"]), Path(request["window_dir"])
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError):  # StateFileError is a ValueError
         return None

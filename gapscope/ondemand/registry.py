@@ -2,12 +2,12 @@
 runtime folder (its pid, start time and run directory), and the request file in its run directory."""
 from __future__ import annotations
 
-import json
 import os
 import signal
 import tempfile
 from pathlib import Path
 
+from profilers import state_json, strict_json
 from profilers.run_dir import write_atomic
 
 TRIGGER = signal.SIGUSR2  # SIGUSR1 is often the job's own (checkpoint-now in several launchers)
@@ -36,9 +36,9 @@ def register(run_dir: Path) -> Path:
     folder = runtime_dir()
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = entry_path(os.getpid())
-    write_atomic(path, json.dumps({"pid": os.getpid(), "create_time": psutil.Process().create_time(),
-                                   "run_dir": str(Path(run_dir).resolve()),
-                                   "signal": TRIGGER.name}))
+    write_atomic(path, strict_json.dumps({"pid": os.getpid(), "create_time": psutil.Process().create_time(),
+                                          "run_dir": str(Path(run_dir).resolve()),
+                                          "signal": TRIGGER.name}))
     return path
 
 
@@ -51,9 +51,9 @@ def read_entry(pid: int) -> dict | None:
     process of the same number (it started before this one did)."""
     import psutil
     try:
-        entry = json.loads(entry_path(pid).read_text())
+        entry = state_json.load(entry_path(pid))
         created = psutil.Process(pid).create_time()
-    except (OSError, ValueError, psutil.Error):
+    except (OSError, ValueError, psutil.Error):  # StateFileError is a ValueError
         return None
     if not isinstance(entry, dict) or abs(float(entry.get("create_time", -1)) - created) > 1.0:
         return None

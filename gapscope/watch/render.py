@@ -2,9 +2,9 @@
 plain line per step (piped output), JSON."""
 from __future__ import annotations
 
-import json
 
 from gapscope.watch.state import WatchState
+from profilers import strict_json
 from profilers.phases import MARKED_PHASES, PHASES
 
 
@@ -37,7 +37,7 @@ def step_line(row: dict) -> str:
 
 
 def as_json(state: WatchState) -> str:
-    return json.dumps(state.to_json_dict(), indent=2)
+    return strict_json.dumps(state.to_json_dict(), indent=2)
 
 
 def flags(row: dict) -> str:
