@@ -382,3 +382,15 @@ def test_profile_memory_can_be_left_out_and_the_breakdown_says_so(tmp_path, monk
     assert b"[memory]" not in __import__("gzip").decompress(trace.read_bytes())
     memory = breakdown(load_run(run_dir)).memory
     assert memory.steps == [] and [n for n in memory.notes if "no [memory] events" in n]
+
+
+def test_resident_memory_creeps_only_past_a_tenth_of_a_megabyte_a_step():
+    # A process warming up grows its RSS by arenas and pages (the demo's Keras MLP: +0.02 MB a
+    # step, its interval clear of zero): no creep said; a real leak of 0.5 MB a step is.
+    from analysis.measures.memory.creep import Creep
+    from analysis.results.memory.figures import MemoryFigures
+    warming = MemoryFigures(None, None, rss={"creep": Creep(0.02, (0.01, 0.03), 44)})
+    assert warming.creep_line() is None
+    leaking = MemoryFigures(None, None, rss={"creep": Creep(0.5, (0.4, 0.6), 44)})
+    assert leaking.creep_line() == ("memory creeps: resident memory +0.50 MB a step (95 % interval "
+                                    "+0.40 to +0.60, 44 steps)")

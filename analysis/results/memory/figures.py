@@ -19,6 +19,9 @@ MB = 1e6  # figures are in MB of 10^6 bytes
 _DIGITS = 3
 # A trend smaller than this a step is rounding, not creep (a CPU level moves by a few bytes).
 _NEGLIGIBLE_MB = 0.01
+# Resident memory grows by the allocator's arenas and pages as a process warms up (the demo's
+# Keras MLP: +0.02 MB a step over 44 steps): below this a step, no creep is said from RSS.
+_NEGLIGIBLE_RSS_MB = 0.1
 # Points of a step's curve in the JSON and the plot at most (a CNN step has some hundreds).
 _CURVE_POINTS = 2000
 
@@ -65,7 +68,7 @@ class MemoryFigures:
             lines.append(f"{self.creep.per_step / MB:+.2f} MB a step allocated and kept (95 % "
                          f"interval {_ci_mb(self.creep.ci95)}, {self.creep.steps} traced steps)")
         rss = self.rss and self.rss["creep"]
-        if rss is not None and rss.significant and abs(rss.per_step) >= _NEGLIGIBLE_MB:
+        if rss is not None and rss.significant and abs(rss.per_step) >= _NEGLIGIBLE_RSS_MB:
             lines.append(f"resident memory {rss.per_step:+.2f} MB a step (95 % interval "
                          f"{rss.ci95[0]:+.2f} to {rss.ci95[1]:+.2f}, {rss.steps} steps)")
         return "memory creeps: " + "; ".join(lines) if lines else None
