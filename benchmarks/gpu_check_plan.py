@@ -132,6 +132,12 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     checks.append(C.transfers_in_data_load(work, planned.memory))
     if cuda and planned.variant == "eager" and not planned.nproc:
         checks.append(C.framework_fusion(work, planned.workload))
+    if planned.variant == "eager" and not planned.nproc and not inference and run.manifest.get("layers"):
+        from analysis.results.layers import layer_breakdown
+        checks.append(C.layers_add_up(layer_breakdown(run).to_json_dict(), breakdown(run, "trace").to_json_dict(),
+                                      [layer["name"] for layer in run.manifest["layers"]]))
+    if not planned.nproc:
+        checks.append(C.memory_recorded(result, cuda))
     checks.append(C.xprof_opens(write_xspace(run)))
     return checks, C.FusionFigures.of(work)
 

@@ -303,3 +303,49 @@ def ncu_nvtx(phase: str, output: str | None, returncode: int | None) -> Check:
 
 def ncu_available() -> str | None:
     return shutil.which("ncu")
+
+
+def layers_add_up(layers_json: dict, traced_json: dict, names: list[str]) -> Check:
+    """An eager torch run's layers (the runner's layer ranges, backward by sequence number): each
+    named layer has forward and backward time, and layers plus the time outside them are the
+    phase as the trace breakdown has it (within 5 %), computed apart from the layer table."""
+    name = "layers add up"
+    found = {r["name"]: r for r in layers_json.get("layers", [])}
+    if not found:
+        return Check(name, FAIL, "; ".join(layers_json.get("notes") or ["no layer in the trace"]))
+    problems = [f"{n} has no {p}" for n in names if n != "loss" for p in ("forward", "backward")
+                if not (found.get(n, {}).get(f"{p}_ms") or 0) > 0]
+    sums = []
+    for phase in ("forward", "backward"):
+        inside = sum(r[f"{phase}_ms"] for r in found.values()) + layers_json["outside_ms"][phase]
+        traced = traced_json["phases"][phase]["ms"]
+        sums.append(f"{phase} {inside:.3f} of {traced:.3f} ms")
+        if traced <= 0 or abs(inside - traced) > 0.05 * traced:
+            problems.append(f"{phase}: layers and outside {inside:.3f} ms, traced phase {traced:.3f} ms")
+    detail = f"{len(found)} layers; " + ", ".join(sums)
+    return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
+
+
+def memory_recorded(breakdown_json: dict, cuda: bool) -> Check:
+    """The traced window's allocator events (profile_memory) became memory figures on the run's
+    device: a step peak, reserved at least as much where the allocator says it (CUDA's caching
+    allocator), and no phase's high-water mark above the step's peak."""
+    name = "memory per phase"
+    memory = breakdown_json.get("memory")
+    if not memory or memory.get("peak_allocated_mb") is None:
+        return Check(name, FAIL, "no allocator events in the trace (profile_memory off?)")
+    problems = []
+    device = memory.get("device") or ""
+    if cuda != device.startswith("cuda"):
+        problems.append(f"figures of device {device!r}")
+    peak, reserved = memory["peak_allocated_mb"], memory.get("peak_reserved_mb")
+    if not peak > 0:
+        problems.append(f"step peak {peak} MB")
+    if reserved is not None and reserved < peak:
+        problems.append(f"reserved {reserved} MB below the allocated peak {peak} MB")
+    over = [p for p, f in (memory.get("phases") or {}).items() if (f["high_water_mb"] or 0) > peak + 1e-6]
+    if over:
+        problems.append(f"high-water above the step peak in {', '.join(over)}")
+    detail = (f"{device}: step peak {peak:.3f} MB" + (f", reserved {reserved:.3f} MB" if reserved is not None else "")
+              + f", end of forward {memory.get('end_of_forward_mb')} MB")
+    return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)

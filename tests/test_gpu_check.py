@@ -143,6 +143,29 @@ def test_checks_over_a_real_cpu_run(cpu_run):
     assert xprof.status == C.PASS, xprof.detail
     assert (run_dir / "plugins" / "profile" / "gapscope").is_dir()
     assert kernels.per_step > 10  # aten ops of an MLP step, forward, backward and RMSprop
+    # The layer and memory checks a GPU day will run, on this CPU run: they pass here (the
+    # memory one on the run's own device), as gapscope's figures measured apart agree.
+    assert found["layers add up"].status == C.PASS, found["layers add up"].detail
+    assert found["layers add up"].detail.startswith("3 layers; forward ")
+    assert found["memory per phase"].status == C.PASS, found["memory per phase"].detail
+    assert found["memory per phase"].detail.startswith("cpu: step peak ")
+
+
+def test_layer_and_memory_checks_fail_where_the_figures_do_not_hold():
+    layers = {"layers": [{"name": "dense1", "forward_ms": 1.0, "backward_ms": 0.0}],
+              "outside_ms": {"forward": 0.5, "backward": 0.2}}
+    traced = {"phases": {"forward": {"ms": 2.0}, "backward": {"ms": 0.2}}}
+    check = C.layers_add_up(layers, traced, ["dense1", "logits", "loss"])
+    assert check.status == C.FAIL
+    assert check.detail.startswith("dense1 has no backward; logits has no forward; logits has no "
+                                   "backward; forward: layers and outside 1.500 ms, traced phase 2.000 ms")
+    memory = {"device": "cpu", "peak_allocated_mb": 2.0, "peak_reserved_mb": 1.0,
+              "phases": {"forward": {"high_water_mb": 3.0}, "backward": {"high_water_mb": 1.0}}}
+    check = C.memory_recorded({"memory": memory}, cuda=True)
+    assert check.status == C.FAIL and check.detail.startswith(
+        "figures of device 'cpu'; reserved 1.0 MB below the allocated peak 2.0 MB; high-water above "
+        "the step peak in forward")
+    assert C.memory_recorded({"memory": None}, cuda=True).status == C.FAIL
 
 
 def test_timer_check_fails_when_the_timers_disagree(cpu_run):
@@ -326,7 +349,7 @@ print(code, len(checks))
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.split()[-2:] == ["0", "6"]  # the run completed; six checks made
+    assert done.stdout.split()[-2:] == ["0", "8"]  # the run completed; eight checks made (layers, memory)
 
 
 
