@@ -394,3 +394,18 @@ def test_resident_memory_creeps_only_past_a_tenth_of_a_megabyte_a_step():
     leaking = MemoryFigures(None, None, rss={"creep": Creep(0.5, (0.4, 0.6), 44)})
     assert leaking.creep_line() == ("memory creeps: resident memory +0.50 MB a step (95 % interval "
                                     "+0.40 to +0.60, 44 steps)")
+
+
+def test_a_trace_without_memory_events_is_not_read_a_second_time(fixtures_dir, monkeypatch, tmp_path):
+    # The reader counts the [memory] instants it passes: where there are none, the memory
+    # figures never scan the file again for them (a 1 GB trace's whole second pass).
+    import shutil
+    from analysis.model.run import load_run
+    from analysis.readers import torch_memory
+    from analysis.results.memory.figures import allocator_events
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(fixtures_dir / "marked_two_steps.pt.trace.json", run / "w.1.pt.trace.json")
+    monkeypatch.setattr(torch_memory, "read_torch_memory", lambda path: pytest.fail("read again"))
+    events, _, notes = allocator_events(load_run(run))
+    assert events == [] and "no [memory] events" in notes[0]

@@ -98,6 +98,8 @@ def read_torch_trace(path: str | Path) -> Trace:
         columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
     metadata = {"device_properties": header.deviceProperties,
                 "base_time_ns": header.baseTimeNanoseconds}
+    if reader.memory_events:  # where there are none, the memory figures read no second time
+        metadata["memory_instants"] = reader.memory_events
     distributed = _distributed_info(header.distributedInfo)
     if distributed is not None:
         metadata["distributed_info"] = distributed
@@ -144,6 +146,7 @@ class _Reader:
         self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
+        self.memory_events = 0  # `[memory]` instants seen (decoded apart, by readers.torch_memory)
 
     def read(self, blocks: safe_files.ReadAhead):
         buf = _Window(_CHUNK + _BLOCK)
@@ -357,6 +360,7 @@ class _Reader:
                 f"{MAX_EVENTS_ENV}=N to read up to N events")
         self.dropped.update(chunk.dropped)
         self.dropped_fields.update(chunk.dropped_fields)
+        self.memory_events += chunk.memory_events
         for pid, name in chunk.processes:
             self._process_name(pid, name)
         if not len(chunk.start_us):

@@ -145,6 +145,7 @@ class ChunkColumns:
     step_nums: dict[int, object] = field(default_factory=dict)  # row -> its "step_num"
     comm: dict[int, dict] = field(default_factory=dict)  # row -> what a collective moved
     processes: list[tuple] = field(default_factory=list)  # (pid, name) of process_name events
+    memory_events: int = 0  # `[memory]` instants (profile_memory): read apart, where there are any
     dropped: Counter = field(default_factory=Counter)
     dropped_fields: Counter = field(default_factory=Counter)
 
@@ -183,6 +184,8 @@ def add_events(chunk: ChunkColumns, raws: list[RawEvent]) -> None:
         if raw.ph != "X":
             if raw.ph == "M" and raw.name == "process_name":
                 chunk.processes.append((raw.pid, raw.args.name if raw.args is not None else None))
+            elif raw.ph == "i" and raw.name == "[memory]":
+                chunk.memory_events += 1
             continue
         ts, dur = raw.ts, raw.dur
         # One chained comparison covers the usual case; None and NaN fail it too.

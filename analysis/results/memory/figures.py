@@ -207,8 +207,9 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
     # Read once (a scan for the name: a trace without them costs one pass over its bytes),
     # then kept with the trace, as the XSpace reader keeps its own.
     events = trace.metadata.get("memory_events")
-    if events is None:
-        events = trace.metadata["memory_events"] = read_torch_memory(run.trace_file)
+    if events is None:  # the reader counted the instants: a trace with none is not scanned
+        events = trace.metadata["memory_events"] = (
+            read_torch_memory(run.trace_file) if trace.metadata.get("memory_instants") else [])
     return events, "torch profiler (profile_memory)", [] if events else [
         "memory: the trace holds no [memory] events (recorded without profile_memory): "
         "only the process's RSS is known"]
