@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs,
                                      pair_name)
+from analysis.measures.kernel_layers import PLACED_BY
 from analysis.renderers.fit import Grid, Page
 
 UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step counted "
@@ -70,6 +71,60 @@ def _notes(lb: LayerBreakdown) -> list[str]:
     return _fused_line(lb) + [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
 
 
+_KERNEL_HEAD = ["layer", "fwd\nkernels", "fwd\nµs", "fwd\nGFLOP/s", "bwd\nkernels", "bwd\nµs",
+                "bwd\nGFLOP/s"]
+KERNEL_FOOTER = ("device kernels per traced step, by the layer whose op launched them; µs = their "
+                 "busy time on the device (docs/reference.md, Layers)")
+
+
+def _kernel_cells(cell: dict) -> list[str]:
+    return [f"{cell['kernels']:g}", _num(cell["ms"] * 1000.0, 1), _num(cell.get("gflops"), 1)]
+
+
+def _kernel_rows(kernels: dict) -> list[list[str]]:
+    rows = [[row["name"], *_kernel_cells(row["forward"]), *_kernel_cells(row["backward"])]
+            for row in kernels["layers"]]
+    for name, key in (("mixed", "mixed"), ("outside layers", "outside")):
+        rows.append([name, *_kernel_cells(kernels[key]["forward"]), *_kernel_cells(kernels[key]["backward"])])
+    total = {p: {"kernels": sum(r[p]["kernels"] for r in kernels["layers"]) + kernels["mixed"][p]["kernels"]
+                 + kernels["outside"][p]["kernels"], "ms": kernels["phase_ms"][p]}
+             for p in ("forward", "backward")}
+    rows.append(["phase (kernels)", *_kernel_cells(total["forward"]), *_kernel_cells(total["backward"])])
+    return rows
+
+
+def _kernel_notes(lb: LayerBreakdown) -> list[str]:
+    kernels = lb.kernels
+    lines = []
+    for phase in ("forward", "backward"):
+        named: dict[tuple[str, tuple[str, ...]], int] = {}
+        for name, layers in kernels["mixed"][phase]["fits"].items():
+            key = (_kernel_name(name), tuple(layers))
+            named[key] = named.get(key, 0) + 1
+        if named:
+            lines.append(f"{lb.label}: mixed in {phase}: " + "; ".join(
+                f"{name}{f' ×{n}' if n > 1 else ''} ({' or '.join(layers)})"
+                for (name, layers), n in named.items()))
+    peak = kernels.get("peak")
+    shares = [f"{row['name']} {phase[:3].replace('bac', 'bwd').replace('for', 'fwd')} "
+              f"{100 * row[phase]['peak_share']:.2g} %" for row in kernels["layers"]
+              for phase in ("forward", "backward") if row[phase].get("peak_share")]
+    if peak and shares:
+        lines.append(f"{lb.label}: of the {peak['method']}: {', '.join(shares)}")
+    placed = ", ".join(f"{how} {kernels['placed_by'][how]}" for how in PLACED_BY
+                       if how in kernels["placed_by"])
+    lines.append(f"{lb.label}: kernels placed by {placed}")
+    return lines + [f"{lb.label}: {note}" for note in kernels["notes"]]
+
+
+def _kernel_name(name: str) -> str:
+    """A kernel's name without its template and argument lists (cutlass::Kernel2<…> -> Kernel2),
+    at most 40 characters."""
+    head = name.split("(")[0].split("<")[0].removeprefix("void ").strip()
+    head = head.rsplit("::", 1)[-1] or name
+    return head if len(head) <= 40 else head[:39] + "…"
+
+
 def _peak(lb: LayerBreakdown) -> list[str]:
     """The phases' share of the measured peak, where the run measured one (CPU runs)."""
     if lb.peak_gflops is None or not lb.rows:
@@ -95,6 +150,13 @@ def render_table(breakdowns: list[LayerBreakdown]) -> str:
                             ends=frozenset({len(lb.rows) - 1})))
         for note in _notes(lb):
             page.line(note)
+        if lb.kernels:
+            page.table(Grid(f"gapscope device kernels by layer: {lb.label}", _KERNEL_HEAD,
+                            _kernel_rows(lb.kernels), [3, 3], ends=frozenset({len(lb.kernels["layers"]) - 1,
+                                                                    len(lb.kernels["layers"]) + 1})))
+            for note in _kernel_notes(lb):
+                page.line(note)
+            page.line(KERNEL_FOOTER)
     if any(lb.rows for lb in breakdowns):
         page.line(UNIT_FOOTER)
     return page.text()
@@ -130,6 +192,10 @@ def render_markdown(breakdowns: list[LayerBreakdown]) -> str:
         if lb.rows:
             lines += _markdown(_HEAD, _breakdown_rows(lb)) + [""]
         lines += [f"- {note}" for note in _notes(lb)]
+        if lb.kernels:
+            lines += ["", f"Device kernels by layer ({KERNEL_FOOTER}):", ""]
+            lines += _markdown(_KERNEL_HEAD, _kernel_rows(lb.kernels)) + [""]
+            lines += [f"- {note}" for note in _kernel_notes(lb)]
     return "\n".join(lines + ["", UNIT_FOOTER, ""])
 
 

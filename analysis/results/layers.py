@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from analysis.measures.device_peaks import peak_gflops
+from analysis.measures.hardware import hardware
+from analysis.measures.kernel_layers import kernel_layers
 from analysis.measures.layer_flops import layer_flops, layer_params
 from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.model.run import Run
@@ -62,6 +65,9 @@ class LayerBreakdown:
     source: str = SOURCE
     notes: list[str] = field(default_factory=list)
     peak: dict | None = None   # the CPU's measured GEMM peak: gflops and method (the manifest's)
+    # GPU traces: each layer's device kernels and their busy time (kernel_layers' JSON form,
+    # with GFLOP/s and the device's peak share); None where the trace has no kernels.
+    kernels: dict | None = None
 
     @property
     def peak_gflops(self) -> float | None:
@@ -100,7 +106,7 @@ class LayerBreakdown:
                             "forward_peak_share": _round(self.peak_share(r.gflops("forward"))),
                             "backward_peak_share": _round(self.peak_share(r.gflops("backward")))}
                            for r in self.rows],
-                "notes": self.notes}
+                "notes": self.notes, "kernels": self.kernels}
 
     @classmethod
     def from_json_dict(cls, d: dict) -> "LayerBreakdown":
@@ -108,7 +114,8 @@ class LayerBreakdown:
                          r.get("backward_gflop"), dict(r.get("fused") or {}), r.get("params"))
                 for r in d["layers"]]
         return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
-                   d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"))
+                   d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"),
+                   d.get("kernels"))
 
 
 def _round(value):
@@ -142,12 +149,15 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=["no trace: layers come from a traced run"])
     names = [s["name"] for s in specs] if specs else None
+    kernels = _kernel_layers(run, specs, batch)
     found = layer_times(run.trace, run.timeline, names, run.hlo)
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
                f"{run.trace_file.name} {NO_LAYERS}")
+        if kernels:
+            why = "no layer ranges: the device kernels below are placed by the ops that launched them"
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
-                              notes=[why])
+                              notes=[why], kernels=kernels)
     settings = run.manifest.get("settings") if isinstance(run.manifest.get("settings"), dict) else {}
     per_call = settings.get("steps_per_execution") or 1
     if per_call > 1 and updates and updates != found.steps:
@@ -170,7 +180,37 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     phase_ms = {p: round(ms, _DIGITS) for p, ms in found.phase_ms.items()}
     peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
     return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
-                          peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")})
+                          peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")},
+                          kernels=kernels)
+
+
+def _kernel_layers(run: Run, specs: list[dict] | None, batch) -> dict | None:
+    """Each layer's device kernels by phase with their GFLOP/s and share of the device's peak;
+    no GFLOP/s for a layer's phase where a mixed kernel may be part of it (its time is then
+    only known from below). None for a trace without device kernels."""
+    found = kernel_layers(run.trace, run.timeline, specs)
+    if found is None:
+        return None
+    table = found.to_json_dict()
+    by_name = {s["name"]: s for s in specs or ()}
+    peak = peak_gflops(hardware(run.manifest, run.trace).device)
+    for row in table["layers"]:
+        spec = by_name.get(row["name"])
+        flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
+        for phase in LAYER_PHASES:
+            cell, flop = row[phase], getattr(flops, phase, None)
+            maybe_more = any(row["name"] in fits for fits in table["mixed"][phase]["fits"].values())
+            gflops = (flop / 1e9 / (cell["ms"] / 1000.0)
+                      if flop and cell["ms"] > 0 and not maybe_more else None)
+            cell["gflop"] = _round(flop / 1e9) if flop else None
+            cell["gflops"] = _round(gflops)
+            cell["peak_share"] = _round(gflops / peak["gflops"]) if gflops and peak else None
+    table["peak"] = peak
+    if any(table["mixed"][p]["kernels"] for p in LAYER_PHASES):
+        table["notes"].append("a mixed kernel's ops fit several layers (Inductor fused them, or the "
+                              "trace cannot tell whose they are): its time is in no layer, and no "
+                              "GFLOP/s is given for a layer it may belong to")
+    return table
 
 
 def run_layer_spans(run: Run) -> list[tuple[float, float, str, str, int]]:

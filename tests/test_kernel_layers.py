@@ -1,0 +1,153 @@
+"""Device kernels by layer on the two real H200 traces (mlp eager and under torch.compile, two
+steps each, tests/fixtures/h200): every count below was read off the traces by hand, kernel by
+kernel, with the host op that launched it (see each test). Also the op-name rules and the GPU
+peak table."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.measures.device_peaks import device_peak, peak_gflops
+from analysis.measures.kernel_layers import kernel_layers, op_kinds
+from analysis.model.run import load_run
+from analysis.results.layers import layer_breakdown
+from workloads.registry import get_workload
+
+ROOT = Path(__file__).resolve().parent.parent
+H200 = ROOT / "tests" / "fixtures" / "h200"
+SPECS = [layer.to_dict() for layer in get_workload("mlp").layers()]  # dense1 (ReLU), logits, loss
+
+
+def _run_folder(tmp: Path, name: str) -> Path:
+    """The trace as a gapscope run folder: the manifest names the mlp's layers and batch."""
+    folder = tmp / name
+    folder.mkdir()
+    shutil.copy(H200 / f"mlp-{name}.pt.trace.json.gz", folder)
+    (folder / "manifest.json").write_text(json.dumps({
+        "run_id": f"h200-{name}", "status": "complete", "workload": "mlp", "framework": "torch",
+        "layers": SPECS, "workload_spec": {"batch_size": get_workload("mlp").batch_size}}))
+    return folder
+
+
+def _placed(name: str):
+    run = load_run(H200 / f"mlp-{name}.pt.trace.json.gz")
+    return kernel_layers(run.trace, run.timeline, SPECS)
+
+
+def _counts(found, phase: str) -> dict[str, float]:
+    counts = {name: g[phase].count for name, g in found.layers.items()}
+    return {**counts, "mixed": found.mixed[phase].count, "outside": found.outside[phase].count}
+
+
+def test_compiled_kernels_are_placed_or_mixed_as_counted_by_hand():
+    """Forward, per step: aten::mm (the 1st GEMM of 2, dense1) launches 1 kernel, then
+    triton_poi_fused_addmm_relu_0 (ReLU: only dense1 has one); triton_poi_fused_addmm_t_1 and
+    triton_poi_fused_addmm_2 (addmm: dense1 or logits) are mixed; aten::addmm (the 2nd GEMM,
+    logits) launches scal_kernel, sgemm_largek_lds64 and cuBLASLt's epilogue (and a memset, no
+    kernel); the eager loss launches a copy (aten::contiguous inside cross_entropy_loss),
+    softmax_warp_forward and nll_loss_forward: 2 + 3 + 3 + 2 mixed = 10.
+    Backward: ones_like's fill is outside any layer; nll_loss_backward's zero_ and kernel and
+    softmax_warp_backward are the loss (their autograd nodes' names); in the compiled backward
+    only triton_poi_fused_threshold_backward_2 names one layer (dense1); its three extern mm
+    (five cuBLAS/CUTLASS kernels) and four fused sums fit both dense layers: 1 + 3 + 1 + 9 = 14."""
+    found = _placed("compile")
+    assert found.steps == 2
+    assert _counts(found, "forward") == {"dense1": 2, "logits": 3, "loss": 3, "mixed": 2, "outside": 0}
+    assert _counts(found, "backward") == {"dense1": 1, "logits": 0, "loss": 3, "mixed": 9, "outside": 1}
+    assert set(found.mixed["forward"].names) == {"triton_poi_fused_addmm_t_1", "triton_poi_fused_addmm_2"}
+    mixed_backward = found.mixed["backward"].names
+    assert sorted(n for n in mixed_backward if n.startswith("triton")) == [
+        "triton_per_fused_sum_1", "triton_per_fused_sum_4", "triton_red_fused_sum_0", "triton_red_fused_sum_3"]
+    assert all(fits == ("dense1", "logits") for fits in mixed_backward.values())
+    # Per kernel, each of the 2 steps counted once: 10 forward and 14 backward kernels a step.
+    assert sum(found.placed_by.values()) == 2 * (10 + 14)
+    assert found.placed_by == {"order": 8, "name": 16, "mixed": 22, "outside": 2}
+
+
+def test_eager_kernels_follow_their_ops_and_autograd_nodes():
+    """Forward: aten::linear #1 (dense1: its GEMM), aten::relu (dense1), aten::linear #2
+    (logits: scal, sgemm_largek, epilogue), the loss's softmax and nll_loss: 2 + 3 + 2.
+    Backward: the two AddmmBackward0 nodes run in reverse order, logits first (its mm's CUTLASS
+    kernel and split-K reduce, its weight-gradient GEMM and the bias's sum reduce), then
+    dense1 after ReluBackward0's threshold kernel (2 GEMM kernels and a sum: 4 with ReLU's)."""
+    found = _placed("eager")
+    assert _counts(found, "forward") == {"dense1": 2, "logits": 3, "loss": 2, "mixed": 0, "outside": 0}
+    assert _counts(found, "backward") == {"dense1": 4, "logits": 4, "loss": 3, "mixed": 0, "outside": 1}
+    # The slowest kernel of the step, the 50 µs sm80_xmma_gemm_..._nt weight gradient, is
+    # logits' (launched inside the first AddmmBackward0): its backward is the costly one.
+    assert found.layers["logits"]["backward"].ms > 3 * found.layers["dense1"]["backward"].ms
+
+
+def test_groups_add_up_to_the_phases_kernel_time():
+    for name in ("eager", "compile"):
+        run = load_run(H200 / f"mlp-{name}.pt.trace.json.gz")
+        found = kernel_layers(run.trace, run.timeline, SPECS)
+        from analysis.measures.kernels import find_work
+        work = find_work(run.trace, run.timeline)
+        for phase in ("forward", "backward"):
+            traced = sum(w.busy_us for w in work.kernels() if w.phase == phase) / 1000.0 / 2
+            assert found.phase_ms(phase) == pytest.approx(traced, rel=1e-9)
+
+
+def test_a_bare_trace_without_layers_or_spec_has_none():
+    run = load_run(H200 / "mlp-compile.pt.trace.json.gz")
+    assert kernel_layers(run.trace, run.timeline, None) is None
+
+
+def test_layer_breakdown_gives_gflops_only_where_no_mixed_kernel_may_belong(tmp_path):
+    eager = layer_breakdown(load_run(_run_folder(tmp_path, "eager"))).kernels
+    dense1 = next(r for r in eager["layers"] if r["name"] == "dense1")
+    # dense1's forward (100 inputs, 128 units, batch 256): the GEMM's 2·256·100·128 and the
+    # bias and ReLU's 2·256·128 FLOP, over its two kernels' time.
+    flop = 2 * 256 * 100 * 128 + 2 * 256 * 128
+    assert dense1["forward"]["gflop"] == pytest.approx(flop / 1e9, abs=1e-6)  # kept to 6 digits
+    assert dense1["forward"]["gflops"] == pytest.approx(flop / 1e9 / (dense1["forward"]["ms"] / 1e3), rel=1e-3)
+    assert dense1["forward"]["peak_share"] == pytest.approx(dense1["forward"]["gflops"] / 67_000, rel=1e-4)
+    compiled = layer_breakdown(load_run(_run_folder(tmp_path, "compile"))).kernels
+    rows = {r["name"]: r for r in compiled["layers"]}
+    assert rows["dense1"]["forward"]["gflops"] is None and rows["logits"]["backward"]["gflops"] is None
+    assert rows["loss"]["forward"]["gflops"] is not None   # no mixed kernel fits the loss
+    assert compiled["peak"]["gflops"] == 67_000.0
+
+
+def test_cli_prints_the_kernel_table_and_what_is_mixed(tmp_path):
+    folder = _run_folder(tmp_path, "compile")
+    out = subprocess.run([sys.executable, str(ROOT / "cli.py"), "breakdown", str(folder), "--layers"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "gapscope device kernels by layer" in out.stdout
+    assert "triton_poi_fused_addmm_t_1 (dense1 or logits)" in out.stdout
+    assert "kernels placed by order 8, name 16, mixed 22, outside 2" in out.stdout
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+
+
+@pytest.mark.parametrize("name, kinds, anchor", [
+    ("triton_poi_fused_addmm_relu_0", [("dense", "lstm"), ("relu",)], False),
+    ("triton_tem_fused_addmm_relu_0", [("dense", "lstm"), ("relu",)], True),
+    ("triton_poi_fused_threshold_backward_2", [("relu",)], False),
+    ("triton_red_fused_sum_0", [], False),
+    ("cpp_fused__log_softmax_nll_loss_forward_3", [("loss",), ("loss",)], False),
+    ("triton_per_fused_native_batch_norm_backward_1", [("batchnorm",)], False),
+    ("triton_poi_fused_max_pool2d_with_indices_backward_4", [("maxpool2d",)], False),
+    ("aten::linear", [("dense", "lstm")], True),
+    ("autograd::engine::evaluate_function: ConvolutionBackward0", [("conv2d",)], True),
+    ("autograd::engine::evaluate_function: NllLossBackward0", [("loss",)], False),
+    ("aten::view", [], False),
+])
+def test_op_names_say_which_kinds_of_layer_they_fit(name, kinds, anchor):
+    assert op_kinds(name) == (kinds, anchor)
+
+
+def test_device_peak_table():
+    assert device_peak("NVIDIA H100 80GB HBM3").product == "H100 SXM"
+    assert device_peak("NVIDIA H100 PCIe").product == "H100 PCIe"
+    assert device_peak("NVIDIA A100-SXM4-40GB").product == "A100"   # not the A10
+    assert device_peak("NVIDIA L40S").product == "L40S"              # not the L4
+    assert device_peak("NVIDIA A10G") is None and device_peak("NVIDIA H100 NVL") is None
+    assert peak_gflops("NVIDIA H200", "bf16")["gflops"] == 989_400.0
+    assert peak_gflops("Tesla T4", "tf32") is None and peak_gflops(None) is None
