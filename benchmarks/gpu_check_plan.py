@@ -136,6 +136,10 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
         from analysis.results.layers import layer_breakdown
         checks.append(C.layers_add_up(layer_breakdown(run).to_json_dict(), breakdown(run, "trace").to_json_dict(),
                                       [layer["name"] for layer in run.manifest["layers"]]))
+    if cuda and not planned.nproc and not inference and run.manifest.get("layers"):
+        from analysis.results.layers import layer_breakdown
+        checks.append(C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), work.steps,
+                                         [layer["name"] for layer in run.manifest["layers"]]))
     if not planned.nproc:
         checks.append(C.memory_recorded(result, cuda))
     checks.append(C.xprof_opens(write_xspace(run)))

@@ -326,6 +326,30 @@ def layers_add_up(layers_json: dict, traced_json: dict, names: list[str]) -> Che
     return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
 
 
+def kernels_by_layer(kernels_json: dict | None, work_kernels: list, steps: int, names: list[str]) -> Check:
+    """The device kernels of forward and backward, placed by the op that launched them: each
+    layer with weights has a kernel or is among a mixed kernel's layers, and the table's groups
+    hold every kernel of the two phases (their busy time, summed apart from the table)."""
+    name = "kernels by layer"
+    if not kernels_json:
+        return Check(name, FAIL, "no kernel table for a GPU run with layers")
+    rows = {r["name"]: r for r in kernels_json["layers"]}
+    mixed = {n for p in ("forward", "backward") for fits in kernels_json["mixed"][p]["fits"].values()
+             for n in fits}
+    problems = [f"{n} has no kernel" for n in names if n != "loss" and n not in mixed
+                and not any(rows.get(n, {}).get(p, {}).get("kernels") for p in ("forward", "backward"))]
+    sums = []
+    for phase in ("forward", "backward"):
+        apart = sum(w.busy_us for w in work_kernels if w.phase == phase) / 1000.0 / max(steps, 1)
+        table = kernels_json["phase_ms"][phase]
+        sums.append(f"{phase} {table:.4f} of {apart:.4f} ms")
+        if abs(table - apart) > 1e-3 * max(apart, 1e-6):
+            problems.append(f"{phase}: the table holds {table:.4f} ms of {apart:.4f} ms of kernels")
+    placed = ", ".join(f"{how} {n}" for how, n in kernels_json["placed_by"].items())
+    detail = f"placed by {placed}; " + ", ".join(sums)
+    return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
+
+
 def memory_recorded(breakdown_json: dict, cuda: bool) -> Check:
     """The traced window's allocator events (profile_memory) became memory figures on the run's
     device: a step peak, reserved at least as much where the allocator says it (CUDA's caching

@@ -467,3 +467,30 @@ def test_the_watchdog_stops_runs_and_spares_the_launcher(tmp_path):
         assert not watchdog.is_alive()
     finally:
         child.kill()
+
+
+@pytest.mark.parametrize("name", ["eager", "compile"])
+def test_kernels_by_layer_check_passes_on_the_h200_runs(tmp_path, name):
+    """The GPU day's kernels-by-layer check, on the two real H200 traces as run folders."""
+    import h200_runs
+    from analysis.results.layers import layer_breakdown
+    run = load_run(h200_runs.run_folder(tmp_path, name))
+    work = find_work(run.trace, run.timeline)
+    check = C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), len(run.timeline.steps),
+                               ["dense1", "logits", "loss"])
+    assert check.status == C.PASS, check.detail
+    assert check.detail.startswith("placed by ")
+
+
+def test_kernels_by_layer_check_fails_where_a_layer_or_a_kernel_is_missing():
+    from analysis.measures.kernels import WorkItem
+    group = {"kernels": 0, "ms": 0.0}
+    table = {"layers": [{"name": "dense1", "forward": {"kernels": 1, "ms": 0.01}, "backward": group}],
+             "mixed": {p: {**group, "fits": {}} for p in ("forward", "backward")},
+             "phase_ms": {"forward": 0.01, "backward": 0.0}, "placed_by": {"order": 2}}
+    kernels = [WorkItem("k", 0.0, [(0.0, 40.0)], 0, "forward", False)]  # 40 µs in 2 steps: 0.02 ms
+    check = C.kernels_by_layer(table, kernels, 2, ["dense1", "logits", "loss"])
+    assert check.status == C.FAIL
+    assert check.detail.startswith("logits has no kernel; forward: the table holds 0.0100 ms of "
+                                   "0.0200 ms of kernels")
+    assert C.kernels_by_layer(None, kernels, 2, ["dense1"]).status == C.FAIL

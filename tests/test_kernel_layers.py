@@ -4,8 +4,6 @@ kernel, with the host op that launched it (see each test). Also the op-name rule
 peak table."""
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -16,22 +14,9 @@ from analysis.measures.device_peaks import device_peak, peak_gflops
 from analysis.measures.kernel_layers import kernel_layers, op_kinds
 from analysis.model.run import load_run
 from analysis.results.layers import layer_breakdown
-from workloads.registry import get_workload
+from h200_runs import H200, SPECS, run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
-H200 = ROOT / "tests" / "fixtures" / "h200"
-SPECS = [layer.to_dict() for layer in get_workload("mlp").layers()]  # dense1 (ReLU), logits, loss
-
-
-def _run_folder(tmp: Path, name: str) -> Path:
-    """The trace as a gapscope run folder: the manifest names the mlp's layers and batch."""
-    folder = tmp / name
-    folder.mkdir()
-    shutil.copy(H200 / f"mlp-{name}.pt.trace.json.gz", folder)
-    (folder / "manifest.json").write_text(json.dumps({
-        "run_id": f"h200-{name}", "status": "complete", "workload": "mlp", "framework": "torch",
-        "layers": SPECS, "workload_spec": {"batch_size": get_workload("mlp").batch_size}}))
-    return folder
 
 
 def _placed(name: str):
@@ -100,7 +85,7 @@ def test_a_bare_trace_without_layers_or_spec_has_none():
 
 
 def test_layer_breakdown_gives_gflops_only_where_no_mixed_kernel_may_belong(tmp_path):
-    eager = layer_breakdown(load_run(_run_folder(tmp_path, "eager"))).kernels
+    eager = layer_breakdown(load_run(run_folder(tmp_path, "eager"))).kernels
     dense1 = next(r for r in eager["layers"] if r["name"] == "dense1")
     # dense1's forward (100 inputs, 128 units, batch 256): the GEMM's 2·256·100·128 and the
     # bias and ReLU's 2·256·128 FLOP, over its two kernels' time.
@@ -108,7 +93,7 @@ def test_layer_breakdown_gives_gflops_only_where_no_mixed_kernel_may_belong(tmp_
     assert dense1["forward"]["gflop"] == pytest.approx(flop / 1e9, abs=1e-6)  # kept to 6 digits
     assert dense1["forward"]["gflops"] == pytest.approx(flop / 1e9 / (dense1["forward"]["ms"] / 1e3), rel=1e-3)
     assert dense1["forward"]["peak_share"] == pytest.approx(dense1["forward"]["gflops"] / 67_000, rel=1e-4)
-    compiled = layer_breakdown(load_run(_run_folder(tmp_path, "compile"))).kernels
+    compiled = layer_breakdown(load_run(run_folder(tmp_path, "compile"))).kernels
     rows = {r["name"]: r for r in compiled["layers"]}
     assert rows["dense1"]["forward"]["gflops"] is None and rows["logits"]["backward"]["gflops"] is None
     assert rows["loss"]["forward"]["gflops"] is not None   # no mixed kernel fits the loss
@@ -116,7 +101,7 @@ def test_layer_breakdown_gives_gflops_only_where_no_mixed_kernel_may_belong(tmp_
 
 
 def test_cli_prints_the_kernel_table_and_what_is_mixed(tmp_path):
-    folder = _run_folder(tmp_path, "compile")
+    folder = run_folder(tmp_path, "compile")
     out = subprocess.run([sys.executable, str(ROOT / "cli.py"), "breakdown", str(folder), "--layers"],
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert out.returncode == 0, out.stderr

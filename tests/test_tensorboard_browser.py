@@ -13,6 +13,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 import pytest
 
+import h200_runs
 import user_loops
 from analysis.results.breakdown import breakdown
 from analysis.results.compare import compare
@@ -554,6 +555,7 @@ def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensor
     try:
         for run in (torch_run, keras_run):
             shutil.copytree(run, views / run.name)
+        h200 = f"views/{h200_runs.run_folder(views, 'compile').name}"
         dynamic = {}
         for variant in ("default", "compile"):
             outcome = launch(RunSettings("dynamic", "torch", variant=variant, steps=10,
@@ -598,6 +600,18 @@ def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensor
              signed(r["delta_ms"]["backward"])] for r in pair["rows"]]
         browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compare] tr.layer-row').scrollIntoView()")
         screenshot(browser, artefacts, "gapscope-layers-compare")
+
+        # A GPU run's device kernels by layer (the H200's compiled mlp), as /details holds them.
+        browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+            'a.run-link[data-run="{h200}"]').click()""")
+        (kernels,) = _route(url, f"details?run={quote(h200)}")["panels"]["layers"]["kernels"]
+        rows = wait_in_gapscope(browser, _ROWS % "'[data-view=layers] tr.kernel-row'")
+        groups = [(r["name"], r) for r in kernels["layers"]] + [
+            ("mixed", kernels["mixed"]), ("outside layers", kernels["outside"])]
+        assert rows == [[name, *(cell for p in ("forward", "backward") for cell in (
+            f"{g[p]['kernels']:g}", fixed(1000 * g[p]["ms"], 1),
+            "-" if g[p].get("gflops") is None else fixed(g[p]["gflops"], 1)))] for name, g in groups]
+        assert [r[1] for r in rows] == ["2", "3", "3", "2", "0"]   # tests/test_kernel_layers.py
 
         # The compiled run: its stages, its graph break's reason and line.
         browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(

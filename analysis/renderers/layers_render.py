@@ -142,6 +142,18 @@ def _matched_by(a: LayerBreakdown, b: LayerBreakdown, by: str) -> str:
             "(\"first = second\" names the pair)")
 
 
+def _kernel_table(page: Page, lb: LayerBreakdown) -> None:
+    """A GPU run's device kernels by layer, with what is mixed and how kernels were placed."""
+    if not lb.kernels:
+        return
+    ends = frozenset({len(lb.kernels["layers"]) - 1, len(lb.kernels["layers"]) + 1})
+    page.table(Grid(f"gapscope device kernels by layer: {lb.label}", _KERNEL_HEAD,
+                    _kernel_rows(lb.kernels), [3, 3], ends=ends))
+    for note in _kernel_notes(lb):
+        page.line(note)
+    page.line(KERNEL_FOOTER)
+
+
 def render_table(breakdowns: list[LayerBreakdown]) -> str:
     page = Page()
     for lb in breakdowns:
@@ -150,13 +162,7 @@ def render_table(breakdowns: list[LayerBreakdown]) -> str:
                             ends=frozenset({len(lb.rows) - 1})))
         for note in _notes(lb):
             page.line(note)
-        if lb.kernels:
-            page.table(Grid(f"gapscope device kernels by layer: {lb.label}", _KERNEL_HEAD,
-                            _kernel_rows(lb.kernels), [3, 3], ends=frozenset({len(lb.kernels["layers"]) - 1,
-                                                                    len(lb.kernels["layers"]) + 1})))
-            for note in _kernel_notes(lb):
-                page.line(note)
-            page.line(KERNEL_FOOTER)
+        _kernel_table(page, lb)
     if any(lb.rows for lb in breakdowns):
         page.line(UNIT_FOOTER)
     return page.text()
@@ -175,6 +181,8 @@ def render_compare_table(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) -> 
             page.line(f"{b.label} vs {a.label}: {NO_LINEUP}")
         for note in _notes(a) + _notes(b):
             page.line(note)
+        for lb in (a, b):
+            _kernel_table(page, lb)
     page.line(UNIT_FOOTER)
     return page.text()
 

@@ -10,7 +10,7 @@ NOT_MATCHED = "not matched"
 
 
 def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> dict:
-    """{"runs", "matched_by", "note", "rows", "outside", "phase", "notes"}. A row per lined-up
+    """{"runs", "matched_by", "note", "rows", "outside", "phase", "notes", "kernels"}. A row per lined-up
     pair (layers.layer_pairs, in the first run's order), then one per layer without a
     counterpart, its other side None; `matched` says whether the row lines two runs up."""
     sides = [lb for lb in (a, b) if lb is not None]
@@ -43,7 +43,9 @@ def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> di
                         for lb in sides],
             "phase": [{p: lb.phase_ms[p] for p in ("forward", "backward")} if lb.rows else None
                       for lb in sides],
-            "notes": [f"{lb.label}: {n}" for lb in sides for n in lb.notes]}
+            "notes": [f"{lb.label}: {n}" for lb in sides for n in lb.notes],
+            # GPU runs: each run's device kernels by layer, as the terminal's second table.
+            "kernels": [{"run": lb.label, **lb.kernels} for lb in sides if lb.kernels]}
 
 
 def _side(lb: LayerBreakdown, r: LayerRow | None) -> dict | None:

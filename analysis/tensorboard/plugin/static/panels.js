@@ -47,7 +47,8 @@ function share(value) {
 // One run: a row per layer. Two: each figure once per run, side by side, and the deltas of
 // the layers both have; a layer only one run has reads "not matched" on the other side.
 function layerView(p) {
-  if (p.note && !p.rows.length) return [html('p', {class: 'note layers-note'}, p.note)];
+  const kernels = (p.kernels || []).flatMap(kernelView);
+  if (p.note && !p.rows.length) return [html('p', {class: 'note layers-note'}, p.note), ...kernels];
   const two = p.runs.length === 2;
   const side = (cell, key, digits) => cell ? num(cell[key], digits) : 'not matched';
   const rows = p.rows.map((row) => {
@@ -97,7 +98,32 @@ function layerView(p) {
   return [html('p', {class: 'facts layers-facts'},
                [...facts, 'ms per traced step (profiler cost inside); share: of the traced ' +
                 'forward and backward; GFLOP counted from the layer shapes'].filter(Boolean).join(' · ')),
-          table(head, rows), notes(p.notes)];
+          table(head, rows), notes(p.notes), ...kernels];
+}
+
+// A GPU run's device kernels by layer: kernels and busy µs a step per phase, GFLOP/s where no
+// mixed kernel may belong to the layer; then the mixed ones with the layers they fit.
+function kernelView(k) {
+  const cells = (group) => ['forward', 'backward'].flatMap((phase) => [
+      html('td', {class: 'num'}, String(group[phase].kernels)),
+      html('td', {class: 'num'}, num(group[phase].ms * 1000, 1)),
+      html('td', {class: 'num'}, num(group[phase].gflops, 1))]);
+  const rows = k.layers.map((row) => html('tr', {class: 'kernel-row', 'data-layer': row.name},
+                                          html('td', {}, row.name), ...cells(row)));
+  for (const [label, key] of [['mixed', 'mixed'], ['outside layers', 'outside']]) {
+    rows.push(html('tr', {class: `kernel-row kernels-${key}`, 'data-layer': key},
+                   html('td', {}, label), ...cells(k[key])));
+  }
+  const mixed = ['forward', 'backward'].flatMap((phase) => Object.entries(k.mixed[phase].fits).map(
+      ([name, fits]) => `mixed in ${phase}: ${name.split('(')[0]} (${fits.join(' or ')})`));
+  const placed = Object.entries(k.placed_by).map(([how, n]) => `${how} ${n}`).join(', ');
+  return [html('h4', {}, `device kernels by layer: ${k.run}`),
+          html('p', {class: 'facts kernels-facts'}, 'kernels and µs of device busy time per ' +
+               `traced step, by the layer whose op launched them; placed by ${placed}` +
+               (k.peak ? `; peak: ${k.peak.method}` : '')),
+          table(['layer', 'fwd kernels', 'fwd µs', 'fwd GFLOP/s', 'bwd kernels', 'bwd µs',
+                 'bwd GFLOP/s'], rows),
+          notes([...mixed, ...k.notes])];
 }
 
 function compileView(c) {
