@@ -136,3 +136,38 @@ def test_device_peak_table():
     assert device_peak("NVIDIA A10G") is None and device_peak("NVIDIA H100 NVL") is None
     assert peak_gflops("NVIDIA H200", "bf16")["gflops"] == 989_400.0
     assert peak_gflops("Tesla T4", "tf32") is None and peak_gflops(None) is None
+
+
+def test_a_compiled_cpu_graphs_itemised_kernels_are_placed_by_the_same_rules():
+    """One hand-made CPU step of the mlp under torch.compile with Inductor's kernel profiling:
+    forward graph: aten::addmm 10 µs (1st GEMM: dense1), graph_0_cpp_fused_relu_0 2 µs (ReLU:
+    dense1), aten::addmm 4 µs (2nd: logits), graph_0_cpp_fused_0 1 µs (no op named: mixed);
+    the eager loss (cross_entropy_loss 8 µs around _log_softmax 3 µs); backward graph: graph_0_cpp_fused_threshold_backward_1
+    2 µs (dense1), aten::mm 5 + 6 + 7 µs (GEMMs of a compiled backward: dense1 or logits),
+    graph_0_cpp_fused_sum_2 1 µs (mixed)."""
+    from analysis.events.timeline import phase_timeline
+    from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+
+    def op(name, start, end, kind=HOST_OP):
+        return Event(name, kind, start, end - start, "host/1/1")
+
+    graph = "## Call CompiledFxGraph abcdefgh12345 ##"
+    events = [Event("ProfilerStep#1", STEP, 0, 100, "host/1/1", step_num=1),
+              op("gapscope/forward", 0, 40, ANNOTATION), op("CompiledFunction", 1, 30), op(graph, 2, 29),
+              op("aten::addmm", 3, 13), op("graph_0_cpp_fused_relu_0", 13, 15),
+              op("aten::addmm", 16, 20), op("graph_0_cpp_fused_0", 21, 22),
+              op("aten::cross_entropy_loss", 31, 39), op("aten::_log_softmax", 32, 35),
+              op("gapscope/backward", 40, 80, ANNOTATION),
+              op("autograd::engine::evaluate_function: CompiledFunctionBackward", 41, 79),
+              op(graph.replace("abcdefgh", "bwdgraph"), 42, 78),
+              op("graph_0_cpp_fused_threshold_backward_1", 43, 45), op("aten::mm", 46, 51),
+              op("aten::mm", 52, 58), op("aten::mm", 60, 67), op("graph_0_cpp_fused_sum_2", 70, 71)]
+    trace = Trace("torch", "hand-made", events)
+    found = kernel_layers(trace, phase_timeline(trace), SPECS)
+    assert found.source == "host ops"
+    ms = {name: [round(g[p].ms * 1000, 6) for p in ("forward", "backward")] for name, g in found.layers.items()}
+    # The loss: cross_entropy_loss's own 5 µs (a CPU op's time without its children) and 3.
+    assert ms == {"dense1": [12, 2], "logits": [4, 0], "loss": [8, 0]}  # µs
+    assert found.mixed["forward"].names == {"graph_0_cpp_fused_0": ("dense1", "logits")}
+    assert found.mixed["backward"].count == 4 and found.mixed["backward"].ms == pytest.approx(0.019)
+    assert found.placed_by == {"order": 2, "name": 4, "mixed": 5}

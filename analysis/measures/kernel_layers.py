@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, OTHER, RUNTIME, Event, Trace
-from analysis.measures.kernels import WorkItem, find_work
+from analysis.measures.kernels import DEVICE_KERNELS, HOST_OPS, Work, find_work
 from analysis.measures.layer_times import LAYER_PHASES, layer_name
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 
@@ -22,7 +22,9 @@ PLACED_BY = ("range", "autograd", "order", "name", MIXED, OUTSIDE)
 _BACKWARD_NODE = "autograd::engine::evaluate_function: "
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
 _GRAPH_MARKS = ("## Call CompiledFxGraph", "CompiledFunction", "Torch-Compiled Region")
-_INDUCTOR = re.compile(r"^(?:triton_(poi|red|per|tem)_|cpp_)fused_(\w+?)(?:_\d+)?$")
+# Inductor's kernels: triton_poi_fused_addmm_relu_0 on a GPU, graph_0_cpp_fused_relu_1 on the CPU.
+_INDUCTOR = re.compile(r"^(?:graph_\d+_)?(?:triton_(poi|red|per|tem)_|cpp_)fused_(\w+?)(?:_\d+)?$")
+_ITEMISED = re.compile(r"cpp_fused")
 
 # Which kinds of layer (workloads.layer_specs) an ATen op can belong to, by its name without
 # underscores, lower case: aten::max_pool2d_with_indices, MaxPool2DWithIndicesBackward0 and a
@@ -74,6 +76,7 @@ class KernelLayers:
     outside: dict[str, KernelGroup]             # phase -> group
     steps: int
     placed_by: dict[str, int]                   # how kernels were placed: "range", "order", ... -> count
+    source: str = DEVICE_KERNELS                # or HOST_OPS: a compiled CPU graph's itemised kernels
     notes: list[str] = field(default_factory=list)
 
     def phase_ms(self, phase: str) -> float:
@@ -84,7 +87,7 @@ class KernelLayers:
         def group(g: KernelGroup) -> dict:
             return {"kernels": round(g.count, 3), "ms": round(g.ms, 6)}
 
-        return {"steps": self.steps,
+        return {"steps": self.steps, "source": str(self.source),
                 "phase_ms": {p: round(self.phase_ms(p), 6) for p in LAYER_PHASES},
                 "layers": [{"name": name, **{p: group(g) for p, g in phases.items()}}
                            for name, phases in self.layers.items()],
@@ -94,27 +97,41 @@ class KernelLayers:
                 "placed_by": self.placed_by, "notes": self.notes}
 
 
-def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | None) -> KernelLayers | None:
-    """None where the trace is no torch trace with device kernels, or neither names layers (no
-    layer ranges) nor comes with its model's layers (`specs`, the manifest's `layers`)."""
+def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | None,
+                  work: Work | None = None) -> KernelLayers | None:
+    """None where the trace is no torch trace with device kernels (or, on the CPU, with a
+    compiled graph's kernels recorded one by one), or neither names layers (no layer ranges)
+    nor comes with its model's layers (`specs`, the manifest's `layers`). `work`: the trace's
+    find_work, where the caller has it already."""
     if trace.source_format != "torch" or not timeline.steps:
         return None
-    work = find_work(trace, timeline)
-    kernels = [w for w in work.kernels() if w.launch is not None and w.phase in LAYER_PHASES]
-    if not kernels:
+    work = work or find_work(trace, timeline)
+    if work.source == DEVICE_KERNELS:
+        items = [(w, w.launch) for w in work.kernels() if w.launch is not None and w.phase in LAYER_PHASES]
+    elif work.source == HOST_OPS and any(_ITEMISED.search(w.name) for w in work.items):
+        # A compiled CPU graph whose kernels were recorded: each op is its own unit of work.
+        items = [(w, w.op) for w in work.items if w.op is not None and w.phase in LAYER_PHASES]
+    else:
         return None
-    stacks = _stacks(trace, {id(w.launch) for w in kernels})
-    ranged = any(_range_layer(s) for s in stacks.values())
+    if not items:
+        return None
+    stacks, ops = _stacks(trace, {id(at) for _, at in items})
+
+    def stack_of(at: Event) -> list[Event]:
+        # A launch's enclosing ops (GPU); a CPU op's and itself (its own name says what it is).
+        return stacks.get(id(at), []) + ([at] if work.source == HOST_OPS else [])
+
+    ranged = any(_range_layer(stack_of(at)) for _, at in items)
     if not ranged and not specs:
         return None
-    places = _Places(specs or [], timeline, stacks)
+    places = _Places(specs or [], timeline, stacks, ops)
     steps = len(timeline.steps)
     layers = {s["name"]: {p: KernelGroup() for p in LAYER_PHASES} for s in specs or []}
     mixed = {p: KernelGroup() for p in LAYER_PHASES}
     outside = {p: KernelGroup() for p in LAYER_PHASES}
     placed_by: dict[str, int] = defaultdict(int)
-    for w in kernels:
-        layer, fits, how = places.place(w)
+    for w, at in items:
+        layer, fits, how = places.place(stack_of(at), w.phase)
         if layer is None:
             group = mixed[w.phase] if fits else outside[w.phase]
             if fits:
@@ -124,7 +141,7 @@ def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | Non
         placed_by[how] += 1
         group.count += 1 / steps
         group.ms += w.busy_us / 1000.0 / steps
-    return KernelLayers(layers, mixed, outside, steps, dict(placed_by), places.notes)
+    return KernelLayers(layers, mixed, outside, steps, dict(placed_by), work.source, places.notes)
 
 
 def op_kinds(name: str) -> tuple[list[tuple[str, ...]], bool]:
@@ -160,34 +177,44 @@ def _range_layer(stack: list[Event]) -> str | None:
     return next((layer_name(e.name) for e in reversed(stack) if e.name.startswith(LAYER_RANGE_PREFIXES)), None)
 
 
-def _stacks(trace: Trace, wanted: set[int]) -> dict[int, list[Event]]:
-    """Each wanted launch's enclosing host events, outermost first, and every host op's (by id):
-    a host track's events nest, so one pass in start order with a stack finds them."""
+def _stacks(trace: Trace, wanted: set[int]) -> tuple[dict[int, list[Event]], dict[int, Event]]:
+    """Each wanted launch's enclosing host events, outermost first, and every host op's (by id),
+    and the host ops by id: a host track's events nest, so one pass in start order finds them."""
     by_track: dict[str, list[Event]] = defaultdict(list)
     for e in trace.events:
         if e.track.startswith("host") and e.kind in (HOST_OP, ANNOTATION, OTHER, RUNTIME):
             by_track[e.track].append(e)
     stacks: dict[int, list[Event]] = {}
+    ops: dict[int, Event] = {}
+    anchors: dict[str, bool] = {}
     for events in by_track.values():
         events.sort(key=lambda e: (e.start_us, -e.dur_us))
         open_: list[Event] = []
         for e in events:
             while open_ and open_[-1].end_us <= e.start_us:
                 open_.pop()
-            if e.kind == HOST_OP or id(e) in wanted:
+            if e.kind == HOST_OP:
+                if e.name not in anchors:
+                    anchors[e.name] = op_kinds(e.name)[1]
+                # Kept: the ops whose layer others inherit (anchors, ops with a sequence
+                # number); a stack for each of millions of ops would cost more than the trace.
+                if anchors[e.name] or SEQUENCE in (e.stats or {}):
+                    ops[id(e)] = e
+                    stacks[id(e)] = list(open_)
+            if id(e) in wanted:
                 stacks[id(e)] = list(open_)
             open_.append(e)
-    return stacks
+    return stacks, ops
 
 
 class _Places:
     """Where kernels go: the forward ops' layers first (ranges, else order against `specs`),
     which autograd nodes then inherit through their sequence numbers."""
 
-    def __init__(self, specs: list[dict], timeline: PhaseTimeline, stacks: dict[int, list[Event]]):
-        self.specs, self.timeline, self.stacks = specs, timeline, stacks
+    def __init__(self, specs: list[dict], timeline: PhaseTimeline, stacks: dict[int, list[Event]],
+                 ops: dict[int, Event]):
+        self.specs, self.timeline, self.stacks, self.ops = specs, timeline, stacks, ops
         self.notes: list[str] = []
-        self.ops = {id(e): e for stack in stacks.values() for e in stack if e.kind == HOST_OP}
         self.anchor_layer = self._ordered_anchors()
         self.by_sequence = self._sequence_layers()
 
@@ -248,9 +275,10 @@ class _Places:
                 by_sequence[sequence] = layer
         return by_sequence
 
-    def place(self, w: WorkItem) -> tuple[str | None, tuple[str, ...], str]:
-        """(layer or None, the layers it fits where mixed, how it was placed)."""
-        return self._layer(self.stacks.get(id(w.launch), []), w.phase)
+    def place(self, stack: list[Event], phase: str) -> tuple[str | None, tuple[str, ...], str]:
+        """(layer or None, the layers it fits where mixed, how it was placed) of a kernel whose
+        launch (GPU), or whose op itself (CPU), has these enclosing host events."""
+        return self._layer(stack, phase)
 
     def _layer(self, stack: list[Event], phase: str) -> tuple[str | None, tuple[str, ...], str]:
         layer = _range_layer(stack)

@@ -63,6 +63,7 @@ class WorkItem:
     launch: Event | None = None      # the host runtime call that launched it (GPU)
     phases: tuple[str, ...] = ()     # XLA: every phase its HLO op was built from
     fusion: fusion_table.Fused | None = None  # what it fused, where it is a fused op
+    op: Event | None = None          # CPU: the host op that is this unit of work
 
     @property
     def busy_us(self) -> float:
@@ -204,7 +205,7 @@ def _host_op_work(trace: Trace, timeline: PhaseTimeline) -> Work:
                 phase = gapscope_phase(op.name) or framework_phase(op.name) or phase
             fused = fusion_table.compiled_graph() if opaque else fusion_table.classify(op.name)
             items.append(WorkItem(name, op.start_us, own, step, phase, fused is not None,
-                                  fusion=fused))
+                                  fusion=fused, op=op))
     notes = []
     if opaque_graphs:
         notes.append("Inductor's CPU kernels were not recorded one by one (set "

@@ -73,8 +73,9 @@ def _notes(lb: LayerBreakdown) -> list[str]:
 
 _KERNEL_HEAD = ["layer", "fwd\nkernels", "fwd\nµs", "fwd\nGFLOP/s", "bwd\nkernels", "bwd\nµs",
                 "bwd\nGFLOP/s"]
-KERNEL_FOOTER = ("device kernels per traced step, by the layer whose op launched them; µs = their "
-                 "busy time on the device (docs/reference.md, Layers)")
+KERNEL_FOOTER = ("kernels per traced step, by the layer whose op launched them (on the CPU: a "
+                 "compiled graph's kernels and ops); µs = their busy time (docs/reference.md, Layers)")
+_MIXED_LISTED = 6  # mixed kernel names listed per phase; the JSON has every one
 
 
 def _kernel_cells(cell: dict) -> list[str]:
@@ -102,9 +103,11 @@ def _kernel_notes(lb: LayerBreakdown) -> list[str]:
             key = (_kernel_name(name), tuple(layers))
             named[key] = named.get(key, 0) + 1
         if named:
-            lines.append(f"{lb.label}: mixed in {phase}: " + "; ".join(
-                f"{name}{f' ×{n}' if n > 1 else ''} ({' or '.join(layers)})"
-                for (name, layers), n in named.items()))
+            listed = [f"{name}{f' ×{n}' if n > 1 else ''} ({' or '.join(layers)})"
+                      for (name, layers), n in list(named.items())[:_MIXED_LISTED]]
+            more = len(named) - _MIXED_LISTED
+            lines.append(f"{lb.label}: mixed in {phase}: " + "; ".join(listed)
+                         + (f"; and {more} more (the JSON lists them)" if more > 0 else ""))
     peak = kernels.get("peak")
     shares = [f"{row['name']} {phase[:3].replace('bac', 'bwd').replace('for', 'fwd')} "
               f"{100 * row[phase]['peak_share']:.2g} %" for row in kernels["layers"]
@@ -147,7 +150,8 @@ def _kernel_table(page: Page, lb: LayerBreakdown) -> None:
     if not lb.kernels:
         return
     ends = frozenset({len(lb.kernels["layers"]) - 1, len(lb.kernels["layers"]) + 1})
-    page.table(Grid(f"gapscope device kernels by layer: {lb.label}", _KERNEL_HEAD,
+    what = "device kernels" if lb.kernels.get("source") == "device kernels" else "CPU kernels"
+    page.table(Grid(f"gapscope {what} by layer: {lb.label}", _KERNEL_HEAD,
                     _kernel_rows(lb.kernels), [3, 3], ends=ends))
     for note in _kernel_notes(lb):
         page.line(note)
@@ -201,7 +205,7 @@ def render_markdown(breakdowns: list[LayerBreakdown]) -> str:
             lines += _markdown(_HEAD, _breakdown_rows(lb)) + [""]
         lines += [f"- {note}" for note in _notes(lb)]
         if lb.kernels:
-            lines += ["", f"Device kernels by layer ({KERNEL_FOOTER}):", ""]
+            lines += ["", f"Kernels by layer ({KERNEL_FOOTER}):", ""]
             lines += _markdown(_KERNEL_HEAD, _kernel_rows(lb.kernels)) + [""]
             lines += [f"- {note}" for note in _kernel_notes(lb)]
     return "\n".join(lines + ["", UNIT_FOOTER, ""])

@@ -61,7 +61,7 @@ def explain(run: Run) -> RunExplanation:
         resources=resource_stats(run.resources),
         trace_file=str(run.trace_file),
         hardware=found,
-        layers=layer_breakdown(run, result.name, work.steps))
+        layers=layer_breakdown(run, result.name, work.steps, work))
 
 
 def explain_all(runs: list[Run]) -> list[RunExplanation]:

@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 from analysis.measures.device_peaks import peak_gflops
 from analysis.measures.hardware import hardware
 from analysis.measures.kernel_layers import kernel_layers
+from analysis.measures.kernels import Work
 from analysis.measures.layer_flops import layer_flops, layer_params
 from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.model.run import Run
@@ -138,10 +139,12 @@ def _compiled_torch(manifest: dict) -> bool:
         settings.get(key) for key in ("compile_mode", "compile_backend", "torchscript"))
 
 
-def layer_breakdown(run: Run, label: str | None = None, updates: int | None = None) -> LayerBreakdown:
+def layer_breakdown(run: Run, label: str | None = None, updates: int | None = None,
+                    work: Work | None = None) -> LayerBreakdown:
     """The run's layers; no rows (and a note saying why) where its trace names none.
     `updates`: the optimizer updates the traced steps ran (the breakdown's count), where one
-    traced call runs several (Keras steps_per_execution): the figures are then per update."""
+    traced call runs several (Keras steps_per_execution): the figures are then per update.
+    `work`: the trace's find_work, where the caller has it (the kernel table reuses it)."""
     label = label or run.label
     specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
     batch = (run.manifest.get("workload_spec") or {}).get("batch_size")
@@ -149,7 +152,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=["no trace: layers come from a traced run"])
     names = [s["name"] for s in specs] if specs else None
-    kernels = _kernel_layers(run, specs, batch)
+    kernels = _kernel_layers(run, specs, batch, work)
     found = layer_times(run.trace, run.timeline, names, run.hlo)
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
@@ -184,16 +187,22 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
                           kernels=kernels)
 
 
-def _kernel_layers(run: Run, specs: list[dict] | None, batch) -> dict | None:
-    """Each layer's device kernels by phase with their GFLOP/s and share of the device's peak;
+def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None) -> dict | None:
+    """Each layer's kernels by phase (a GPU's, or a compiled CPU graph's recorded one by one)
+    with their GFLOP/s and share of the device's peak;
     no GFLOP/s for a layer's phase where a mixed kernel may be part of it (its time is then
     only known from below). None for a trace without device kernels."""
-    found = kernel_layers(run.trace, run.timeline, specs)
+    found = kernel_layers(run.trace, run.timeline, specs, work)
     if found is None:
         return None
     table = found.to_json_dict()
     by_name = {s["name"]: s for s in specs or ()}
-    peak = peak_gflops(hardware(run.manifest, run.trace).device)
+    if table["source"] == "device kernels":
+        peak = peak_gflops(hardware(run.manifest, run.trace).device)
+    else:  # a compiled CPU graph's kernels: the CPU's measured GEMM peak, where the run has one
+        measured = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else {}
+        peak = ({"gflops": measured["gflops"], "method": measured.get("method")}
+                if isinstance(measured.get("gflops"), (int, float)) and measured["gflops"] > 0 else None)
     for row in table["layers"]:
         spec = by_name.get(row["name"])
         flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None

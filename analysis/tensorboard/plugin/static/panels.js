@@ -117,7 +117,8 @@ function kernelView(k) {
   const mixed = ['forward', 'backward'].flatMap((phase) => Object.entries(k.mixed[phase].fits).map(
       ([name, fits]) => `mixed in ${phase}: ${name.split('(')[0]} (${fits.join(' or ')})`));
   const placed = Object.entries(k.placed_by).map(([how, n]) => `${how} ${n}`).join(', ');
-  return [html('h4', {}, `device kernels by layer: ${k.run}`),
+  const what = k.source === 'device kernels' ? 'device kernels' : 'CPU kernels';
+  return [html('h4', {}, `${what} by layer: ${k.run}`),
           html('p', {class: 'facts kernels-facts'}, 'kernels and µs of device busy time per ' +
                `traced step, by the layer whose op launched them; placed by ${placed}` +
                (k.peak ? `; peak: ${k.peak.method}` : '')),
