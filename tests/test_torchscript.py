@@ -154,3 +154,20 @@ def test_seed_graph_mode_matrix_rows_resolve_here():
     assert settings["torch-compile"].get("compile_mode") == "default"
     assert not settings["keras-graph"].get("jit_compile") and settings["keras-graph-xla"]["jit_compile"]
     assert all(row.needs == "" for row in matrix.rows)  # every row runs on a CPU
+
+
+def test_a_torchscript_runs_ops_are_placed_in_its_layers(runs):
+    """No layer ranges in a scripted model: its forward's ops are placed by order (aten::linear
+    #1 dense1, #2 logits; aten::relu the one layer with ReLU) and its loss by name, every
+    forward op of the mlp's three layers; its kernels add up to the forward's own op time."""
+    from analysis.model.run import load_run
+    from analysis.results.layers import layer_breakdown
+    run = load_run(runs["torchscript"].run_dir)
+    found = layer_breakdown(run)
+    assert not found.rows and found.kernels["source"] == "host ops"
+    rows = {r["name"]: r for r in found.kernels["layers"]}
+    assert set(rows) == {"dense1", "logits", "loss"}
+    assert all(rows[n]["forward"]["kernels"] >= 1 for n in rows)
+    assert found.kernels["mixed"]["forward"]["kernels"] == 0
+    assert found.kernels["outside"]["forward"]["kernels"] == 0
+    assert found.kernels["placed_by"]["order"] >= 3 * len(run.timeline.steps)

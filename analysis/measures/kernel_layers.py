@@ -12,7 +12,7 @@ from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, OTHER, RUNTIME, Event, Trace
 from analysis.measures.kernels import DEVICE_KERNELS, HOST_OPS, Work, find_work
 from analysis.measures.layer_times import LAYER_PHASES, layer_name
-from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
+from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE, is_layer_range
 
 MIXED = "mixed"      # a kernel whose ops fit several layers, or no single one
 OUTSIDE = "outside"  # a kernel no layer op launched: glue, the loss's seed, gradient accumulation
@@ -49,10 +49,12 @@ _KINDS = {
                      "nlllossnd", "nlllossforward", "nlllossbackward", "nllloss2d", "mseloss",
                      "mselossbackward", "softmax", "softmaxbackwarddata"), ("loss",)),
 }
-# An op that does a layer's main computation, once per layer and forward (a GEMM, a
-# convolution, an LSTM): the n-th of a kind in a forward is the model's n-th layer of that kind.
+# An op that does a layer's main computation once per forward (a GEMM, a convolution, an LSTM;
+# a ReLU, once per layer with one): the n-th of a kind in a forward is the model's n-th layer
+# of that kind (for ReLU: with a ReLU).
 _ANCHORS = frozenset(("addmm", "mm", "linear", "matmul", "convolution", "conv2d",
-                      "cudnnconvolution", "mkldnnconvolution", "lstm", "cudnnrnn", "mkldnnrnnlayer"))
+                      "cudnnconvolution", "mkldnnconvolution", "lstm", "cudnnrnn", "mkldnnrnnlayer",
+                      "relu"))
 _LONGEST_OP = max(len(op.split("_")) for op in ("max_pool2d_with_indices_backward",
                                                 "native_batch_norm_legit_no_training"))
 
@@ -108,8 +110,11 @@ def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | Non
     work = work or find_work(trace, timeline)
     if work.source == DEVICE_KERNELS:
         items = [(w, w.launch) for w in work.kernels() if w.launch is not None and w.phase in LAYER_PHASES]
-    elif work.source == HOST_OPS and any(_ITEMISED.search(w.name) for w in work.items):
-        # A compiled CPU graph whose kernels were recorded: each op is its own unit of work.
+    elif work.source == HOST_OPS and (any(_ITEMISED.search(w.name) for w in work.items)
+                                      or not any(is_layer_range(e.name) for e in trace.events)):
+        # CPU without layer ranges (a compiled graph whose kernels were recorded, a TorchScript
+        # module): each op that runs a kernel is its own unit of work. An eager run's ranges
+        # give its layers' whole time instead (layer_times).
         items = [(w, w.op) for w in work.items if w.op is not None and w.phase in LAYER_PHASES]
     else:
         return None
@@ -246,7 +251,8 @@ class _Places:
                 anchors[(kinds[0][0], phase)][step].append(e)
         found = {}
         for (kind, phase), by_step in anchors.items():
-            layers = [s["name"] for s in self.specs if s["kind"] == kind]
+            fits = self._fits((kind,))
+            layers = [s["name"] for s in self.specs if s["name"] in fits]
             counts = {len(ops) for ops in by_step.values()}
             if len(by_step) != len(self.timeline.steps) or counts != {len(layers)}:
                 if layers:

@@ -113,7 +113,7 @@ def _kernel_notes(lb: LayerBreakdown) -> list[str]:
               f"{100 * row[phase]['peak_share']:.2g} %" for row in kernels["layers"]
               for phase in ("forward", "backward") if row[phase].get("peak_share")]
     if peak and shares:
-        lines.append(f"{lb.label}: of the {peak['method']}: {', '.join(shares)}")
+        lines.append(f"{lb.label}: share of the peak ({peak['method']}): {', '.join(shares)}")
     placed = ", ".join(f"{how} {kernels['placed_by'][how]}" for how in PLACED_BY
                        if how in kernels["placed_by"])
     lines.append(f"{lb.label}: kernels placed by {placed}")

@@ -22,7 +22,8 @@ NO_LAYERS = ("carries no layers: no layer ranges (gapscope_layer/<name> or with_
              "'nn.Module: …') and no Keras layer scopes in its op names")
 
 COMPILED = ("no layers: gapscope marks layers in eager torch only (in a compiled or scripted "
-            "forward its hooks would be traced into the graph)")
+            "forward its hooks would be traced into the graph), and a compiled CPU graph's "
+            "kernels were not recorded one by one (TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE=1)")
 
 
 @dataclass
@@ -158,7 +159,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         why = (COMPILED if _compiled_torch(run.manifest) else
                f"{run.trace_file.name} {NO_LAYERS}")
         if kernels:
-            why = "no layer ranges: the device kernels below are placed by the ops that launched them"
+            why = "no layer ranges: the kernels below are placed by the ops that ran them"
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=[why], kernels=kernels)
     settings = run.manifest.get("settings") if isinstance(run.manifest.get("settings"), dict) else {}
