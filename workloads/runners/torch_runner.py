@@ -2,6 +2,8 @@
 marked by phase, with the execution variants of workloads.variants applied."""
 from __future__ import annotations
 
+import os
+
 from contextlib import nullcontext
 from pathlib import Path
 
@@ -184,8 +186,19 @@ def _compiled(model, settings: RunSettings):
     if settings.compile_backend:
         return torch.compile(model, backend=settings.compile_backend)
     if settings.compile_mode:
+        _itemise_cpu_kernels()
         return torch.compile(model, mode=settings.compile_mode)
     return model
+
+
+def _itemise_cpu_kernels() -> None:
+    """Inductor's CPU kernels each as an op of the trace (a RecordFunction around each, which
+    costs a flag test while no profiler listens), so that a compiled graph's kernels can be
+    placed in layers; a user's TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE=0 keeps it off."""
+    if os.environ.get("TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE") == "0":
+        return
+    import torch._inductor.config as inductor_config
+    inductor_config.cpp.enable_kernel_profile = True
 
 
 def _loss(spec: WorkloadSpec):
