@@ -71,7 +71,7 @@ def _notes(lb: LayerBreakdown) -> list[str]:
     return _fused_line(lb) + [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
 
 
-_KERNEL_HEAD = ["layer", "fwd\nkernels", "fwd\nµs", "fwd\nGFLOP/s", "bwd\nkernels", "bwd\nµs",
+KERNEL_HEAD = ["layer", "fwd\nkernels", "fwd\nµs", "fwd\nGFLOP/s", "bwd\nkernels", "bwd\nµs",
                 "bwd\nGFLOP/s"]
 KERNEL_FOOTER = ("kernels per traced step, by the layer whose op launched them (on the CPU: a "
                  "compiled graph's kernels and ops); µs = their busy time (docs/reference.md, Layers)")
@@ -82,7 +82,8 @@ def _kernel_cells(cell: dict) -> list[str]:
     return [f"{cell['kernels']:g}", _num(cell["ms"] * 1000.0, 1), _num(cell.get("gflops"), 1)]
 
 
-def _kernel_rows(kernels: dict) -> list[list[str]]:
+def kernel_rows(kernels: dict) -> list[list[str]]:
+    """A run's kernels-by-layer JSON as rows: each layer, mixed, outside and the phases' total."""
     rows = [[row["name"], *_kernel_cells(row["forward"]), *_kernel_cells(row["backward"])]
             for row in kernels["layers"]]
     for name, key in (("mixed", "mixed"), ("outside layers", "outside")):
@@ -151,8 +152,8 @@ def _kernel_table(page: Page, lb: LayerBreakdown) -> None:
         return
     ends = frozenset({len(lb.kernels["layers"]) - 1, len(lb.kernels["layers"]) + 1})
     what = "device kernels" if lb.kernels.get("source") == "device kernels" else "CPU kernels"
-    page.table(Grid(f"gapscope {what} by layer: {lb.label}", _KERNEL_HEAD,
-                    _kernel_rows(lb.kernels), [3, 3], ends=ends))
+    page.table(Grid(f"gapscope {what} by layer: {lb.label}", KERNEL_HEAD,
+                    kernel_rows(lb.kernels), [3, 3], ends=ends))
     for note in _kernel_notes(lb):
         page.line(note)
     page.line(KERNEL_FOOTER)
@@ -206,7 +207,7 @@ def render_markdown(breakdowns: list[LayerBreakdown]) -> str:
         lines += [f"- {note}" for note in _notes(lb)]
         if lb.kernels:
             lines += ["", f"Kernels by layer ({KERNEL_FOOTER}):", ""]
-            lines += _markdown(_KERNEL_HEAD, _kernel_rows(lb.kernels)) + [""]
+            lines += _markdown(KERNEL_HEAD, kernel_rows(lb.kernels)) + [""]
             lines += [f"- {note}" for note in _kernel_notes(lb)]
     return "\n".join(lines + ["", UNIT_FOOTER, ""])
 

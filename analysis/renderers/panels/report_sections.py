@@ -2,8 +2,13 @@
 (analysis/results/panels), the same the TensorBoard tab draws."""
 from __future__ import annotations
 
+from analysis.renderers.layers_render import KERNEL_FOOTER, KERNEL_HEAD, kernel_rows
+
 LAYERS_FOOTER = ("ms per traced step (profiler cost inside); share: of the traced forward and "
                  "backward; GFLOP per step counted from the layer's shapes (docs/reference.md, Layers)")
+
+
+KERNEL_HEAD_FLAT = [h.replace("\n", " ") for h in KERNEL_HEAD]
 
 
 def _num(value, digits: int = 3) -> str:
@@ -22,7 +27,7 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
 def layers_markdown(runs: list[dict], pairs: list[dict], figure: str | None) -> list[str]:
     """`runs`: one run's layer panel each; `pairs`: two runs' lined up. Empty where no run
     has layers."""
-    if not any(p["rows"] for p in runs):
+    if not any(p["rows"] or p.get("kernels") for p in runs):
         return []
     lines = ["## Layers", ""]
     if figure:
@@ -31,6 +36,10 @@ def layers_markdown(runs: list[dict], pairs: list[dict], figure: str | None) -> 
         lines += [f"### {p['runs'][0]}", ""]
         if not p["rows"]:
             lines += [f"_{p['note']}_", ""]
+        for kernels in p.get("kernels") or []:
+            lines += [f"Kernels by layer ({KERNEL_FOOTER}):", ""] + _table(KERNEL_HEAD_FLAT, kernel_rows(kernels))
+            lines += [f"- {note}" for note in kernels["notes"]] + ([""] if kernels["notes"] else [])
+        if not p["rows"]:
             continue
         rows = [[r["name"], _num(c["forward_ms"]), _num(c["backward_ms"]), _num(c["forward_gflop"], 4),
                  _num(c["backward_gflop"], 4), _num(c["forward_gflops"], 1),

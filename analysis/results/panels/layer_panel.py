@@ -33,7 +33,7 @@ def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> di
     note = None
     if not sides or not any(lb.rows for lb in sides):
         # Each run says why it has none (no trace, compiled, no ranges in the trace).
-        note = "; ".join(n for lb in sides for n in lb.notes[:1]) or "no layers"
+        note = "; ".join(dict.fromkeys(n for lb in sides for n in lb.notes[:1])) or "no layers"
     elif two and not pairs:
         note = NO_LINEUP
     return {"runs": [lb.label for lb in sides], "matched_by": by,
