@@ -151,6 +151,21 @@ def test_cnn_layers_add_up_to_the_phases(cnn_runs, framework):
     assert layers.row("conv2").forward_gflop == pytest.approx(conv2 / 1e9, abs=1e-6)
 
 
+def test_torch_optimizer_is_split_by_layer_and_adds_up_to_its_step(cnn_runs):
+    """RMSprop on the CPU updates one tensor at a time: 12 tensors (4 convs, 2 dense layers,
+    weight and bias each), each layer's time and the range's rest make up Optimizer.step."""
+    run = load_run(cnn_runs["torch"])
+    found = layer_breakdown(run).optimizer
+    assert found["source"] == "Optimizer.step#RMSprop.step"
+    assert list(found["layers"]) == ["conv1", "conv2", "conv3", "conv4", "dense1", "logits"]
+    steps = [e.dur_us / 1000.0 for e in run.trace.events if e.name == found["source"]
+             and e.track.startswith("host") and run.timeline.step_at(e.start_us) is not None]
+    assert sum(found["layers"].values()) + found["outside_ms"] == pytest.approx(
+        sum(steps) / len(steps), abs=1e-5)
+    assert all(ms > 0 for ms in found["layers"].values()) and found["outside_ms"] >= 0
+    assert layer_breakdown(load_run(cnn_runs["keras"])).optimizer is None  # TF: said in a note
+
+
 @pytest.mark.parametrize("framework", ["torch", "keras"])
 def test_mlp_layers_add_up_to_the_phases(request, framework):
     run_dir = request.getfixturevalue(f"{framework}_run")

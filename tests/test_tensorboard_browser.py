@@ -601,6 +601,16 @@ def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensor
         browser.evaluate(_IN_GAPSCOPE % "(doc) => doc.querySelector('[data-view=compare] tr.layer-row').scrollIntoView()")
         screenshot(browser, artefacts, "gapscope-layers-compare")
 
+        # The torch run's optimizer per layer (RMSprop one tensor at a time on the CPU).
+        browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
+            'a.run-link[data-run="{mlp[1]}"]').click()""")
+        (opt,) = _route(url, f"details?run={quote(mlp[1])}")["panels"]["layers"]["optimizer"]
+        line = wait_in_gapscope(browser, "(doc) => doc.querySelector('[data-view=layers] p.optimizer-layers')?.textContent")
+        assert line == (f"{opt['run']}: optimizer per layer ({opt['source']}, ms per traced step): "
+                        + ", ".join(f"{n} {fixed(ms)}" for n, ms in opt["layers"].items())
+                        + f"; outside layers {fixed(opt['outside_ms'])}")
+        assert list(opt["layers"]) == ["dense1", "logits"]
+
         # A GPU run's device kernels by layer (the H200's compiled mlp), as /details holds them.
         browser.evaluate(_IN_GAPSCOPE % f"""(doc) => doc.querySelector(
             'a.run-link[data-run="{h200}"]').click()""")

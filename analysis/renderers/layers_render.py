@@ -68,7 +68,16 @@ def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
 
 
 def _notes(lb: LayerBreakdown) -> list[str]:
-    return _fused_line(lb) + [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
+    return _fused_line(lb) + _optimizer_line(lb) + [f"{lb.label}: {note}" for note in lb.notes] + _peak(lb)
+
+
+def _optimizer_line(lb: LayerBreakdown) -> list[str]:
+    """Each layer's parameter updates inside the optimizer's step, where the trace shows them."""
+    if not lb.optimizer:
+        return []
+    parts = [f"{name} {ms:.3f}" for name, ms in lb.optimizer["layers"].items()]
+    return [f"{lb.label}: optimizer per layer ({lb.optimizer['source']}, ms per traced step): "
+            f"{', '.join(parts)}; outside layers {lb.optimizer['outside_ms']:.3f}"]
 
 
 KERNEL_HEAD = ["layer", "fwd\nkernels", "fwd\nµs", "fwd\nGFLOP/s", "bwd\nkernels", "bwd\nµs",

@@ -10,6 +10,7 @@ from analysis.measures.kernel_layers import kernel_layers
 from analysis.measures.kernels import Work
 from analysis.measures.layer_flops import layer_flops, layer_params
 from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
+from analysis.measures.optimizer_layers import optimizer_layers
 from analysis.model.run import Run
 
 # A layer is named as the cause of a phase's delta where it carries at least this share of it.
@@ -70,6 +71,9 @@ class LayerBreakdown:
     # GPU traces: each layer's device kernels and their busy time (kernel_layers' JSON form,
     # with GFLOP/s and the device's peak share); None where the trace has no kernels.
     kernels: dict | None = None
+    # torch: each layer's share of Optimizer.step (OptimizerLayers' JSON form); None where the
+    # trace does not show it per parameter (a note says why).
+    optimizer: dict | None = None
 
     @property
     def peak_gflops(self) -> float | None:
@@ -108,7 +112,7 @@ class LayerBreakdown:
                             "forward_peak_share": _round(self.peak_share(r.gflops("forward"))),
                             "backward_peak_share": _round(self.peak_share(r.gflops("backward")))}
                            for r in self.rows],
-                "notes": self.notes, "kernels": self.kernels}
+                "notes": self.notes, "kernels": self.kernels, "optimizer": self.optimizer}
 
     @classmethod
     def from_json_dict(cls, d: dict) -> "LayerBreakdown":
@@ -117,7 +121,7 @@ class LayerBreakdown:
                 for r in d["layers"]]
         return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
                    d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"),
-                   d.get("kernels"))
+                   d.get("kernels"), d.get("optimizer"))
 
 
 def _round(value):
@@ -155,20 +159,24 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     names = [s["name"] for s in specs] if specs else None
     kernels = _kernel_layers(run, specs, batch, work)
     found = layer_times(run.trace, run.timeline, names, run.hlo)
+    optimizer = optimizer_layers(run.trace, run.timeline, specs)
+    optimizer_note = [optimizer] if isinstance(optimizer, str) and run.trace.source_format == "torch" else []
+    optimizer = None if isinstance(optimizer, str) else optimizer.to_json_dict()
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
                f"{run.trace_file.name} {NO_LAYERS}")
         if kernels:
             why = "no layer ranges: the kernels below are placed by the ops that ran them"
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
-                              notes=[why], kernels=kernels)
+                              notes=[why] + (optimizer_note if kernels else []), kernels=kernels,
+                              optimizer=optimizer)
     settings = run.manifest.get("settings") if isinstance(run.manifest.get("settings"), dict) else {}
     per_call = settings.get("steps_per_execution") or 1
     if per_call > 1 and updates and updates != found.steps:
         found = _per_update(found, updates)
     by_name = {s["name"]: s for s in specs or ()}
     fused = layer_fused(run.trace, names)
-    rows, notes = [], list(found.notes)
+    rows, notes = [], list(found.notes) + optimizer_note
     for name, times in found.layers.items():
         spec = by_name.get(name)
         flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
@@ -185,7 +193,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
     return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
                           peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")},
-                          kernels=kernels)
+                          kernels=kernels, optimizer=optimizer)
 
 
 def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None) -> dict | None:

@@ -49,7 +49,10 @@ def layers_markdown(runs: list[dict], pairs: list[dict], figure: str | None) -> 
                      _num(p["outside"][0]["backward"]), "", "", "", "", "", ""])
         lines += _table(["layer", "fwd ms", "bwd ms", "fwd GFLOP", "bwd GFLOP", "fwd GFLOP/s",
                          "bwd GFLOP/s", "share", "fused ops"], rows)
-        lines += [f"- {note}" for note in p["notes"]] + ([""] if p["notes"] else [])
+        lines += [f"- {o['run']}: optimizer per layer ({o['source']}, ms per traced step): "
+                  + ", ".join(f"{name} {_num(ms)}" for name, ms in o["layers"].items())
+                  + f"; outside layers {_num(o['outside_ms'])}" for o in p.get("optimizer") or []]
+        lines += [f"- {note}" for note in p["notes"]] + ([""] if p["notes"] or p.get("optimizer") else [])
     for p in pairs:
         a, b = p["runs"]
         lines += [f"### {b} against {a}", ""]

@@ -10,7 +10,7 @@ NOT_MATCHED = "not matched"
 
 
 def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> dict:
-    """{"runs", "matched_by", "note", "rows", "outside", "phase", "notes", "kernels"}. A row per lined-up
+    """{"runs", "matched_by", "note", "rows", "outside", "phase", "notes", "kernels", "optimizer"}. A row per lined-up
     pair (layers.layer_pairs, in the first run's order), then one per layer without a
     counterpart, its other side None; `matched` says whether the row lines two runs up."""
     sides = [lb for lb in (a, b) if lb is not None]
@@ -45,7 +45,9 @@ def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> di
                       for lb in sides],
             "notes": [f"{lb.label}: {n}" for lb in sides for n in lb.notes],
             # GPU runs: each run's device kernels by layer, as the terminal's second table.
-            "kernels": [{"run": lb.label, **lb.kernels} for lb in sides if lb.kernels]}
+            "kernels": [{"run": lb.label, **lb.kernels} for lb in sides if lb.kernels],
+            # torch: each layer's parameter updates inside Optimizer.step, per run that shows them.
+            "optimizer": [{"run": lb.label, **lb.optimizer} for lb in sides if lb.optimizer]}
 
 
 def _side(lb: LayerBreakdown, r: LayerRow | None) -> dict | None:

@@ -98,7 +98,15 @@ function layerView(p) {
   return [html('p', {class: 'facts layers-facts'},
                [...facts, 'ms per traced step (profiler cost inside); share: of the traced ' +
                 'forward and backward; GFLOP counted from the layer shapes'].filter(Boolean).join(' · ')),
-          table(head, rows), notes(p.notes), ...kernels];
+          table(head, rows), ...optimizerLines(p.optimizer), notes(p.notes), ...kernels];
+}
+
+// torch: each layer's parameter updates inside the optimizer's step, one line per run.
+function optimizerLines(runs) {
+  return (runs || []).map((o) => html('p', {class: 'facts optimizer-layers'},
+      `${o.run}: optimizer per layer (${o.source}, ms per traced step): ` +
+      Object.entries(o.layers).map(([name, value]) => `${name} ${num(value)}`).join(', ') +
+      `; outside layers ${num(o.outside_ms)}`));
 }
 
 // A GPU run's device kernels by layer: kernels and busy µs a step per phase, GFLOP/s where no
