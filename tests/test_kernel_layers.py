@@ -1,7 +1,7 @@
-"""Device kernels by layer on the two real H200 traces (mlp eager and under torch.compile, two
+"""Kernels by layer on the two real H200 traces (mlp eager and under torch.compile, two
 steps each, tests/fixtures/h200): every count below was read off the traces by hand, kernel by
 kernel, with the host op that launched it (see each test). Also the op-name rules and the GPU
-peak table."""
+peak table, and a compiled CPU graph's itemised kernels."""
 from __future__ import annotations
 
 import subprocess
@@ -12,6 +12,7 @@ import pytest
 
 from analysis.measures.device_peaks import device_peak, peak_gflops
 from analysis.measures.kernel_layers import kernel_layers, op_kinds
+from analysis.measures.kernels import find_work
 from analysis.model.run import load_run
 from analysis.results.layers import layer_breakdown
 from h200_runs import H200, SPECS, run_folder
@@ -72,7 +73,6 @@ def test_groups_add_up_to_the_phases_kernel_time():
     for name in ("eager", "compile"):
         run = load_run(H200 / f"mlp-{name}.pt.trace.json.gz")
         found = kernel_layers(run.trace, run.timeline, SPECS)
-        from analysis.measures.kernels import find_work
         work = find_work(run.trace, run.timeline)
         for phase in ("forward", "backward"):
             traced = sum(w.busy_us for w in work.kernels() if w.phase == phase) / 1000.0 / 2

@@ -9,7 +9,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, OTHER, RUNTIME, Event, Trace
+from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, RUNTIME, Event, Trace
 from analysis.measures.kernels import DEVICE_KERNELS, HOST_OPS, Work, find_work
 from analysis.measures.layer_times import LAYER_PHASES, layer_name
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE, is_layer_range
