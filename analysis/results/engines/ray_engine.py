@@ -25,6 +25,8 @@ CONNECT_TIMEOUT_S = 10
 _TOKEN = secrets.token_hex(32)
 # A worker process that died is run again by Ray itself, this many times, before the rank fails.
 SYSTEM_RETRIES = 2
+# Joins of a Ray Client whose server died as it started (see _join).
+CLIENT_START_TRIES = 3
 
 
 class RayEngine(Engine):
@@ -59,13 +61,7 @@ class RayEngine(Engine):
                 reachable(address, CONNECT_TIMEOUT_S)
                 _client_answers(address)
             shipped = {"py_modules": [str(ROOT / p) for p in PACKAGES]}
-            try:
-                with warnings.catch_warnings():  # its "connection timed out" advice: one line here
-                    warnings.simplefilter("ignore")
-                    ray.init(address=address or "auto", runtime_env=shipped, **quiet)
-            except (ConnectionError, RuntimeError, TimeoutError) as error:
-                raise GapscopeInputError(f"--engine {address or 'ray'}: cannot join the Ray "
-                                         f"cluster ({one_line(error)})") from None
+            _join(ray, address, dict(quiet, runtime_env=shipped))
         except BaseException:
             _restore(saved)
             raise
@@ -132,6 +128,26 @@ class RayEngine(Engine):
                 break
             shutil.rmtree(self._temp_dir, ignore_errors=True)
             time.sleep(0.2)
+
+
+def _join(ray, address: str | None, options: dict) -> None:
+    """ray.init on a running cluster. The Ray Client server forks a server per client, which
+    dies now and then in the fork (gRPC's poller; ray-project/ray#63202, about 1 join in 7
+    here): "Initialization failure from server", tried again with a fresh one."""
+    for attempt in range(1, CLIENT_START_TRIES + 1):
+        try:
+            with warnings.catch_warnings():  # its "connection timed out" advice: one line here
+                warnings.simplefilter("ignore")
+                ray.init(address=address or "auto", **options)
+            return
+        except ConnectionAbortedError as error:
+            ray.shutdown()
+            if attempt == CLIENT_START_TRIES:
+                raise GapscopeInputError(f"--engine {address or 'ray'}: cannot join the Ray "
+                                         f"cluster ({one_line(error)})") from None
+        except (ConnectionError, RuntimeError, TimeoutError) as error:
+            raise GapscopeInputError(f"--engine {address or 'ray'}: cannot join the Ray "
+                                     f"cluster ({one_line(error)})") from None
 
 
 @contextlib.contextmanager
