@@ -175,9 +175,7 @@ def test_gapscope_engine_starts_dask_for_the_command_and_stops_it(job, pooled, m
     assert doc == expected
 
 
-def test_dask_runs_small_ranks_in_batches_with_the_same_json(cluster, tmp_path):
-    if cluster.name != "dask":
-        pytest.skip("Ray runs a rank a task (batch_bytes 0)")
+def test_a_cluster_runs_small_ranks_in_batches_with_the_same_json(cluster, tmp_path):
     from analysis.results.engines.batches import group
     from analysis.results.engines.local import SerialEngine
     from analysis.results.rank_summary import _rank_bytes

@@ -1,6 +1,6 @@
 """Small ranks sent in batches: on an engine with a cost per task (Dask: the scheduler's round
-trip, the worker's bookkeeping, a few ms a task) one task runs several ranks of a few MB, so
-that cost stays a few % of the work; a rank's own failure stays its own."""
+trip and the worker's bookkeeping; Ray: its wait between tasks; a few ms a task) one task runs
+several ranks of a few MB, so that cost stays a few % of the work; a rank's failure stays its own."""
 from __future__ import annotations
 
 import pickle

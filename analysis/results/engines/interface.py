@@ -31,7 +31,8 @@ class Engine(abc.ABC):
 
     name: str
     workers: int
-    # Bytes of rank files one task should hold at the least (engines.batches): 0, a rank a task.
+    # Bytes of rank files one task should hold at the least (engines.batches): 0, a rank a task
+    # (the local pool, whose cost a task is small).
     batch_bytes: int = 0
 
     @abc.abstractmethod

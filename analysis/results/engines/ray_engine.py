@@ -31,6 +31,10 @@ CLIENT_START_TRIES = 3
 
 class RayEngine(Engine):
     name = "ray"
+    # Ranks go in batches of 8 MB of files, as on Dask (engines.batches): at 256 ranks of 1 MB on
+    # 2 CPUs a worker waited 0.95 s in all between tasks a rank each, 0.36 s in batches (the
+    # local pool's 0.3 s), and the wall fell by a quarter (a 2-core VM, load 2-3).
+    batch_bytes = 8_000_000
 
     def __init__(self, ray, started: bool, temp_dir: str | None, env: dict) -> None:
         self._ray, self._started, self._temp_dir, self._env = ray, started, temp_dir, env
