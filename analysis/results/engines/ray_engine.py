@@ -44,6 +44,8 @@ class RayEngine(Engine):
 
     @classmethod
     def open(cls, address: str | None) -> RayEngine:
+        if address is None and os.environ.get("RAY_ADDRESS", "").startswith("ray://"):
+            address = os.environ["RAY_ADDRESS"]  # Ray Client by environment: checked the same
         embedded = address is None and not os.environ.get("RAY_ADDRESS")
         # Ray reads its authentication mode when imported: set before.
         saved = _token_env() if embedded else _join_token_env()
