@@ -173,3 +173,17 @@ def test_gapscope_engine_starts_dask_for_the_command_and_stops_it(job, pooled, m
     expected = json.loads(pooled)
     expected["job"].pop("engine")
     assert doc == expected
+
+
+def test_a_cluster_runs_small_ranks_in_batches_with_the_same_json(cluster, tmp_path):
+    from analysis.results.engines.batches import group
+    from analysis.results.engines.local import SerialEngine
+    from analysis.results.rank_summary import _rank_bytes
+    job = make_job(tmp_path / "job16", world=16)
+    sizes = _rank_bytes(load_job(job))  # what gather_ranks hands the batching
+    assert group(range(16), sizes, cluster.batch_bytes, cluster.workers) == [
+        [k, k + 1] for k in range(0, 16, 2)]  # kB files: 16 / (4 x 2) a batch
+    with using_engine(cluster):
+        batched = job_json(job_breakdown(load_job(job)))
+    with using_engine(SerialEngine()):
+        assert batched == job_json(job_breakdown(load_job(job)))

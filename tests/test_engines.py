@@ -113,6 +113,17 @@ def test_an_engine_that_cannot_be_used_is_one_line_and_exit_2(job, engine, said)
     assert said.format(port=port) in lines[0]
 
 
+def test_ray_client_named_by_ray_address_is_checked_as_its_engine_address(job, monkeypatch):
+    # Ray's own convention: RAY_ADDRESS=ray://… with `--engine ray` is Ray Client.
+    pytest.importorskip("ray", reason="the ray extra is not installed")
+    port = _closed_port()
+    monkeypatch.setenv("RAY_ADDRESS", f"ray://127.0.0.1:{port}")
+    result = CliRunner().invoke(cli, ["breakdown", str(job), "--engine", "ray"])
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert f"--engine ray://127.0.0.1:{port}: nothing answers at 127.0.0.1:{port}" in lines[0]
+
+
 def test_gapscope_engine_names_the_engine_and_a_bad_one_is_refused(job, monkeypatch):
     monkeypatch.setenv("GAPSCOPE_ENGINE", "yarn")
     result = CliRunner().invoke(cli, ["breakdown", str(job)])

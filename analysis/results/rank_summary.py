@@ -123,8 +123,9 @@ def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> 
     summaries, failed = {}, {}
     collectives = CollectiveReduction(job.hosts)
     with choice.engine(len(tasks), workers) as engine:
-        told = _progress(choice.on_ranks, job, engine.workers)
-        for outcome in stream(engine, _summarize_under, tasks, choice.retries):
+        sizes = _rank_bytes(job) if engine.batch_bytes or choice.on_ranks else None
+        told = _progress(choice.on_ranks, job, engine.workers, sizes)
+        for outcome in stream(engine, _summarize_under, tasks, choice.retries, sizes=sizes):
             if outcome.error is None:
                 summary = summaries[outcome.key] = outcome.value
                 collectives.add(outcome.key, summary.collectives)
@@ -137,12 +138,11 @@ def gather_ranks(job: Job, source: str = "auto", workers: int | None = None) -> 
     return Gathered([summaries[r] for r in sorted(summaries)], failed, record, collectives)
 
 
-def _progress(on_ranks, job: Job, workers: int):
+def _progress(on_ranks, job: Job, workers: int, sizes: dict[int, int]):
     """told(rank, ok) for each rank as it completes, passing on_ranks the counts and the MB of
-    the ranks' files read so far; nothing where nobody watches."""
+    the ranks' files (`sizes`) read so far; nothing where nobody watches."""
     if on_ranks is None:
         return lambda rank, ok: None
-    sizes = {r: _bytes(run.place.path) for r, run in zip(job.rank_numbers, job.ranks)}
     total, counts, start = len(sizes), {"done": 0, "failed": 0, "bytes": 0}, time.monotonic()
 
     def told(rank: int | None, ok: bool) -> None:
@@ -154,6 +154,10 @@ def _progress(on_ranks, job: Job, workers: int):
                  counts["bytes"] / 1e6, time.monotonic() - start)
     told(None, True)
     return told
+
+
+def _rank_bytes(job: Job) -> dict[int, int]:
+    return {r: _bytes(run.place.path) for r, run in zip(job.rank_numbers, job.ranks)}
 
 
 def _bytes(path) -> int:

@@ -24,6 +24,13 @@ TRIM_ENVIRON = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
 
 class DaskEngine(Engine):
     name = "dask"
+    # A task costs some ms of CPU beyond the rank's own work: 4 ms in this process (the
+    # scheduler's round trip, the client's gather) and 2-3 ms in the worker (its bookkeeping),
+    # measured at 256 ranks of 1 MB on 2 workers (a 2-core VM, load 1.1-1.5), against a 1 MB
+    # rank's 23 ms: ranks go in batches of 8 MB of files (this process's CPU fell from 1.1 s to
+    # 0.2 s, the wall's excess over the local pool from +38 % to +4-11 %). Turning off Dask's
+    # profiler and its health tick made no measurable difference.
+    batch_bytes = 8_000_000
 
     def __init__(self, client, cluster=None) -> None:
         from distributed import as_completed

@@ -3,9 +3,11 @@ the one retry loop every engine shares (a rank that raises is run again, bad inp
 from __future__ import annotations
 
 import abc
+import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from analysis.results.engines.batches import call_batch, group
 from analysis.results.engines.faults import fault_spec, inject_fault
 from profilers.errors import GapscopeInputError
 
@@ -29,6 +31,9 @@ class Engine(abc.ABC):
 
     name: str
     workers: int
+    # Bytes of rank files one task should hold at the least (engines.batches): 0, a rank a task
+    # (the local pool, whose cost a task is small).
+    batch_bytes: int = 0
 
     @abc.abstractmethod
     def submit(self, key: int, fn: Callable, args: tuple, where: str | None = None) -> None:
@@ -68,26 +73,46 @@ def call(fn: Callable, key: int, args: tuple, fault: str | None = None):
 
 
 def stream(engine: Engine, fn: Callable, tasks: dict[int, tuple], retries: int = 0,
-           where: dict[int, str | None] | None = None) -> Iterator[Outcome]:
+           where: dict[int, str | None] | None = None,
+           sizes: dict[int, int] | None = None) -> Iterator[Outcome]:
     """Every task's Outcome as it completes. A task that raises is submitted again up to `retries`
     times; bad input (GapscopeInputError: the same file fails the same way) never, and it is
-    raised as it is, so the command says it in one line. Ctrl-C cancels what is left."""
+    raised as it is, so the command says it in one line. Ctrl-C cancels what is left. `sizes`:
+    each task's bytes, for an engine that batches small tasks (Engine.batch_bytes)."""
     where, fault = where or {}, fault_spec()
     attempts = dict.fromkeys(tasks, 1)
+    sent: dict[int, list[int]] = {}  # what the engine runs, by its id: the keys it holds
+    ids = itertools.count()
+
+    def send(keys: list[int]) -> None:
+        ident = next(ids)
+        sent[ident] = keys
+        if len(keys) == 1:
+            engine.submit(ident, call, (fn, keys[0], tasks[keys[0]], fault), where.get(keys[0]))
+        else:
+            engine.submit(ident, call_batch, (fn, [(k, tasks[k]) for k in keys], fault),
+                          where.get(keys[0]))
+
     try:
-        for key, args in tasks.items():
-            engine.submit(key, call, (fn, key, args, fault), where.get(key))
+        for keys in group(tasks, sizes, engine.batch_bytes, engine.workers):
+            send(keys)
         while engine.pending:
-            key, value, error = engine.next_done()
-            if error is None:
-                yield Outcome(key, value, attempts=attempts[key])
-            elif isinstance(error, GapscopeInputError):
-                raise error
-            elif attempts[key] <= retries and not isinstance(error, WorkerLost):
-                attempts[key] += 1
-                engine.submit(key, call, (fn, key, tasks[key], fault), where.get(key))
-            else:
-                yield Outcome(key, error=one_line(error), attempts=attempts[key])
+            ident, value, error = engine.next_done()
+            keys = sent.pop(ident)
+            if len(keys) > 1 and error is None:
+                results = value
+            else:  # one call, or a batch lost whole (its worker died): each key its error
+                results = [(key, value, error) for key in keys]
+            for key, value, error in results:
+                if error is None:
+                    yield Outcome(key, value, attempts=attempts[key])
+                elif isinstance(error, GapscopeInputError):
+                    raise error
+                elif attempts[key] <= retries and not isinstance(error, WorkerLost):
+                    attempts[key] += 1
+                    send([key])
+                else:
+                    yield Outcome(key, error=one_line(error), attempts=attempts[key])
     except BaseException:
         engine.cancel()
         raise

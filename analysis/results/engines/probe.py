@@ -28,17 +28,24 @@ def make_probe():
             except ImportError:
                 found[name] = None
         import zipfile
-        spec = importlib.util.find_spec("analysis")
-        digest = None
-        if spec is not None and spec.submodule_search_locations:
+        # Each package read where it lies: Ray ships every py_modules entry to a folder of its
+        # own, Dask's upload_file both in one zip; a package not found: no gapscope there.
+        sources = {}
+        for package in ("analysis", "profilers"):
+            spec = importlib.util.find_spec(package)
+            if spec is None or not spec.submodule_search_locations:
+                sources = None
+                break
             root = Path(list(spec.submodule_search_locations)[0]).parent
             if zipfile.is_zipfile(root):  # the code as uploaded (Dask's upload_file)
                 with zipfile.ZipFile(root) as archive:
-                    sources = {n: archive.read(n) for n in archive.namelist()
-                               if n.endswith(".py") and n.split("/")[0] in ("analysis", "profilers")}
+                    sources.update({n: archive.read(n) for n in archive.namelist()
+                                    if n.endswith(".py") and n.split("/")[0] == package})
             else:
-                sources = {p.relative_to(root).as_posix(): p.read_bytes()
-                           for package in ("analysis", "profilers") for p in (root / package).rglob("*.py")}
+                sources.update({p.relative_to(root).as_posix(): p.read_bytes()
+                                for p in (root / package).rglob("*.py")})
+        digest = None
+        if sources:
             sha = hashlib.sha256()
             for name in sorted(sources):
                 sha.update(name.encode() + b"\0" + sources[name])
