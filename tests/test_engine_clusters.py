@@ -72,6 +72,11 @@ def test_dasks_workers_keep_glibcs_own_trim_threshold(cluster):
     import os
     found = cluster.client.run(lambda: os.environ.get("MALLOC_TRIM_THRESHOLD_"))
     assert len(found) == 2 and set(found.values()) == {None}
+    # Its workers' stack sampler is off and their loops tick rarely (dask_engine.QUIET).
+    import dask
+    from analysis.results.engines.dask_engine import QUIET
+    settings = cluster.client.run(lambda: {key: dask.config.get(key) for key in QUIET})
+    assert list(settings.values()) == [QUIET, QUIET]
 
 
 def test_a_rank_always_raising_on_a_cluster_is_a_named_missing_rank(job, cluster, monkeypatch):

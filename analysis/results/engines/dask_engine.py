@@ -20,6 +20,14 @@ CONNECT_TIMEOUT_S = 10
 
 # The worker environment Dask sets before it spawns a worker (None: left unset).
 TRIM_ENVIRON = "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_"
+# What the embedded cluster's processes do beside the ranks, made rarer: the worker's stack
+# sampler (every 10 ms it takes the GIL from the rank's thread), the event loops' tick (20 ms),
+# the memory monitor (100 ms) and the system monitor (500 ms). At 64 ranks of 20 MB on 2
+# workers (a quiet 2-core VM) this took the wall from 19.6-19.8 s to 18.9 s and the machine's
+# CPU from 34.2-34.8 s to 32.9 s (the local pool: 17.7 s, 30.9 s). A joined cluster keeps its own.
+QUIET = {"distributed.worker.profile.enabled": False, "distributed.admin.tick.interval": "1000ms",
+         "distributed.worker.memory.monitor-interval": "1s",
+         "distributed.admin.system-monitor.interval": "2s"}
 
 
 class DaskEngine(Engine):
@@ -28,8 +36,7 @@ class DaskEngine(Engine):
     # scheduler's round trip, the client's gather) and 2-3 ms in the worker (its bookkeeping),
     # measured at 256 ranks of 1 MB on 2 workers (a 2-core VM, load 1.1-1.5), against a 1 MB
     # rank's 23 ms: ranks go in batches of 8 MB of files (this process's CPU fell from 1.1 s to
-    # 0.2 s, the wall's excess over the local pool from +38 % to +4-11 %). Turning off Dask's
-    # profiler and its health tick made no measurable difference.
+    # 0.2 s, the wall's excess over the local pool from +38 % to +4-11 %).
     batch_bytes = 8_000_000
 
     def __init__(self, client, cluster=None) -> None:
@@ -50,7 +57,7 @@ class DaskEngine(Engine):
             # Dask starts its workers with MALLOC_TRIM_THRESHOLD_=65536, so glibc hands freed
             # memory back to the kernel and faults it in again: a rank's analysis took twice
             # its time and CPU (0.75 s against 0.32 s for one 20 MB rank). Unset here.
-            with dask.config.set({TRIM_ENVIRON: None}):
+            with dask.config.set({TRIM_ENVIRON: None, **QUIET}):
                 # One thread a worker: the rank analysis is Python, bound by the GIL.
                 cluster = LocalCluster(n_workers=worker_count(os.cpu_count() or 1), threads_per_worker=1,
                                        processes=True, dashboard_address=None,
