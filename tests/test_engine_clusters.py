@@ -2,7 +2,8 @@
 two CPUs gives byte-identical JSON (less the `engine` entry naming which did the work); a rank
 that always raises on a cluster is a named missing rank there too; a Dask cluster started apart
 whose workers lack gapscope gets its code and gives the same JSON, one whose workers run other
-gapscope code is refused in one line. Each cluster starts once for the module: Dask's in about
+gapscope code is refused in one line; Ctrl-C stops a cluster started by the command, its processes
+and all. Each cluster starts once for the module: Dask's in about
 3 s, Ray's in about 10 s on this machine."""
 from __future__ import annotations
 
@@ -192,3 +193,39 @@ def test_a_cluster_runs_small_ranks_in_batches_with_the_same_json(cluster, tmp_p
         batched = job_json(job_breakdown(load_job(job)))
     with using_engine(SerialEngine()):
         assert batched == job_json(job_breakdown(load_job(job)))
+
+
+@pytest.mark.parametrize("engine", ["dask", "ray"])
+def test_ctrl_c_stops_a_cluster_started_here(job, tmp_path, engine):
+    """SIGINT to the command while a rank hangs in a cluster's worker (the fault hook, in any
+    process but the command's): exit 130 in one line, and the cluster's processes (Dask's
+    nannies and workers; Ray's raylet, GCS and workers) are all gone."""
+    import signal
+    import time
+
+    import psutil
+    pytest.importorskip({"dask": "distributed", "ray": "ray"}[engine],
+                        reason=f"the {engine} extra is not installed")
+    waiting = tmp_path / "waiting"
+    env = {**os.environ, FAULT_ENV: f"1=hang:{waiting}", "GAPSCOPE_JOB_WORKERS": "2"}
+    command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
+                                str(job), "--engine", engine], env=env, cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    started = []
+    try:
+        deadline = time.monotonic() + 180
+        while not waiting.exists() and command.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert waiting.exists(), command.stderr.read() if command.poll() is not None else "no wait"
+        started = psutil.Process(command.pid).children(recursive=True)
+        command.send_signal(signal.SIGINT)
+        assert command.wait(timeout=90) == 130
+        assert command.stderr.read().strip().splitlines() == ["gapscope: interrupted (SIGINT)"]
+        gone, alive = psutil.wait_procs(started, timeout=60)
+        assert len(started) >= 2 and alive == [], [p.info for p in alive] if alive else None
+    finally:  # a failure here leaves nothing of it running
+        for process in [command, *started]:
+            try:
+                process.kill()
+            except (OSError, psutil.Error):
+                pass

@@ -179,7 +179,8 @@ def _fused_ops(listed: str) -> list[str]:
 
 
 def _range_layer(stack: list[Event]) -> str | None:
-    return next((layer_name(e.name) for e in reversed(stack) if e.name.startswith(LAYER_RANGE_PREFIXES)), None)
+    return next((layer_name(e.name) for e in reversed(stack)
+                 if e.name.startswith(LAYER_RANGE_PREFIXES)), None)
 
 
 def _stacks(trace: Trace, wanted: set[int]) -> tuple[dict[int, list[Event]], dict[int, Event]]:

@@ -29,7 +29,8 @@ class OptimizerLayers:
                 "outside_ms": round(self.outside_ms, 6), "source": self.source, "notes": self.notes}
 
 
-def optimizer_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | None) -> OptimizerLayers | str:
+def optimizer_layers(trace: Trace, timeline: PhaseTimeline,
+                     specs: list[dict] | None) -> OptimizerLayers | str:
     """The split, or one line saying why there is none."""
     if trace.source_format != "torch" or not specs:
         return "optimizer per layer: only a torch trace with its model's layers shows it"

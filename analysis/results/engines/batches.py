@@ -34,7 +34,8 @@ def group(keys: Iterable[int], sizes: dict[int, int] | None, batch_bytes: int,
     return groups
 
 
-def call_batch(fn: Callable, calls: list[tuple[int, tuple]], fault: str | None) -> list[tuple]:
+def call_batch(fn: Callable, calls: list[tuple[int, tuple]],
+               fault: tuple[str, int] | None) -> list[tuple]:
     """What a worker runs for a batch: each call in turn, (key, value, None) or (key, None,
     error), so one rank raising fails that rank alone and the others' results come back."""
     done = []

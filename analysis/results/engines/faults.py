@@ -4,7 +4,6 @@ work is submitted and sent with it: a pool's workers fork from a server started 
 environment of its own time."""
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -21,19 +20,23 @@ class InjectedFault(RuntimeError):
     """The failure GAPSCOPE_TEST_FAULT asked for."""
 
 
-def fault_spec() -> str | None:
-    return os.environ.get(FAULT_ENV) or None
+def fault_spec() -> tuple[str, int] | None:
+    """The hook's setting and the command's process id, sent with every rank's work."""
+    spec = os.environ.get(FAULT_ENV)
+    return (spec, os.getpid()) if spec else None
 
 
-def inject_fault(key: int, spec: str | None) -> None:
-    if not spec:
+def inject_fault(key: int, fault: tuple[str, int] | None) -> None:
+    if not fault:
         return
+    spec, command = fault
     rank, _, action = spec.partition("=")
     if rank != str(key):
         return
     kind, _, marker = action.partition(":")
-    # Only a worker process dies or hangs: the serial path runs ranks in the command's own process.
-    if kind in ("kill", "hang") and (not marker or multiprocessing.parent_process() is None):
+    # Only a worker dies or hangs, never the command (the serial path runs ranks in it): a
+    # pool's, a Dask nanny's or a Ray raylet's worker alike.
+    if kind in ("kill", "hang") and (not marker or os.getpid() == command):
         return
     if marker:
         try:

@@ -66,7 +66,7 @@ class Engine(abc.ABC):
         self.close()
 
 
-def call(fn: Callable, key: int, args: tuple, fault: str | None = None):
+def call(fn: Callable, key: int, args: tuple, fault: tuple[str, int] | None = None):
     """What a worker runs: the call, after the test-only fault hook had its chance."""
     inject_fault(key, fault)
     return fn(*args)
