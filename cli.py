@@ -85,8 +85,16 @@ class _Group(click.Group):
     def invoke(self, ctx):
         from profilers.run_lifecycle import exit_code_of, signals_interrupt
         try:
-            with signals_interrupt():
-                return super().invoke(ctx)
+            with signals_interrupt() as request:
+                try:
+                    return super().invoke(ctx)
+                except (Exception, KeyboardInterrupt) as exc:
+                    # A library that caught the signal's exception (Ray's wait) raises its own:
+                    # once asked to stop, the command was stopped, whatever error followed.
+                    stopped = request.behind(exc)
+                    if stopped is exc:
+                        raise
+                    raise stopped from None
         except click.exceptions.NoArgsIsHelpError:
             raise
         except click.UsageError as exc:

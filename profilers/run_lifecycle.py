@@ -55,8 +55,9 @@ class StopRequest:
         """`exc`, or the Interrupted behind it. A handler that raises while a C extension runs
         Python code can come out as that library's own error: TensorFlow's pybind11 turned it
         into `RuntimeError: ... REPLACED BY Interrupted: SIGTERM` (a TF worker stopped while its
-        collective broke). Once asked to stop, the run was stopped, whatever error followed."""
-        if self.signum is None or isinstance(exc, KeyboardInterrupt):
+        collective broke); Ray's wait turns it into a bare KeyboardInterrupt, without the signal.
+        Once asked to stop, the run was stopped, whatever error followed."""
+        if self.signum is None or isinstance(exc, Interrupted):
             return exc
         return Interrupted(self.signum)
 

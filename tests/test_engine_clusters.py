@@ -219,8 +219,8 @@ def test_ctrl_c_stops_a_cluster_started_here(job, tmp_path, engine):
         assert waiting.exists(), command.stderr.read() if command.poll() is not None else "no wait"
         started = psutil.Process(command.pid).children(recursive=True)
         command.send_signal(signal.SIGINT)
-        assert command.wait(timeout=90) == 130
-        assert command.stderr.read().strip().splitlines() == ["gapscope: interrupted (SIGINT)"]
+        code, said = command.wait(timeout=90), command.stderr.read().strip().splitlines()
+        assert (code, said) == (130, ["gapscope: interrupted (SIGINT)"]), "\n".join(said)
         gone, alive = psutil.wait_procs(started, timeout=60)
         assert len(started) >= 2 and alive == [], [p.info for p in alive] if alive else None
     finally:  # a failure here leaves nothing of it running

@@ -44,7 +44,10 @@ class DaskEngine(Engine):
         self.client, self.cluster = client, cluster
         self.workers = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
         self._keys: dict = {}
-        self._done = as_completed()
+        # Results (or errors) fetched by Dask's own loop as tasks end: this thread waits on a
+        # queue only, never inside Dask's `sync`, where a Ctrl-C trips Dask (distributed's sync
+        # logged "NameError: cannot access free variable 'future'", 1 Ctrl-C in 5 here).
+        self._done = as_completed(with_results=True, raise_errors=False)
 
     @classmethod
     def open(cls, address: str | None) -> DaskEngine:
@@ -102,13 +105,20 @@ class DaskEngine(Engine):
         return len(self._keys)
 
     def next_done(self):
-        future = next(self._done)
+        future, value = next(self._done)
         key = self._keys.pop(future.key)
-        if future.status == "error":
-            return key, None, future.exception()
-        return key, future.result(), None
+        if future.status == "error":  # the value is then the error's (type, error, traceback)
+            return key, None, value[1]
+        return key, value, None
 
     def cancel(self) -> None:
+        # What Dask logs as its tasks are dropped and its connections close under them
+        # ("Couldn't gather keys … forgotten", a closed stream's traceback) is the stop itself,
+        # not news: the command says it was interrupted, in one line.
+        # Dask's config gives some of them levels of their own (tornado.application: error).
+        for name in list(logging.root.manager.loggerDict):
+            if name.split(".")[0] in ("distributed", "tornado"):
+                logging.getLogger(name).setLevel(logging.CRITICAL + 1)
         futures = list(self._done.futures)
         self._done.clear()
         self._keys.clear()

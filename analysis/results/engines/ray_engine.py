@@ -118,11 +118,16 @@ class RayEngine(Engine):
             return key, None, error
 
     def cancel(self) -> None:
-        for ref in list(self._refs):
-            try:
-                self._ray.cancel(ref, force=True)
-            except Exception:  # noqa: BLE001 - already finished or gone: nothing to stop
-                pass
+        # A Ray started here is shut down next, its workers with it. A joined cluster's tasks are
+        # interrupted, not killed: Ray 2.60's force cancel, racing a running task's reply,
+        # aborted this process (task_manager.cc "Tried to complete task that was not pending",
+        # 1 Ctrl-C in 6 here).
+        if not self._started:
+            for ref in list(self._refs):
+                try:
+                    self._ray.cancel(ref)
+                except Exception:  # noqa: BLE001 - already finished or gone: nothing to stop
+                    pass
         self._refs.clear()
 
     def close(self) -> None:
