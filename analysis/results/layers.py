@@ -190,17 +190,21 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         notes.append("optimizer per layer: TF's update ops run per variable without the layer's "
                      "name (rm_sprop/Mul_27), so the optimizer is not split by layer")
     phase_ms = {p: round(ms, _DIGITS) for p, ms in found.phase_ms.items()}
-    peak = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else None
     return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
-                          peak=peak and {"gflops": peak.get("gflops"), "method": peak.get("method")},
-                          kernels=kernels, optimizer=optimizer)
+                          peak=_measured_peak(run.manifest), kernels=kernels, optimizer=optimizer)
+
+
+def _measured_peak(manifest: dict) -> dict | None:
+    """The CPU's measured GEMM peak the run keeps (gemm_peak): gflops and method."""
+    peak = manifest.get("gemm_peak") if isinstance(manifest.get("gemm_peak"), dict) else None
+    return peak and {"gflops": peak.get("gflops"), "method": peak.get("method")}
 
 
 def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None) -> dict | None:
-    """Each layer's kernels by phase (a GPU's, or a compiled CPU graph's recorded one by one)
-    with their GFLOP/s and share of the device's peak;
-    no GFLOP/s for a layer's phase where a mixed kernel may be part of it (its time is then
-    only known from below). None for a trace without device kernels."""
+    """Each layer's kernels by phase (a GPU's, or on the CPU a scripted or compiled model's ops)
+    with their GFLOP/s and share of the peak; no GFLOP/s for a layer's phase where a mixed
+    kernel may be part of it (its time is then only known from below). None where
+    kernel_layers has no table."""
     found = kernel_layers(run.trace, run.timeline, specs, work)
     if found is None:
         return None
@@ -208,10 +212,9 @@ def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None)
     by_name = {s["name"]: s for s in specs or ()}
     if table["source"] == "device kernels":
         peak = peak_gflops(hardware(run.manifest, run.trace).device)
-    else:  # a compiled CPU graph's kernels: the CPU's measured GEMM peak, where the run has one
-        measured = run.manifest.get("gemm_peak") if isinstance(run.manifest.get("gemm_peak"), dict) else {}
-        peak = ({"gflops": measured["gflops"], "method": measured.get("method")}
-                if isinstance(measured.get("gflops"), (int, float)) and measured["gflops"] > 0 else None)
+    else:  # CPU ops: the CPU's measured GEMM peak, where the run has one
+        peak = _measured_peak(run.manifest)
+        peak = peak if peak and isinstance(peak["gflops"], (int, float)) and peak["gflops"] > 0 else None
     for row in table["layers"]:
         spec = by_name.get(row["name"])
         flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
