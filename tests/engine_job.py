@@ -52,3 +52,39 @@ def make_timed_job(root: Path, world: int = WORLD, steps: int = 12) -> Path:
         "distributed": {"world_size": world, "backend": "nccl", "ranks": [
             {"rank": r, "dir": f"rank{r}", "status": "complete"} for r in range(world)]}}))
     return root
+
+
+def ctrl_c_while_a_rank_hangs(job: Path, marker: Path, *engine_args: str) -> tuple[int, list[str], list, list]:
+    """`gapscope breakdown JOB` in a process of its own whose rank 1 hangs in a worker (the fault
+    hook; `marker` says it is waiting), sent SIGINT then: (exit code, stderr lines, the processes
+    it had started, those of them still alive 60 s on). Nothing of it is left running."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from analysis.results.engines.faults import FAULT_ENV
+    env = {**os.environ, FAULT_ENV: f"1=hang:{marker}", "GAPSCOPE_JOB_WORKERS": "2"}
+    command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
+                                str(job), *engine_args], env=env, cwd=Path(__file__).parent.parent,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    started = []
+    try:
+        deadline = time.monotonic() + 180
+        while not marker.exists() and command.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marker.exists(), command.stderr.read() if command.poll() is not None else "no wait"
+        started = psutil.Process(command.pid).children(recursive=True)
+        command.send_signal(signal.SIGINT)
+        code, said = command.wait(timeout=90), command.stderr.read().strip().splitlines()
+        _, alive = psutil.wait_procs(started, timeout=60)
+        return code, said, started, alive
+    finally:  # a failure here leaves nothing of it running
+        for process in [command, *started]:
+            try:
+                process.kill()
+            except (OSError, psutil.Error):
+                pass

@@ -24,7 +24,7 @@ from analysis.results.distributed_breakdown import job_breakdown
 from analysis.results.engines.choose import using_engine
 from analysis.results.engines.faults import FAULT_ENV
 from analysis.results.engines.local import LocalEngine
-from engine_job import job_json, make_job
+from engine_job import ctrl_c_while_a_rank_hangs, job_json, make_job
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -200,32 +200,8 @@ def test_ctrl_c_stops_a_cluster_started_here(job, tmp_path, engine):
     """SIGINT to the command while a rank hangs in a cluster's worker (the fault hook, in any
     process but the command's): exit 130 in one line, and the cluster's processes (Dask's
     nannies and workers; Ray's raylet, GCS and workers) are all gone."""
-    import signal
-    import time
-
-    import psutil
     pytest.importorskip({"dask": "distributed", "ray": "ray"}[engine],
                         reason=f"the {engine} extra is not installed")
-    waiting = tmp_path / "waiting"
-    env = {**os.environ, FAULT_ENV: f"1=hang:{waiting}", "GAPSCOPE_JOB_WORKERS": "2"}
-    command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
-                                str(job), "--engine", engine], env=env, cwd=ROOT,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    started = []
-    try:
-        deadline = time.monotonic() + 180
-        while not waiting.exists() and command.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert waiting.exists(), command.stderr.read() if command.poll() is not None else "no wait"
-        started = psutil.Process(command.pid).children(recursive=True)
-        command.send_signal(signal.SIGINT)
-        code, said = command.wait(timeout=90), command.stderr.read().strip().splitlines()
-        assert (code, said) == (130, ["gapscope: interrupted (SIGINT)"]), "\n".join(said)
-        gone, alive = psutil.wait_procs(started, timeout=60)
-        assert len(started) >= 2 and alive == [], [p.info for p in alive] if alive else None
-    finally:  # a failure here leaves nothing of it running
-        for process in [command, *started]:
-            try:
-                process.kill()
-            except (OSError, psutil.Error):
-                pass
+    code, said, started, alive = ctrl_c_while_a_rank_hangs(job, tmp_path / "waiting", "--engine", engine)
+    assert (code, said) == (130, ["gapscope: interrupted (SIGINT)"]), "\n".join(said)
+    assert len(started) >= 2 and alive == []

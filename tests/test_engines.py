@@ -17,7 +17,7 @@ from analysis.results.engines.faults import FAULT_ENV
 from analysis.results.engines.interface import stream
 from analysis.results.engines.local import LocalEngine, SerialEngine
 from cli import cli
-from engine_job import job_json, make_job
+from engine_job import ctrl_c_while_a_rank_hangs, job_json, make_job
 from profilers.errors import GapscopeInputError
 
 
@@ -192,33 +192,6 @@ def test_workers_without_the_dependencies_or_with_other_code_are_refused_in_one_
 def test_ctrl_c_stops_the_pool_and_its_workers(job, tmp_path):
     """SIGINT to the command alone while a rank's worker is busy (it waits, by the fault hook):
     exit 130 in one line, and no worker is left running the rank."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
-    waiting = tmp_path / "waiting"
-    env = {**os.environ, FAULT_ENV: f"1=hang:{waiting}", "GAPSCOPE_JOB_WORKERS": "2"}
-    command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
-                                str(job)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                               text=True)
-    workers = []
-    try:
-        deadline = time.monotonic() + 120
-        while not waiting.exists() and command.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert waiting.exists(), command.stderr.read() if command.poll() is not None else "no wait"
-        workers = psutil.Process(command.pid).children(recursive=True)
-        command.send_signal(signal.SIGINT)
-        assert command.wait(timeout=60) == 130
-        assert command.stderr.read().strip().splitlines() == ["gapscope: interrupted (SIGINT)"]
-        gone, alive = psutil.wait_procs(workers, timeout=30)
-        assert len(workers) >= 2 and alive == []
-    finally:  # a failure here leaves nothing of it running
-        for process in [command, *workers]:
-            try:
-                process.kill()
-            except (OSError, psutil.Error):
-                pass
+    code, said, workers, alive = ctrl_c_while_a_rank_hangs(job, tmp_path / "waiting")
+    assert (code, said) == (130, ["gapscope: interrupted (SIGINT)"])
+    assert len(workers) >= 2 and alive == []
