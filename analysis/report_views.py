@@ -2,7 +2,7 @@
 run and each compared pair, the per-layer plot, and their Markdown."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from analysis.renderers.panels.layer_plot import layer_bars
 from analysis.renderers.panels.report_sections import compile_markdown, layers_markdown
@@ -26,10 +26,19 @@ class ReportViews:
                 + compile_markdown(self.compiles, amortisations))
 
 
+def _layers(run, report_run, explained: dict):
+    found = explained.get(str(run.trace_file))
+    if found is None:
+        return layer_breakdown(run, report_run.label, len(report_run.breakdown.steps))
+    return replace(found, label=report_run.label)
+
+
 def report_views(complete: list, runs: list, comparison) -> ReportViews:
     """`complete`: the report's complete runs (ReportRun); `runs`: the Run each was read from;
     `comparison`: the report's comparison, or None."""
-    layers = [layer_panel(layer_breakdown(run, r.label, len(r.breakdown.steps)))
+    # The compared runs' layers were found by explain already: taken, not computed again.
+    explained = {e.trace_file: e.layers for e in comparison.runs} if comparison is not None else {}
+    layers = [layer_panel(_layers(run, r, explained))
               for r, run in zip(complete, runs) if run is not None and run.trace is not None]
     pairs = pair_panels(comparison) if comparison is not None else []
     compiles = [(r.label, compile_panel(r.breakdown.compile_why)) for r in complete]
