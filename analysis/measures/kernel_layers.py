@@ -10,8 +10,9 @@ from dataclasses import dataclass, field
 
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, RUNTIME, Event, Trace
-from analysis.measures.kernels import DEVICE_KERNELS, HOST_OPS, Work, find_work
-from analysis.measures.layer_times import LAYER_PHASES, layer_name
+from analysis.measures.kernels import (COMPILED_GRAPH, DEVICE_KERNELS, HOST_OPS, INDUCTOR_KERNEL, Work,
+                                       find_work)
+from analysis.measures.layer_times import BACKWARD_NODE, LAYER_PHASES, layer_name
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE, is_layer_range
 
 MIXED = "mixed"      # a kernel whose ops fit several layers, or no single one
@@ -19,12 +20,10 @@ OUTSIDE = "outside"  # a kernel no layer op launched: glue, the loss's seed, gra
 # How a kernel was placed, surest first.
 PLACED_BY = ("range", "autograd", "order", "name", MIXED, OUTSIDE)
 
-_BACKWARD_NODE = "autograd::engine::evaluate_function: "
 _BACKWARD_SUFFIX = re.compile(r"Backward\d*$")
-_GRAPH_MARKS = ("## Call CompiledFxGraph", "CompiledFunction", "Torch-Compiled Region")
+_GRAPH_MARKS = (COMPILED_GRAPH, "CompiledFunction", "Torch-Compiled Region")
 # Inductor's kernels: triton_poi_fused_addmm_relu_0 on a GPU, graph_0_cpp_fused_relu_1 on the CPU.
 _INDUCTOR = re.compile(r"^(?:graph_\d+_)?(?:triton_(poi|red|per|tem)_|cpp_)fused_(\w+?)(?:_\d+)?$")
-_ITEMISED = re.compile(r"cpp_fused")
 
 # Which kinds of layer (workloads.layer_specs) an ATen op can belong to, by its name without
 # underscores, lower case: aten::max_pool2d_with_indices, MaxPool2DWithIndicesBackward0 and a
@@ -78,7 +77,7 @@ class KernelLayers:
     outside: dict[str, KernelGroup]             # phase -> group
     steps: int
     placed_by: dict[str, int]                   # how kernels were placed: "range", "order", ... -> count
-    source: str = DEVICE_KERNELS                # or HOST_OPS: a compiled CPU graph's itemised kernels
+    source: str = DEVICE_KERNELS                # or HOST_OPS: a CPU model's ops (scripted, compiled)
     notes: list[str] = field(default_factory=list)
 
     def phase_ms(self, phase: str) -> float:
@@ -110,7 +109,7 @@ def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | Non
     work = work or find_work(trace, timeline)
     if work.source == DEVICE_KERNELS:
         items = [(w, w.launch) for w in work.kernels() if w.launch is not None and w.phase in LAYER_PHASES]
-    elif work.source == HOST_OPS and (any(_ITEMISED.search(w.name) for w in work.items)
+    elif work.source == HOST_OPS and (any(INDUCTOR_KERNEL.search(w.name) for w in work.items)
                                       or not any(is_layer_range(e.name) for e in trace.events)):
         # CPU without layer ranges (a compiled graph whose kernels were recorded, a TorchScript
         # module): each op that runs a kernel is its own unit of work. An eager run's ranges
@@ -157,7 +156,7 @@ def op_kinds(name: str) -> tuple[list[tuple[str, ...]], bool]:
         ops = _fused_ops(inductor.group(2))
         # A template kernel (triton_tem_) is the GEMM itself, with its epilogue fused.
         return [_KINDS[op] for op in ops if op in _KINDS], inductor.group(1) == "tem"
-    op = name.removeprefix(_BACKWARD_NODE).rsplit("::", 1)[-1]
+    op = name.removeprefix(BACKWARD_NODE).rsplit("::", 1)[-1]
     op = _BACKWARD_SUFFIX.sub("", op).replace("_", "").lower()
     kinds = [_KINDS[op]] if op in _KINDS else []
     return kinds, op in _ANCHORS
@@ -235,7 +234,7 @@ class _Places:
         of an anchor op (AddmmBackward0), never an op inside a compiled graph's backward."""
         backward = phase == "backward"
         return next((e for e in stack if e.kind == HOST_OP and op_kinds(e.name)[1]
-                     and e.name.startswith(_BACKWARD_NODE) == backward), None)
+                     and e.name.startswith(BACKWARD_NODE) == backward), None)
 
     def _ordered_anchors(self) -> dict[int, str]:
         """The n-th outermost anchor of a kind in a step's forward is the spec's n-th layer of that
@@ -273,7 +272,7 @@ class _Places:
         by_sequence: dict[int, str] = {}
         for e in self.ops.values():
             sequence = (e.stats or {}).get(SEQUENCE)
-            if sequence is None or sequence in by_sequence or e.name.startswith(_BACKWARD_NODE):
+            if sequence is None or sequence in by_sequence or e.name.startswith(BACKWARD_NODE):
                 continue
             if self.timeline.locate(e.start_us)[1] != "forward":
                 continue
@@ -292,7 +291,7 @@ class _Places:
         if layer is not None:
             return layer, (), "range"
         if phase == "backward":
-            node = next((e for e in reversed(stack) if e.name.startswith(_BACKWARD_NODE)), None)
+            node = next((e for e in reversed(stack) if e.name.startswith(BACKWARD_NODE)), None)
             sequence = (node.stats or {}).get(SEQUENCE) if node is not None else None
             if sequence in self.by_sequence:
                 return self.by_sequence[sequence], (), "autograd"

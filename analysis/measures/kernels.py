@@ -29,12 +29,12 @@ DEVICE_KERNELS, HOST_OPS, XLA_THUNKS = WorkSource
 
 # Which kernels and ops are fused (Inductor, XLA, TF's graph optimizer, oneDNN, cuBLASLt, cuDNN):
 # fusion_table. Inductor's CPU kernels, itemised or not, decide how a compiled graph is counted.
-_INDUCTOR_KERNEL = re.compile(r"cpp_fused|triton_")
+INDUCTOR_KERNEL = re.compile(r"cpp_fused|triton_")
 # TF op events read "<scope path>:<OpType>"; IteratorGetNext hands over the batch (data_load).
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
 _TF_KERNEL_OPS = frozenset({"IteratorGetNextOp::DoCompute"})
 # A compiled Inductor graph whose CPU kernels were not recorded one by one.
-_COMPILED_GRAPH = "## Call CompiledFxGraph"
+COMPILED_GRAPH = "## Call CompiledFxGraph"
 # Ops that only make views, metadata or empty allocations: no kernel runs for them.
 _NO_KERNEL = frozenset(f"aten::{n}" for n in (
     "empty", "empty_strided", "empty_like", "empty_permuted", "view", "_unsafe_view", "as_strided",
@@ -185,11 +185,11 @@ def _host_op_work(trace: Trace, timeline: PhaseTimeline) -> Work:
             by_track[e.track].append(e)
     # Without Inductor's kernel profiling a compiled graph's kernels are invisible: its own
     # time then stands for them; with it, the graph call is only a wrapper.
-    itemised = any(_INDUCTOR_KERNEL.search(op.name) for ops in by_track.values() for op in ops)
+    itemised = any(INDUCTOR_KERNEL.search(op.name) for ops in by_track.values() for op in ops)
     items, opaque_graphs = [], 0
     for ops in by_track.values():
         for op, own in _own_time(ops):
-            opaque = not itemised and op.name.startswith(_COMPILED_GRAPH)
+            opaque = not itemised and op.name.startswith(COMPILED_GRAPH)
             if not (opaque or _runs_kernel(op)):
                 continue
             if not opaque and intervals.total(own) < _SELF_SHARE * op.dur_us:
@@ -218,7 +218,7 @@ def _runs_kernel(op: Event) -> bool:
     name = op.name
     if name.startswith(("aten::", "prims::")):
         return name not in _NO_KERNEL
-    return bool(_INDUCTOR_KERNEL.search(name) or _TF_OP.match(name)) or name in _TF_KERNEL_OPS
+    return bool(INDUCTOR_KERNEL.search(name) or _TF_OP.match(name)) or name in _TF_KERNEL_OPS
 
 
 def _own_time(ops: list[Event]):

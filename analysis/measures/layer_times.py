@@ -16,8 +16,8 @@ from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 from profilers.phases import LOSS_SCOPE
 
 LAYER_PHASES = ("forward", "backward")
-_BACKWARD_NODE = "autograd::engine::evaluate_function: "
-_ACCUMULATE_NODE = _BACKWARD_NODE + "torch::autograd::AccumulateGrad"
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
+_ACCUMULATE_NODE = BACKWARD_NODE + "torch::autograd::AccumulateGrad"
 _TF_FORWARD = "gapscope_forward/"
 _TF_BACKWARD = "gradient_tape/"
 _TF_LOSS_SCOPES = ("compile_loss", LOSS_SCOPE)  # Keras' train_step, gapscope's raw TF loop
@@ -136,7 +136,7 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
         if sequence is None:
             continue
         e = columns.event(row)
-        if e.name.startswith(_BACKWARD_NODE):
+        if e.name.startswith(BACKWARD_NODE):
             backward_nodes.append((sequence, e))
         elif e.kind == HOST_OP and sequence not in made_by and e.track in ranges:
             layer = _innermost(ranges[e.track], starts[e.track], e.start_us)
