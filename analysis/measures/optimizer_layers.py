@@ -40,7 +40,7 @@ def optimizer_layers(trace: Trace, timeline: PhaseTimeline,
     if not ranges or not owners:
         return "optimizer per layer: no Optimizer.step range in the traced steps"
     ops = _top_ops(trace, ranges)
-    totals = dict.fromkeys(dict.fromkeys(owners), 0.0)
+    totals = dict.fromkeys(owners, 0.0)  # each layer once, in the model's order
     outside = 0.0
     for step_range, found in zip(ranges, ops):
         groups = _groups(found, len(owners))

@@ -72,12 +72,14 @@ def _notes(lb: LayerBreakdown) -> list[str]:
 
 
 def _optimizer_line(lb: LayerBreakdown) -> list[str]:
-    """Each layer's parameter updates inside the optimizer's step, where the trace shows them."""
-    if not lb.optimizer:
-        return []
-    parts = [f"{name} {ms:.3f}" for name, ms in lb.optimizer["layers"].items()]
-    return [f"{lb.label}: optimizer per layer ({lb.optimizer['source']}, ms per traced step): "
-            f"{', '.join(parts)}; outside layers {lb.optimizer['outside_ms']:.3f}"]
+    return [optimizer_text(lb.label, lb.optimizer)] if lb.optimizer else []
+
+
+def optimizer_text(label: str, optimizer: dict) -> str:
+    """Each layer's parameter updates inside the optimizer's step (the layers' `optimizer`)."""
+    parts = [f"{name} {ms:.3f}" for name, ms in optimizer["layers"].items()]
+    return (f"{label}: optimizer per layer ({optimizer['source']}, ms per traced step): "
+            f"{', '.join(parts)}; outside layers {optimizer['outside_ms']:.3f}")
 
 
 KERNEL_HEAD = ["layer", "fwd\nkernels", "fwd\nµs", "fwd\nGFLOP/s", "bwd\nkernels", "bwd\nµs",

@@ -2,7 +2,7 @@
 (analysis/results/panels), the same the TensorBoard tab draws."""
 from __future__ import annotations
 
-from analysis.renderers.layers_render import KERNEL_FOOTER, KERNEL_HEAD, kernel_rows
+from analysis.renderers.layers_render import KERNEL_FOOTER, KERNEL_HEAD, kernel_rows, optimizer_text
 
 LAYERS_FOOTER = ("ms per traced step (profiler cost inside); share: of the traced forward and "
                  "backward; GFLOP per step counted from the layer's shapes (docs/reference.md, Layers)")
@@ -49,9 +49,7 @@ def layers_markdown(runs: list[dict], pairs: list[dict], figure: str | None) -> 
                      _num(p["outside"][0]["backward"]), "", "", "", "", "", ""])
         lines += _table(["layer", "fwd ms", "bwd ms", "fwd GFLOP", "bwd GFLOP", "fwd GFLOP/s",
                          "bwd GFLOP/s", "share", "fused ops"], rows)
-        lines += [f"- {o['run']}: optimizer per layer ({o['source']}, ms per traced step): "
-                  + ", ".join(f"{name} {_num(ms)}" for name, ms in o["layers"].items())
-                  + f"; outside layers {_num(o['outside_ms'])}" for o in p.get("optimizer") or []]
+        lines += [f"- {optimizer_text(o['run'], o)}" for o in p.get("optimizer") or []]
         lines += [f"- {note}" for note in p["notes"]] + ([""] if p["notes"] or p.get("optimizer") else [])
     for p in pairs:
         a, b = p["runs"]
