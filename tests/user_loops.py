@@ -148,3 +148,79 @@ def gradient_tape_loop(out: Path, compiled: bool = True):
         for inputs, targets in cap.data(dataset):
             cap.step(train_step(inputs, targets))
     return cap
+
+
+OWN_STEPS, OWN_TRACE, OWN_BATCH, OWN_SEQ, OWN_WIDTH, OWN_VOCAB = 10, (6, 9), 16, 8, 32, 50
+
+
+def own_model():
+    """A user's own model three levels deep: embed -> block.{0,1} (Linear, GELU, LayerNorm,
+    MultiheadAttention) -> rnn (an LSTM, which torch's FLOP counter counts as 0) -> head, with
+    `mix` called twice (a reused module)."""
+    import torch
+    from torch import nn
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc, self.act = nn.Linear(OWN_WIDTH, OWN_WIDTH), nn.GELU()
+            self.norm = nn.LayerNorm(OWN_WIDTH)
+            self.attn = nn.MultiheadAttention(OWN_WIDTH, 2, batch_first=True)
+
+        def forward(self, x):
+            x = self.norm(x + self.act(self.fc(x)))
+            return x + self.attn(x, x, x, need_weights=False)[0]
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(OWN_VOCAB, OWN_WIDTH)
+            self.mix = nn.Linear(OWN_WIDTH, OWN_WIDTH)
+            self.block = nn.ModuleList([Block(), Block()])
+            self.rnn = nn.LSTM(OWN_WIDTH, OWN_WIDTH, batch_first=True)
+            self.head = nn.Linear(OWN_WIDTH, OWN_VOCAB)
+
+        def forward(self, tokens):
+            x = self.mix(self.embed(tokens))
+            for block in self.block:
+                x = block(x)
+            return self.head(self.rnn(self.mix(x))[0])
+
+    torch.manual_seed(0)
+    return Net()
+
+
+def own_batches(count: int = OWN_STEPS):
+    import torch
+    generator = torch.Generator().manual_seed(1)
+    return [(torch.randint(0, OWN_VOCAB, (OWN_BATCH, OWN_SEQ), generator=generator),
+             torch.randint(0, OWN_VOCAB, (OWN_BATCH, OWN_SEQ), generator=generator))
+            for _ in range(count)]
+
+
+def own_loss(model, tokens, targets):
+    import torch
+    return torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+
+
+def own_model_loop(out: Path, layer_depth: int = 1):
+    """The own model trained with AdamW through `gapscope.capture(model=...)`."""
+    import torch
+
+    import gapscope
+
+    torch.set_num_threads(1)
+    model = own_model()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    with gapscope.capture("own-model", trace_steps=OWN_TRACE, out=out, warmup_steps=WARMUP,
+                          model=model, layer_depth=layer_depth) as cap:
+        for tokens, targets in cap.data(own_batches()):
+            with cap.phase("forward"):
+                loss = own_loss(model, tokens, targets)
+            with cap.phase("backward"):
+                loss.backward()
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+            cap.step(loss)
+    return cap
