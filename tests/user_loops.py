@@ -203,8 +203,10 @@ def own_loss(model, tokens, targets):
     return torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
 
 
-def own_model_loop(out: Path, layer_depth: int = 1):
-    """The own model trained with AdamW through `gapscope.capture(model=...)`."""
+def own_model_loop(out: Path, layer_depth: int = 1, steps: int = OWN_STEPS,
+                   trace_steps=OWN_TRACE, fail_at: int | None = None):
+    """The own model trained with AdamW through `gapscope.capture(model=...)`; returns the
+    capture and the model."""
     import torch
 
     import gapscope
@@ -212,9 +214,12 @@ def own_model_loop(out: Path, layer_depth: int = 1):
     torch.set_num_threads(1)
     model = own_model()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    with gapscope.capture("own-model", trace_steps=OWN_TRACE, out=out, warmup_steps=WARMUP,
-                          model=model, layer_depth=layer_depth) as cap:
-        for tokens, targets in cap.data(own_batches()):
+    with gapscope.capture("own-model", trace_steps=trace_steps, out=out,
+                          warmup_steps=min(WARMUP, trace_steps[0]), model=model,
+                          layer_depth=layer_depth) as cap:
+        for step, (tokens, targets) in enumerate(cap.data(own_batches(steps))):
+            if step == fail_at:
+                raise ValueError("the user's loop broke")
             with cap.phase("forward"):
                 loss = own_loss(model, tokens, targets)
             with cap.phase("backward"):
@@ -223,4 +228,4 @@ def own_model_loop(out: Path, layer_depth: int = 1):
                 optimizer.step()
                 optimizer.zero_grad()
             cap.step(loss)
-    return cap
+    return cap, model
