@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
+from trainer_fits import flop_counter_reference, layers_add_up
 from analysis.model.run import load_run
-from analysis.results.breakdown import breakdown
 from analysis.results.layers import layer_breakdown
 from cli import cli
 from gapscope.model_layers import select_layers
@@ -38,15 +38,9 @@ def own_layers(own_run):
 def reference_flops() -> dict[str, dict[str, int]]:
     """FlopCounterMode run on its own over the model's forward and backward of one batch, as a
     user would: {module path: {"forward", "backward"}}."""
-    from torch.utils.flop_counter import FlopCounterMode
     model = user_loops.own_model()
     tokens, targets = user_loops.own_batches(1)[0]
-    with FlopCounterMode(display=False) as counter:
-        loss = user_loops.own_loss(model, tokens, targets)
-        forward = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
-        loss.backward()
-        total = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
-    return {k: {"forward": forward.get(k, 0), "backward": total[k] - forward.get(k, 0)} for k in total}
+    return flop_counter_reference(model, lambda: user_loops.own_loss(model, tokens, targets))
 
 
 def test_layers_are_the_models_modules_with_forward_and_backward_time(own_run, own_layers):
@@ -54,11 +48,7 @@ def test_layers_are_the_models_modules_with_forward_and_backward_time(own_run, o
     for row in own_layers.rows:
         assert row.forward_ms > 0 and row.backward_ms > 0, row
     # Layers plus `outside layers` are the traced phase, which the trace breakdown reports.
-    traced = breakdown(load_run(own_run), "trace")
-    for phase in ("forward", "backward"):
-        inside = sum(r.ms(phase) for r in own_layers.rows)
-        assert inside + own_layers.outside_ms(phase) == pytest.approx(traced.phases[phase].ms, rel=0.05)
-        assert own_layers.outside_ms(phase) >= 0
+    layers_add_up(own_run)
 
 
 def test_flops_are_flop_counter_modes_and_the_lstm_rule(own_run, own_layers):
