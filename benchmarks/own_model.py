@@ -58,7 +58,7 @@ def own_batches(count: int = OWN_STEPS):
 
 def own_loss(model, tokens, targets):
     import torch
-    return torch.nn.functional.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
+    return torch.nn.CrossEntropyLoss()(model(tokens).flatten(0, 1), targets.flatten())
 
 
 def own_model_loop(out: Path, layer_depth: int = 1, steps: int = OWN_STEPS,
