@@ -85,7 +85,6 @@ class ModelLayers:
         self.count_step = window.first - 1
         self.counting = False
         self._counter = None
-        self._counter_exit = None
         self._last: dict[str, int] = {}
         self._phase: str | None = None
         self._flops: dict[str, dict[str, int]] = {p: {} for p in _COUNTED}
@@ -111,7 +110,7 @@ class ModelLayers:
     def end_step(self, step: int) -> None:
         if self.counting:
             self._stop_count()
-        if step >= self.window.last:
+        if step == self.window.last:
             self._ranges.detach()
 
     def close(self) -> None:
