@@ -242,16 +242,20 @@ class ModelLayers:
 
     def _counted_of(self, name: str, phase: str) -> int:
         """The counter keys a module by its path below the outermost module that ran (its type
-        name): `Net.block.0` for `block.0` of a model called as a whole, `Net.embed` for
-        `model.embed` of a LightningModule whose training_step calls `self.model`."""
-        parts = name.split(".")
-        module = self.model
+        name): `Net.block.0` for `block.0` of a model called as a whole, `Sequential.0` for
+        `net.0` of a LightningModule whose training_step calls `self.net`, and a path through
+        the wrappers (`DistributedDataParallel.module._forward_module.net.0`) under DDP. So:
+        the model's path from each of its modules down, else the shortest key ending in the
+        layer's name; no key, no FLOPs counted in it."""
+        keys = self._flops["forward"].keys() | self._flops["backward"].keys()
+        parts, module = name.split("."), self.model
         for i in range(len(parts)):
             key = ".".join([type(module).__name__] + parts[i:])
-            if key in self._flops["forward"] or key in self._flops["backward"]:
+            if key in keys:
                 return self._flops[phase].get(key, 0)
             module = getattr(module, parts[i])
-        return 0
+        ending = sorted((k for k in keys if k.endswith("." + name)), key=len)
+        return self._flops[phase].get(ending[0], 0) if ending else 0
 
 
 def _lstm_flops(shape: dict) -> dict[str, int]:

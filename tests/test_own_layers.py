@@ -138,3 +138,37 @@ def test_depth_and_bad_models():
         gapscope.capture("x", model=torch.compile(model))
     with pytest.raises(ValueError, match="layer_depth must be 1 or more"):
         gapscope.capture("x", model=model, layer_depth=0)
+
+
+def test_flops_are_found_through_a_wrapper_that_ran_the_model():
+    """DDP (and Lightning's wrapper in it) run the model from outside: FlopCounterMode then keys
+    its modules `Wrap.module.net.0`, not by the model's own path. By hand, batch 64: 100 -> 64
+    is 2·64·100·64 = 819,200 forward, as many backward (weights only, no input gradient); 64 ->
+    10 is 81,920 forward and 163,840 backward."""
+    import torch
+
+    from gapscope.model_layers import ModelLayers
+    from profilers.trace_window import TraceWindow
+    net = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+
+    class Wrap(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = torch.nn.Module()
+            self.module.net = net
+
+        def forward(self, x):
+            return self.module.net(x)
+
+    lightning_like = torch.nn.Module()
+    lightning_like.net = net
+    layers = ModelLayers(lightning_like, 1, TraceWindow(1, 1))
+    layers.begin_step(0)
+    layers.phase("forward")
+    loss = Wrap()(torch.randn(64, 100)).sum()
+    layers.phase("backward")
+    loss.backward()
+    layers.end_step(0)
+    counted = {layer["name"]: layer["dims"] for layer in layers.manifest_fields()["layers"]}
+    assert [(counted[n]["forward_flop"], counted[n]["backward_flop"]) for n in ("net.0", "net.2")] == [
+        (819_200, 819_200), (81_920, 163_840)]
