@@ -7,7 +7,7 @@ from workloads.runners.layer_ranges import LayerRanges
 
 # Modules that only hold others: their children are the layers, never they themselves.
 _CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
-_RECURRENT = ("LSTM", "GRU", "RNN")  # torch's FLOP counter counts 0 for them
+_RECURRENT = ("LSTM", "GRU", "RNN")  # torch's FLOP counter may count 0 for them (fused kernels)
 _COUNTED = ("forward", "backward")
 
 
@@ -219,13 +219,16 @@ class ModelLayers:
 
     def _layer_flops(self, notes: list[str]) -> dict[str, dict[str, int]]:
         """Each layer's own FLOPs by phase: the counter's module total (keyed by the path from
-        the outermost module it saw run) less those of its child layers, plus the hand rules
-        for recurrent modules, which the counter counts as 0."""
+        the outermost module it saw run) less those of its child layers, plus the LSTM rule for
+        an nn.LSTM the counter counts as 0 (its fused kernel: mkldnn on the CPU, cuDNN)."""
         inclusive = {name: {p: self._counted_of(name, p) for p in _COUNTED} for name in self.layers}
-        for name, shape in self._recurrent:
+        for name, shape in self._recurrent:  # each call: a module called twice counts twice
+            if self._counted_of(name, "forward"):
+                continue  # counted (GRU and RNN decompose into GEMMs on the CPU)
             if shape["kind"] != "LSTM":
-                notes.append(f"{name}: torch's FLOP counter counts 0 for an nn.{shape['kind']} and "
-                             "gapscope has no rule for it: its FLOPs are left out")
+                note = (f"{name}: torch's FLOP counter counts 0 for this nn.{shape['kind']} and "
+                        "gapscope has no rule for it: its FLOPs are left out")
+                notes += [note] if note not in notes else []
                 continue
             extra = _lstm_flops(shape)
             for layer in self.layers:
