@@ -158,7 +158,8 @@ class Session:
             raise RuntimeError(f"benchmarks.own_model exited {done.returncode}: {done.stderr.strip()[-300:]}")
         manifest = json.loads((run_dir / "manifest.json").read_text())
         error = manifest.get("error")
-        return _Captured(run_dir, manifest.get("status"), error.get("message") if isinstance(error, dict) else error)
+        error = error.get("message") if isinstance(error, dict) else error
+        return _Captured(run_dir, manifest.get("status"), error)
 
     def probe(self, phase: str) -> dict:
         if C.ncu_available() is None:

@@ -61,11 +61,13 @@ def test_layers_of_the_trainers_model(plain):
     assert (counted["lm_head"]["forward_flop"], counted["lm_head"]["backward_flop"]) == (1_048_576, 2_097_152)
     model = trainer_fits.hf_model()
     tokens = torch.randint(0, 128, (trainer_fits.HF_BATCH, trainer_fits.HF_TOKENS))
-    reference = trainer_fits.flop_counter_reference(model, lambda: model(input_ids=tokens, labels=tokens).loss)
+    reference = trainer_fits.flop_counter_reference(
+        model, lambda: model(input_ids=tokens, labels=tokens).loss)
     key = "GPT2LMHeadModel."
     for name in ("transformer.h.0", "transformer.h.1", "lm_head"):
         for phase in ("forward", "backward"):
-            assert layers.row(name).gflop(phase) * 1e9 == pytest.approx(reference[key + name][phase], rel=0.01)
+            expected = reference[key + name][phase]
+            assert layers.row(name).gflop(phase) * 1e9 == pytest.approx(expected, rel=0.01), (name, phase)
     children = [n for n in names if n.startswith("transformer.") and n.count(".") == 1
                 or n.startswith("transformer.h.") and n.count(".") == 2]
     own = reference[key + "transformer"]["forward"] - sum(reference.get(key + n, {}).get("forward", 0)
