@@ -66,6 +66,9 @@ def test_flops_are_flop_counter_modes_and_the_lstm_rule(own_run, own_layers):
     assert counted["head"]["forward_flop"] == 2 * TOKENS * WIDTH * VOCAB == 409_600
     assert counted["mix"]["forward_flop"] == 2 * (2 * TOKENS * WIDTH * WIDTH) == 524_288
     assert counted["mix"]["backward_flop"] == 1_048_576
+    # A block: fc, attention's in-projection (3 GEMMs) and out-projection, 262,144 each; the
+    # counter leaves QKᵀ and AV (2·16·2·8·8·16 = 65,536 each) out on this CPU.
+    assert counted["block.0"]["forward_flop"] == 5 * 262_144 == 1_310_720
     # The counter counts 0 for nn.LSTM and for the embedding's lookup: the LSTM gets the hand
     # rule, 2·4u(in+u) + 13u per cell: 128 cells · (16,384 + 416) = 2,150,400.
     assert "Net.rnn" not in reference  # no FLOP under it at all
