@@ -122,8 +122,11 @@ class Session:
         from workloads.launch import launch
         started = time.monotonic()
         try:
-            settings = dataclasses.replace(P.settings_of(planned), device=self.device)
-            outcome = (launch_job if planned.nproc else launch)(settings, self.out / "runs")
+            if planned.capture:
+                outcome = self._capture()
+            else:
+                settings = dataclasses.replace(P.settings_of(planned), device=self.device)
+                outcome = (launch_job if planned.nproc else launch)(settings, self.out / "runs")
         except Exception as exc:  # noqa: BLE001 - a refused run is a finding, not the end
             return {**entry, "status": "failed", "error": f"{type(exc).__name__}: {exc}",
                     "checks": [C.completed("failed", str(exc)).to_json_dict()], "kernels": None}
@@ -142,6 +145,22 @@ class Session:
         entry["kernels"] = kernels
         return entry
 
+    def _capture(self):
+        """The own model's loop in a process of its own (benchmarks.own_model), as a user runs it:
+        its run directory and how its manifest says it ended."""
+        out = self.out / "captures"
+        done = subprocess.run(P.capture_command(out, self.device, sys.executable), capture_output=True,
+                              text=True, errors="replace", timeout=max(self.left_s(), 1),
+                              env={**os.environ, "PYTHONPATH": _pythonpath()})
+        run_dir = Path(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 and done.stdout.strip() \
+            else next(iter(sorted(out.glob("own-model-*"))), None)
+        if run_dir is None:
+            raise RuntimeError(f"benchmarks.own_model exited {done.returncode}: {done.stderr.strip()[-300:]}")
+        manifest = json.loads((run_dir / "manifest.json").read_text())
+        error = manifest.get("error")
+        error = error.get("message") if isinstance(error, dict) else error
+        return _Captured(run_dir, manifest.get("status"), error)
+
     def probe(self, phase: str) -> dict:
         if C.ncu_available() is None:
             check = C.ncu_nvtx(phase, None, None)
@@ -156,6 +175,14 @@ class Session:
             except subprocess.TimeoutExpired:
                 check = C.Check(f"NVTX gapscope/{phase} (ncu)", C.FAIL, "ncu ran past the time budget")
         return {"id": f"ncu-{phase}", "checks": [check.to_json_dict()]}
+
+
+@dataclasses.dataclass
+class _Captured:
+    """A capture's end, as a launched run's outcome reads."""
+    run_dir: Path
+    status: str | None
+    error: str | None
 
 
 def _tail(path: Path, lines: int = 25) -> list[str]:

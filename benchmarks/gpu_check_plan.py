@@ -28,6 +28,7 @@ class Planned:
     nproc: int = 0               # 0: an ordinary run; 1: a one-rank torchrun job (NCCL on a GPU)
     eager_of: str | None = None  # the eager run its kernel count is held against (compile variants)
     memory: str | None = "pinned"  # host memory of its H2D copies (DataLoader pin_memory on a GPU)
+    capture: bool = False        # a user's loop through gapscope.capture (benchmarks.own_model), not `run`
 
     @property
     def cost_s(self) -> int:
@@ -55,6 +56,9 @@ def plan() -> list[Planned]:
     runs += seed_rows()
     runs.append(Planned("mlp-nccl-x1", "mlp", "eager", "--nproc 1: one DDP rank under torchrun, NCCL",
                         nproc=1))
+    runs.append(Planned("own-model-capture", "own-model", "eager",
+                        "gapscope.capture(model=...): an own model's layers, FLOPs and kernels by layer",
+                        memory="pageable", capture=True))
     return runs
 
 
@@ -126,7 +130,8 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     names = {e.name for e in run.trace.events if e.name.startswith("gapscope/")}
     inference = bool(run.settings.get("inference"))
     checks.append(C.phase_ranges(names, MARKED_PHASES[:2] if inference else MARKED_PHASES))
-    checks.append(C.nvml_sampled(resource_stats(run.resources)))
+    if not planned.capture:  # a capture samples no NVML: the user's process is not gapscope's
+        checks.append(C.nvml_sampled(resource_stats(run.resources)))
     work = find_work(run.trace, timeline, run.hlo)
     work.steps = len(timeline.steps)
     checks.append(C.transfers_in_data_load(work, planned.memory))
@@ -140,6 +145,9 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
         from analysis.results.layers import layer_breakdown
         checks.append(C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), work.steps,
                                          [layer["name"] for layer in run.manifest["layers"]]))
+    if planned.capture and cuda:
+        from analysis.results.layers import layer_breakdown
+        checks.append(C.own_model_flops(run.manifest["layers"], layer_breakdown(run).kernels))
     if not planned.nproc:
         checks.append(C.memory_recorded(result, cuda))
     checks.append(C.xprof_opens(write_xspace(run)))
@@ -151,6 +159,12 @@ def _backend(manifest: dict, expected: str) -> C.Check:
     status = C.PASS if backend == expected and manifest.get("world_size") == 1 else C.FAIL
     return C.Check("process group", status, f"backend {backend}, world size {manifest.get('world_size')} "
                    f"(expected {expected}, 1)")
+
+
+def capture_command(out_dir: Path, device: str, python: str) -> list[str]:
+    """The own model's loop under gapscope.capture(model=...), as long as the other runs."""
+    return [python, "-m", "benchmarks.own_model", "--out", str(out_dir), "--device", device,
+            "--steps", str(STEPS), "--trace-steps", str(STEPS - TRACE_STEPS), str(STEPS)]
 
 
 def ncu_command(phase: str, out_dir: Path, python: str) -> list[str]:

@@ -350,6 +350,23 @@ def kernels_by_layer(kernels_json: dict | None, work_kernels: list, steps: int, 
     return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
 
 
+def own_model_flops(layers: list[dict], kernels_json: dict | None) -> Check:
+    """A user's model through capture(model=...): FlopCounterMode counted forward and backward
+    FLOPs for each layer that runs a GEMM (the LSTM by gapscope's rule), and its kernels give
+    GFLOP/s per layer."""
+    name = "own-model FLOPs"
+    gemm = [layer for layer in layers if layer["dims"].get("module") not in ("Embedding",)]
+    problems = [f"{layer['name']} has no {p} FLOPs" for layer in gemm for p in ("forward", "backward")
+                if not (layer["dims"].get(f"{p}_flop") or 0) > 0]
+    rows = {r["name"]: r for r in (kernels_json or {}).get("layers", [])}
+    rates = [f"{n} {rows[n]['forward']['gflops']:.1f}" for n in (layer["name"] for layer in gemm)
+             if rows.get(n, {}).get("forward", {}).get("gflops")]
+    if not rates:
+        problems.append("no layer has a forward GFLOP/s from its kernels")
+    detail = f"{len(gemm)} layers counted; forward GFLOP/s by kernels: {', '.join(rates) or 'none'}"
+    return Check(name, FAIL if problems else PASS, "; ".join(problems) + (": " if problems else "") + detail)
+
+
 def memory_recorded(breakdown_json: dict, cuda: bool) -> Check:
     """The traced window's allocator events (profile_memory) became memory figures on the run's
     device: a step peak, reserved at least as much where the allocator says it (CUDA's caching

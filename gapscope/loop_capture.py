@@ -7,6 +7,7 @@ from pathlib import Path
 from profilers.step_sessions import TfStepSession, TorchStepSession
 from contextlib import ExitStack
 
+from gapscope.model_layers import own_layers
 from gapscope.ondemand.job_window import NoWindows, OnDemandWindows
 from gapscope.user_run import UserRun, default_warmup, rank_place, stop_on_sigterm, trace_window
 from profilers.environment import tf_device_name, torch_device_name
@@ -29,7 +30,7 @@ class LoopCapture:
 
     def __init__(self, name: str, trace_steps: tuple[int, int] | None = (10, 15),
                  out: str | Path = "traces", *, device=None, warmup_steps: int | None = None,
-                 framework: str = "torch"):
+                 framework: str = "torch", model=None, layer_depth: int = 1):
         if framework not in FRAMEWORKS:
             raise ValueError(f"framework must be one of {', '.join(FRAMEWORKS)}, got {framework!r}")
         if device is not None and framework != "torch":
@@ -37,6 +38,9 @@ class LoopCapture:
         self.name, self.out, self.device, self.framework = name, out, device, framework
         self.window = trace_window(trace_steps)
         self.warmup_steps = default_warmup(self.window, warmup_steps)
+        if model is not None and framework != "torch":
+            raise ValueError("model= gives a torch model's layers; framework is " + repr(framework))
+        self._layers = own_layers(model, layer_depth, self.window)
         self.run_dir: Path | None = None
         self.job_dir: Path | None = None  # a distributed job's directory, run_dir its rank's
         self.steps = 0
@@ -88,6 +92,8 @@ class LoopCapture:
     def _end(self, exc_type, exc, tb) -> bool:
         # Drop the step that was running when the loop ended: it never reached cap.step().
         del self._timer.phase_marks[self._step_first_mark:]
+        if self._layers is not None:
+            self._layers.close()
         stop_error = None
         try:
             self._session.stop(exc_type, exc, tb)
@@ -101,7 +107,8 @@ class LoopCapture:
         traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
         rows = mark_rows(self._rows(), self.warmup_steps, traced)
         facts = {"device": self._device_name(), "steps": self.steps,
-                 "trace_window": self._session.recorded_window(self.steps)}
+                 "trace_window": self._session.recorded_window(self.steps),
+                 **(self._layers.manifest_fields() if self._layers is not None else {})}
         stop_error = stop_error or window_error
         if exc is None and stop_error is None:
             self._run.complete(rows, facts)
@@ -157,13 +164,19 @@ class LoopCapture:
             return self._phase_of(name)
         if self._tentative:
             self._begin()
+        if self._layers is not None and self._layers.counting:
+            self._layers.phase(name)
         return self._phase_of(name)
 
     def step(self, loss=None) -> None:
         """Ends the step; `loss` (a tensor or number) goes into steps.csv."""
         if self._tentative:  # a step with no marks at all: it began where the last one ended
             self._session.begin_step(self.steps)
+            if self._layers is not None:
+                self._layers.begin_step(self.steps)
         self._timer.end_step(loss)
+        if self._layers is not None:
+            self._layers.end_step(self.steps)
         self._session.end_step(self.steps)
         self.steps += 1
         if self._windows.wanted:  # all an untriggered job pays for on-demand capture
@@ -192,6 +205,8 @@ class LoopCapture:
         self._step_first_mark = len(self._timer.phase_marks)
         self._tentative = False
         self._session.begin_step(self.steps)
+        if self._layers is not None:
+            self._layers.begin_step(self.steps)
 
     def _abandon_step(self) -> None:
         """The fetch found the loader exhausted: no step happened."""
@@ -213,14 +228,18 @@ class LoopCapture:
 
 
 def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str | Path = "traces",
-            *, device=None, warmup_steps: int | None = None, framework: str = "torch") -> LoopCapture:
+            *, device=None, warmup_steps: int | None = None, framework: str = "torch",
+            model=None, layer_depth: int = 1) -> LoopCapture:
     """Profile your own training loop into `out/<name>-<framework>-user-<time>/`.
 
     trace_steps: `(first, stop)`, the steps the profiler records as in `range(first, stop)`
     (torch.profiler, or the TF profiler with framework="tf"); None records step timers only.
     device: where `cap.data` moves each batch (torch); on a CUDA device step timers use CUDA
     events. warmup_steps: first steps left out of the steady state (default: 5, or fewer when
-    the trace starts earlier).
+    the trace starts earlier). model: the torch model the loop trains, for its layers
+    (`breakdown --layers`): `gapscope_layer/<qualified name>` ranges on its modules in the traced
+    window, FLOPs counted on the step before it; layer_depth: 1, the children that hold
+    parameters (`embed`, `block.0`, `head`), each further level their children too.
 
     Under torchrun (or with a torch.distributed process group of several ranks) each rank
     writes `rank<r>/` of one job directory `out/<name>-<framework>-user-x<N>-.../`, whose
@@ -238,7 +257,7 @@ def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str 
                 cap.step(loss)
     """
     return LoopCapture(name, trace_steps, out, device=device, warmup_steps=warmup_steps,
-                       framework=framework)
+                       framework=framework, model=model, layer_depth=layer_depth)
 
 
 def _window_range(window) -> list[int] | None:

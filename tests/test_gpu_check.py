@@ -54,7 +54,7 @@ def test_dry_run_lists_every_cuda_path_and_imports_no_framework():
         "seed:torch-compile-ma-high-tensor-ds", "seed:torch-ro-scaler-transforms-async",
         "seed:torch-amp-scaler-tensor-ds", "seed:torch-ro-high-amp-scaler-tensor-ds",
         "seed:torch-high-amp-tensor-ds", "seed:torch-ro-high-amp-tensor-ds"}
-    assert {"mlp-max-autotune", "mlp-amp-bf16", "mlp-pageable", "mlp-nccl-x1"} <= ids
+    assert {"mlp-max-autotune", "mlp-amp-bf16", "mlp-pageable", "mlp-nccl-x1", "own-model-capture"} <= ids
     # A compiled seed row's kernels are held against the eager run with its AMP settings.
     eager_of = {r.id: r.eager_of for r in P.seed_rows()}
     assert eager_of == {"seed:torch-compile-ma-high-tensor-ds": "cnn-eager",
@@ -62,9 +62,9 @@ def test_dry_run_lists_every_cuda_path_and_imports_no_framework():
                         "seed:torch-ro-high-amp-scaler-tensor-ds": "seed:torch-amp-scaler-tensor-ds",
                         "seed:torch-ro-high-amp-tensor-ds": "seed:torch-high-amp-tensor-ds",
                         "seed:torch-amp-scaler-tensor-ds": None, "seed:torch-high-amp-tensor-ds": None}
-    assert len(ids) == 16
+    assert len(ids) == 17
     assert "eager (--nproc 1)" in done.stdout
-    assert lines[-3].startswith("16 runs, about ") and lines[-3].endswith("budget 480 s")
+    assert lines[-3].startswith("17 runs, about ") and lines[-3].endswith("budget 480 s")
     assert lines[-2].startswith("keras, keras-torch and tf paths: skipped")
 
 
@@ -376,6 +376,20 @@ open({str(tmp_path / 'h.xplane.pb')!r}, 'wb').write(xspace.render(run.trace, run
     space.ParseFromString((tmp_path / "h.xplane.pb").read_bytes())
     run = load_run(fixtures_dir / "async_gpu_two_steps.pt.trace.json")
     assert space.SerializeToString() == xspace.render(run.trace, run.timeline, "h")
+
+
+def test_own_model_flops_check():
+    """The capture(model=) run's check: every layer but the embedding has counted FLOPs both
+    ways, and some layer a forward GFLOP/s from its kernels (literal figures)."""
+    def layer(name, module, forward, backward):
+        return {"name": name, "dims": {"module": module, "forward_flop": forward, "backward_flop": backward}}
+    layers = [layer("embed", "Embedding", 0, 0), layer("head", "Linear", 409_600, 819_200)]
+    kernels = {"layers": [{"name": "head", "forward": {"gflops": 12.5}}]}
+    good = C.own_model_flops(layers, kernels)
+    assert good.status == C.PASS and good.detail == "1 layers counted; forward GFLOP/s by kernels: head 12.5"
+    bad = C.own_model_flops(layers + [layer("rnn", "LSTM", 0, 5)], None)
+    assert bad.status == C.FAIL
+    assert bad.detail.startswith("rnn has no forward FLOPs; no layer has a forward GFLOP/s from its kernels")
 
 
 def test_a_run_the_machine_refuses_says_why(tmp_path):

@@ -69,6 +69,17 @@ def test_eager_kernels_follow_their_ops_and_autograd_nodes():
     assert found.layers["logits"]["backward"].ms > 3 * found.layers["dense1"]["backward"].ms
 
 
+def test_a_users_modules_take_no_kernel_by_op_name():
+    """A user's model's layers (kind "module": capture(model=)) have no kind an op name could
+    fit: a kernel no range or autograd node places is outside, never mixed or guessed by
+    name (this trace has no layer ranges: all 7 forward and 12 backward kernels a step)."""
+    run = load_run(H200 / "mlp-eager.pt.trace.json.gz")
+    own = [{"name": s["name"], "kind": "module", "dims": {}} for s in SPECS]
+    found = kernel_layers(run.trace, run.timeline, own)
+    assert _counts(found, "forward") == {"dense1": 0, "logits": 0, "loss": 0, "mixed": 0, "outside": 7}
+    assert _counts(found, "backward") == {"dense1": 0, "logits": 0, "loss": 0, "mixed": 0, "outside": 12}
+
+
 def test_groups_add_up_to_the_phases_kernel_time():
     for name in ("eager", "compile"):
         run = load_run(H200 / f"mlp-{name}.pt.trace.json.gz")

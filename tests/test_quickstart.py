@@ -81,6 +81,8 @@ def test_every_quick_start_command_works_as_written(tmp_path):
             assert len(done.stdout.splitlines()) <= 40
         if " breakdown " in command:
             assert "my-loop torch user" in said and "backward" in said
+            if "--layers" in command:  # the loop's own model's layers: Sequential's 0 and 2
+                assert re.search(r"│ 0 +│.*│ 2 +│.*outside layers", said), done.stdout
     runs = sorted(p.name.split("-2")[0] for p in (tmp_path / "quickstart").iterdir())
     assert runs == ["mlp-keras-default", "mlp-torch-default", "my-loop-torch-user"]
 

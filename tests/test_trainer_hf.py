@@ -20,7 +20,7 @@ from profilers.errors import EXIT_INCONCLUSIVE  # noqa: E402
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):
     return trainer_fits.hf_fit(tmp_path_factory.mktemp("hf"), steps=STEPS, trace_steps=TRACE,
-                               warmup=WARMUP).run_dir
+                               warmup=WARMUP, layer_depth=2).run_dir
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +44,35 @@ def test_a_train_is_a_run_directory_whose_phases_add_up(plain):
     # of compute_loss, accelerator.backward and the update.
     assert phase_ranges(plain) == {"gapscope/data_load": 6, "gapscope/forward": 3, "gapscope/backward": 3,
                               "gapscope/optimizer": 3}
+
+
+def test_layers_of_the_trainers_model(plain):
+    """Issue 44: the GPT-2's layers two levels deep, each with forward and backward time and
+    FlopCounterMode's FLOPs; `transformer` keeps its own (its children's taken out). By hand:
+    lm_head 2·(8·16)·32·128 = 1,048,576 forward, twice that backward."""
+    import torch
+    layers = trainer_fits.layers_add_up(plain)
+    names = [r.name for r in layers.rows]
+    assert names[:3] == ["transformer", "transformer.wte", "transformer.wpe"]
+    assert {"transformer.h.0", "transformer.h.1", "transformer.ln_f", "lm_head"} <= set(names)
+    for name in ("transformer.h.0", "transformer.h.1", "lm_head"):
+        assert layers.row(name).forward_ms > 0 and layers.row(name).backward_ms > 0, name
+    counted = {layer["name"]: layer["dims"] for layer in manifest_of(plain)["layers"]}
+    assert (counted["lm_head"]["forward_flop"], counted["lm_head"]["backward_flop"]) == (1_048_576, 2_097_152)
+    model = trainer_fits.hf_model()
+    tokens = torch.randint(0, 128, (trainer_fits.HF_BATCH, trainer_fits.HF_TOKENS))
+    reference = trainer_fits.flop_counter_reference(
+        model, lambda: model(input_ids=tokens, labels=tokens).loss)
+    key = "GPT2LMHeadModel."
+    for name in ("transformer.h.0", "transformer.h.1", "lm_head"):
+        for phase in ("forward", "backward"):
+            expected = reference[key + name][phase]
+            assert layers.row(name).gflop(phase) * 1e9 == pytest.approx(expected, rel=0.01), (name, phase)
+    children = [n for n in names if n.startswith("transformer.") and n.count(".") == 1
+                or n.startswith("transformer.h.") and n.count(".") == 2]
+    own = reference[key + "transformer"]["forward"] - sum(reference.get(key + n, {}).get("forward", 0)
+                                                          for n in children)
+    assert counted["transformer"]["forward_flop"] == own
 
 
 @pytest.mark.parametrize("source, steps", [("trace", 3), ("timers", STEPS - WARMUP - 5)])

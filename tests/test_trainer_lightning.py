@@ -31,6 +31,30 @@ def accumulated(tmp_path_factory):
                                       precision="bf16-mixed", trace_steps=TRACE, warmup=WARMUP).run_dir
 
 
+def test_layers_of_the_lightning_module(plain):
+    """Issue 44: the callback gives the LightningModule's layers as capture(model=) does: its
+    `self.net` (a Sequential, all the parameters) looked through to net.0 and net.2, each with
+    forward and backward time and FlopCounterMode's FLOPs. By hand, batch 64: net.0 (100 -> 64)
+    2·64·100·64 = 819,200 forward and as many backward (the weights' gradient only: none flows
+    to the input); net.2 (64 -> 10) 81,920 forward, 163,840 backward."""
+    import torch
+    layers = trainer_fits.layers_add_up(plain)
+    assert [r.name for r in layers.rows] == ["net.0", "net.2"]
+    assert all(r.forward_ms > 0 and r.backward_ms > 0 for r in layers.rows)
+    counted = {layer["name"]: layer["dims"] for layer in manifest_of(plain)["layers"]}
+    assert [(counted[n]["forward_flop"], counted[n]["backward_flop"]) for n in ("net.0", "net.2")] == [
+        (819_200, 819_200), (81_920, 163_840)]
+    model = trainer_fits.lightning_module("Mlp").net
+    inputs, targets = torch.randn(trainer_fits.BATCH, 100), torch.randint(0, 10, (trainer_fits.BATCH,))
+    reference = trainer_fits.flop_counter_reference(
+        model, lambda: torch.nn.functional.cross_entropy(model(inputs), targets))
+    for name, key in (("net.0", "Sequential.0"), ("net.2", "Sequential.2")):
+        for phase in ("forward", "backward"):
+            assert layers.row(name).gflop(phase) * 1e9 == pytest.approx(reference[key][phase], rel=0.01)
+    row = layers.row("net.0")
+    assert row.gflops("forward") == pytest.approx(row.forward_gflop / (row.forward_ms / 1000))
+
+
 def test_a_fit_is_a_run_directory_whose_phases_add_up(plain):
     manifest = manifest_of(plain)
     assert manifest["status"] == "complete" and manifest["error"] is None

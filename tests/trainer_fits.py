@@ -94,31 +94,42 @@ def _modules():
     return {"Mlp": Mlp, "TwoOptimizers": TwoOptimizers}
 
 
+HF_BATCH, HF_TOKENS = 8, 16
+
+
+def hf_model():
+    """A 2-layer GPT-2 of hidden size 32 built from its config: nothing downloaded."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+    return GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32))
+
+
 def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, accumulate: int = 1,
-           name: str = "hf-gpt2", eval_every: int | None = None, fail_at: int | None = None):
+           name: str = "hf-gpt2", eval_every: int | None = None, fail_at: int | None = None,
+           layer_depth: int | None = 1):
     """A 2-layer GPT-2 of hidden size 32 built from its config (nothing downloaded), trained by
     the Hugging Face Trainer on random tokens on the CPU; returns the gapscope callback."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
+    from transformers import Trainer, TrainingArguments
 
     from gapscope.trainers.hf import capture_trainer
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    config = GPT2Config(n_layer=2, n_embd=32, n_head=2, vocab_size=128, n_positions=32)
-    tokens = torch.randint(0, config.vocab_size, (256, 16))
+    model = hf_model()
+    tokens = torch.randint(0, model.config.vocab_size, (256, HF_TOKENS))
     dataset = [{"input_ids": row, "labels": row} for row in tokens]
     args = TrainingArguments(
-        output_dir=str(out / "hf-output"), max_steps=steps, per_device_train_batch_size=8,
+        output_dir=str(out / "hf-output"), max_steps=steps, per_device_train_batch_size=HF_BATCH,
         gradient_accumulation_steps=accumulate, report_to=[], save_strategy="no",
         logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
         eval_strategy="steps" if eval_every else "no", eval_steps=eval_every,
         per_device_eval_batch_size=8)
-    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=dataset,
+    trainer = Trainer(model=model, args=args, train_dataset=dataset,
                       eval_dataset=dataset[:16] if eval_every else None,
                       callbacks=[] if fail_at is None else [_FailAt(fail_at)])
-    with capture_trainer(trainer, name, trace_steps=trace_steps, out=out, warmup_steps=warmup) as cap:
+    with capture_trainer(trainer, name, trace_steps=trace_steps, out=out, warmup_steps=warmup,
+                         layer_depth=layer_depth) as cap:
         trainer.train()
     return cap
 
@@ -163,3 +174,32 @@ def phase_ranges(run_dir: Path) -> Counter:
     (trace,) = run_dir.glob("*.pt.trace.json.gz")
     events = json.loads(gzip.decompress(trace.read_bytes()))["traceEvents"]
     return Counter(e["name"] for e in events if e.get("name", "").startswith("gapscope/"))
+
+
+def flop_counter_reference(model, run_one) -> dict[str, dict[str, int]]:
+    """torch's FlopCounterMode run on its own over `run_one()` (one batch's forward, returning the
+    loss) and its backward: {module path: {"forward", "backward"}}."""
+    from torch.utils.flop_counter import FlopCounterMode
+    with FlopCounterMode(display=False) as counter:
+        loss = run_one()
+        forward = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+        loss.backward()
+        total = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
+    return {k: {"forward": forward.get(k, 0), "backward": total[k] - forward.get(k, 0)} for k in total}
+
+
+def layers_add_up(run_dir: Path):
+    """The run's layers, each with forward and backward time, checked to add up with `outside
+    layers` to the traced phases of the trace breakdown within 5 %."""
+    import pytest
+
+    from analysis.model.run import load_run
+    from analysis.results.breakdown import breakdown
+    from analysis.results.layers import layer_breakdown
+    run = load_run(run_dir)
+    layers, traced = layer_breakdown(run), breakdown(run, "trace")
+    for phase in ("forward", "backward"):
+        inside = sum(r.ms(phase) for r in layers.rows)
+        assert inside + layers.outside_ms(phase) == pytest.approx(traced.phases[phase].ms, rel=0.05)
+        assert layers.outside_ms(phase) >= 0
+    return layers

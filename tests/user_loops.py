@@ -148,3 +148,8 @@ def gradient_tape_loop(out: Path, compiled: bool = True):
         for inputs, targets in cap.data(dataset):
             cap.step(train_step(inputs, targets))
     return cap
+
+
+# A user's own model and loop (benchmarks.own_model, which gpu_check runs on CUDA too).
+from benchmarks.own_model import (OWN_BATCH, OWN_SEQ, OWN_STEPS, OWN_TRACE, OWN_VOCAB,  # noqa: E402,F401
+                                  OWN_WIDTH, own_batches, own_loss, own_model, own_model_loop)

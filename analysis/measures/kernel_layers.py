@@ -219,6 +219,9 @@ class _Places:
     def __init__(self, specs: list[dict], timeline: PhaseTimeline, stacks: dict[int, list[Event]],
                  ops: dict[int, Event]):
         self.specs, self.timeline, self.stacks, self.ops = specs, timeline, stacks, ops
+        # A user's model's layers (kind "module", gapscope.model_layers) have no kind an op's
+        # name could fit: only ranges and autograd place kernels there, the rest is outside.
+        self.kinded = any(s["kind"] != "module" for s in specs) or not specs
         self.notes: list[str] = []
         self.anchor_layer = self._ordered_anchors()
         self.by_sequence = self._sequence_layers()
@@ -298,6 +301,8 @@ class _Places:
         anchor = self._anchor(stack, phase)
         if anchor is not None and id(anchor) in self.anchor_layer:
             return self.anchor_layer[id(anchor)], (), "order"
+        if not self.kinded:
+            return None, (), OUTSIDE
         everyone = [s["name"] for s in self.specs]
         for e in reversed(stack):
             kinds = op_kinds(e.name)[0]

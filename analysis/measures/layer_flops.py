@@ -19,7 +19,10 @@ The rules (docs/reference.md, "Layers"):
 - flatten moves no data: 0;
 - batch norm in training, per element: forward 8 (mean 1, variance 3, normalise 2, scale and
   shift 2), backward 8 (the two sums 3, the input's gradient 4, the scale's 1); ReLU 1 per
-  element each way; dropout 2 forward (draw's compare, scale) and 1 backward (the mask)."""
+  element each way; dropout 2 forward (draw's compare, scale) and 1 backward (the mask).
+
+A user's own model's layers (kind `module`, gapscope.model_layers) carry FLOPs counted by torch's
+FlopCounterMode on one step of the run instead: per step, whatever the manifest's batch size."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +33,20 @@ class LayerFlops:
     forward: int
     backward: int
     gemm_forward: int  # the multiply-add part of forward alone, what torch's profiler counts
+
+
+def spec_flops(layer: dict | None, batch) -> LayerFlops | None:
+    """A manifest layer's FLOPs per step: counted ones as they are, else by the rules where the
+    batch size is known; None without either."""
+    if not layer:
+        return None
+    if layer.get("kind") == "module":
+        dims = layer.get("dims") or {}
+        forward, backward = dims.get("forward_flop"), dims.get("backward_flop")
+        if not isinstance(forward, int) or not isinstance(backward, int):
+            return None
+        return LayerFlops(forward, backward, forward)  # the counter counts GEMM-like ops only
+    return layer_flops(layer, batch) if isinstance(batch, int) else None
 
 
 def layer_flops(layer: dict, batch: int) -> LayerFlops:
@@ -101,8 +118,10 @@ def layer_params(layer: dict) -> int:
     """Weights and biases of a layer from its shapes: conv k·k·in·out + out, dense in·units + units,
     LSTM 4·units·(in + units) + 4·units (one bias per gate, as Keras; torch keeps two, 4·units
     more), batch norm 2 per feature (scale and shift; the running statistics are no parameters),
-    none for pooling, flatten, ReLU, dropout and the loss."""
+    none for pooling, flatten, ReLU, dropout and the loss; a user's module: the count it kept."""
     kind, d = layer["kind"], layer.get("dims", {})
+    if kind == "module":  # counted on the module itself (gapscope.model_layers)
+        return d.get("params") if isinstance(d.get("params"), int) else 0
     if kind == "conv2d":
         return d["kernel"] ** 2 * d["in_channels"] * d["out_channels"] + d["out_channels"]
     if kind == "dense":

@@ -46,12 +46,12 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
     if found is None:
         return None
     layers, notes = found
-    order = _inner_first(layers)
+    order = {phase: _inner_first(layers, phase) for phase in LAYER_PHASES}
     totals = {name: dict.fromkeys(LAYER_PHASES, 0.0) for name in layers}
     phase_ms = dict.fromkeys(LAYER_PHASES, 0.0)
     for step in range(len(timeline.steps)):
         for phase in LAYER_PHASES:
-            segments, parts = _attributed(layers, order, timeline, step, phase)
+            segments, parts = _attributed(layers, order[phase], timeline, step, phase)
             phase_ms[phase] += intervals.total(segments) / 1000.0
             for name, own in parts:
                 totals[name][phase] += intervals.total(own) / 1000.0
@@ -69,10 +69,10 @@ def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
     found = _found(trace, timeline, names, hlo)
     if found is None:
         return []
-    spans, order = [], _inner_first(found[0])
+    spans, order = [], {phase: _inner_first(found[0], phase) for phase in LAYER_PHASES}
     for step in range(len(timeline.steps)):
         for phase in LAYER_PHASES:
-            for name, own in _attributed(found[0], order, timeline, step, phase)[1]:
+            for name, own in _attributed(found[0], order[phase], timeline, step, phase)[1]:
                 spans += [(start, end, name, phase, step) for start, end in own]
     return sorted(spans)
 
@@ -91,10 +91,12 @@ def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None,
     return (found, notes) if found else None
 
 
-def _inner_first(found: dict) -> list[str]:
+def _inner_first(found: dict, phase: str) -> list[str]:
     """Where layers overlap (nested module ranges, ops on parallel threads), an instant goes to
-    the layer with less time in all: the inner of two nested ranges, so it is served first."""
-    return sorted(found, key=lambda name: sum(intervals.total(v) for v in found[name].values()))
+    the layer with less time in the phase: the inner of two nested ranges, so it is served
+    first. Per phase: a parent module's backward holds only its own glue ops, so over both
+    phases a child whose backward dominates would outweigh the parent and lose its forward."""
+    return sorted(found, key=lambda name: intervals.total(found[name].get(phase, [])))
 
 
 def _attributed(found: dict, order: list[str], timeline: PhaseTimeline, step: int,

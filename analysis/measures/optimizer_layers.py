@@ -34,10 +34,12 @@ def optimizer_layers(trace: Trace, timeline: PhaseTimeline,
     """The split, or one line saying why there is none."""
     if trace.source_format != "torch" or not specs:
         return "optimizer per layer: only a torch trace with its model's layers shows it"
-    owners = [s["name"] for s in specs for _ in range(TENSORS.get(s["kind"], 0))]
+    owners = [s["name"] for s in specs for _ in range(_tensors(s))]
+    if not owners:
+        return "optimizer per layer: the layers' parameter tensors are not known in the optimizer's order"
     ranges = [e for e in trace.events if e.kind == ANNOTATION and e.name.startswith(STEP_RANGE)
               and e.track.startswith("host") and timeline.step_at(e.start_us) is not None]
-    if not ranges or not owners:
+    if not ranges:
         return "optimizer per layer: no Optimizer.step range in the traced steps"
     ops = _top_ops(trace, ranges)
     totals = dict.fromkeys(owners, 0.0)  # each layer once, in the model's order
@@ -55,6 +57,15 @@ def optimizer_layers(trace: Trace, timeline: PhaseTimeline,
         outside += (step_range.dur_us - (groups[-1][-1].end_us - groups[0][0].start_us)) / 1000.0
     n = len(ranges)
     return OptimizerLayers({k: v / n for k, v in totals.items()}, outside / n, ranges[0].name)
+
+
+def _tensors(spec: dict) -> int:
+    """Parameter tensors a layer owns: by kind for a spec's layer; for a user's module, the count
+    its capture kept where the layers hold the model's tensors in its order (else none)."""
+    if spec.get("kind") == "module":
+        count = (spec.get("dims") or {}).get("tensors")
+        return count if isinstance(count, int) else 0
+    return TENSORS.get(spec.get("kind"), 0)
 
 
 def _top_ops(trace: Trace, ranges: list) -> list[list]:

@@ -7,8 +7,8 @@ from analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRo
 from analysis.measures.kernel_layers import PLACED_BY
 from analysis.renderers.fit import Grid, Page
 
-UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step counted "
-               "from the layer's shapes (docs/reference.md, Layers)")
+UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step from the "
+               "layer's shapes, or torch's FlopCounterMode for your own model (docs/reference.md, Layers)")
 FUSED_MARK = "*"
 _HEAD = ["layer", "fwd\nms", "bwd\nms", "fwd\nGFLOP", "bwd\nGFLOP", "fwd\nGFLOP/s", "bwd\nGFLOP/s"]
 

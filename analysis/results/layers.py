@@ -8,7 +8,7 @@ from analysis.measures.device_peaks import peak_gflops
 from analysis.measures.hardware import hardware
 from analysis.measures.kernel_layers import kernel_layers
 from analysis.measures.kernels import Work
-from analysis.measures.layer_flops import layer_flops, layer_params
+from analysis.measures.layer_flops import layer_params, spec_flops
 from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.measures.optimizer_layers import optimizer_layers
 from analysis.model.run import Run
@@ -157,6 +157,8 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
                               notes=["no trace: layers come from a traced run"])
     names = [s["name"] for s in specs] if specs else None
+    # A user's model's layers: what its capture said of them (gapscope.model_layers).
+    recorded = [n for n in run.manifest.get("layer_notes") or () if isinstance(n, str)]
     kernels = _kernel_layers(run, specs, batch, work)
     found = layer_times(run.trace, run.timeline, names, run.hlo)
     optimizer = optimizer_layers(run.trace, run.timeline, specs)
@@ -164,7 +166,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     optimizer = None if isinstance(optimizer, str) else optimizer.to_json_dict()
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
-               f"{run.trace_file.name} {NO_LAYERS}")
+               "; ".join(recorded) if recorded else f"{run.trace_file.name} {NO_LAYERS}")
         if kernels:
             why = "no layer ranges: the kernels below are placed by the ops that ran them"
         return LayerBreakdown(run.run_id, label, [], dict.fromkeys(LAYER_PHASES, 0.0), 0, batch,
@@ -176,10 +178,10 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         found = _per_update(found, updates)
     by_name = {s["name"]: s for s in specs or ()}
     fused = layer_fused(run.trace, names)
-    rows, notes = [], list(found.notes) + optimizer_note
+    rows, notes = [], list(found.notes) + recorded + optimizer_note
     for name, times in found.layers.items():
         spec = by_name.get(name)
-        flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
+        flops = spec_flops(spec, batch)
         rows.append(LayerRow(name, round(times["forward"], _DIGITS), round(times["backward"], _DIGITS),
                              flops and round(flops.forward / 1e9, _DIGITS),
                              flops and round(flops.backward / 1e9, _DIGITS), fused.get(name, {}),
@@ -217,7 +219,7 @@ def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None)
         peak = peak if peak and isinstance(peak["gflops"], (int, float)) and peak["gflops"] > 0 else None
     for row in table["layers"]:
         spec = by_name.get(row["name"])
-        flops = layer_flops(spec, batch) if spec and isinstance(batch, int) else None
+        flops = spec_flops(spec, batch)
         for phase in LAYER_PHASES:
             cell, flop = row[phase], getattr(flops, phase, None)
             maybe_more = any(row["name"] in fits for fits in table["mixed"][phase]["fits"].values())

@@ -10,7 +10,8 @@ from gapscope.trainers.hook_steps import HookSteps
 
 
 def capture_trainer(trainer, name: str = "hf", trace_steps: tuple[int, int] | None = (10, 15),
-                    out: str | Path = "traces", *, warmup_steps: int | None = None) -> "GapscopeTrainerCallback":
+                    out: str | Path = "traces", *, warmup_steps: int | None = None,
+                    layer_depth: int | None = 1) -> "GapscopeTrainerCallback":
     """Adds gapscope's callback to `trainer`; its next `train()` becomes the run directory
     `out/<name>-torch-user-<time>/` (`run_dir`):
 
@@ -32,8 +33,11 @@ def capture_trainer(trainer, name: str = "hf", trace_steps: tuple[int, int] | No
     accumulation; logging, evaluation and saving after it are outside the steps. Under torchrun
     each rank writes `rank<r>/` of one job directory. Used as a context manager (`with ... as
     cap: trainer.train()`), a train() that raises is recorded as failed: the Trainer tells its
-    callbacks only of a train() that ended."""
-    callback = GapscopeTrainerCallback(trainer, name, trace_steps, out, warmup_steps)
+    callbacks only of a train() that ended.
+
+    Layers: the trainer's model's, as the capture API's `model=` gives them (`layer_depth`: 1,
+    the children that hold parameters; None: no layer ranges); none with `torch_compile=True`."""
+    callback = GapscopeTrainerCallback(trainer, name, trace_steps, out, warmup_steps, layer_depth)
     trainer.add_callback(callback)
     return callback
 
@@ -41,9 +45,10 @@ def capture_trainer(trainer, name: str = "hf", trace_steps: tuple[int, int] | No
 class GapscopeTrainerCallback(TrainerCallback):
     """The callback `capture_trainer` adds; one train() per callback."""
 
-    def __init__(self, trainer, name, trace_steps, out, warmup_steps):
+    def __init__(self, trainer, name, trace_steps, out, warmup_steps, layer_depth=1):
         self._trainer = trainer
-        self._steps = HookSteps(name, "gapscope.trainers.hf", trace_steps, out, warmup_steps)
+        self._steps = HookSteps(name, "gapscope.trainers.hf", trace_steps, out, warmup_steps,
+                                layer_depth=layer_depth)
         self._wrapped: list[tuple[object, str]] = []
         self._losses: list = []
         # Between an update's fetch and its on_step_end: evaluation, which calls _prepare_inputs
@@ -67,7 +72,7 @@ class GapscopeTrainerCallback(TrainerCallback):
             "gradient_accumulation_steps": int(args.gradient_accumulation_steps),
             "precision": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
             "max_grad_norm": args.max_grad_norm})
-        self._steps.start(args.device)
+        self._steps.start(args.device, self._trainer.model, compiled=bool(args.torch_compile))
         trainer = self._trainer
         self._wrap(trainer, "get_batch_samples", "data_load", opens_update=True)
         self._wrap(trainer, "_prepare_inputs", "data_load")

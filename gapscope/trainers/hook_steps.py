@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from gapscope.model_layers import COMPILED_NOTE, ModelLayers, own_layers
 from gapscope.ondemand.job_window import OnDemandWindows
 from gapscope.user_run import UserRun, default_warmup, rank_place, trace_window
 from profilers.environment import torch_device_name
@@ -23,11 +24,14 @@ class HookSteps:
     at its first `enter` and ends at `end_step`."""
 
     def __init__(self, name: str, api: str, trace_steps: tuple[int, int] | None, out: str | Path,
-                 warmup_steps: int | None, settings: dict | None = None):
+                 warmup_steps: int | None, settings: dict | None = None, layer_depth: int | None = 1):
         self.name, self.api, self.out = name, api, out
         self.window = trace_window(trace_steps)
         self.warmup_steps = default_warmup(self.window, warmup_steps)
         self.settings = settings or {}
+        self.layer_depth = layer_depth
+        self._layers: ModelLayers | None = None
+        self._layer_facts: dict = {}
         self.run_dir: Path | None = None
         self.job_dir: Path | None = None
         self.steps = 0
@@ -40,9 +44,10 @@ class HookSteps:
     def started(self) -> bool:
         return self._run is not None
 
-    def start(self, device) -> None:
+    def start(self, device, model=None, compiled: bool = False) -> None:
         """Creates the run directory and starts the profiler's schedule; `device` is where the
-        model trains (a CUDA device times steps with CUDA events)."""
+        model trains (a CUDA device times steps with CUDA events). `model`: the trained module,
+        whose layers get ranges and FLOPs as the capture API's `model=` (none where `compiled`)."""
         import torch
         self._device = torch.device(device)
         cuda = self._device.type == "cuda"
@@ -61,6 +66,10 @@ class HookSteps:
         except BaseException as exc:  # the directory exists: say why it holds no run
             self._run.fail([], {}, exc)
             raise
+        if compiled and model is not None and self.layer_depth is not None:
+            self._layer_facts = {"layers": [], "layer_notes": [COMPILED_NOTE]}
+        else:
+            self._layers = own_layers(model, self.layer_depth, self.window)
         # `gapscope capture --pid` windows, as for the capture API's loops.
         self._windows = OnDemandWindows(self._run, cuda, lambda: torch_device_name(self._device),
                                         self._session, self._timer, self.warmup_steps).open()
@@ -74,6 +83,8 @@ class HookSteps:
             current.__exit__(None, None, None)
         elif not self._in_step:
             self._begin_step()
+        if self._layers is not None and self._layers.counting:
+            self._layers.phase(phase)
         self._open = self._ranges[phase]
         self._open.__enter__()
 
@@ -81,12 +92,16 @@ class HookSteps:
         if self._open is not None:
             self._open.__exit__(None, None, None)
             self._open = None
+            if self._layers is not None and self._layers.counting:
+                self._layers.phase(None)
 
     def end_step(self, loss=None) -> None:
         if not self._in_step:  # hooks that saw no phase: the step began where the last ended
             self._begin_step()
         self.leave()
         self._timer.end_step(loss)
+        if self._layers is not None:
+            self._layers.end_step(self.steps)
         self._session.end_step(self.steps)
         self.steps += 1
         self._in_step = False
@@ -98,6 +113,8 @@ class HookSteps:
         self._step_first_mark = len(self._timer.phase_marks)
         self._in_step = True
         self._session.begin_step(self.steps)
+        if self._layers is not None:
+            self._layers.begin_step(self.steps)
 
     # -- the end ------------------------------------------------------------------------
     def finish(self, exc: BaseException | None = None, facts: dict | None = None) -> None:
@@ -106,6 +123,8 @@ class HookSteps:
         if self._run is None or self._run.finished:
             return
         self.leave()
+        if self._layers is not None:
+            self._layers.close()
         del self._timer.phase_marks[self._step_first_mark if self._in_step else len(self._timer.phase_marks):]
         stop_error = None
         try:
@@ -119,7 +138,8 @@ class HookSteps:
         traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
         rows = mark_rows(self._timer.rows(), self.warmup_steps, traced)
         facts = {"device": torch_device_name(self._device), "steps": self.steps,
-                 "trace_window": self._session.recorded_window(self.steps), **(facts or {})}
+                 "trace_window": self._session.recorded_window(self.steps), **(facts or {}),
+                 **(self._layers.manifest_fields() if self._layers is not None else self._layer_facts)}
         if exc is None and stop_error is None:
             self._run.complete(rows, facts)
         else:

@@ -28,12 +28,17 @@ class GapscopeCallback(Callback):
     holds every micro-batch up to the update; with several optimizers (manual optimization) it
     is one `training_step`, whose time outside backward and optimizer steps counts as forward.
     Validation and checkpoints between steps are outside the steps. Mixed precision changes
-    nothing here. Under DDP each rank writes `rank<r>/` of one job directory, as under torchrun."""
+    nothing here. Under DDP each rank writes `rank<r>/` of one job directory, as under torchrun.
+
+    Layers: the LightningModule's, as the capture API's `model=` gives them (`layer_depth`: 1,
+    the children that hold parameters; None: no layer ranges); none for a compiled module."""
 
     def __init__(self, name: str = "lightning", trace_steps: tuple[int, int] | None = (10, 15),
-                 out: str | Path = "traces", *, warmup_steps: int | None = None):
+                 out: str | Path = "traces", *, warmup_steps: int | None = None,
+                 layer_depth: int | None = 1):
         super().__init__()
-        self._steps = HookSteps(name, "gapscope.trainers.lightning", trace_steps, out, warmup_steps)
+        self._steps = HookSteps(name, "gapscope.trainers.lightning", trace_steps, out, warmup_steps,
+                                layer_depth=layer_depth)
         self._stepped = False
         self._manual = False
         self._loss = None  # the step's micro-batch losses, summed
@@ -57,7 +62,9 @@ class GapscopeCallback(Callback):
             "accumulate_grad_batches": int(trainer.accumulate_grad_batches),
             "optimizers": len(trainer.optimizers), "strategy": type(trainer.strategy).__name__,
             "automatic_optimization": not self._manual})
-        self._steps.start(trainer.strategy.root_device)
+        # Lightning keeps torch.compile's settings on a module it compiles (fit of a compiled module).
+        self._steps.start(trainer.strategy.root_device, pl_module,
+                          compiled=getattr(pl_module, "_compiler_ctx", None) is not None)
         self._hook_fetch(trainer)
         for optimizer in trainer.optimizers:
             self._unhook.append(optimizer.register_step_post_hook(self._after_optimizer_step))

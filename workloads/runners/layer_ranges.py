@@ -1,5 +1,6 @@
 """Per-layer record_function ranges (`gapscope_layer/<name>`) around the named layers' forward
-calls, attached only for the traced window so that unprofiled steps run without any hook."""
+calls, with an NVTX range of the same name as the phases have, attached only for the traced
+window so that unprofiled steps run without any hook."""
 from __future__ import annotations
 
 from profilers.phases import LAYER_RANGE_PREFIX
@@ -18,9 +19,14 @@ class LayerRanges:
     def attach(self) -> None:
         if self._handles:
             return
+        import nvtx
+
+        from profilers.marks import NVTX_DOMAIN
+        domain = nvtx.get_domain(NVTX_DOMAIN)
         for name, module in self.modules.items():
-            self._handles.append(module.register_forward_pre_hook(_opener(LAYER_RANGE_PREFIX + name)))
-            self._handles.append(module.register_forward_hook(_closer, always_call=True))
+            self._handles.append(module.register_forward_pre_hook(
+                _opener(LAYER_RANGE_PREFIX + name, domain)))
+            self._handles.append(module.register_forward_hook(_closer(domain), always_call=True))
 
     def detach(self) -> None:
         for handle in self._handles:
@@ -28,10 +34,12 @@ class LayerRanges:
         self._handles = []
 
 
-def _opener(range_name: str):
+def _opener(range_name: str, domain):
     from torch.profiler import record_function
+    push, attributes = domain.push_range, domain.get_event_attributes(message=range_name)
 
     def open_range(module, args):
+        push(attributes)
         marked = record_function(range_name)
         marked.__enter__()
         # A stack, not one slot: a module called again inside its own forward nests.
@@ -39,5 +47,10 @@ def _opener(range_name: str):
     return open_range
 
 
-def _closer(module, args, output):
-    module._gapscope_ranges.pop().__exit__(None, None, None)
+def _closer(domain):
+    pop = domain.pop_range
+
+    def close_range(module, args, output):
+        module._gapscope_ranges.pop().__exit__(None, None, None)
+        pop()
+    return close_range

@@ -5,7 +5,8 @@ from __future__ import annotations
 from analysis.renderers.layers_render import KERNEL_FOOTER, KERNEL_HEAD, kernel_rows, optimizer_text
 
 LAYERS_FOOTER = ("ms per traced step (profiler cost inside); share: of the traced forward and "
-                 "backward; GFLOP per step counted from the layer's shapes (docs/reference.md, Layers)")
+                 "backward; GFLOP per step from the layer's shapes, or torch's FlopCounterMode for your own "
+                 "model (docs/reference.md, Layers)")
 
 
 KERNEL_HEAD_FLAT = [h.replace("\n", " ") for h in KERNEL_HEAD]
