@@ -18,6 +18,7 @@ PHASE_SLACK_MS = 0.005
 _STEP_NUMBER = re.compile(r"[0-9]{1,18}")
 _FLAGS = ("warmup", "traced")
 _SPACE = re.compile(r"\s")
+_OTHER_THAN_POINT = re.compile(r"[eEnNiI]")  # exponents, nan, inf: _number reads them cell by cell
 
 SHORT_ROW = "short row"
 LONG_ROW = "more cells than columns"
@@ -95,11 +96,14 @@ def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
             and "" not in steps) \
             or None in parsed["step_ms"] or len(set(parsed["step"])) != len(cells):
         return None
-    numbers = {key: np.array([np.nan if v is None else v for v in values], dtype=float)
-               for key, values in parsed.items() if key in (*_FLAGS, "minor_faults", "step_ms")
-               or key.removesuffix("_ms") in MARKED_PHASES}
-    given = {key: values[np.fromiter((t != "" for t in columns[key]), bool, len(cells))]
-             for key, values in numbers.items()}  # the cells written, "nan" among them
+    checked = [key for key in header if key in (*_FLAGS, "minor_faults", "step_ms")
+               or key.removesuffix("_ms") in MARKED_PHASES]
+    numbers = {key: np.array(parsed[key] if None not in parsed[key] else
+                             [np.nan if v is None else v for v in parsed[key]], dtype=float)
+               for key in checked}
+    given = {key: numbers[key] if "" not in columns[key] else
+             numbers[key][np.fromiter((t != "" for t in columns[key]), bool, len(cells))]
+             for key in checked}  # the cells written, "nan" among them
     if any(not np.isin(given[flag], (0, 1)).all() for flag in _FLAGS if flag in given):
         return None
     if "minor_faults" in given and not (np.isfinite(given["minor_faults"])
@@ -123,19 +127,15 @@ def _column(texts: tuple[str, ...], loss: bool) -> list:
     joined = "\x00".join(texts)
     if max(map(len, texts)) > 40 or _SPACE.search(joined):
         raise ValueError("a cell that only the row-by-row path reads right")
-    if "" not in texts and not any(c in joined for c in ".eEnNiI"):
+    if "" not in texts and "." not in joined and not _OTHER_THAN_POINT.search(joined):
         return list(map(int, texts))        # all written whole: _number's ints
-    if "" not in texts and "." in joined and all(map(_pointed, texts)):
-        values = list(map(float, texts))
+    if "" not in texts and joined.count(".") == len(texts) and not _OTHER_THAN_POINT.search(joined):
+        values = list(map(float, texts))    # a point in every cell (float() refuses two in one)
     else:
         values = [_number(text) for text in texts]
     if loss:
         values = [v if v is None or math.isfinite(v) else None for v in values]
     return values
-
-
-def _pointed(text: str) -> bool:
-    return "." in text or "e" in text or "E" in text
 
 
 def describe(dropped: Counter) -> str:
