@@ -77,3 +77,18 @@ def test_not_a_run_directory_is_one_line(tmp_path):
     result = CliRunner().invoke(cli, ["watch", str(tmp_path), "--once"])
     assert result.exit_code == 2 and result.stderr.count("\n") == 1
     assert "not a gapscope run directory" in result.stderr
+
+
+def test_the_window_holds_a_bounded_tail_and_says_only_new_steps_after_a_rewrite():
+    from gapscope.watch.state import LAST_STEPS, STEADY_WINDOW, StepWindow
+    window = StepWindow()
+    rows = [{"step": i, "step_ms": float(i), "warmup": int(i < 5), "traced": int(i % 100 == 7)}
+            for i in range(10_000)]
+    assert window.add(rows[:6000]) == rows[:6000]
+    assert window.add(rows[6000:]) == rows[6000:]
+    assert window.count == 10_000 and [r["step"] for r in window.latest] == list(range(9992, 10_000))
+    assert len(window.latest) == LAST_STEPS and len(window.steady) == STEADY_WINDOW
+    assert all(not r["traced"] and not r["warmup"] for r in window.steady)
+    # The run's end rewrites the file with one more step: counted afresh, only that one is new.
+    final = rows + [{"step": 10_000, "step_ms": 1.0, "warmup": 0, "traced": 0}]
+    assert window.add(final, restarted=True) == final[-1:] and window.count == 10_001

@@ -3,7 +3,7 @@ import pytest
 
 from analysis.results.breakdown import breakdown_from_trace
 from analysis.readers.xplane import read_xplane
-from analysis.events.trace import HOST_OP, STEP
+from analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, STEP
 from profilers.errors import TraceFormatError
 from xspace_builder import PlaneBuilder, new_space
 from conftest import tf_profile
@@ -68,3 +68,26 @@ def test_real_keras_profile_has_steps_and_marked_phases(keras_run):
     means = result.phase_means()
     assert means["forward"] > 0 and means["backward"] > 0 and means["optimizer"] > 0
     assert result.phase_sources["backward"] == "gapscope marks"
+
+
+def test_device_events_are_copies_by_their_line_and_details_not_their_name(tmp_path):
+    """A JAX trace's device copies sit on `Stream #n(MemcpyOther)` lines named CopyDeviceToDevice;
+    a copy with memcpy_details is one whatever its line; a kernel line's events are kernels."""
+    space = new_space()
+    host = PlaneBuilder(space, 1, "/host:CPU")
+    host.event(host.line(1, "python"), "train", 0, 100, step_num=1, _r=1)
+    gpu = PlaneBuilder(space, 2, "/device:GPU:0")
+    kernels, other = gpu.line(1, "Stream #7(Kernel)"), gpu.line(2, "Stream #9(MemcpyOther)")
+    plain = gpu.line(3, "Stream #11")
+    gpu.event(kernels, "fusion_memcpy_like", 0, 10)            # a kernel, though its name says memcpy
+    gpu.event(other, "CopyDeviceToDevice", 10, 4)
+    gpu.event(other, "CopyDeviceToDevice", 20, 6)
+    gpu.event(plain, "copy_start", 30, 2, memcpy_details="size:4096 dest:1 async:1")
+    gpu.event(plain, "Memset", 40, 1)                           # nothing but the name says
+    gpu.event(plain, "loop_fusion", 50, 3)
+    path = tmp_path / "jax.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    device = [(e.name, e.kind) for e in read_xplane(path).events if e.track.startswith("device")]
+    assert device == [("fusion_memcpy_like", KERNEL), ("CopyDeviceToDevice", MEMCPY),
+                      ("CopyDeviceToDevice", MEMCPY), ("copy_start", MEMCPY), ("Memset", MEMSET),
+                      ("loop_fusion", KERNEL)]

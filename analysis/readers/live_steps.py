@@ -3,11 +3,10 @@ lines added since the last read, checked as steps.csv's rows are."""
 from __future__ import annotations
 
 import csv
-import io
 import os
 from pathlib import Path
 
-from analysis.readers.step_rows import checked_rows
+from analysis.readers.step_rows import checked_table
 from profilers.errors import TraceFormatError
 
 
@@ -50,6 +49,5 @@ class StepsFollower:
                 raise TraceFormatError(f"{self.path}: not a gapscope steps.csv (no step and step_ms columns)")
         if not lines:
             return []
-        reader = csv.DictReader(io.StringIO("\n".join(lines) + "\n", newline=""), fieldnames=self._header)
-        return checked_rows(self.path, reader)[0]
+        return checked_table(self.path, self._header, list(csv.reader(lines)))[0]
 

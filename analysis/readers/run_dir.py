@@ -281,10 +281,11 @@ def read_steps(path: Path) -> tuple[list[dict], Counter]:
     try:
         text = safe_files.read_bytes(path, safe_files.MAX_SIDE_FILE_BYTES).decode()
         with io.StringIO(text, newline="") as handle:
-            reader = csv.DictReader(handle)
-            if reader.fieldnames is None or not {"step", "step_ms"} <= set(reader.fieldnames):
+            reader = csv.reader(handle)
+            header = next(reader, None)
+            if header is None or not {"step", "step_ms"} <= set(header):
                 raise TraceFormatError(f"{path}: not a gapscope steps.csv (no step and step_ms columns)")
-            return step_rows.checked_rows(path, reader)
+            return step_rows.checked_table(path, header, list(reader))
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, csv.Error) as exc:  # UnicodeDecodeError; a cell over csv's field limit

@@ -5,6 +5,8 @@ import math
 import re
 from collections import Counter
 
+import numpy as np
+
 from analysis.readers.validate import MAX_DROPPED_SHARE
 from profilers.errors import TraceFormatError
 from profilers.phases import MARKED_PHASES
@@ -15,6 +17,8 @@ MAX_STEP_MS = 86_400e3
 PHASE_SLACK_MS = 0.005
 _STEP_NUMBER = re.compile(r"[0-9]{1,18}")
 _FLAGS = ("warmup", "traced")
+_SPACE = re.compile(r"\s")
+_OTHER_THAN_POINT = re.compile(r"[eEnNiI]")  # exponents, nan, inf: _number reads them cell by cell
 
 SHORT_ROW = "short row"
 LONG_ROW = "more cells than columns"
@@ -50,6 +54,88 @@ def checked_rows(path, raw_rows) -> tuple[list[dict], Counter]:
         raise TraceFormatError(f"{path}: {bad:,} of {len(rows) + bad:,} rows are invalid "
                                f"({describe(dropped)}): refusing steps.csv")
     return rows, dropped
+
+
+def checked_table(path, header: list[str], cells: list[list[str]]) -> tuple[list[dict], Counter]:
+    """checked_rows of csv.reader rows under `header`, blank lines skipped as csv.DictReader
+    does. A file whose every row is a clean measurement (what gapscope writes) is checked and
+    parsed a column at a time, so 100k rows cost little more than reading them; any other is
+    read row by row, each row's first problem counted."""
+    cells = [row for row in cells if row]
+    rows = _clean_rows(header, cells)
+    if rows is not None:
+        return rows, Counter()
+    return checked_rows(path, (_as_dict(header, row) for row in cells))
+
+
+def _as_dict(header: list[str], cells: list[str]) -> dict:
+    """A row as csv.DictReader gives it: cells past the header under None, missing ones None."""
+    row = dict(zip(header, cells))
+    if len(cells) > len(header):
+        row[None] = cells[len(header):]
+    for key in header[len(cells):]:
+        row[key] = None
+    return row
+
+
+def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
+    """The parsed rows when every row passes every check of _row and no step repeats, else
+    None (the row-by-row path then says which rows fail, and why)."""
+    width = len(header)
+    if not cells or len(set(header)) != width or not {"step", "step_ms"} <= set(header) \
+            or any(len(row) != width for row in cells):
+        return None
+    columns = dict(zip(header, zip(*cells)))
+    try:
+        parsed = {key: _column(texts, loss=key == "loss") for key, texts in columns.items()}
+    except ValueError:
+        return None
+    steps = columns["step"]
+    written = "".join(steps)
+    if not (written.isascii() and written.isdigit() and max(map(len, steps)) <= 18
+            and "" not in steps) \
+            or None in parsed["step_ms"] or len(set(parsed["step"])) != len(cells):
+        return None
+    checked = [key for key in header if key in (*_FLAGS, "minor_faults", "step_ms")
+               or key.removesuffix("_ms") in MARKED_PHASES]
+    numbers = {key: np.array(parsed[key] if None not in parsed[key] else
+                             [np.nan if v is None else v for v in parsed[key]], dtype=float)
+               for key in checked}
+    given = {key: numbers[key] if "" not in columns[key] else
+             numbers[key][np.fromiter((t != "" for t in columns[key]), bool, len(cells))]
+             for key in checked}  # the cells written, "nan" among them
+    if any(not np.isin(given[flag], (0, 1)).all() for flag in _FLAGS if flag in given):
+        return None
+    if "minor_faults" in given and not (np.isfinite(given["minor_faults"])
+                                        & (given["minor_faults"] >= 0)).all():
+        return None
+    timed = [f"{p}_ms" for p in MARKED_PHASES if f"{p}_ms" in numbers]
+    for key in ("step_ms", *timed):
+        if not (np.isfinite(given[key]) & (given[key] >= 0) & (given[key] <= MAX_STEP_MS)).all():
+            return None
+    step_ms = numbers["step_ms"]
+    phases = sum((np.nan_to_num(numbers[key]) for key in timed), np.zeros(len(cells)))
+    if (step_ms == 0).any() or (phases > step_ms + PHASE_SLACK_MS).any():
+        return None
+    order = ["step", *(key for key in header if key != "step")]  # as _row builds a row
+    return [dict(zip(order, row)) for row in zip(*(parsed[key] for key in order))]
+
+
+def _column(texts: tuple[str, ...], loss: bool) -> list:
+    """A column's cells as _number reads them (None, int or float; a non-finite loss None),
+    with the builtins' loops over the whole column where its cells are all alike."""
+    joined = "\x00".join(texts)
+    if max(map(len, texts)) > 40 or _SPACE.search(joined):
+        raise ValueError("a cell that only the row-by-row path reads right")
+    if "" not in texts and "." not in joined and not _OTHER_THAN_POINT.search(joined):
+        return list(map(int, texts))        # all written whole: _number's ints
+    if "" not in texts and joined.count(".") == len(texts) and not _OTHER_THAN_POINT.search(joined):
+        values = list(map(float, texts))    # a point in every cell (float() refuses two in one)
+    else:
+        values = [_number(text) for text in texts]
+    if loss:
+        values = [v if v is None or math.isfinite(v) else None for v in values]
+    return values
 
 
 def describe(dropped: Counter) -> str:

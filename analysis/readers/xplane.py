@@ -30,6 +30,8 @@ _JAX_MODULES = ("jit_", "pmap_")
 # A device plane's line of steps (XProf's "Steps"), when the host events carry no step_num.
 STEPS_LINE = "Steps"
 _MEMCPY_SIZE = re.compile(r"\bsize:(\d+)")
+# A stream line's activities, as the GPU tracers name its line: "Stream #7(MemcpyH2D,MemcpyD2H)".
+_LINE_KINDS = re.compile(r"^Stream #\d+\s*\(([^)]*)\)")
 # The plane stats that name the device ("AMD GPU - gfx942", "Tesla V100-SXM2-16GB").
 _DEVICE_NAME_STATS = ("device_type_string", "device_name", "device_description")
 # XLA puts the HloProto of every module it ran into this plane, one event metadata per module.
@@ -237,14 +239,36 @@ def _device_events(plane, origin_ns, steps: list | None = None):
             continue
         if not line.name.startswith("Stream"):
             continue
-        lowered = name.lower()
-        kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
         stats = stats_of(xevent) if xevent.stats or xevent.metadata_id in with_stats else {}
+        kind = _device_kind(line.name, name, stats)
         correlation = stats.get("correlation_id")
         yield Event(name, kind, start_us, dur_us, f"device/{plane.id}/{line.id}",
                     correlation=_int_or_none(correlation), nbytes=_copy_size(stats),
                     hlo_op=str(stats["hlo_op"]) if stats.get("hlo_op") else None,
                     hlo_module=str(stats["hlo_module"]) if stats.get("hlo_module") else None)
+
+
+def _device_kind(line_name: str, name: str, stats: dict) -> str:
+    """Kernel, copy or set, by what the profiler said of the event (its details stat), else by
+    its line ("Stream #3(MemcpyOther)": the ROCm tracer's lines hold one kind of activity),
+    and by the event's name only where neither says: a JAX copy is `CopyDeviceToDevice`."""
+    if "memcpy_details" in stats:
+        return MEMCPY
+    if "memset_details" in stats:
+        return MEMSET
+    if "kernel_details" in stats:
+        return KERNEL
+    kinds = _LINE_KINDS.search(line_name)
+    if kinds:
+        activities = {k.strip().lower() for k in kinds.group(1).split(",")}
+        if activities and all(a.startswith("memcpy") for a in activities):
+            return MEMCPY
+        if activities and all(a.startswith("memset") for a in activities):
+            return MEMSET
+        if activities and all(a in ("kernel", "compute") for a in activities):
+            return KERNEL
+    lowered = name.lower()
+    return MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
 
 
 def _is_jax(events: list[Event]) -> bool:

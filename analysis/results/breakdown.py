@@ -3,6 +3,7 @@ each phase from the step timers where they saw it, else from the trace (see phas
 from __future__ import annotations
 
 import enum
+import operator
 import statistics
 
 import numpy as np
@@ -327,7 +328,8 @@ def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list
 def _timed_phases(rows: list[dict], warmup_steps: int) -> list[str]:
     """Phases the step timers measured on the unprofiled steady steps."""
     steady = [r for r in step_rows.steady(rows, warmup_steps) if not r.get("traced")]
-    return [p for p in MARKED_PHASES if steady and all(r.get(f"{p}_ms") is not None for r in steady)]
+    return [p for p in MARKED_PHASES
+            if steady and None not in map(operator.methodcaller("get", f"{p}_ms"), steady)]
 
 
 def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:

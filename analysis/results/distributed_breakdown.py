@@ -28,7 +28,7 @@ from analysis.results.engines.collective_reduce import CollectiveReduction
 from analysis.results.phase_estimate import replicates_of
 from analysis.results.rank_summary import RankSummary, gather_ranks
 from analysis.results.records import Breakdown
-from analysis.measures.stats import Interval, contains_zero, percentile_interval, resample_indices, rng
+from analysis.measures.stats import Interval, Resampler, contains_zero, percentile_interval, rng
 from profilers.environment import threads_of
 from profilers.phases import PHASES
 
@@ -248,8 +248,7 @@ def _job_steps(summaries: list[RankSummary], warmup: int) -> tuple[list[tuple[in
 def _mean_replicates(values: list[float]) -> np.ndarray | None:
     if len(values) < 2:
         return None
-    data = np.asarray(values, float)
-    return data[resample_indices(len(data), rng())].mean(axis=1)
+    return Resampler(len(values), rng()).means(values)
 
 
 def _waits(ranks: list[Breakdown], comms: list,

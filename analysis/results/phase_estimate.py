@@ -52,25 +52,24 @@ def estimate(samples: PhaseSamples, raw: bool = False) -> Estimate:
     if raw or not have_untraced:
         if not have_trace:
             raise ValueError("no steps to estimate from")
-        it = stats.resample_indices(len(traced), generator)
-        phases = traced[it].mean(axis=1)
+        phases = stats.Resampler(len(traced), generator).means(traced)
         step = phases.sum(axis=1)
         sources = dict.fromkeys(PHASES, PhaseSource.RAW)
     else:
-        iu = stats.resample_indices(len(samples.untraced_step_ms), generator)
-        step = samples.untraced_step_ms[iu].mean(axis=1)
-        timed = {p: v[iu].mean(axis=1) for p, v in samples.timer_phase_ms.items()}
+        untraced = stats.Resampler(len(samples.untraced_step_ms), generator)
+        step = untraced.means(samples.untraced_step_ms)
+        timed = {p: untraced.means(v) for p, v in samples.timer_phase_ms.items()}
         phases = np.zeros((len(step), len(PHASES)))
         for p, values in timed.items():
             phases[:, PHASES.index(p)] = values
         sources = {p: PhaseSource.TIMERS for p in timed}
         untimed = [p for p in MARKED_PHASES if p not in timed]
         if untimed and have_trace:
-            it = stats.resample_indices(len(traced), generator)
-            iv = (stats.resample_indices(len(samples.traced_timer_step_ms), generator)
-                  if samples.traced_timer_step_ms is not None and len(samples.traced_timer_step_ms)
-                  else None)
-            compensated = _compensate(samples, it, iv)
+            in_trace = stats.Resampler(len(traced), generator)
+            on_timers = (stats.Resampler(len(samples.traced_timer_step_ms), generator)
+                         if samples.traced_timer_step_ms is not None
+                         and len(samples.traced_timer_step_ms) else None)
+            compensated = _compensate(samples, in_trace, on_timers)
             rest = [PHASES.index(p) for p in (*untimed, "other")]
             target = step - phases.sum(axis=1)
             found = compensated[:, rest].sum(axis=1)
@@ -96,13 +95,14 @@ def estimate(samples: PhaseSamples, raw: bool = False) -> Estimate:
                     figures, replicates, worst)
 
 
-def _compensate(samples: PhaseSamples, it: np.ndarray, iv: np.ndarray | None) -> np.ndarray:
+def _compensate(samples: PhaseSamples, in_trace: stats.Resampler,
+                on_timers: stats.Resampler | None) -> np.ndarray:
     """Trace phases per replicate, not yet scaled: removing a uniform slowdown is the scaling."""
-    recorded = samples.traced_phase_ms[it].mean(axis=1)
-    if iv is not None:
+    recorded = in_trace.means(samples.traced_phase_ms)
+    if on_timers is not None:
         # Time the step timers saw but the trace's step event did not (the loop around the
         # traced call, callbacks) is host time outside every phase: other.
-        outside = samples.traced_timer_step_ms[iv].mean(axis=1) - recorded.sum(axis=1)
+        outside = on_timers.means(samples.traced_timer_step_ms) - recorded.sum(axis=1)
         recorded[:, _OTHER] += np.clip(outside, 0.0, None)
     return recorded
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from analysis.readers.live_steps import StepsFollower
 from analysis.readers.run_dir import read_manifest
 from gapscope.watch import render
-from gapscope.watch.state import watch_state
+from gapscope.watch.state import StepWindow, watch_state
 from profilers.errors import GapscopeInputError
 from profilers.machine_load import load_snapshot
 from profilers.run_dir import MANIFEST, STEPS_CSV, effective_status
@@ -21,12 +21,12 @@ def follow(run_dir: Path, *, once: bool, interval_s: float, fmt: str, echo, cons
     None for piped output."""
     if not (run_dir / MANIFEST).is_file():
         raise GapscopeInputError(f"{run_dir}: not a gapscope run directory (no {MANIFEST})")
-    follower, rows = StepsFollower(run_dir / STEPS_CSV), []
+    follower, window = StepsFollower(run_dir / STEPS_CSV), StepWindow()
     load = _Load(_manifest(run_dir))
     if once:
         manifest = _manifest(run_dir)
-        rows = follower.new_rows()
-        state = watch_state(manifest, rows, load.others_pct(manifest, ONCE_SAMPLE_S))
+        window.add(follower.new_rows())
+        state = watch_state(manifest, window, load.others_pct(manifest, ONCE_SAMPLE_S))
         echo(render.as_json(state) if fmt == "json" else _table_text(state, console))
         return
     live = None
@@ -37,13 +37,8 @@ def follow(run_dir: Path, *, once: bool, interval_s: float, fmt: str, echo, cons
     try:
         while True:
             manifest = _manifest(run_dir)
-            new = follower.new_rows()
-            if follower.restarted:
-                rows, seen = new, {r["step"] for r in rows}
-                new = [r for r in new if r["step"] not in seen]
-            else:
-                rows.extend(new)
-            state = watch_state(manifest, rows, load.others_pct(manifest))
+            new = window.add(follower.new_rows(), follower.restarted)
+            state = watch_state(manifest, window, load.others_pct(manifest))
             if live is not None:
                 live.update(render.table(state), refresh=True)
             elif fmt == "json":

@@ -3,6 +3,7 @@ mean of its unprofiled steps so far, and whether other processes are taking the 
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 from analysis.measures.reliability import BUSY_OTHERS_PCT
@@ -33,9 +34,33 @@ class WatchState:
                 "phases_ms": self.phases_ms, "others_cpu_pct": self.others_cpu_pct, "busy": self.busy}
 
 
-def watch_state(manifest: dict, rows: list[dict], others_cpu_pct: float | None) -> WatchState:
-    """`rows`: every row read so far, in order."""
-    steady = [r for r in rows if not r.get("warmup") and not r.get("traced")][-STEADY_WINDOW:]
+class StepWindow:
+    """The rows watch keeps of a run: how many there were, the latest, and the latest
+    unprofiled steady ones; bounded however long the run (a 100k-step job's rows are not held)."""
+
+    def __init__(self):
+        self.count, self.last_step = 0, None
+        self.latest: deque[dict] = deque(maxlen=LAST_STEPS)
+        self.steady: deque[dict] = deque(maxlen=STEADY_WINDOW)
+
+    def add(self, rows: list[dict], restarted: bool = False) -> list[dict]:
+        """Takes rows read in order; returns those past the last step seen. `restarted`: the
+        file was rewritten whole (the run's end), so `rows` are all of its rows."""
+        last = self.last_step
+        if restarted:
+            self.__init__()
+        for row in rows:
+            self.count += 1
+            self.latest.append(row)
+            if not row.get("warmup") and not row.get("traced"):
+                self.steady.append(row)
+        if rows:
+            self.last_step = rows[-1]["step"]
+        return [r for r in rows if last is None or r["step"] > last]
+
+
+def watch_state(manifest: dict, window: StepWindow, others_cpu_pct: float | None) -> WatchState:
+    steady = list(window.steady)
     phases: dict[str, float | None] = {}
     if steady:
         for phase in MARKED_PHASES:
@@ -45,7 +70,7 @@ def watch_state(manifest: dict, rows: list[dict], others_cpu_pct: float | None) 
         known = [v for v in phases.values() if v is not None]
         phases["other"] = step - sum(known) if len(known) == len(MARKED_PHASES) else None
     return WatchState(str(manifest.get("run_id") or ""), str(manifest.get("status") or "running"),
-                      len(rows), rows[-LAST_STEPS:],
+                      window.count, list(window.latest),
                       statistics.fmean(r["step_ms"] for r in steady) if steady else None,
                       len(steady), {p: phases.get(p) for p in PHASES} if steady else {},
                       others_cpu_pct)
