@@ -32,6 +32,11 @@ class LayerFlops:
     gemm_forward: int  # the multiply-add part of forward alone, what torch's profiler counts
 
 
+def has_rule(layer: dict) -> bool:
+    """Whether a rule counts the layer (a user's Keras model lists its other layers by class)."""
+    return layer.get("kind") in _COUNTS
+
+
 def layer_flops(layer: dict, batch: int) -> LayerFlops:
     kind, dims = layer["kind"], layer.get("dims", {})
     count = _COUNTS.get(kind)
@@ -101,8 +106,11 @@ def layer_params(layer: dict) -> int:
     """Weights and biases of a layer from its shapes: conv k·k·in·out + out, dense in·units + units,
     LSTM 4·units·(in + units) + 4·units (one bias per gate, as Keras; torch keeps two, 4·units
     more), batch norm 2 per feature (scale and shift; the running statistics are no parameters),
-    none for pooling, flatten, ReLU, dropout and the loss."""
+    none for pooling, flatten, ReLU, dropout and the loss. A layer no rule knows has the count
+    its framework gave (`params`, a user's Keras model), else 0."""
     kind, d = layer["kind"], layer.get("dims", {})
+    if kind not in _COUNTS:
+        return int(layer.get("params") or 0)
     if kind == "conv2d":
         return d["kernel"] ** 2 * d["in_channels"] * d["out_channels"] + d["out_channels"]
     if kind == "dense":

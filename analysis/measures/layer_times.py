@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from analysis.events import intervals
 from analysis.events.hlo_metadata import HloModules
+from analysis.events.module_depth import DEFAULT_DEPTH, at_depth
+from analysis.events.phase_rules import MODULE_RANGE_PREFIX
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from analysis.measures.fusion_table import classify
@@ -39,10 +41,11 @@ class LayerTimes:
 
 
 def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
-                hlo: HloModules | None = None) -> LayerTimes | None:
+                hlo: HloModules | None = None, depth: int | None = None) -> LayerTimes | None:
     """None where the trace carries no layer: no layer ranges, no layer scopes. `hlo`: the
-    run's HLO metadata, through which an XLA-compiled op finds the layers it was made from."""
-    found = _found(trace, timeline, names, hlo)
+    run's HLO metadata, through which an XLA-compiled op finds the layers it was made from.
+    `depth`: which with_modules ranges are layers (module_depth; None the default)."""
+    found = _found(trace, timeline, names, hlo, depth)
     if found is None:
         return None
     layers, notes = found
@@ -63,10 +66,10 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
 
 
 def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
-                hlo: HloModules | None = None) -> list[tuple[float, float, str, str, int]]:
+                hlo: HloModules | None = None, depth: int | None = None) -> list[tuple[float, float, str, str, int]]:
     """Each stretch of time a layer was given in the traced steps, as layer_times counts it:
     (start µs, end µs, layer, phase, step index), in time order; [] where the trace names none."""
-    found = _found(trace, timeline, names, hlo)
+    found = _found(trace, timeline, names, hlo, depth)
     if found is None:
         return []
     spans, order = [], _inner_first(found[0])
@@ -78,12 +81,12 @@ def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
 
 
 def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None,
-           hlo: HloModules | None) -> tuple[dict, list[str]] | None:
+           hlo: HloModules | None, depth: int | None = None) -> tuple[dict, list[str]] | None:
     """Each layer's intervals by phase (the spec's layers only, where names are given), and notes."""
     if not timeline.steps:
         return None
     if trace.source_format == "torch":
-        found, notes = _torch_layers(trace)
+        found, notes = _torch_layers(trace, depth)
     else:
         found, notes = _scoped_layers(trace, names, hlo)
     if names:
@@ -114,7 +117,7 @@ def _attributed(found: dict, order: list[str], timeline: PhaseTimeline, step: in
     return segments, parts
 
 
-def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
+def _torch_layers(trace: Trace, depth: int | None = None) -> tuple[dict, list[str]]:
     """Forward: each layer range. Backward: each autograd node whose sequence number is that of
     a forward op inside a layer range (innermost range on the op's thread), and each
     AccumulateGrad node (it has no sequence number) with the node that ran just before it on
@@ -122,7 +125,7 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     right after the node that made the parameter's gradient."""
     columns = trace.columns
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    ranges, starts = _layer_ranges(trace)
+    ranges, starts, notes = _layer_ranges(trace, depth)
     if not ranges:
         return {}, []
     for track in ranges.values():
@@ -158,27 +161,39 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
         i = bisect.bisect_left(before, (e.start_us,)) - 1
         if i >= 0 and before[i][1] is not None:
             found[before[i][1]]["backward"].append((e.start_us, e.end_us))
-    notes = []
     if backward_nodes and unlinked == len(backward_nodes):
         notes.append("no backward node links to a layer's forward op (no autograd sequence "
                      "numbers inside layer ranges): backward per layer unknown")
     return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
 
 
-def _layer_ranges(trace: Trace) -> tuple[dict, dict]:
-    """Each host track's layer ranges (start, end, layer) in start order, and their starts."""
+def _layer_ranges(trace: Trace, depth: int | None = None) -> tuple[dict, dict, list[str]]:
+    """Each host track's layer ranges (start, end, layer) in start order, their starts, and a
+    note on the module depth taken. with_modules' ranges nest down to every Linear: the modules
+    at one depth are the layers (module_depth); gapscope's own ranges are all layers."""
     ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    modules: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for e in trace.events:
         # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
         if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
                 and e.name.startswith(LAYER_RANGE_PREFIXES):
-            ranges[e.track].append((e.start_us, e.end_us, layer_name(e.name)))
+            into = modules if e.name.startswith(MODULE_RANGE_PREFIX) else ranges
+            into[e.track].append((e.start_us, e.end_us, layer_name(e.name)))
+    notes = []
+    if modules:
+        kept, taken = at_depth(modules, depth)
+        for track, spans in kept.items():
+            ranges[track] += spans
+        notes.append(f"layers: with_modules' module ranges at depth {taken} "
+                     f"({DEFAULT_DEPTH if depth is None else 'as asked'}; 0 is the model itself, "
+                     "--layer-depth N for another)")
     for track in ranges.values():
         track.sort()
-    return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}
+    return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}, notes
 
 
-def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[str, list[str]]]:
+def layer_fused(trace: Trace, names: list[str] | None = None,
+                depth: int | None = None) -> dict[str, dict[str, list[str]]]:
     """What each layer's fused ops fused (fusion_table), by phase: {"dense1": {"forward":
     ["dense+bias+ReLU"]}}. TF ops by their layer scope; torch host ops inside a layer's range
     (forward: torch's backward nodes are no fused ops). Layers without one are left out."""
@@ -194,7 +209,7 @@ def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[
             found[layer][phase].append(fused.fuses)
 
     if trace.source_format == "torch":
-        ranges, starts = _layer_ranges(trace)
+        ranges, starts, _ = _layer_ranges(trace, depth)
         for e in trace.events:
             if e.kind == HOST_OP and e.track in ranges:
                 layer = _innermost(ranges[e.track], starts[e.track], e.start_us)
