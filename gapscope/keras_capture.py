@@ -33,11 +33,14 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     raises or is interrupted is recorded as failed; Keras tells callbacks only of success.
     The model's top-level layers are the run's layers (`breakdown --layers`), by their names;
     `batch_size` gives their FLOPs per step where the first batch's shape does not say it
-    (TensorFlow traces the step for any batch size)."""
+    (TensorFlow traces the step for any batch size where the samples do not fill whole batches)."""
     import keras
 
     from profilers.keras_marks import mark_keras_phases
 
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     on_torch = keras.backend.backend() == "torch"
     if keras.backend.backend() not in ("torch", "tensorflow"):
         raise ValueError(f"gapscope captures Keras on tensorflow or torch, not {keras.backend.backend()}")

@@ -72,10 +72,11 @@ def _marked_train_step_torch(self, data):
 
 
 def _note_batch(model, x) -> None:
-    """The first batch's size where its shape says it (torch: every step is eager; TF: only
-    where the step was traced for one batch size, as the rest run in the graph), for the layers'
-    FLOPs per step. Free after the first: one attribute read."""
-    if getattr(model, "_gapscope_batch", None) is None:
+    """For a model capture_keras prepared (`_gapscope_batch` None until known): the first batch's
+    size where its shape says it (torch: every step is eager; TF: only where the step was traced
+    for one batch size, as the rest run in the graph), for the layers' FLOPs per step. Free after
+    the first: one attribute read. The seed runs' models (no such attribute) are left alone."""
+    if getattr(model, "_gapscope_batch", 0) is None:
         import keras
         size = keras.tree.flatten(x)[0].shape[0]
         model._gapscope_batch = size if isinstance(size, int) else None

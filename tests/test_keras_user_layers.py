@@ -82,3 +82,49 @@ def test_keras_on_torch_layers_are_module_ranges_in_the_trace(torch_runs):
     assert all(r.backward_ms > 0 for r in layers.rows)
     nested = models.assert_user_layers(torch_runs["subclassed"], models.SUBCLASSED_LAYERS[:-1])
     _check_flops(nested, ["head"])
+
+
+def test_without_a_batch_size_the_layers_have_no_flops_and_say_why(tf_runs, tmp_path):
+    """A run whose manifest names no batch size (TF traced the step for any batch) keeps its
+    layers and times, with no FLOPs and the note that says how to give it; a bad batch_size is
+    refused before anything is created."""
+    import json
+    import shutil
+
+    import keras
+
+    import gapscope
+    from analysis.model.run import load_run
+    from analysis.results.layers import layer_breakdown
+    run_dir = tmp_path / tf_runs["functional"].name
+    shutil.copytree(tf_runs["functional"], run_dir)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    del manifest["workload_spec"]
+    (run_dir / "manifest.json").write_text(json.dumps(manifest))
+    layers = layer_breakdown(load_run(run_dir))
+    assert [r.name for r in layers.rows] == models.FUNCTIONAL_LAYERS
+    assert all(r.forward_gflop is None and r.forward_ms > 0 for r in layers.rows)
+    assert any("batch_size=N" in note for note in layers.notes)
+    with pytest.raises(ValueError, match="batch_size"):
+        gapscope.capture_keras(keras.Sequential([keras.layers.Dense(2)]), "x", out=tmp_path, batch_size=0)
+
+
+def test_suffixed_scopes_are_read_as_the_models_layers_in_forward_order():
+    """TF's scopes in a real Keras fit of Sequential([Dense "dense" (ReLU), Dense "dense_1"])
+    (test_memory's loop, 2026-11-28): the layer dense ran as `dense_1`, the layer dense_1 as
+    `dense_1_2`, and TF read the variables of both first. Each scope is one layer: `dense_1_2`
+    only by its order (the first computing op of `dense_1` runs before that of `dense_1_2`)."""
+    from analysis.events.trace import HOST_OP, Event, Trace
+    from analysis.measures.layer_times import scope_layer, scope_names
+    head = "StatefulPartitionedCall/gapscope_forward/sequential_1/"
+    ops = [(870.8, "dense_1_2/Cast/ReadVariableOp:ReadVariableOp"),
+           (1449.4, "dense_1/BiasAdd/ReadVariableOp:ReadVariableOp"),
+           (2096.5, "dense_1/Relu:_MklNativeFusedMatMul"), (2609.5, "dense_1_2/Add:_MklNativeFusedMatMul")]
+    trace = Trace("xplane", "x", [Event(head + name, HOST_OP, start, 10.0, "host/0/1") for start, name in ops])
+    resolved = scope_names(trace, ["dense", "dense_1", "loss"])
+    assert resolved == {"dense_1": "dense", "dense_1_2": "dense_1"}
+    gradient = "StatefulPartitionedCall/gradient_tape/gapscope_forward/sequential_1/dense_1_2/MatMul/MatMul"
+    assert scope_layer(gradient, {"dense", "dense_1", "loss"}, resolved) == ("dense_1", "backward")
+    # Unambiguous scopes need no order: `hidden_1` can be `hidden` only.
+    trace = Trace("xplane", "x", [Event(head + "hidden_1/Relu:Relu", HOST_OP, 5.0, 1.0, "host/0/1")])
+    assert scope_names(trace, ["hidden", "logits"]) == {"hidden_1": "hidden"}

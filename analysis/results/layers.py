@@ -203,7 +203,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
         notes.append("layer names from the trace; no layer shapes, so no FLOPs")
     elif not isinstance(batch, int):
         notes.append("no batch size in the run, so no FLOPs (gapscope.capture_keras(..., batch_size=N) "
-                     "names it where TensorFlow traced the step for any batch)")
+                     "gives it where TensorFlow traced the step for any batch size)")
     else:
         # A user's model (capture_keras) lists the layers no rule counts by their class.
         uncounted = [f"{r.name} ({by_name[r.name]['kind']})" for r in rows
@@ -233,7 +233,7 @@ def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None)
     with their GFLOP/s and share of the peak; no GFLOP/s for a layer's phase where a mixed
     kernel may be part of it (its time is then only known from below). None where
     kernel_layers has no table."""
-    found = kernel_layers(run.trace, run.timeline, specs, work)
+    found = kernel_layers(run.trace, run.timeline, specs, work, run.rules.layer_depth)
     if found is None:
         return None
     table = found.to_json_dict()

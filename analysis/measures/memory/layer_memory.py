@@ -12,7 +12,7 @@ from analysis.events.phase_rules import MODULE_RANGE_PREFIX
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, OTHER, Trace
 # The layer timing's own reading of layer ranges and Keras scopes, so both name layers alike.
-from analysis.measures.layer_times import layer_name, scope_layer
+from analysis.measures.layer_times import layer_name, scope_layer, scope_names
 from analysis.measures.memory.levels import Levels
 from analysis.measures.memory.phase_memory import event_phase
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES
@@ -24,13 +24,14 @@ def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | 
     range around it on its thread (torch's eager runs mark layers with ranges; with_modules'
     module ranges at `depth`, as the layer timing takes them)."""
     known = set(names or ())
+    resolved = scope_names(trace, names) if any(e.op for e in events) else {}
     ranges = _layer_ranges(trace, {e.track for e in events if not e.op}, depth)
     starts = {track: [r[0] for r in found] for track, found in ranges.items()}
     found = []
     for event in events:
         layer = None
         if event.op:
-            scoped = scope_layer(event.op, known)
+            scoped = scope_layer(event.op, known, resolved)
             layer = scoped[0] if scoped else None
         elif event.track in ranges:
             track, begun = ranges[event.track], starts[event.track]
