@@ -167,10 +167,11 @@ def trace_rules_options(command):
     """--phase and --step-marker, on the commands that read traces: the runs they load read
     their traces by them."""
     @functools.wraps(command)
-    def with_rules(*args, phases=(), step_marker=None, **kwargs):
+    def with_rules(*args, phases=(), step_marker=None, layer_depth=None, **kwargs):
         from analysis.events.trace_rules import TraceRules, check_step_marker, parse_phase
         from analysis.model.run import reading_rules
-        rules = TraceRules(tuple(parse_phase(text) for text in phases), check_step_marker(step_marker))
+        rules = TraceRules(tuple(parse_phase(text) for text in phases), check_step_marker(step_marker),
+                           layer_depth)
         with reading_rules(rules):
             return command(*args, **kwargs)
     options = [
@@ -185,6 +186,10 @@ def trace_rules_options(command):
                           "instead of ProfilerStep#N; short ranges (Optimizer.step*) are the "
                           "boundaries between steps. Without step markers, steps run between "
                           "optimizer steps, else the whole trace is one window."),
+        click.option("--layer-depth", type=click.IntRange(min=0), default=None, metavar="N",
+                     help="In a trace recorded with_modules, the layers are the modules at "
+                          "depth N of their nesting (0 the model itself, 1 its children); "
+                          "default: the model's children, past wrappers that hold one module."),
     ]
     return functools.reduce(lambda c, option: option(c), reversed(options), with_rules)
 

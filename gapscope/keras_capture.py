@@ -14,7 +14,8 @@ from profilers.timers import CudaEventClock, HostClock, StepTimer
 
 
 def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 15),
-                  out: str | Path = "traces", *, warmup_steps: int | None = None):
+                  out: str | Path = "traces", *, warmup_steps: int | None = None,
+                  batch_size: int | None = None):
     """Give `model` the phase-marking train_step and return the callback that records its
     next `fit` into `out/<name>-<keras|keras-torch>-user-<time>/`.
 
@@ -29,11 +30,17 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     trace_steps are optimizer updates as in `range(first, stop)`, counted over all epochs;
     None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
-    raises or is interrupted is recorded as failed; Keras tells callbacks only of success."""
+    raises or is interrupted is recorded as failed; Keras tells callbacks only of success.
+    The model's top-level layers are the run's layers (`breakdown --layers`), by their names;
+    `batch_size` gives their FLOPs per step where the first batch's shape does not say it
+    (TensorFlow traces the step for any batch size where the samples do not fill whole batches)."""
     import keras
 
     from profilers.keras_marks import mark_keras_phases
 
+    if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
+                                   or batch_size < 1):
+        raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     on_torch = keras.backend.backend() == "torch"
     if keras.backend.backend() not in ("torch", "tensorflow"):
         raise ValueError(f"gapscope captures Keras on tensorflow or torch, not {keras.backend.backend()}")
@@ -45,6 +52,7 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
         from workloads.runners.tf_distribute import build_from_local_batch
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
+    model._gapscope_batch = batch_size
     return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
 
 
@@ -97,8 +105,21 @@ def _callback_class():
                 self._timer, self._window,
                 tf_logdir=self.run_dir if self._window and not self._on_torch else None,
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
-                steps_per_call=int(model.steps_per_execution or 1))
+                steps_per_call=int(model.steps_per_execution or 1),
+                window_hooks=self._layer_ranges(model))
             self._updates, self._call_begin = 0, 0
+
+        def _layer_ranges(self, model):
+            """On the torch backend a Keras layer is a torch module: the layer ranges the seed
+            Keras-on-torch runs get (keras_runner), on the model's top-level layers, in the
+            traced window only. None on TF (its op scopes name the layers), without a window,
+            and under jit_compile (torch.compile would trace the hooks into its graph)."""
+            if not self._on_torch or self._profiler is None or model.jit_compile:
+                return None
+            import keras
+            from workloads.runners.layer_ranges import LayerRanges
+            return LayerRanges({layer.name: layer for layer in model.layers
+                                if not isinstance(layer, keras.layers.InputLayer)})
 
         def on_train_batch_begin(self, batch, logs=None):
             self._call_begin = batch
@@ -160,6 +181,11 @@ def _callback_class():
                      else [self._window.first, min(self._window.last, self._updates - 1)]}
             if self._traced_ranks is not None:
                 facts["traced_ranks"] = self._traced_ranks
+            from gapscope.keras_layers import keras_layers
+            facts["layers"] = keras_layers(model)
+            batch = getattr(model, "_gapscope_batch", None)
+            if isinstance(batch, int):
+                facts["workload_spec"] = {"batch_size": batch}  # where the layers' FLOPs read it
             return rows, facts
 
     return GapscopeCapture

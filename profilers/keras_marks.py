@@ -25,6 +25,7 @@ def _marked_train_step_tf(self, data):
     import tensorflow as tf
 
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    _note_batch(self, x)
     with tf.GradientTape() as tape:
         with tf_phase_scope("forward"):
             y_pred = self(x, training=True)
@@ -53,6 +54,7 @@ def _marked_train_step_torch(self, data):
 
     marks = self._gapscope_marks
     x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+    _note_batch(self, x)
     with marks.phase("optimizer"):
         self.zero_grad()  # torch.nn.Module.zero_grad, as Keras' torch trainer does
     with marks.phase("forward"):
@@ -67,6 +69,17 @@ def _marked_train_step_torch(self, data):
         with torch.no_grad():
             self.optimizer.apply([w.value.grad for w in weights], weights)
     return _logs(self, x, y, y_pred, sample_weight, loss)
+
+
+def _note_batch(model, x) -> None:
+    """For a model capture_keras prepared (`_gapscope_batch` None until known): the first batch's
+    size where its shape says it (torch: every step is eager; TF: only where the step was traced
+    for one batch size, as the rest run in the graph), for the layers' FLOPs per step. Free after
+    the first: one attribute read. The seed runs' models (no such attribute) are left alone."""
+    if getattr(model, "_gapscope_batch", 0) is None:
+        import keras
+        size = keras.tree.flatten(x)[0].shape[0]
+        model._gapscope_batch = size if isinstance(size, int) else None
 
 
 def _logs(model, x, y, y_pred, sample_weight, loss):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import keras_user_models
 import user_loops
 from analysis.results.distributed_breakdown import breakdown_of
 from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
@@ -146,6 +147,12 @@ def test_keras_fit_on_tensorflow(tmp_path):
     assert doc["source"] == "trace, compensated" and doc["step_source"] == "unprofiled steps"
     assert len(doc["per_step"]) == 4
     assert len(_steps(cap.run_dir)) == user_loops.BATCHES
+    # Issue 44: the Sequential model's layers by its own names (dense_<n>, dense_<n+1>: without
+    # them TF's suffixed scopes read as one layer), FLOPs by the rules (keras_user_models).
+    names = [layer.name for layer in model.layers]
+    layers = keras_user_models.assert_user_layers(cap.run_dir, names + ["loss"])
+    # By hand, batch 64: Dense 100->64 + ReLU, the first with weights: 2*64*64*100 + 2*64*64.
+    assert layers.row(names[0]).forward_gflop == pytest.approx(827_392 / 1e9, abs=5e-7)
 
 
 def test_a_failing_fit_is_recorded_as_failed(tmp_path):
@@ -201,6 +208,10 @@ def test_keras_fit_on_the_torch_backend_uses_torch_profiler(tmp_path):
     _assert_all_phases(run_dir, "trace", steps=4)
     # On torch the step runs eagerly: the timers see every phase too.
     _assert_all_phases(run_dir, "timers")
+    # Issue 44: the Sequential model's two Dense layers by their names (the loss is no module).
+    names = [layer["name"] for layer in manifest["layers"] if layer["name"] != "loss"]
+    assert len(names) == 2
+    keras_user_models.assert_user_layers(run_dir, names)
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["tf.function", "eager"])

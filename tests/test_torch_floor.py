@@ -49,7 +49,7 @@ def test_keywords_are_checked_where_the_wheel_tells():
             "torch.distributed.init_process_group", "torch.autocast"} <= known
     assert calls["torch.profiler.profile"]["keywords"] == [
         "acc_events", "activities", "on_trace_ready", "profile_memory", "record_shapes", "schedule",
-        "with_stack"]
+        "with_modules", "with_stack"]
 
 
 def test_the_used_names_are_real_on_the_installed_torch():

@@ -64,6 +64,22 @@ def between_boundaries(trace: Trace, boundaries: list[tuple[float, float, int]],
                    "trace's start) left out as warm-up")
 
 
+def call_cycles(trace: Trace, rows: list[int], what: str) -> tuple[list[Event], str | None]:
+    """Steps from one call of a module (its with_modules range, in start order) to the next's
+    start: the call's forward, the backward and loading after it. A module's range holds its
+    forward only, so the range itself is no step; n calls give n - 1 steps."""
+    columns = trace.columns
+    starts = sorted(float(columns.start_us[r]) for r in rows)
+    if len(starts) < 2:
+        return [], None
+    track = columns.wheres[columns.where[rows[0]]][1]
+    steps = [Event(ITERATION, STEP, lo, hi - lo, track, number)
+             for number, (lo, hi) in enumerate(zip(starts[:-1], starts[1:]), start=1)]
+    return steps, (f"{len(steps)} step(s) taken between the calls of {what}, each from one call's "
+                   "start to the next's; the last call, whose end of step the trace does not show, "
+                   "left out")
+
+
 def marked_boundaries(trace: Trace, rows: list[int]) -> list[tuple[float, float, int]] | None:
     """The --step-marker ranges as boundaries, where they cover under BOUNDARY_COVER of their
     span (each is a part of a step, not the step); None where they enclose the steps."""

@@ -19,6 +19,9 @@ class PhaseOrigin(enum.StrEnum):
     MISSING = "not identified"
     NOT_APPLICABLE = "not applicable"  # e.g. backward and optimizer in an inference run
 
+# torch.profiler's with_modules range around each module's call (a python_function event).
+MODULE_RANGE_PREFIX = "nn.Module: "
+
 _TORCH_MARKERS = (
     ("enumerate(DataLoader)#", "data_load"),
     # The distributed wrappers' record_function around the model's forward (the loss after it

@@ -9,8 +9,9 @@ import statistics
 import numpy as np
 
 from analysis.events.columns import code
-from analysis.events.iterations import between_boundaries, marked_boundaries, optimizer_iterations
-from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from analysis.events.iterations import between_boundaries, call_cycles, marked_boundaries, optimizer_iterations
+from analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
 from analysis.events.trace_rules import TraceRules
 from analysis.events.tracks import outermost
 
@@ -27,7 +28,12 @@ def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str
     if rules.step_marker is not None:
         steps, rows = marked_steps(trace, rules)
         boundaries = marked_boundaries(trace, rows)
-        if boundaries:
+        called = len(rows) and columns.names[int(columns.name[rows[0]])].startswith(MODULE_RANGE_PREFIX)
+        if called:
+            steps, note = call_cycles(trace, rows, f"--step-marker {rules.step_marker!r}")
+            if steps:
+                return steps, [note]
+        elif boundaries:
             # Ranges that are a part of each step (Optimizer.step): the steps lie between them.
             steps, note = between_boundaries(trace, boundaries, f"--step-marker {rules.step_marker!r} "
                                              "ranges (too short to enclose a step)")
@@ -35,7 +41,8 @@ def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str
                 return steps, [note]
         elif steps:
             return steps, []
-        why = f"no host event matches --step-marker {rules.step_marker!r}"
+        why = (f"--step-marker {rules.step_marker!r} matches one module call: a step runs from one "
+               "call to the next" if called else f"no host event matches --step-marker {rules.step_marker!r}")
     else:
         rows = np.flatnonzero(columns.kind_codes() == code(STEP))
         if len(rows):
@@ -75,8 +82,11 @@ def marked_steps(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[int
     columns = trace.columns
     kinds = columns.kind_codes()
     wanted = np.array([rules.is_step_marker(name) for name in columns.names], bool)
+    module = np.array([name.startswith(MODULE_RANGE_PREFIX) for name in columns.names], bool)
+    # A module's with_modules range (python_function) may mark steps too (call_cycles).
     rows = np.flatnonzero(wanted[columns.name] & columns.on_host()
-                          & np.isin(kinds, [code(k) for k in _MARKER_KINDS]))
+                          & (np.isin(kinds, [code(k) for k in _MARKER_KINDS])
+                             | (module[columns.name] & (kinds == code(OTHER)))))
     # Steps follow one another whichever thread marks them: all markers count as one track.
     _, kept = outermost(columns, np.zeros(len(kinds), np.int64), rows).get(0, ([], []))
     steps = []

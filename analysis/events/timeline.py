@@ -11,9 +11,10 @@ from analysis.events import intervals
 from analysis.events.batch_copy import batch_copies
 from analysis.events.columns import code
 from analysis.events.gc_pause import collector_paused
-from analysis.events.phase_rules import PhaseOrigin, annotation_phase, framework_phase, gapscope_phase
+from analysis.events.phase_rules import (MODULE_RANGE_PREFIX, PhaseOrigin, annotation_phase, framework_phase,
+                                         gapscope_phase)
 from analysis.events.step_windows import cut_off_last, step_windows
-from analysis.events.trace import ANNOTATION, HOST_OP, Event, Trace
+from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Event, Trace
 from analysis.events.trace_rules import TraceRules, unused_patterns
 from profilers.phases import MARKED_PHASES
 
@@ -166,24 +167,40 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
         copies = []
     # A torch trace of ops with no autograd op and no optimizer anywhere is inference (an
     # inference_mode loop): those two phases do not apply, and forward runs to the step's end.
+    # Ops and ranges decide, never Python frames: with_stack writes the profiler's own
+    # `torch/autograd/profiler.py(358): _start_trace` into inference traces too.
     # (An XLA or TF trace whose marks cannot be read may be training all the same.)
     inference = (trace.source_format == "torch" and origins["backward"] == PhaseOrigin.MISSING
                  and origins["optimizer"] == PhaseOrigin.MISSING
                  and bool(((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))).any())
-                 and not any("autograd" in name for name in columns.names))
+                 and not _any_autograd_op(columns.names, columns.name[considered]))
     if inference:
         origins["backward"] = origins["optimizer"] = PhaseOrigin.NOT_APPLICABLE
     # A framework's forward is a wrapper's range (DistributedDataParallel.forward): the loss
     # computed after it is forward's too, found as an unmarked forward is.
     if origins["forward"] in (PhaseOrigin.MISSING, PhaseOrigin.FRAMEWORK) \
             and (origins["backward"] != PhaseOrigin.MISSING or inference):
-        ops = (row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))
+        # A module's call (with_modules' range) is forward all through, the Python between its
+        # ops included, as the module ranges that are the trace's layers count it.
+        ops = ((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))) | _module_ranges(columns, kinds)
         forward = _infer_forward(starts[ops], ends[ops], steps, by_phase, to_step_end=inference)
         if forward:
             by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
             if origins["forward"] == PhaseOrigin.MISSING:
                 origins["forward"] = PhaseOrigin.INFERRED
     return by_phase, origins, copies
+
+
+def _module_ranges(columns, kinds: np.ndarray) -> np.ndarray:
+    """Rows of with_modules' `nn.Module: …` ranges on the host."""
+    ids = [i for i, name in enumerate(columns.names) if name.startswith(MODULE_RANGE_PREFIX)]
+    return np.isin(columns.name, ids) & (kinds == code(OTHER)) & columns.on_host()
+
+
+def _any_autograd_op(names: list[str], rows: np.ndarray) -> bool:
+    """Whether an op or range among `rows` (name ids) is autograd's (torch::autograd::CopySlices
+    runs in backward without a Backward node's name)."""
+    return any("autograd" in names[i] for i in np.unique(rows))
 
 
 _UNCLAIMED, _NOT_CONSIDERED = -1, -2  # row claims that are no phase: an unmarked host op, other events

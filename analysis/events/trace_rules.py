@@ -15,6 +15,9 @@ class TraceRules:
 
     phases: tuple[tuple[str, str], ...] = ()  # (phase, pattern), in the order given
     step_marker: str | None = None
+    # Which of with_modules' nested `nn.Module: …` ranges are layers: those at this depth (0 the
+    # model itself); None: module_depth's default.
+    layer_depth: int | None = None
 
     def user_phase(self, name: str) -> str | None:
         """The phase of the first --phase pattern that matches the whole name, else None."""

@@ -12,7 +12,7 @@ from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, RUNTIME, Event, Trace
 from analysis.measures.kernels import (COMPILED_GRAPH, DEVICE_KERNELS, HOST_OPS, INDUCTOR_KERNEL, Work,
                                        find_work)
-from analysis.measures.layer_times import BACKWARD_NODE, LAYER_PHASES, layer_name
+from analysis.measures.layer_times import BACKWARD_NODE, LAYER_PHASES, layer_name, layer_ranges
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE, is_layer_range
 
 MIXED = "mixed"      # a kernel whose ops fit several layers, or no single one
@@ -99,11 +99,12 @@ class KernelLayers:
 
 
 def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | None,
-                  work: Work | None = None) -> KernelLayers | None:
+                  work: Work | None = None, depth: int | None = None) -> KernelLayers | None:
     """None where the trace is no torch trace with device kernels (or, on the CPU, with a
     compiled graph's kernels recorded one by one), or neither names layers (no layer ranges)
     nor comes with its model's layers (`specs`, the manifest's `layers`). `work`: the trace's
-    find_work, where the caller has it already."""
+    find_work, where the caller has it already. `depth`: which with_modules ranges are layers,
+    as layer_times takes them."""
     if trace.source_format != "torch" or not timeline.steps:
         return None
     work = work or find_work(trace, timeline)
@@ -120,15 +121,17 @@ def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | Non
     if not items:
         return None
     stacks, ops = _stacks(trace, {id(at) for _, at in items})
+    ranges, _, _ = layer_ranges(trace, depth)
+    kept = {(track, start, end) for track, spans in ranges.items() for start, end, _ in spans}
 
     def stack_of(at: Event) -> list[Event]:
         # A launch's enclosing ops (GPU); a CPU op's and itself (its own name says what it is).
         return stacks.get(id(at), []) + ([at] if work.source == HOST_OPS else [])
 
-    ranged = any(_range_layer(stack_of(at)) for _, at in items)
+    ranged = any(_range_layer(stack_of(at), kept) for _, at in items)
     if not ranged and not specs:
         return None
-    places = _Places(specs or [], timeline, stacks, ops)
+    places = _Places(specs or [], timeline, stacks, ops, kept)
     steps = len(timeline.steps)
     layers = {s["name"]: {p: KernelGroup() for p in LAYER_PHASES} for s in specs or []}
     mixed = {p: KernelGroup() for p in LAYER_PHASES}
@@ -177,9 +180,11 @@ def _fused_ops(listed: str) -> list[str]:
     return ops
 
 
-def _range_layer(stack: list[Event]) -> str | None:
+def _range_layer(stack: list[Event], kept: set) -> str | None:
+    """The innermost range of the stack that is a layer (`kept`: layer_ranges' (track, start,
+    end), so with_modules' ranges at the chosen depth only)."""
     return next((layer_name(e.name) for e in reversed(stack)
-                 if e.name.startswith(LAYER_RANGE_PREFIXES)), None)
+                 if e.name.startswith(LAYER_RANGE_PREFIXES) and (e.track, e.start_us, e.end_us) in kept), None)
 
 
 def _stacks(trace: Trace, wanted: set[int]) -> tuple[dict[int, list[Event]], dict[int, Event]]:
@@ -217,8 +222,8 @@ class _Places:
     which autograd nodes then inherit through their sequence numbers."""
 
     def __init__(self, specs: list[dict], timeline: PhaseTimeline, stacks: dict[int, list[Event]],
-                 ops: dict[int, Event]):
-        self.specs, self.timeline, self.stacks, self.ops = specs, timeline, stacks, ops
+                 ops: dict[int, Event], kept: set):
+        self.specs, self.timeline, self.stacks, self.ops, self.kept = specs, timeline, stacks, ops, kept
         # A user's model's layers (kind "module", gapscope.model_layers) have no kind an op's
         # name could fit: only ranges and autograd place kernels there, the rest is outside.
         self.kinded = any(s["kind"] != "module" for s in specs) or not specs
@@ -290,7 +295,7 @@ class _Places:
         return self._layer(stack, phase)
 
     def _layer(self, stack: list[Event], phase: str) -> tuple[str | None, tuple[str, ...], str]:
-        layer = _range_layer(stack)
+        layer = _range_layer(stack, self.kept)
         if layer is not None:
             return layer, (), "range"
         if phase == "backward":

@@ -46,7 +46,12 @@ def spec_flops(layer: dict | None, batch) -> LayerFlops | None:
         if not isinstance(forward, int) or not isinstance(backward, int):
             return None
         return LayerFlops(forward, backward, forward)  # the counter counts GEMM-like ops only
-    return layer_flops(layer, batch) if isinstance(batch, int) else None
+    return layer_flops(layer, batch) if isinstance(batch, int) and has_rule(layer) else None
+
+
+def has_rule(layer: dict) -> bool:
+    """Whether a rule counts the layer (a user's Keras model lists its other layers by class)."""
+    return layer.get("kind") in _COUNTS
 
 
 def layer_flops(layer: dict, batch: int) -> LayerFlops:
@@ -118,10 +123,13 @@ def layer_params(layer: dict) -> int:
     """Weights and biases of a layer from its shapes: conv k·k·in·out + out, dense in·units + units,
     LSTM 4·units·(in + units) + 4·units (one bias per gate, as Keras; torch keeps two, 4·units
     more), batch norm 2 per feature (scale and shift; the running statistics are no parameters),
-    none for pooling, flatten, ReLU, dropout and the loss; a user's module: the count it kept."""
+    none for pooling, flatten, ReLU, dropout and the loss. A layer no rule knows has the count
+    it kept: a user's torch module (gapscope.model_layers) or Keras layer (`params`), else 0."""
     kind, d = layer["kind"], layer.get("dims", {})
     if kind == "module":  # counted on the module itself (gapscope.model_layers)
         return d.get("params") if isinstance(d.get("params"), int) else 0
+    if kind not in _COUNTS:
+        return int(layer.get("params") or 0)
     if kind == "conv2d":
         return d["kernel"] ** 2 * d["in_channels"] * d["out_channels"] + d["out_channels"]
     if kind == "dense":

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 
 from analysis.events import intervals
 from analysis.events.hlo_metadata import HloModules
+from analysis.events.module_depth import DEFAULT_DEPTH, at_depth
+from analysis.events.phase_rules import MODULE_RANGE_PREFIX
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from analysis.measures.fusion_table import classify
@@ -22,6 +24,7 @@ _TF_FORWARD = "gapscope_forward/"
 _TF_BACKWARD = "gradient_tape/"
 _TF_LOSS_SCOPES = ("compile_loss", LOSS_SCOPE)  # Keras' train_step, gapscope's raw TF loop
 _SCOPE_SUFFIX = re.compile(r"(_\d+)+$")  # TF makes a reused scope unique: conv1 -> conv1_1
+_VARIABLE_READ = "ReadVariableOp"  # the op type that ends a TF op event's name (`…:ReadVariableOp`)
 
 
 @dataclass
@@ -39,10 +42,11 @@ class LayerTimes:
 
 
 def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
-                hlo: HloModules | None = None) -> LayerTimes | None:
+                hlo: HloModules | None = None, depth: int | None = None) -> LayerTimes | None:
     """None where the trace carries no layer: no layer ranges, no layer scopes. `hlo`: the
-    run's HLO metadata, through which an XLA-compiled op finds the layers it was made from."""
-    found = _found(trace, timeline, names, hlo)
+    run's HLO metadata, through which an XLA-compiled op finds the layers it was made from.
+    `depth`: which with_modules ranges are layers (module_depth; None the default)."""
+    found = _found(trace, timeline, names, hlo, depth)
     if found is None:
         return None
     layers, notes = found
@@ -63,10 +67,10 @@ def layer_times(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
 
 
 def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None = None,
-                hlo: HloModules | None = None) -> list[tuple[float, float, str, str, int]]:
+                hlo: HloModules | None = None, depth: int | None = None) -> list[tuple[float, float, str, str, int]]:
     """Each stretch of time a layer was given in the traced steps, as layer_times counts it:
     (start µs, end µs, layer, phase, step index), in time order; [] where the trace names none."""
-    found = _found(trace, timeline, names, hlo)
+    found = _found(trace, timeline, names, hlo, depth)
     if found is None:
         return []
     spans, order = [], {phase: _inner_first(found[0], phase) for phase in LAYER_PHASES}
@@ -78,12 +82,12 @@ def layer_spans(trace: Trace, timeline: PhaseTimeline, names: list[str] | None =
 
 
 def _found(trace: Trace, timeline: PhaseTimeline, names: list[str] | None,
-           hlo: HloModules | None) -> tuple[dict, list[str]] | None:
+           hlo: HloModules | None, depth: int | None = None) -> tuple[dict, list[str]] | None:
     """Each layer's intervals by phase (the spec's layers only, where names are given), and notes."""
     if not timeline.steps:
         return None
     if trace.source_format == "torch":
-        found, notes = _torch_layers(trace)
+        found, notes = _torch_layers(trace, depth)
     else:
         found, notes = _scoped_layers(trace, names, hlo)
     if names:
@@ -116,7 +120,7 @@ def _attributed(found: dict, order: list[str], timeline: PhaseTimeline, step: in
     return segments, parts
 
 
-def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
+def _torch_layers(trace: Trace, depth: int | None = None) -> tuple[dict, list[str]]:
     """Forward: each layer range. Backward: each autograd node whose sequence number is that of
     a forward op inside a layer range (innermost range on the op's thread), and each
     AccumulateGrad node (it has no sequence number) with the node that ran just before it on
@@ -124,7 +128,7 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
     right after the node that made the parameter's gradient."""
     columns = trace.columns
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    ranges, starts = _layer_ranges(trace)
+    ranges, starts, notes = layer_ranges(trace, depth)
     if not ranges:
         return {}, []
     for track in ranges.values():
@@ -160,27 +164,39 @@ def _torch_layers(trace: Trace) -> tuple[dict, list[str]]:
         i = bisect.bisect_left(before, (e.start_us,)) - 1
         if i >= 0 and before[i][1] is not None:
             found[before[i][1]]["backward"].append((e.start_us, e.end_us))
-    notes = []
     if backward_nodes and unlinked == len(backward_nodes):
         notes.append("no backward node links to a layer's forward op (no autograd sequence "
                      "numbers inside layer ranges): backward per layer unknown")
     return {name: {p: intervals.merge(v) for p, v in phases.items()} for name, phases in found.items()}, notes
 
 
-def _layer_ranges(trace: Trace) -> tuple[dict, dict]:
-    """Each host track's layer ranges (start, end, layer) in start order, and their starts."""
+def layer_ranges(trace: Trace, depth: int | None = None) -> tuple[dict, dict, list[str]]:
+    """Each host track's layer ranges (start, end, layer) in start order, their starts, and a
+    note on the module depth taken. with_modules' ranges nest down to every Linear: the modules
+    at one depth are the layers (module_depth); gapscope's own ranges are all layers."""
     ranges: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    modules: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
     for e in trace.events:
         # gapscope_layer/… are annotations; with_modules writes `nn.Module: …` as python_function.
         if e.kind in (ANNOTATION, OTHER) and e.track.startswith("host") \
                 and e.name.startswith(LAYER_RANGE_PREFIXES):
-            ranges[e.track].append((e.start_us, e.end_us, layer_name(e.name)))
+            into = modules if e.name.startswith(MODULE_RANGE_PREFIX) else ranges
+            into[e.track].append((e.start_us, e.end_us, layer_name(e.name)))
+    notes = []
+    if modules:
+        kept, taken = at_depth(modules, depth)
+        for track, spans in kept.items():
+            ranges[track] += spans
+        notes.append(f"layers: with_modules' module ranges at depth {taken} "
+                     f"({DEFAULT_DEPTH if depth is None else 'as asked'}; 0 is the model itself, "
+                     "--layer-depth N for another)")
     for track in ranges.values():
         track.sort()
-    return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}
+    return ranges, {track: [s for s, _, _ in r] for track, r in ranges.items()}, notes
 
 
-def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[str, list[str]]]:
+def layer_fused(trace: Trace, names: list[str] | None = None,
+                depth: int | None = None) -> dict[str, dict[str, list[str]]]:
     """What each layer's fused ops fused (fusion_table), by phase: {"dense1": {"forward":
     ["dense+bias+ReLU"]}}. TF ops by their layer scope; torch host ops inside a layer's range
     (forward: torch's backward nodes are no fused ops). Layers without one are left out."""
@@ -196,7 +212,7 @@ def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[
             found[layer][phase].append(fused.fuses)
 
     if trace.source_format == "torch":
-        ranges, starts = _layer_ranges(trace)
+        ranges, starts, _ = layer_ranges(trace, depth)
         for e in trace.events:
             if e.kind == HOST_OP and e.track in ranges:
                 layer = _innermost(ranges[e.track], starts[e.track], e.start_us)
@@ -204,11 +220,12 @@ def layer_fused(trace: Trace, names: list[str] | None = None) -> dict[str, dict[
                     add(layer, "forward", e.name)
     else:
         scopes: dict[str, tuple[str, str] | None] = {}
+        resolved = scope_names(trace, names)
         for e in trace.events:
             if e.kind != HOST_OP or not e.track.startswith("host"):
                 continue
             if e.name not in scopes:
-                scopes[e.name] = scope_layer(e.name, known)
+                scopes[e.name] = scope_layer(e.name, known, resolved)
             if scopes[e.name] is not None:
                 add(*scopes[e.name], e.name)
     return {layer: dict(phases) for layer, phases in found.items() if any(phases.values())}
@@ -240,6 +257,7 @@ def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None
     they are all of one layer and phase. Without the layers' names, a note where scopes that
     differ only by a suffix were read as one layer."""
     known = set(names or ())
+    resolved = scope_names(trace, names)
     layer_of: dict[str, tuple[str, str] | None] = {}
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     across, unknown = set(), set()
@@ -251,11 +269,11 @@ def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None
             key = f"{e.hlo_module}/{e.hlo_op}"
             where = layer_of.get(key, False)
             if where is False:
-                where = layer_of[key] = _xla_layer(hlo, e, known, across, unknown)
+                where = layer_of[key] = _xla_layer(hlo, e, known, across, unknown, resolved)
         else:
             where = layer_of.get(e.name, False)
             if where is False:
-                where = layer_of[e.name] = scope_layer(e.name, known)
+                where = layer_of[e.name] = scope_layer(e.name, known, resolved)
                 if where is not None and not known:
                     scopes[where[0]].add(_raw_scope(e.name))
         if where is not None:
@@ -272,13 +290,13 @@ def _scoped_layers(trace: Trace, names: list[str] | None, hlo: HloModules | None
     return found, notes
 
 
-def _xla_layer(hlo: HloModules | None, e, known: set[str], across: set, unknown: set):
+def _xla_layer(hlo: HloModules | None, e, known: set[str], across: set, unknown: set, resolved: dict):
     """(layer, phase) of an XLA op from its HLO metadata, or None (several, or none known)."""
     op = hlo.find(e.hlo_module, e.hlo_op) if hlo else None
     if op is None:
         unknown.add(e.hlo_op)
         return None
-    wheres = {w for w in (scope_layer(name, known) for name in op.op_names) if w is not None}
+    wheres = {w for w in (scope_layer(name, known, resolved) for name in op.op_names) if w is not None}
     if len(wheres) > 1:
         across.add(e.hlo_op)
     return next(iter(wheres)) if len(wheres) == 1 else None
@@ -290,8 +308,40 @@ def _raw_scope(op_name: str) -> str:
     return parts[1] if len(parts) >= 3 else parts[0]
 
 
-def scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
-    """(layer, phase) an op's scope names, else None."""
+def scope_names(trace: Trace, names: list[str] | None) -> dict[str, str]:
+    """Which of the model's layers (`names`, in the model's order) each raw layer scope of the
+    trace's forward ops is. TF makes a reused scope unique by suffixes, so the layer `dense` may
+    run as `dense_1` and the layer `dense_1` as `dense_1_2`: a raw scope can read as two names.
+    One that can be one layer only is that layer; the others, in the order the forward first
+    runs them, are each the first layer they can be that no earlier scope is. {} without names."""
+    if not names:
+        return {}
+    first: dict[str, float] = {}
+    for e in trace.events:
+        if e.kind != HOST_OP or not e.track.startswith("host"):
+            continue
+        head, marker, rest = e.name.partition(_TF_FORWARD)
+        parts = rest.split("/")
+        # A variable's read waits for nothing (TF runs the reads of every layer first): the
+        # order is the ops' that compute.
+        if e.name.endswith(_VARIABLE_READ):
+            continue
+        if marker and not head.endswith(_TF_BACKWARD) and len(parts) >= 3 \
+                and not parts[0].startswith(_TF_LOSS_SCOPES) and e.start_us < first.get(parts[1], float("inf")):
+            first[parts[1]] = e.start_us
+    candidates = {raw: [n for n in names if raw == n or (raw.startswith(n + "_")
+                                                           and _SCOPE_SUFFIX.fullmatch(raw[len(n):]))]
+                  for raw in first}
+    found = {raw: fits[0] for raw, fits in candidates.items() if len(fits) == 1}
+    for raw in sorted((r for r, fits in candidates.items() if len(fits) > 1), key=first.get):
+        taken = set(found.values())
+        found[raw] = next((n for n in candidates[raw] if n not in taken), candidates[raw][0])
+    return found
+
+
+def scope_layer(op_name: str, known: set[str], resolved: dict[str, str] | None = None) -> tuple[str, str] | None:
+    """(layer, phase) an op's scope names, else None. `resolved`: scope_names' reading of the
+    trace's raw scopes, where the model's layer names are known."""
     head, marker, rest = op_name.partition(_TF_FORWARD)
     if not marker:
         return None
@@ -301,6 +351,8 @@ def scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
         return "loss", phase
     if len(parts) < 3:  # model/op: an op of the model itself, in no layer
         return None
+    if resolved and parts[1] in resolved:
+        return resolved[parts[1]], phase
     layer = _SCOPE_SUFFIX.sub("", parts[1]) if parts[1] not in known else parts[1]
     if known and layer not in known:
         return None

@@ -12,6 +12,7 @@ import numpy as np
 from profilers.errors import GapscopeInputError, TraceFormatError
 from analysis.events.columns import ColumnsBuilder
 from analysis.events.gc_pause import collector_paused
+from analysis.events.phase_rules import MODULE_RANGE_PREFIX
 from analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
 from analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
@@ -37,6 +38,7 @@ class _Header(msgspec.Struct):
     deviceProperties: list[dict] = []
     baseTimeNanoseconds: int | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()
+    with_modules: msgspec.Raw = msgspec.Raw()  # torch.profiler's own flag, written as 1
 
 
 # Lax, as trace_chunks' decoders: numeric strings read as numbers in the decoder itself.
@@ -176,6 +178,10 @@ class _Reader:
                 break
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
+        if bytes(head.with_modules).strip() not in (b"", b"0", b"false", b"null"):
+            # Kineto writes the ops before the Python ranges (`nn.Module: …`): a trace whose head
+            # says with_modules keeps its sequence numbers from the first event.
+            self._keep_sequences = True
         buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
         consumed, size = 0, chunk_pool.workers()
         while not eof:
@@ -564,7 +570,7 @@ class _Window:
 
 
 # Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
-LAYER_RANGE_PREFIXES = (LAYER_RANGE_PREFIX, "nn.Module: ")
+LAYER_RANGE_PREFIXES = (LAYER_RANGE_PREFIX, MODULE_RANGE_PREFIX)
 SEQUENCE = "sequence"  # the Event.stats key of an autograd sequence number
 
 

@@ -21,9 +21,10 @@ def _delta(value: float) -> str:
     return f"{value:+.3f}"
 
 
-def _row(name: str, r: LayerRow) -> list[str]:
-    return [name, _num(r.forward_ms), _num(r.backward_ms), _num(r.forward_gflop),
-            _num(r.backward_gflop), _num(r.gflops("forward"), 1), _num(r.gflops("backward"), 1)]
+def _row(name: str, r: LayerRow, lb: LayerBreakdown) -> list[str]:
+    return [name, _num(lb.shown("forward", r.forward_ms)), _num(lb.shown("backward", r.backward_ms)),
+            _num(r.forward_gflop), _num(r.backward_gflop), _num(r.gflops("forward"), 1),
+            _num(r.gflops("backward"), 1)]
 
 
 def _marked(r: LayerRow) -> str:
@@ -37,28 +38,33 @@ def _fused_line(lb: LayerBreakdown) -> list[str]:
 
 
 def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
-    rows = [_row(_marked(r), r) for r in lb.rows]
-    rows.append(["outside layers", _num(lb.outside_ms("forward")), _num(lb.outside_ms("backward")),
+    rows = [_row(_marked(r), r, lb) for r in lb.rows]
+    rows.append(["outside layers", *(_num(lb.shown(p, lb.outside_ms(p))) for p in ("forward", "backward")),
                  "", "", "", ""])
     total = LayerRow("phase", lb.phase_ms["forward"], lb.phase_ms["backward"],
                      *(None if lb.phase_gflops(p) is None else sum(r.gflop(p) for r in lb.rows)
                        for p in ("forward", "backward")))
-    rows.append(_row("phase (traced)", total))
+    rows.append(_row("phase (traced)", total, lb))
     return rows
 
 
 def _compare_rows(a: LayerBreakdown, b: LayerBreakdown) -> list[list[str]]:
     rows = []
     for ra, rb in layer_pairs(a, b)[0]:
-        rows.append([pair_name(ra, rb), _num(ra.forward_ms), _num(rb.forward_ms),
-                     _delta(rb.forward_ms - ra.forward_ms), _num(ra.backward_ms), _num(rb.backward_ms),
-                     _delta(rb.backward_ms - ra.backward_ms), _num(ra.gflops("backward"), 1),
-                     _num(rb.gflops("backward"), 1)])
-    fa, fb = a.outside_ms("forward"), b.outside_ms("forward")
-    ba, bb = a.outside_ms("backward"), b.outside_ms("backward")
-    rows.append(["outside layers", _num(fa), _num(fb), _delta(fb - fa), _num(ba), _num(bb),
-                 _delta(bb - ba), "", ""])
+        rows.append([pair_name(ra, rb), *_pair_cells(a, b, "forward", ra.forward_ms, rb.forward_ms),
+                     *_pair_cells(a, b, "backward", ra.backward_ms, rb.backward_ms),
+                     _num(ra.gflops("backward"), 1), _num(rb.gflops("backward"), 1)])
+    rows.append(["outside layers",
+                 *_pair_cells(a, b, "forward", a.outside_ms("forward"), b.outside_ms("forward")),
+                 *_pair_cells(a, b, "backward", a.outside_ms("backward"), b.outside_ms("backward")), "", ""])
     return rows
+
+
+def _pair_cells(a: LayerBreakdown, b: LayerBreakdown, phase: str, ms_a: float, ms_b: float) -> list[str]:
+    """Both runs' ms of a phase and the delta; "-" where a run cannot measure the phase."""
+    shown_a, shown_b = a.shown(phase, ms_a), b.shown(phase, ms_b)
+    delta = "-" if shown_a is None or shown_b is None else _delta(shown_b - shown_a)
+    return [_num(shown_a), _num(shown_b), delta]
 
 
 def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:

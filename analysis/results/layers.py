@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from analysis.events.phase_rules import PhaseOrigin
 from analysis.measures.device_peaks import peak_gflops
 from analysis.measures.hardware import hardware
 from analysis.measures.kernel_layers import kernel_layers
 from analysis.measures.kernels import Work
-from analysis.measures.layer_flops import layer_params, spec_flops
+from analysis.measures.layer_flops import has_rule, layer_params, spec_flops
 from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.measures.optimizer_layers import optimizer_layers
 from analysis.model.run import Run
@@ -74,6 +75,13 @@ class LayerBreakdown:
     # torch: each layer's share of Optimizer.step (OptimizerLayers' JSON form); None where the
     # trace does not show it per parameter (a note says why).
     optimizer: dict | None = None
+    # Phases whose time per layer the trace cannot give (an inference trace's backward): shown
+    # as "-" and null, never as a measured 0.
+    unmeasured: list[str] = field(default_factory=list)
+
+    def shown(self, phase: str, value):
+        """`value` of a phase, or None where the phase is unmeasured."""
+        return None if phase in self.unmeasured else value
 
     @property
     def peak_gflops(self) -> float | None:
@@ -98,30 +106,34 @@ class LayerBreakdown:
         return sum(flops) / (self.phase_ms[phase] / 1000.0)
 
     def to_json_dict(self) -> dict:
+        shown = self.shown
         return {"run_id": self.run_id, "label": self.label, "source": self.source,
                 "steps": self.steps, "batch": self.batch,
-                "phase_ms": {p: round(v, _DIGITS) for p, v in self.phase_ms.items()},
-                "outside_ms": {p: self.outside_ms(p) for p in self.phase_ms},
+                "phase_ms": {p: shown(p, round(v, _DIGITS)) for p, v in self.phase_ms.items()},
+                "outside_ms": {p: shown(p, self.outside_ms(p)) for p in self.phase_ms},
                 "phase_gflops": {p: _round(self.phase_gflops(p)) for p in self.phase_ms},
                 "peak": self.peak,
                 "phase_peak_share": {p: _round(self.peak_share(self.phase_gflops(p)))
                                      for p in self.phase_ms},
                 "layers": [{**{k: _round(v) for k, v in asdict(r).items()},
+                            **{f"{p}_ms": shown(p, r.ms(p)) for p in LAYER_PHASES},
                             "forward_gflops": _round(r.gflops("forward")),
                             "backward_gflops": _round(r.gflops("backward")),
                             "forward_peak_share": _round(self.peak_share(r.gflops("forward"))),
                             "backward_peak_share": _round(self.peak_share(r.gflops("backward")))}
                            for r in self.rows],
+                "unmeasured": self.unmeasured,
                 "notes": self.notes, "kernels": self.kernels, "optimizer": self.optimizer}
 
     @classmethod
     def from_json_dict(cls, d: dict) -> "LayerBreakdown":
-        rows = [LayerRow(r["name"], r["forward_ms"], r["backward_ms"], r.get("forward_gflop"),
+        # An unmeasured phase is null in the JSON: 0.0 again here, which `unmeasured` keeps from view.
+        rows = [LayerRow(r["name"], r["forward_ms"] or 0.0, r["backward_ms"] or 0.0, r.get("forward_gflop"),
                          r.get("backward_gflop"), dict(r.get("fused") or {}), r.get("params"))
                 for r in d["layers"]]
-        return cls(d.get("run_id"), d["label"], rows, dict(d["phase_ms"]), d["steps"],
-                   d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])), d.get("peak"),
-                   d.get("kernels"), d.get("optimizer"))
+        return cls(d.get("run_id"), d["label"], rows, {p: ms or 0.0 for p, ms in d["phase_ms"].items()},
+                   d["steps"], d.get("batch"), d.get("source", SOURCE), list(d.get("notes", [])),
+                   d.get("peak"), d.get("kernels"), d.get("optimizer"), list(d.get("unmeasured", [])))
 
 
 def _round(value):
@@ -160,9 +172,12 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     # A user's model's layers: what its capture said of them (gapscope.model_layers).
     recorded = [n for n in run.manifest.get("layer_notes") or () if isinstance(n, str)]
     kernels = _kernel_layers(run, specs, batch, work)
-    found = layer_times(run.trace, run.timeline, names, run.hlo)
+    depth = run.rules.layer_depth
+    found = layer_times(run.trace, run.timeline, names, run.hlo, depth)
     optimizer = optimizer_layers(run.trace, run.timeline, specs)
-    optimizer_note = [optimizer] if isinstance(optimizer, str) and run.trace.source_format == "torch" else []
+    # An inference trace has no optimizer: nothing to say about splitting it.
+    optimizer_note = [optimizer] if (isinstance(optimizer, str) and run.trace.source_format == "torch"
+                                     and run.timeline.origins.get("optimizer") != PhaseOrigin.NOT_APPLICABLE) else []
     optimizer = None if isinstance(optimizer, str) else optimizer.to_json_dict()
     if found is None:
         why = (COMPILED if _compiled_torch(run.manifest) else
@@ -177,7 +192,7 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     if per_call > 1 and updates and updates != found.steps:
         found = _per_update(found, updates)
     by_name = {s["name"]: s for s in specs or ()}
-    fused = layer_fused(run.trace, names)
+    fused = layer_fused(run.trace, names, depth)
     rows, notes = [], list(found.notes) + recorded + optimizer_note
     for name, times in found.layers.items():
         spec = by_name.get(name)
@@ -186,14 +201,26 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
                              flops and round(flops.forward / 1e9, _DIGITS),
                              flops and round(flops.backward / 1e9, _DIGITS), fused.get(name, {}),
                              layer_params(spec) if spec else None))
+    # Layers whose FLOPs neither a counter kept (a user's torch module) nor a rule gives.
+    uncounted = [r.name for r in rows if r.name in by_name and spec_flops(by_name[r.name], batch) is None]
     if not specs:
         notes.append("layer names from the trace; no layer shapes, so no FLOPs")
+    elif not isinstance(batch, int) and any(has_rule(by_name[n]) for n in uncounted):
+        notes.append("no batch size in the run, so no FLOPs (gapscope.capture_keras(..., batch_size=N) "
+                     "gives it where TensorFlow traced the step for any batch size)")
+    elif uncounted:
+        # A user's model (capture_keras) lists the layers no rule counts by their class.
+        named = ", ".join(f"{n} ({by_name[n]['kind']})" for n in uncounted)
+        notes.append(f"no FLOP rule for {named}: no GFLOP there (docs/reference.md, Layers)")
     if run.manifest.get("framework") in ("keras", "tf"):
         notes.append("optimizer per layer: TF's update ops run per variable without the layer's "
                      "name (rm_sprop/Mul_27), so the optimizer is not split by layer")
     phase_ms = {p: round(ms, _DIGITS) for p, ms in found.phase_ms.items()}
+    # An inference trace has no backward to split: its layers' backward is unmeasured, not 0.
+    unmeasured = [p for p in LAYER_PHASES if run.timeline.origins.get(p) == PhaseOrigin.NOT_APPLICABLE]
     return LayerBreakdown(run.run_id, label, rows, phase_ms, found.steps, batch, notes=notes,
-                          peak=_measured_peak(run.manifest), kernels=kernels, optimizer=optimizer)
+                          peak=_measured_peak(run.manifest), kernels=kernels, optimizer=optimizer,
+                          unmeasured=unmeasured)
 
 
 def _measured_peak(manifest: dict) -> dict | None:
@@ -207,7 +234,7 @@ def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None)
     with their GFLOP/s and share of the peak; no GFLOP/s for a layer's phase where a mixed
     kernel may be part of it (its time is then only known from below). None where
     kernel_layers has no table."""
-    found = kernel_layers(run.trace, run.timeline, specs, work)
+    found = kernel_layers(run.trace, run.timeline, specs, work, run.rules.layer_depth)
     if found is None:
         return None
     table = found.to_json_dict()
@@ -242,7 +269,8 @@ def run_layer_spans(run: Run) -> list[tuple[float, float, str, str, int]]:
     if run.trace is None:
         return []
     specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
-    return layer_spans(run.trace, run.timeline, [s["name"] for s in specs] if specs else None, run.hlo)
+    return layer_spans(run.trace, run.timeline, [s["name"] for s in specs] if specs else None, run.hlo,
+                       run.rules.layer_depth)
 
 
 @dataclass

@@ -7,26 +7,31 @@ from collections import defaultdict
 import numpy as np
 
 from analysis.events.memory_event import MemoryEvent
+from analysis.events.module_depth import at_depth
+from analysis.events.phase_rules import MODULE_RANGE_PREFIX
 from analysis.events.timeline import PhaseTimeline
 from analysis.events.trace import ANNOTATION, OTHER, Trace
 # The layer timing's own reading of layer ranges and Keras scopes, so both name layers alike.
-from analysis.measures.layer_times import layer_name, scope_layer
+from analysis.measures.layer_times import layer_name, scope_layer, scope_names
 from analysis.measures.memory.levels import Levels
 from analysis.measures.memory.phase_memory import event_phase
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES
 
 
-def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | None) -> list[str | None]:
+def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | None,
+                    depth: int | None = None) -> list[str | None]:
     """Each event's layer: the Keras scope in its op's name (TF), else the innermost layer
-    range around it on its thread (torch's eager runs mark layers with ranges)."""
+    range around it on its thread (torch's eager runs mark layers with ranges; with_modules'
+    module ranges at `depth`, as the layer timing takes them)."""
     known = set(names or ())
-    ranges = _layer_ranges(trace, {e.track for e in events if not e.op})
+    resolved = scope_names(trace, names) if any(e.op for e in events) else {}
+    ranges = _layer_ranges(trace, {e.track for e in events if not e.op}, depth)
     starts = {track: [r[0] for r in found] for track, found in ranges.items()}
     found = []
     for event in events:
         layer = None
         if event.op:
-            scoped = scope_layer(event.op, known)
+            scoped = scope_layer(event.op, known, resolved)
             layer = scoped[0] if scoped else None
         elif event.track in ranges:
             track, begun = ranges[event.track], starts[event.track]
@@ -70,7 +75,7 @@ def kept_by_layer(levels: Levels, layers: list[str | None], timeline: PhaseTimel
     return {layer: total / steps for layer, total in kept.items()} if steps else {}
 
 
-def _layer_ranges(trace: Trace, tracks: set[str]) -> dict[str, list[tuple[float, float, str]]]:
+def _layer_ranges(trace: Trace, tracks: set[str], depth: int | None) -> dict[str, list[tuple[float, float, str]]]:
     """The layer ranges on `tracks`, sorted by start, from the trace's columns."""
     if not tracks:
         return {}
@@ -82,10 +87,15 @@ def _layer_ranges(trace: Trace, tracks: set[str]) -> dict[str, list[tuple[float,
         return {}
     rows = np.flatnonzero(np.isin(columns.name, ids) & np.isin(columns.where, list(wheres)))
     found: dict[str, list] = defaultdict(list)
+    modules: dict[str, list] = defaultdict(list)
     for row in rows.tolist():
         start = float(columns.start_us[row])
-        found[wheres[int(columns.where[row])]].append(
-            (start, start + float(columns.dur_us[row]), layer_name(columns.names[columns.name[row]])))
+        name = columns.names[columns.name[row]]
+        into = modules if name.startswith(MODULE_RANGE_PREFIX) else found
+        into[wheres[int(columns.where[row])]].append((start, start + float(columns.dur_us[row]),
+                                                      layer_name(name)))
+    for track, spans in at_depth(modules, depth)[0].items() if modules else ():
+        found[track] += spans
     for ranges in found.values():
         ranges.sort()
     return found

@@ -19,7 +19,8 @@ def layer_bars(panels: list[dict]):
         by_name = {r["name"]: r["sides"][0] for r in p["rows"]}
         y = [len(names) - 1 - k + (len(shown) / 2 - i - 0.5) * height for k in range(len(names))]
         forward = [by_name[n]["forward_ms"] if n in by_name else 0.0 for n in names]
-        backward = [by_name[n]["backward_ms"] if n in by_name else 0.0 for n in names]
+        # An unmeasured backward (inference) is null: no bar.
+        backward = [(by_name[n]["backward_ms"] or 0.0) if n in by_name else 0.0 for n in names]
         colour = RUN_COLOURS[i % len(RUN_COLOURS)]
         ax.barh(y, forward, height=height * 0.9, color=colour, label=f"{p['runs'][0]} forward")
         ax.barh(y, backward, left=forward, height=height * 0.9, color=colour, alpha=0.45,

@@ -167,7 +167,7 @@ def _layers_kept(run: Run, levels: Levels, timeline) -> dict[str, float]:
     manifest lists them; empty where the trace names no layer."""
     specs = run.manifest.get("layers") if isinstance(run.manifest.get("layers"), list) else None
     names = [s["name"] for s in specs if isinstance(s, dict) and "name" in s] if specs else None
-    kept = kept_by_layer(levels, layer_of_events(levels.events, run.trace, names), timeline)
+    kept = kept_by_layer(levels, layer_of_events(levels.events, run.trace, names, run.rules.layer_depth), timeline)
     order = [n for n in names if n in kept] if names else sorted(kept, key=kept.get, reverse=True)
     return {name: kept[name] for name in order}
 

@@ -20,7 +20,8 @@ def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> di
     for ra, rb in pairs:
         cells = [_side(a, ra), _side(b, rb)]
         rows.append({"name": pair_name(ra, rb), "matched": True, "sides": cells,
-                     "delta_ms": {p: round(cells[1][f"{p}_ms"] - cells[0][f"{p}_ms"], _DIGITS)
+                     "delta_ms": {p: None if None in (cells[0][f"{p}_ms"], cells[1][f"{p}_ms"]) else
+                                  round(cells[1][f"{p}_ms"] - cells[0][f"{p}_ms"], _DIGITS)
                                   for p in ("forward", "backward")}})
     lined = {id(r) for pair in pairs for r in pair}
     # Each layer no pair holds, on its own side, "not matched" on the other.
@@ -39,9 +40,9 @@ def layer_panel(a: LayerBreakdown | None, b: LayerBreakdown | None = None) -> di
     return {"runs": [lb.label for lb in sides], "matched_by": by,
             "note": note, "rows": rows,
             # A run without layers has no traced phases here either: null, never zeros.
-            "outside": [{p: lb.outside_ms(p) for p in ("forward", "backward")} if lb.rows else None
-                        for lb in sides],
-            "phase": [{p: lb.phase_ms[p] for p in ("forward", "backward")} if lb.rows else None
+            "outside": [{p: lb.shown(p, lb.outside_ms(p)) for p in ("forward", "backward")}
+                        if lb.rows else None for lb in sides],
+            "phase": [{p: lb.shown(p, lb.phase_ms[p]) for p in ("forward", "backward")} if lb.rows else None
                       for lb in sides],
             "notes": [f"{lb.label}: {n}" for lb in sides for n in lb.notes],
             # GPU runs: each run's device kernels by layer, as the terminal's second table.
@@ -54,7 +55,8 @@ def _side(lb: LayerBreakdown, r: LayerRow | None) -> dict | None:
     if r is None:
         return None
     total = lb.phase_ms["forward"] + lb.phase_ms["backward"]
-    return {"forward_ms": r.forward_ms, "backward_ms": r.backward_ms,
+    # An unmeasured phase (an inference trace's backward) is null, never a measured 0.
+    return {"forward_ms": lb.shown("forward", r.forward_ms), "backward_ms": lb.shown("backward", r.backward_ms),
             "forward_gflop": r.forward_gflop, "backward_gflop": r.backward_gflop,
             "forward_gflops": _round(r.gflops("forward")), "backward_gflops": _round(r.gflops("backward")),
             # Of the traced forward and backward together: what this layer's time weighs.

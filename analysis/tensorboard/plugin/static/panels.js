@@ -77,7 +77,8 @@ function layerView(p) {
     const cells = [html('td', {}, label)];
     for (const phase of ['forward', 'backward']) {
       for (const f of figures) cells.push(html('td', {class: 'num'}, f ? num(f[phase]) : 'no layers'));
-      const both = two && figures[0] && figures[1];
+      // A phase a run cannot split by layer (an inference trace's backward) is null there.
+      const both = two && figures[0] && figures[1] && figures[0][phase] != null && figures[1][phase] != null;
       if (two) cells.push(html('td', {class: 'num'}, both ? signed(figures[1][phase] - figures[0][phase], 3) : ''));
     }
     const rest = 6;  // the cells after the times: one run GFLOP, GFLOP/s, share, fused; two runs 3 pairs
