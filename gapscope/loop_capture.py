@@ -60,13 +60,18 @@ class LoopCapture:
             rank_place())
         self.run_dir, self.job_dir = self._run.run_dir, self._run.job_dir
         self._signals = ExitStack()
-        if self.job_dir is not None:
-            self._signals.enter_context(stop_on_sigterm())
+        self._signals.enter_context(stop_on_sigterm())
         session_type = TorchStepSession if self.framework == "torch" else TfStepSession
+        self._compiles = None
         try:
+            # What the loop's torch.compile (or tf.function) compiled, broke and recompiled, step
+            # by step, into compile.json, as `gapscope run --variant compile` records it.
+            self._compiles = _compile_records(self.framework, self.run_dir)
             self._session = session_type(self.run_dir, self.window, cuda)
             self._session.start()
         except BaseException as exc:  # the directory exists: say why it holds no run
+            if self._compiles is not None:
+                self._compiles.__exit__(None, None, None)
             self._run.fail([], {}, exc)
             self._signals.close()
             raise
@@ -98,6 +103,10 @@ class LoopCapture:
             self._windows.close(self._rows)
         except Exception as error:  # noqa: BLE001 - a window's failure must not lose the job's run
             window_error = error
+        try:
+            self._compiles.__exit__(exc_type, exc, tb)
+        except Exception as error:  # noqa: BLE001 - the steps matter more than the compile record
+            stop_error = stop_error or error
         traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
         rows = mark_rows(self._rows(), self.warmup_steps, traced)
         facts = {"device": self._device_name(), "steps": self.steps,
@@ -149,6 +158,7 @@ class LoopCapture:
         if self._inside_function is not None:
             if self._inside_function():
                 from profilers.tf_marks import tf_phase_scope
+                self._compiles.seen_tracing()  # this Python runs only while TF traces
                 return tf_phase_scope(name)
             if self._tentative:
                 self._begin()
@@ -165,6 +175,7 @@ class LoopCapture:
             self._session.begin_step(self.steps)
         self._timer.end_step(loss)
         self._session.end_step(self.steps)
+        self._compiles.end_step(self.steps)
         self.steps += 1
         if self._windows.wanted:  # all an untriggered job pays for on-demand capture
             self._windows.after_step(self.steps, self._rows)
@@ -239,6 +250,16 @@ def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str 
     """
     return LoopCapture(name, trace_steps, out, device=device, warmup_steps=warmup_steps,
                        framework=framework)
+
+
+def _compile_records(framework: str, run_dir: Path):
+    """torch: Dynamo's own records (written only where something compiled); tf: the traces of
+    the tf.functions the loop marks phases in (TfTraceLog)."""
+    if framework == "torch":
+        from workloads.runners.dynamo_records import DynamoRecorder
+        return DynamoRecorder(run_dir, quiet=True, keep_empty=False).__enter__()
+    from workloads.runners.tf_traces import PhaseTraces
+    return PhaseTraces(run_dir)
 
 
 def _window_range(window) -> list[int] | None:

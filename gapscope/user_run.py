@@ -14,7 +14,7 @@ from typing import Callable
 from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
 from profilers.machine_load import load_between, load_snapshot
-from profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
+from profilers.run_dir import INTERRUPTED_STATUS, MANIFEST, create_run_dir, ensure_out_dir
 from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
 from profilers.trace_window import TraceWindow
 from workloads.runners.after_run import RunWithViews
@@ -106,17 +106,20 @@ def torch_share() -> Callable[[str | None], str] | None:
 
 @contextmanager
 def stop_on_sigterm():
-    """Under torchrun, which stops the other ranks with SIGTERM when one fails: SIGTERM raises
-    Interrupted in the loop instead of killing the process, so the rank records its end (and
-    rank 0 the job's, naming the rank that failed). A handler of the user's own is kept."""
-    if ("TORCHELASTIC_RUN_ID" not in os.environ
-            or threading.current_thread() is not threading.main_thread()
+    """SIGTERM raises Interrupted in the loop instead of killing the process, so the capture
+    records its end, `interrupted` with the steps done (under torchrun, which stops the other
+    ranks with SIGTERM when one fails, rank 0 also the job's, naming the rank that failed). Then,
+    outside torchrun, SIGTERM is sent again with its default action: the process ends as it
+    would have without gapscope, only later. A handler of the user's own is kept."""
+    if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         yield
         return
+    came = []
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the first one counts
+        came.append(signum)
         raise Interrupted(signum)
 
     signal.signal(signal.SIGTERM, stop)
@@ -124,6 +127,8 @@ def stop_on_sigterm():
         yield
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if came and "TORCHELASTIC_RUN_ID" not in os.environ:
+            signal.raise_signal(signal.SIGTERM)
 
 
 def safe_name(name: str) -> str:
@@ -168,9 +173,12 @@ class UserRun(RunWithViews):
     """The run directory of a capture, named after the user's run; its life (pid and host,
     complete or failed, interrupted) is run_lifecycle's, as for gapscope's own runs.
 
-    No signal handlers are set here: the process is the user's. Ctrl-C reaches the loop as
-    KeyboardInterrupt and is recorded as interrupted; a SIGTERM that kills the process leaves
-    the manifest `running` with a pid that is gone, which effective_status reads as interrupted."""
+    A loop that ends early (Ctrl-C, SIGTERM through stop_on_sigterm, an exception) is recorded
+    `interrupted` with the steps it did, which breakdown analyses. A process killed outright
+    (SIGKILL) leaves the manifest `running` with a pid that is gone, and the steps.csv its live
+    flushes wrote: effective_status reads it as interrupted, and breakdown its whole steps."""
+
+    stopped_status = INTERRUPTED_STATUS
 
     def __init__(self, name: str, framework: str, out: str | Path, settings: dict,
                  warmup_steps: int, place: RankPlace | None = None, *,

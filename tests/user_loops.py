@@ -148,3 +148,83 @@ def gradient_tape_loop(out: Path, compiled: bool = True):
         for inputs, targets in cap.data(dataset):
             cap.step(train_step(inputs, targets))
     return cap
+
+
+COMPILED_STEPS, COMPILED_BATCH, COMPILED_NEW_SHAPE_AT = 12, 8, 8
+
+
+def compiled_torch_loop(out: Path):
+    """A loop whose model the user compiled (torch.compile, the cheap aot_eager backend: no C++
+    compile), with a data-dependent branch (a graph break) and, at one step after the warm-up,
+    a batch of another size (a recompile)."""
+    import torch
+
+    import gapscope
+
+    class Branchy(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(16, 16)
+            self.head = torch.nn.Linear(16, 4)
+
+        def forward(self, x):
+            if x.mean() > 0:  # the inputs are positive: always taken, but Dynamo cannot know
+                x = torch.relu(self.linear(x))
+            return self.head(x)
+
+    torch.manual_seed(0)
+    model = Branchy()
+    compiled = torch.compile(model, backend="aot_eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = [COMPILED_BATCH // 2 if step == COMPILED_NEW_SHAPE_AT else COMPILED_BATCH
+               for step in range(COMPILED_STEPS)]
+    with gapscope.capture("user-compiled", trace_steps=None, out=out, warmup_steps=WARMUP) as cap:
+        for batch in batches:
+            with cap.phase("data_load"):
+                inputs, targets = torch.rand(batch, 16), torch.randint(0, 4, (batch,))
+            with cap.phase("forward"):
+                loss = torch.nn.functional.cross_entropy(compiled(inputs), targets)
+            with cap.phase("backward"):
+                loss.backward()
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+            cap.step(loss)
+    return cap
+
+
+RETRACE_AT, RETRACE_STEPS = 13, 18
+
+
+def tf_retrace_loop(out: Path):
+    """A tf.function custom loop whose batch size changes at step RETRACE_AT, after the warm-up:
+    TensorFlow traces the step function again there."""
+    import keras
+    import tensorflow as tf
+
+    import gapscope
+
+    x, y = data()
+    first = tf.data.Dataset.from_tensor_slices((x[:RETRACE_AT * BATCH], y[:RETRACE_AT * BATCH])).batch(BATCH)
+    rest = RETRACE_STEPS - RETRACE_AT
+    second = tf.data.Dataset.from_tensor_slices(
+        (x[-rest * BATCH // 2:], y[-rest * BATCH // 2:])).batch(BATCH // 2)
+    tf.random.set_seed(0)
+    w = tf.Variable(tf.random.normal((100, 10), stddev=0.1))
+    optimizer = keras.optimizers.SGD(0.1)
+    with gapscope.capture("user-retrace", trace_steps=None, out=out, framework="tf",
+                          warmup_steps=WARMUP) as cap:
+        @tf.function
+        def train_step(inputs, targets):
+            with tf.GradientTape() as tape:
+                with cap.phase("forward"):
+                    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(targets, inputs @ w))
+            with cap.phase("backward"):
+                gradients = tape.gradient(loss, [w])
+            with cap.phase("optimizer"):
+                optimizer.apply_gradients(zip(gradients, [w]))
+            return loss
+
+        for inputs, targets in cap.data(first.concatenate(second)):
+            cap.step(train_step(inputs, targets))
+    return cap
