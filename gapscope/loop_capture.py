@@ -8,7 +8,7 @@ from profilers.step_sessions import TfStepSession, TorchStepSession
 from contextlib import ExitStack
 
 from gapscope.ondemand.job_window import NoWindows, OnDemandWindows
-from gapscope.user_run import UserRun, default_warmup, rank_place, stop_on_sigterm, trace_window
+from gapscope.user_run import UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm, trace_window
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
 from profilers.marks import PhaseMarks
@@ -66,7 +66,7 @@ class LoopCapture:
         try:
             # What the loop's torch.compile (or tf.function) compiled, broke and recompiled, step
             # by step, into compile.json, as `gapscope run --variant compile` records it.
-            self._compiles = _compile_records(self.framework, self.run_dir)
+            self._compiles = compile_record(self.framework, self.run_dir)
             self._session = session_type(self.run_dir, self.window, cuda)
             self._session.start()
         except BaseException as exc:  # the directory exists: say why it holds no run
@@ -250,16 +250,6 @@ def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str 
     """
     return LoopCapture(name, trace_steps, out, device=device, warmup_steps=warmup_steps,
                        framework=framework)
-
-
-def _compile_records(framework: str, run_dir: Path):
-    """torch: Dynamo's own records (written only where something compiled); tf: the traces of
-    the tf.functions the loop marks phases in (TfTraceLog)."""
-    if framework == "torch":
-        from workloads.runners.dynamo_records import DynamoRecorder
-        return DynamoRecorder(run_dir, quiet=True, keep_empty=False).__enter__()
-    from workloads.runners.tf_traces import PhaseTraces
-    return PhaseTraces(run_dir)
 
 
 def _window_range(window) -> list[int] | None:

@@ -131,6 +131,19 @@ def stop_on_sigterm():
             signal.raise_signal(signal.SIGTERM)
 
 
+def compile_record(framework: str, run_dir: Path):
+    """Entered: what the user's compiled step compiled, step by step (`end_step(i)`), into
+    compile.json on `__exit__`, as `gapscope run --variant compile` records it. torch: Dynamo's
+    own records, written only where something compiled (torch.compile, Lightning's compiled
+    module, the HF Trainer's torch_compile); tf: the traces of the tf.functions the loop marks
+    phases in (PhaseTraces)."""
+    if framework == "torch":
+        from workloads.runners.dynamo_records import DynamoRecorder
+        return DynamoRecorder(run_dir, quiet=True, keep_empty=False).__enter__()
+    from workloads.runners.tf_traces import PhaseTraces
+    return PhaseTraces(run_dir)
+
+
 def safe_name(name: str) -> str:
     workload = _UNSAFE.sub("-", str(name)).strip("-.")
     if not workload:
@@ -173,12 +186,11 @@ class UserRun(RunWithViews):
     """The run directory of a capture, named after the user's run; its life (pid and host,
     complete or failed, interrupted) is run_lifecycle's, as for gapscope's own runs.
 
-    A loop that ends early (Ctrl-C, SIGTERM through stop_on_sigterm, an exception) is recorded
-    `interrupted` with the steps it did, which breakdown analyses. A process killed outright
-    (SIGKILL) leaves the manifest `running` with a pid that is gone, and the steps.csv its live
-    flushes wrote: effective_status reads it as interrupted, and breakdown its whole steps."""
-
-    stopped_status = INTERRUPTED_STATUS
+    A loop that ends early (Ctrl-C, SIGTERM through stop_on_sigterm, an exception) after some
+    steps is recorded `interrupted` with the steps it did, which breakdown analyses; before any,
+    `failed`. A process killed outright (SIGKILL) leaves the manifest `running` with a pid that
+    is gone, and the steps.csv its live flushes wrote: effective_status reads it as interrupted,
+    and breakdown its whole steps."""
 
     def __init__(self, name: str, framework: str, out: str | Path, settings: dict,
                  warmup_steps: int, place: RankPlace | None = None, *,
@@ -219,6 +231,7 @@ class UserRun(RunWithViews):
         self._end_job()
 
     def fail(self, rows, facts, exc) -> bool:
+        self.stopped_status = INTERRUPTED_STATUS if rows else "failed"
         with stop_signals_deferred():  # the rank's end and, on rank 0, the job's
             recorded = super().fail(rows, {**facts, **self._late_backend()}, exc)
             self._end_job()

@@ -228,3 +228,38 @@ def tf_retrace_loop(out: Path):
         for inputs, targets in cap.data(first.concatenate(second)):
             cap.step(train_step(inputs, targets))
     return cap
+
+
+def stopped_torch_loop(out: Path, stop_at: int, signum: int):
+    """torch_loop's model and data, the process sending itself `signum` as step `stop_at` begins,
+    inside the trace window (stop_at - 2, stop_at + 4). Before a SIGKILL it waits, between two
+    steps, for the live steps.csv flush (once a second) to come due, so the steps before the
+    kill are on disk as a job's would be."""
+    import signal
+    import time
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    import gapscope
+
+    torch.manual_seed(0)
+    x, y = data()
+    loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=BATCH)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    with gapscope.capture("user-stopped", trace_steps=(stop_at - 2, stop_at + 4), out=out,
+                          warmup_steps=WARMUP) as cap:
+        for step, (inputs, targets) in enumerate(cap.data(loader)):
+            if step == stop_at:
+                os.kill(os.getpid(), signum)
+            with cap.phase("forward"):
+                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            with cap.phase("backward"):
+                loss.backward()
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+            cap.step(loss)
+            if signum == signal.SIGKILL and step == stop_at - 2:
+                time.sleep(1.5)  # outside any step; the flush is taken at the next step's end

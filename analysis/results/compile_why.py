@@ -15,6 +15,10 @@ STAGE_NAMES = {"dynamo": "Dynamo", "aot_autograd": "AOT autograd", "inductor": "
                "codegen_and_kernel_compile": "codegen+C++/Triton compile",
                "tf_trace": "tf.function trace (Python)"}
 # Reasons Dynamo gives for any unsupported call: the explanation under them says which call.
+# Dynamo's per-compile counts of graphs its caches served (kept in compile.json), by cache.
+CACHE_FIELDS = {"fx_graph": "inductor_fx_local_cache_hit_count",
+                "aot_autograd": "aotautograd_local_cache_hit_count"}
+CACHE_NAMES = {"fx_graph": "Inductor's FX graph cache", "aot_autograd": "AOT autograd's cache"}
 _GENERIC_REASON = re.compile(r"^Encountered graph break when attempting to trace")
 _REASON_CHARS = 90
 
@@ -74,6 +78,8 @@ class CompileWhy:
     retraces: list[Retrace] = field(default_factory=list)
     # Steps after the warm-up that compiled or retraced, with what: left out of the steady steps.
     steady_events: dict[int, str] = field(default_factory=dict)
+    # Graphs torch's caches kept between processes served, not compiled: by cache.
+    cache_hits: dict[str, int] = field(default_factory=dict)
 
     @property
     def attributed_ms(self) -> float:
@@ -103,7 +109,14 @@ class CompileWhy:
                 f"{_count(len(self.graph_breaks), 'graph break')}{f' ({breaks})' if breaks else ''}, "
                 f"{_count(len(self.recompiles), 'recompile')}{f' ({guards})' if guards else ''}"
                 + (f"; {_s(self.later_compile_ms)} more compiling after the warm-up"
-                   if self.later_compile_ms else "") + self._left_out())
+                   if self.later_compile_ms else "") + self._cached() + self._left_out())
+
+    def _cached(self) -> str:
+        hits = {cache: n for cache, n in self.cache_hits.items() if n}
+        if not hits:
+            return ""
+        return "; served from the compile cache: " + ", ".join(
+            f"{_count(n, 'graph')} ({CACHE_NAMES[cache]})" for cache, n in hits.items())
 
     def _left_out(self) -> str:
         steps = sorted(self.steady_events)
@@ -124,6 +137,7 @@ class CompileWhy:
                 "recompiles": [asdict(r) for r in self.recompiles],
                 "tf_traces": self.tf_traces, "retraces": [asdict(r) for r in self.retraces],
                 "steady_events": [{"step": s, "what": w} for s, w in sorted(self.steady_events.items())],
+                "cache_hits": self.cache_hits,
                 "unseen": self.unseen, "torch": self.torch_version, "line": self.line()}
 
 
@@ -160,6 +174,8 @@ def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> 
                   for c in forward if c.get("recompile_reason")]
     why = CompileWhy(measured_ms, stages, later, graphs, graph_breaks(records["graph_breaks"]),
                      recompiles, unseen_lines(compiles, records), records.get("torch"))
+    why.cache_hits = {cache: sum(_int(c.get(field_name), 0) for c in compiles)
+                      for cache, field_name in CACHE_FIELDS.items()}
     why.steady_events = steady_events(why, records, warmup_steps)
     return why
 

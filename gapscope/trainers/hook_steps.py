@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gapscope.ondemand.job_window import OnDemandWindows
-from gapscope.user_run import UserRun, default_warmup, rank_place, trace_window
+from gapscope.user_run import UserRun, compile_record, default_warmup, rank_place, trace_window
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
 from profilers.phases import MARKED_PHASES
@@ -55,10 +55,16 @@ class HookSteps:
             "warmup_steps": self.warmup_steps, "device": str(self._device), **self.settings},
             self.warmup_steps, rank_place())
         self.run_dir, self.job_dir = self._run.run_dir, self._run.job_dir
+        self._compiles = None
         try:
+            # A compiled model (Lightning's torch.compile'd module, HF's torch_compile=True):
+            # its compiles, graph breaks and recompiles into compile.json.
+            self._compiles = compile_record("torch", self.run_dir)
             self._session = TorchStepSession(self.run_dir, self.window, cuda)
             self._session.start()
         except BaseException as exc:  # the directory exists: say why it holds no run
+            if self._compiles is not None:
+                self._compiles.__exit__(None, None, None)
             self._run.fail([], {}, exc)
             raise
         # `gapscope capture --pid` windows, as for the capture API's loops.
@@ -88,6 +94,7 @@ class HookSteps:
         self.leave()
         self._timer.end_step(loss)
         self._session.end_step(self.steps)
+        self._compiles.end_step(self.steps)
         self.steps += 1
         self._in_step = False
         if self._windows.wanted:  # all an untriggered fit pays for on-demand capture
@@ -115,6 +122,10 @@ class HookSteps:
         try:
             self._windows.close(self._timer.rows)
         except Exception as error:  # noqa: BLE001 - a window's failure must not lose the fit's run
+            stop_error = stop_error or error
+        try:
+            self._compiles.__exit__(None, None, None)
+        except Exception as error:  # noqa: BLE001 - the steps matter more than the compile record
             stop_error = stop_error or error
         traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
         rows = mark_rows(self._timer.rows(), self.warmup_steps, traced)
