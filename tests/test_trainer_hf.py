@@ -69,12 +69,12 @@ def test_accumulation_with_evaluation_between_updates(accumulated):
     assert all(4.0 < float(row["loss"]) < 5.3 for row in steps_of(accumulated))
 
 
-def test_a_train_that_raises_is_recorded_as_failed(tmp_path):
+def test_a_train_that_raises_is_recorded_as_interrupted(tmp_path):
     with pytest.raises(ValueError, match="the trainer broke"):
         trainer_fits.hf_fit(tmp_path, steps=STEPS, trace_steps=None, fail_at=6)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("hf-gpt2-")]
     manifest = manifest_of(run_dir)
-    assert manifest["status"] == "failed" and manifest["error"] == "ValueError: the trainer broke"
+    assert manifest["status"] == "interrupted" and manifest["error"] == "ValueError: the trainer broke"
     assert len(steps_of(run_dir)) == 5  # the update that raised never reached gapscope's on_step_end
 
 

@@ -150,13 +150,13 @@ def gradient_tape_loop(out: Path, compiled: bool = True):
     return cap
 
 
-COMPILED_STEPS, COMPILED_BATCH, COMPILED_NEW_SHAPE_AT = 12, 8, 8
+COMPILED_STEPS, COMPILED_BATCH, COMPILED_NEW_SHAPE_AT, COMPILED_TRACE = 14, 8, 8, (10, 12)
 
 
-def compiled_torch_loop(out: Path):
+def compiled_torch_loop(out: Path, compiled: bool = True):
     """A loop whose model the user compiled (torch.compile, the cheap aot_eager backend: no C++
     compile), with a data-dependent branch (a graph break) and, at one step after the warm-up,
-    a batch of another size (a recompile)."""
+    a batch of another size (a recompile). `compiled=False`: the same loop, eager."""
     import torch
 
     import gapscope
@@ -174,16 +174,17 @@ def compiled_torch_loop(out: Path):
 
     torch.manual_seed(0)
     model = Branchy()
-    compiled = torch.compile(model, backend="aot_eager")
+    forward = torch.compile(model, backend="aot_eager") if compiled else model
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     batches = [COMPILED_BATCH // 2 if step == COMPILED_NEW_SHAPE_AT else COMPILED_BATCH
                for step in range(COMPILED_STEPS)]
-    with gapscope.capture("user-compiled", trace_steps=None, out=out, warmup_steps=WARMUP) as cap:
+    with gapscope.capture("user-compiled", trace_steps=COMPILED_TRACE, out=out,
+                          warmup_steps=WARMUP) as cap:
         for batch in batches:
             with cap.phase("data_load"):
                 inputs, targets = torch.rand(batch, 16), torch.randint(0, 4, (batch,))
             with cap.phase("forward"):
-                loss = torch.nn.functional.cross_entropy(compiled(inputs), targets)
+                loss = torch.nn.functional.cross_entropy(forward(inputs), targets)
             with cap.phase("backward"):
                 loss.backward()
             with cap.phase("optimizer"):
