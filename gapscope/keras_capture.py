@@ -45,7 +45,14 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
         from workloads.runners.tf_distribute import build_from_local_batch
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
-    return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
+    callback = _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
+    if not on_torch:
+        # train_step's Python body runs only when Keras' tf.function traces it: each trace, with
+        # its input signature and the update it came at, goes to compile.json (retraces too).
+        from workloads.runners.tf_traces import TraceLog
+        callback.trace_log = TraceLog(step_of=lambda: callback.updates)
+        model.train_step = callback.trace_log.wrap(model.train_step, name="train_step")
+    return callback
 
 
 def _callback_class():
@@ -62,6 +69,8 @@ def _callback_class():
             self._warmup = default_warmup(window, warmup_steps)
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
+            self.trace_log = None  # the TF backend's tf.function traces (capture_keras sets it)
+            self.updates = 0
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
@@ -98,7 +107,7 @@ def _callback_class():
                 tf_logdir=self.run_dir if self._window and not self._on_torch else None,
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
                 steps_per_call=int(model.steps_per_execution or 1))
-            self._updates, self._call_begin = 0, 0
+            self.updates, self._call_begin = 0, 0
 
         def on_train_batch_begin(self, batch, logs=None):
             self._call_begin = batch
@@ -106,7 +115,7 @@ def _callback_class():
 
         def on_train_batch_end(self, batch, logs=None):
             self._steps.on_train_batch_end(batch, logs)
-            self._updates += batch - self._call_begin + 1
+            self.updates += batch - self._call_begin + 1
 
         def on_train_end(self, logs=None):
             self._finish(None)
@@ -129,6 +138,9 @@ def _callback_class():
             elif exc is None and not self._on_torch:
                 self._steps.finish_trace()  # a fit shorter than the window left it running
             rows, facts = self._rows_and_facts()
+            if self.trace_log is not None and self.trace_log.traces:
+                self.trace_log.write(self.run_dir, jit_compile=bool(self._model_marked.jit_compile))
+                self.trace_log.traces = []  # this fit's; a later fit of the model writes its own
             if exc is None:
                 self._run.complete(rows, facts)
             else:
@@ -138,11 +150,11 @@ def _callback_class():
             model = self._model_marked
             timed = MARKED_PHASES if self._on_torch else ()
             rows = self._timer.rows(timed_phases=timed)
-            per_epoch = int(self.params.get("steps") or 0) or max(1, self._updates)
+            per_epoch = int(self.params.get("steps") or 0) or max(1, self.updates)
             spe = int(model.steps_per_execution or 1)
             if spe > 1:
                 from workloads.runners.execution_rows import expand_executions
-                rows = expand_executions(rows, spe, per_epoch, self._updates)
+                rows = expand_executions(rows, spe, per_epoch, self.updates)
             traced = None
             if self._window is not None:
                 # With steps_per_execution a call is traced as a whole; torch.profiler also
@@ -154,10 +166,10 @@ def _callback_class():
             mark_rows(rows, self._warmup, traced)
             facts = {"device": torch_device_name() if self._on_torch else tf_device_name(),
                      "parameters": keras_parameters(model),
-                     "steps": self._updates, "steps_run": self._updates,
+                     "steps": self.updates, "steps_run": self.updates,
                      "steps_per_epoch": per_epoch, "jit_compile_resolved": bool(model.jit_compile),
-                     "trace_window": None if self._window is None or self._updates <= self._window.first
-                     else [self._window.first, min(self._window.last, self._updates - 1)]}
+                     "trace_window": None if self._window is None or self.updates <= self._window.first
+                     else [self._window.first, min(self._window.last, self.updates - 1)]}
             if self._traced_ranks is not None:
                 facts["traced_ranks"] = self._traced_ranks
             return rows, facts

@@ -121,6 +121,21 @@ def test_the_tf_retrace_is_named_and_left_out_of_the_steady_mean(retraced):
     assert f"step {at} {float(rows[at]['step_ms']):.1f} ms (retrace of train_step: {reason})" in text
 
 
+def test_a_keras_fit_records_its_trace_and_a_short_last_batch_is_no_retrace(tmp_path):
+    """capture_keras records train_step's tf.function traces into compile.json, as `gapscope run`
+    does. Keras traces it for an unknown batch size, so the short last batch (32 of 64) traces
+    nothing again and no step leaves the steady state."""
+    cap, _ = user_loops.keras_fit(tmp_path, short_last_batch=32, trace_steps=None)
+    records = json.loads((cap.run_dir / "compile.json").read_text())
+    (trace,) = records["tf_traces"]
+    assert (trace["function"], trace["step"]) == ("train_step", 0)
+    assert [a["shape"] for a in trace["signature"]] == [[None, 100], [None]]
+    doc, text = _breakdown(cap.run_dir)
+    assert doc["compile"]["retraces"] == [] and doc["compile"]["steady_events"] == []
+    assert doc["steps"] == user_loops.BATCHES - user_loops.WARMUP
+    assert "train_step traced 1 time, no retrace" in text
+
+
 def test_compare_and_report_show_the_own_loops_compile(compiled, tmp_path):
     """compare holds the user's compiled loop against the plain one (amortisation), report and
     the tab's panel list its recompile and the step left out."""

@@ -95,8 +95,10 @@ def torch_profile_without_steps(out: Path, iterations: int = 6) -> Path:
     return out
 
 
-def keras_fit(out: Path, steps_per_execution: int = 1):
-    """`model.fit` on a compiled Sequential model, as the Keras guides write it."""
+def keras_fit(out: Path, steps_per_execution: int = 1, short_last_batch: int | None = None,
+              trace_steps=TRACE):
+    """`model.fit` on a compiled Sequential model, as the Keras guides write it.
+    `short_last_batch`: the data cut so that the last batch holds that many samples."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
 
@@ -104,12 +106,14 @@ def keras_fit(out: Path, steps_per_execution: int = 1):
 
     keras.utils.set_random_seed(0)
     x, y = data()
+    if short_last_batch is not None:
+        x, y = x[:short_last_batch - BATCH], y[:short_last_batch - BATCH]
     model = keras.Sequential([keras.Input((100,)), keras.layers.Dense(64, activation="relu"),
                               keras.layers.Dense(10)])
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   steps_per_execution=steps_per_execution)
-    with gapscope.capture_keras(model, "user-mlp", trace_steps=TRACE, out=out,
+    with gapscope.capture_keras(model, "user-mlp", trace_steps=trace_steps, out=out,
                                 warmup_steps=WARMUP) as cap:
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cap])
     return cap, model
