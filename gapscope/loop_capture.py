@@ -7,7 +7,8 @@ from pathlib import Path
 from profilers.step_sessions import TfStepSession, TorchStepSession
 from contextlib import ExitStack
 
-from gapscope.ondemand.job_window import NoWindows, OnDemandWindows
+from gapscope.ondemand.job_window import OnDemandWindows
+from gapscope.ondemand.live_steps import LiveStepsOnly
 from gapscope.user_run import UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm, trace_window
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
@@ -75,10 +76,12 @@ class LoopCapture:
             self._run.fail([], {}, exc)
             self._signals.close()
             raise
-        # On-demand windows (`gapscope capture --pid`): torch.profiler, so torch loops only.
+        # On-demand windows (`gapscope capture --pid`): torch.profiler, so torch loops only;
+        # either way steps.csv is appended as the loop goes (LiveSteps).
         self._windows = (OnDemandWindows(self._run, cuda, self._device_name, self._session,
                                          self._timer, self.warmup_steps).open()
-                         if self.framework == "torch" else NoWindows())
+                         if self.framework == "torch" else
+                         LiveStepsOnly(self.run_dir, self._timer, self.warmup_steps, self._session).open())
         self._tentative_begin()
         return self
 

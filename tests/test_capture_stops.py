@@ -75,6 +75,26 @@ def test_breakdown_analyses_the_interrupted_run_and_says_so(terminated):
     assert f"run interrupted (SIGTERM): these figures are of the {STOP_AT} steps it recorded" in doc["notes"]
 
 
+def test_a_killed_tf_loop_is_read_up_to_its_last_whole_step(tmp_path):
+    """A TensorFlow loop appends its steps.csv as it goes too."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-c", "import pathlib, user_loops; user_loops.gradient_tape_loop("
+                               f"pathlib.Path({str(tmp_path)!r}), kill_at={STOP_AT})"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGKILL, done.stderr[-2000:]
+    (run_dir,) = tmp_path.iterdir()
+    rows = _rows(run_dir)
+    assert [int(r["step"]) for r in rows] == list(range(STOP_AT))
+    # user_loops.TRACE (6, 10): 6-9 traced, 10 paid the profiler's stop, 3-5 and 11 unprofiled.
+    assert _steady_unprofiled(rows) == [3, 4, 5, 11]
+    result = CliRunner().invoke(cli, ["breakdown", str(run_dir), "--source", "timers", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["steps"] == 4
+    assert f"these figures are of the {STOP_AT} steps it recorded" in " ".join(doc["notes"])
+
+
 def test_a_killed_run_is_read_up_to_its_last_whole_step(killed):
     manifest = json.loads((killed / "manifest.json").read_text())
     assert manifest["status"] == "running"  # it could record nothing

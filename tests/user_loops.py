@@ -119,9 +119,13 @@ def keras_fit(out: Path, steps_per_execution: int = 1, short_last_batch: int | N
     return cap, model
 
 
-def gradient_tape_loop(out: Path, compiled: bool = True):
+def gradient_tape_loop(out: Path, compiled: bool = True, kill_at: int | None = None):
     """A TensorFlow custom loop: tf.data, GradientTape and apply_gradients, the step a
-    tf.function (`compiled`) or eager."""
+    tf.function (`compiled`) or eager. `kill_at`: the process SIGKILLs itself as that step
+    begins, after waiting (between steps) for the live steps.csv flush to come due."""
+    import signal
+    import time
+
     import keras
     import tensorflow as tf
 
@@ -149,8 +153,12 @@ def gradient_tape_loop(out: Path, compiled: bool = True):
 
         if compiled:
             train_step = tf.function(train_step)
-        for inputs, targets in cap.data(dataset):
+        for step, (inputs, targets) in enumerate(cap.data(dataset)):
+            if step == kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
             cap.step(train_step(inputs, targets))
+            if kill_at is not None and step == kill_at - 2:
+                time.sleep(1.5)
     return cap
 
 
