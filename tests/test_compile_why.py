@@ -349,3 +349,24 @@ def test_compare_leads_with_the_graph_break_where_the_compiled_run_is_slower(dyn
     assert doc["text"] == line and doc["graph_breaks"] == 1
     faster = pair(0.5)
     assert faster.pairs[0].compile_behind is None and line not in " ".join(verdict_lines(faster))
+
+
+def test_more_compiles_than_torch_keeps_are_all_recorded(tmp_path):
+    """torch keeps its last 64 compile records only: the recorder takes them out after each step,
+    so the 70th compile of a long run is still recorded (a count of those seen stopped at 64)."""
+    import torch
+    import torch._dynamo
+
+    from analysis.readers.compile_records import read_compile_records
+    from workloads.runners.dynamo_records import DynamoRecorder
+    namespace: dict = {}
+    for k in range(70):  # one code object each: a frame of its own, compiled once
+        exec(f"def add_{k}(x):\n    return x + {k}\n", namespace)
+    torch._dynamo.reset()
+    with DynamoRecorder(tmp_path) as recorder:
+        for step in range(70):
+            torch.compile(namespace[f"add_{step}"], backend="eager")(torch.ones(2))
+            recorder.end_step(step)
+    torch._dynamo.reset()
+    compiles = read_compile_records(tmp_path)["compiles"]
+    assert [(c["co_name"], c["step"]) for c in compiles] == [(f"add_{k}", k) for k in range(70)]

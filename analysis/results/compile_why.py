@@ -14,11 +14,11 @@ STAGES = ("dynamo", "aot_autograd", "inductor", "codegen_and_kernel_compile")
 STAGE_NAMES = {"dynamo": "Dynamo", "aot_autograd": "AOT autograd", "inductor": "Inductor",
                "codegen_and_kernel_compile": "codegen+C++/Triton compile",
                "tf_trace": "tf.function trace (Python)"}
-# Reasons Dynamo gives for any unsupported call: the explanation under them says which call.
 # Dynamo's per-compile counts of graphs its caches served (kept in compile.json), by cache.
 CACHE_FIELDS = {"fx_graph": "inductor_fx_local_cache_hit_count",
                 "aot_autograd": "aotautograd_local_cache_hit_count"}
 CACHE_NAMES = {"fx_graph": "Inductor's FX graph cache", "aot_autograd": "AOT autograd's cache"}
+# Reasons Dynamo gives for any unsupported call: the explanation under them says which call.
 _GENERIC_REASON = re.compile(r"^Encountered graph break when attempting to trace")
 _REASON_CHARS = 90
 

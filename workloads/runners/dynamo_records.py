@@ -92,7 +92,6 @@ class DynamoRecorder:
         self.compiles: list[dict] = []
         self.unavailable: list[str] = []
         self._handler = _BreakHandler(self)
-        self._seen = 0
 
     def __enter__(self) -> DynamoRecorder:
         import torch
@@ -119,12 +118,15 @@ class DynamoRecorder:
         self.step = step + 1
 
     def _new_metrics(self) -> list[dict]:
+        """The records since the last call, taken out of torch's list: it keeps the last 64 only
+        (a deque), so a long run's later compiles would be lost behind a count of the seen."""
         try:
-            from torch._dynamo.utils import get_compilation_metrics
+            from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
         except ImportError:
             return []
-        records = list(get_compilation_metrics())
-        new, self._seen = records[self._seen:], len(records)
+        new = list(get_compilation_metrics())
+        if new:
+            clear_compilation_metrics()
         return [{k: _plain(getattr(m, k, None)) for k in _KEPT} for m in new
                 if dataclasses.is_dataclass(m)]
 
