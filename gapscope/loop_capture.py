@@ -9,7 +9,8 @@ from contextlib import ExitStack
 
 from gapscope.ondemand.job_window import OnDemandWindows
 from gapscope.ondemand.live_steps import LiveStepsOnly
-from gapscope.user_run import UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm, trace_window
+from gapscope.user_run import (UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm,
+                               trace_window)
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
 from profilers.marks import PhaseMarks

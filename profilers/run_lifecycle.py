@@ -184,7 +184,8 @@ class RunLifecycle:
                 return True
             if isinstance(exc, KeyboardInterrupt):
                 error = INTERRUPTED
-                extra = {"stopped_by": signal.Signals(exc.signum).name} if isinstance(exc, Interrupted) else {}
+                extra = ({"stopped_by": signal.Signals(exc.signum).name}
+                         if isinstance(exc, Interrupted) else {})
             elif isinstance(exc, GapscopeInputError):
                 error, extra = str(exc) or type(exc).__name__, {}
             else:

@@ -34,6 +34,16 @@ def _line_of(function, text: str) -> int:
     return first + next(i for i, line in enumerate(lines) if text in line)
 
 
+def _branch_line() -> int:
+    """The line of the compiled model's data-dependent `if`, where Dynamo breaks the graph."""
+    return _line_of(user_loops.compiled_torch_loop, "if x.mean() > 0")
+
+
+def _resume() -> str:
+    """The function Dynamo makes of the frame's rest after the break (and recompiles too)."""
+    return f"torch_dynamo_resume_in_forward_at_{_branch_line()}"
+
+
 def _breakdown(run_dir, *args) -> tuple[dict, str]:
     runner = CliRunner()
     doc = runner.invoke(cli, ["breakdown", str(run_dir), "--format", "json", *args])
@@ -59,7 +69,7 @@ def retraced(tmp_path_factory):
 
 def test_the_graph_break_is_named_with_its_reason_and_line(compiled):
     doc, text = _breakdown(compiled.run_dir)
-    line = _line_of(user_loops.compiled_torch_loop, "if x.mean() > 0")
+    line = _branch_line()
     (brk,) = doc["compile"]["graph_breaks"]
     assert (brk["reason"], brk["place"], brk["first_step"]) == (
         "Data-dependent branching", f"user_loops.py:{line}", 0)
@@ -75,7 +85,7 @@ def test_the_new_batch_size_is_a_recompile_with_its_guard(compiled):
     # The frame and its resume function after the break each recompile, both at that step.
     recompiles = doc["compile"]["recompiles"]
     assert {(r["function"], r["guard"], r["step"]) for r in recompiles} == {
-        ("forward", guard, at), (f"torch_dynamo_resume_in_forward_at_{_line_of(user_loops.compiled_torch_loop, 'if x.mean() > 0')}", guard, at)}
+        ("forward", guard, at), (_resume(), guard, at)}
     assert f"2 recompiles ({guard} in forward" in text
     # Two graphs at step 0 (before and after the break), two again at the recompile.
     assert sorted(g["step"] for g in doc["compile"]["graphs"]) == [0, 0, at, at]
@@ -94,8 +104,7 @@ def test_the_recompiled_step_is_left_out_of_the_steady_mean_and_named(compiled):
     assert doc["step_ms"]["mean"] == pytest.approx(expected, rel=1e-6)
     assert doc["compile"]["steady_events"] == [{"step": at, "what": (
         f"recompile of forward: tensor 'x' size mismatch at index 0. expected 8, actual 4; "
-        f"recompile of torch_dynamo_resume_in_forward_at_{_line_of(user_loops.compiled_torch_loop, 'if x.mean() > 0')}: "
-        "tensor 'x' size mismatch at index 0. expected 8, actual 4")}]
+        f"recompile of {_resume()}: tensor 'x' size mismatch at index 0. expected 8, actual 4")}]
     assert f"1 step after the warm-up compiling ({at}), left out of the steady steps" in text
     assert f"step {at} {float(rows[at]['step_ms']):.1f} ms (recompile of forward" in text
 
@@ -151,8 +160,7 @@ def test_compare_and_report_show_the_own_loops_compile(compiled, tmp_path):
     a, b = breakdown(eager.run_dir), breakdown(compiled.run_dir)
     assert pays["compiled"].endswith(compiled.run_dir.name.rsplit("-", 1)[-1])
     assert pays["extra_ms"] == pytest.approx(max(b.compile_ms - a.compile_ms, 0.0), abs=1e-3)
-    assert pays["graph_breaks"] == [f"Data-dependent branching at user_loops.py:"
-                                    f"{_line_of(user_loops.compiled_torch_loop, 'if x.mean() > 0')}"]
+    assert pays["graph_breaks"] == [f"Data-dependent branching at user_loops.py:{_branch_line()}"]
     assert len(pays["recompiles"]) == 2
     from analysis.results.panels.compile_panel import compile_panel
     from gapscope import breakdown

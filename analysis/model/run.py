@@ -213,9 +213,11 @@ def _stopped_notes(run: Run, how: str) -> list[str]:
     if not run.rows and run.trace_file is None:
         raise GapscopeInputError(f"run {run.run_id} {how} before it recorded a whole step: "
                                  "nothing to analyse")
-    notes = [f"run {how}: these figures are of the {len(run.rows or []):,} steps it recorded"]
+    if not run.rows:
+        return [f"run {how} before its steps.csv was written: figures from its trace alone"]
+    notes = [f"run {how}: these figures are of the {len(run.rows):,} steps it recorded"]
     window = run.settings.get("trace_steps")
-    if run.trace_file is None and isinstance(window, list) and window and run.rows \
+    if run.trace_file is None and isinstance(window, list) and window and isinstance(window[0], int) \
             and max(r["step"] for r in run.rows) >= window[0]:
         notes.append("no trace file: the run stopped inside its trace window before the trace "
                      "was written; figures from steps.csv alone")

@@ -76,7 +76,8 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
     left_out = compiling_note(run.rows or [], result.compile_why)
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
                     + ([result.compile_why.line()] if result.compile_why else [])
-                    + ([left_out] if left_out else []) + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else [])
+                    + ([left_out] if left_out else []) + run.notes + variant_notes(run.manifest)
+                    + result.notes + ([faults] if faults else [])
                     + (result.memory.lines() if result.memory is not None else []))
     _label(result, run)
     if result.device is None and source != Source.TIMERS and run.trace is not None:
