@@ -28,6 +28,9 @@ SWEEP_STATE = "sweep.json"
 # `interrupted`, its steps kept and analysable; any other run that did not complete `failed`.
 INTERRUPTED_STATUS = "interrupted"
 ENDED = ("complete", "failed", INTERRUPTED_STATUS)
+# The variant of a capture of the user's own loop (gapscope.capture, capture_keras, the trainer
+# callbacks): the runs that append their steps.csv as they go, so a killed one keeps its steps.
+USER_VARIANT = "user"
 # What torch.compile did in a run (workloads.runners.dynamo_records writes it).
 COMPILE_JSON = "compile.json"
 # Where a run whose manifest could not be written (a full disk) leaves why it failed: an empty

@@ -117,3 +117,13 @@ def test_a_killed_run_is_read_up_to_its_last_whole_step(killed):
     assert "no trace file: the run stopped inside its trace window" in notes
     assert "1 invalid row(s) dropped (1 partial last line (the run was killed while writing it))" in notes
 
+
+def test_a_capture_killed_before_its_first_step_is_refused_in_one_line(killed, tmp_path):
+    import shutil
+    copy = shutil.copytree(killed, tmp_path / killed.name)
+    (copy / "steps.csv").unlink()
+    result = CliRunner().invoke(cli, ["breakdown", str(copy)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr.strip().endswith("before it recorded a whole step: nothing to analyse")
+    assert f"run {killed.name} killed: interrupted (process " in result.stderr
+

@@ -12,7 +12,7 @@ from analysis.readers import safe_files
 from analysis.readers.run_dir import HEAD_BYTES, Located, find_torch_traces
 from profilers.errors import GapscopeInputError
 from profilers.run_dir import (AB_STATE, INTERRUPTED_STATUS, MANIFEST, MATRIX_STATE, SWEEP_STATE,
-                               effective_status)
+                               USER_VARIANT, effective_status)
 
 # A foreign trace's rank where its distributedInfo is missing: from its file name, or the name
 # of the folder holding it. Only an explicit "rank" (rank1, rank_1, rank-1, RANK1) counts: the
@@ -177,8 +177,9 @@ def unfinished(manifest: dict | None) -> str | None:
 
 def stopped_early(manifest: dict | None) -> str | None:
     """How a run that recorded steps and then stopped ended, in a few words: a capture marked
-    `interrupted` (a signal, an exception in the loop), or any run killed outright, still
-    `running` with its process gone; None for any other run."""
+    `interrupted` (a signal, an exception in the loop), or a capture killed outright, still
+    `running` with its process gone (its steps.csv holds the steps flushed by then); None for
+    any other run (gapscope's own runs write their steps at their end: a killed one has none)."""
     if not manifest:
         return None
     status, error = effective_status(manifest)
@@ -186,7 +187,7 @@ def stopped_early(manifest: dict | None) -> str | None:
         signal = manifest.get("stopped_by")
         return f"interrupted ({signal})" if signal else \
             "interrupted" if error in (None, "interrupted") else f"interrupted ({error})"
-    if manifest.get("status") == "running" and status == "failed":
+    if manifest.get("status") == "running" and status == "failed" and manifest.get("variant") == USER_VARIANT:
         return f"killed: {error}"
     return None
 
