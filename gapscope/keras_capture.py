@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gapscope.user_run import UserRun, default_warmup, trace_window
+from gapscope.user_run import UserRun, compile_record, default_warmup, trace_window
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
 from workloads.models.params import keras_parameters
@@ -70,6 +70,7 @@ def _callback_class():
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
             self.trace_log = None  # the TF backend's tf.function traces (capture_keras sets it)
+            self._compiles = None  # the torch backend's: Dynamo's records (jit_compile=True)
             self.updates = 0
 
         # -- the run ----------------------------------------------------------------
@@ -108,6 +109,8 @@ def _callback_class():
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
                 steps_per_call=int(model.steps_per_execution or 1))
             self.updates, self._call_begin = 0, 0
+            if self._on_torch:  # jit_compile=True: Keras torch.compiles its train step
+                self._compiles = compile_record("torch", self.run_dir)
 
         def on_train_batch_begin(self, batch, logs=None):
             self._call_begin = batch
@@ -116,6 +119,8 @@ def _callback_class():
         def on_train_batch_end(self, batch, logs=None):
             self._steps.on_train_batch_end(batch, logs)
             self.updates += batch - self._call_begin + 1
+            if self._compiles is not None:
+                self._compiles.end_step(self.updates - 1)
 
         def on_train_end(self, logs=None):
             self._finish(None)
@@ -138,6 +143,9 @@ def _callback_class():
             elif exc is None and not self._on_torch:
                 self._steps.finish_trace()  # a fit shorter than the window left it running
             rows, facts = self._rows_and_facts()
+            if self._compiles is not None:
+                self._compiles.__exit__(None, None, None)  # compile.json where anything compiled
+                self._compiles = None
             if self.trace_log is not None and self.trace_log.traces:
                 self.trace_log.write(self.run_dir, jit_compile=bool(self._model_marked.jit_compile))
                 self.trace_log.traces = []  # this fit's; a later fit of the model writes its own
