@@ -125,9 +125,12 @@ def stop_on_sigterm():
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if came and "TORCHELASTIC_RUN_ID" not in os.environ:
-            signal.raise_signal(signal.SIGTERM)
+        # A handler the loop set meanwhile is the user's: kept.
+        current = signal.getsignal(signal.SIGTERM)
+        if current is stop or (came and current is signal.SIG_IGN):  # SIG_IGN: stop's own
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if came and "TORCHELASTIC_RUN_ID" not in os.environ:
+                signal.raise_signal(signal.SIGTERM)
 
 
 def compile_record(framework: str, run_dir: Path):
