@@ -237,6 +237,10 @@ def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str 
     events. warmup_steps: first steps left out of the steady state (default: 5, or fewer when
     the trace starts earlier).
 
+    What the loop's torch.compile (or a tf.function it marks phases in) compiled goes to
+    compile.json: graph breaks, recompiles, retraces. A loop stopped after some steps (an
+    exception, Ctrl-C, SIGTERM) ends the run `interrupted`, its steps kept and analysable.
+
     Under torchrun (or with a torch.distributed process group of several ranks) each rank
     writes `rank<r>/` of one job directory `out/<name>-<framework>-user-x<N>-.../`, whose
     manifest rank 0 ends once every rank's run has: failed `rank R: <error>` if any failed.
