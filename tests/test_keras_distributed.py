@@ -146,8 +146,7 @@ def test_a_hung_worker_fails_its_peer_within_the_collective_timeout(tmp_path):
         os.kill(procs[1].pid, signal.SIGCONT)
         wait_workers(procs, timeout=30)
     manifest = _manifest(job / "rank0")
-    # Its steps before the peer went are kept: interrupted, not failed.
-    assert procs[0].returncode == 1 and manifest["status"] == "interrupted"
+    assert procs[0].returncode == 1 and manifest["status"] == "failed"
     # TF's coordination service notices the stopped heartbeats, else the collective times out:
     # either way one line that says a peer was lost, which the job takes for a secondary error.
     assert manifest["error"].startswith("PeerLost: a remote worker was lost: a collective failed"), manifest["error"]
