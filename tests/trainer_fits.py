@@ -99,10 +99,11 @@ def _modules():
 
 def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, accumulate: int = 1,
            name: str = "hf-gpt2", eval_every: int | None = None, fail_at: int | None = None,
-           compile_backend: str | None = None):
+           compile_backend: str | None = None, sigterm_at: int | None = None):
     """A 2-layer GPT-2 of hidden size 32 built from its config (nothing downloaded), trained by
     the Hugging Face Trainer on random tokens on the CPU; returns the gapscope callback.
-    `compile_backend`: torch_compile=True with that backend."""
+    `compile_backend`: torch_compile=True with that backend. `fail_at` / `sigterm_at`: update
+    that raises / that sends the process SIGTERM, at its end (before gapscope sees it end)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel, Trainer, TrainingArguments
@@ -123,7 +124,8 @@ def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, a
         **({"torch_compile": True, "torch_compile_backend": compile_backend} if compile_backend else {}))
     trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=dataset,
                       eval_dataset=dataset[:16] if eval_every else None,
-                      callbacks=[] if fail_at is None else [_FailAt(fail_at)])
+                      callbacks=([] if fail_at is None else [_FailAt(fail_at)])
+                      + ([] if sigterm_at is None else [_FailAt(sigterm_at, signal=True)]))
     with capture_trainer(trainer, name, trace_steps=trace_steps, out=out, warmup_steps=warmup) as cap:
         trainer.train()
     return cap
@@ -136,18 +138,21 @@ def _fail_at_class():
         """Raises at the end of update `step` (1-based, as global_step counts), before gapscope's
         callback, added after it, sees that update end."""
 
-        def __init__(self, step):
-            self.step = step
+        def __init__(self, step, signal=False):
+            self.step, self.signal = step, signal
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step == self.step:
+                if self.signal:
+                    import signal
+                    os.kill(os.getpid(), signal.SIGTERM)
                 raise ValueError("the trainer broke")
 
     return FailAt
 
 
-def _FailAt(step):  # noqa: N802 - a class, defined on first use
-    return _fail_at_class()(step)
+def _FailAt(step, signal=False):  # noqa: N802 - a class, defined on first use
+    return _fail_at_class()(step, signal)
 
 
 # What both trainers' tests check a fit's run directory with.

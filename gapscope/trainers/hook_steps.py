@@ -2,10 +2,12 @@
 ran and opens the next, and the capture API's run directory records the steps."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 from gapscope.ondemand.job_window import OnDemandWindows
-from gapscope.user_run import UserRun, compile_record, default_warmup, rank_place, trace_window
+from gapscope.user_run import (UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm,
+                               trace_window)
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
 from profilers.phases import MARKED_PHASES
@@ -55,6 +57,10 @@ class HookSteps:
             "warmup_steps": self.warmup_steps, "device": str(self._device), **self.settings},
             self.warmup_steps, rank_place())
         self.run_dir, self.job_dir = self._run.run_dir, self._run.job_dir
+        # SIGTERM as an exception the trainer passes on, recorded as the fit's end (where the
+        # trainer has no handler of its own: Lightning's is kept).
+        self._signals = ExitStack()
+        self._signals.enter_context(stop_on_sigterm())
         self._compiles = None
         try:
             # A compiled model (Lightning's torch.compile'd module, HF's torch_compile=True):
@@ -66,6 +72,7 @@ class HookSteps:
             if self._compiles is not None:
                 self._compiles.__exit__(None, None, None)
             self._run.fail([], {}, exc)
+            self._signals.close()
             raise
         # `gapscope capture --pid` windows, as for the capture API's loops.
         self._windows = OnDemandWindows(self._run, cuda, lambda: torch_device_name(self._device),
@@ -108,10 +115,17 @@ class HookSteps:
 
     # -- the end ------------------------------------------------------------------------
     def finish(self, exc: BaseException | None = None, facts: dict | None = None) -> None:
-        """Records the run's end once: complete, or failed with `exc`. A step the fit left
-        unfinished (training stopped mid-accumulation, or failed) is dropped."""
+        """Records the run's end once: complete, or interrupted (failed before any step) with
+        `exc`. A step the fit left unfinished (training stopped mid-accumulation, or failed) is
+        dropped. A SIGTERM that stopped it is sent again once the end is recorded."""
         if self._run is None or self._run.finished:
             return
+        try:
+            self._finish(exc, facts)
+        finally:
+            self._signals.close()
+
+    def _finish(self, exc: BaseException | None, facts: dict | None) -> None:
         self.leave()
         del self._timer.phase_marks[self._step_first_mark if self._in_step else len(self._timer.phase_marks):]
         stop_error = None
