@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gapscope.user_run import UserRun, default_warmup, trace_window
+from gapscope.user_run import UserRun, compile_record, default_warmup, trace_window
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
 from workloads.models.params import keras_parameters
@@ -53,7 +53,14 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
     model._gapscope_batch = batch_size
-    return _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
+    callback = _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
+    if not on_torch:
+        # train_step's Python body runs only when Keras' tf.function traces it: each trace, with
+        # its input signature and the update it came at, goes to compile.json (retraces too).
+        from workloads.runners.tf_traces import TraceLog
+        callback.trace_log = TraceLog(step_of=lambda: callback.updates)
+        model.train_step = callback.trace_log.wrap(model.train_step, name="train_step")
+    return callback
 
 
 def _callback_class():
@@ -70,6 +77,9 @@ def _callback_class():
             self._warmup = default_warmup(window, warmup_steps)
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
+            self.trace_log = None  # the TF backend's tf.function traces (capture_keras sets it)
+            self._compiles = None  # the torch backend's: Dynamo's records (jit_compile=True)
+            self.updates = 0
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
@@ -107,7 +117,9 @@ def _callback_class():
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
                 steps_per_call=int(model.steps_per_execution or 1),
                 window_hooks=self._layer_ranges(model))
-            self._updates, self._call_begin = 0, 0
+            self.updates, self._call_begin = 0, 0
+            if self._on_torch:  # jit_compile=True: Keras torch.compiles its train step
+                self._compiles = compile_record("torch", self.run_dir)
 
         def _layer_ranges(self, model):
             """On the torch backend a Keras layer is a torch module: the layer ranges the seed
@@ -127,7 +139,9 @@ def _callback_class():
 
         def on_train_batch_end(self, batch, logs=None):
             self._steps.on_train_batch_end(batch, logs)
-            self._updates += batch - self._call_begin + 1
+            self.updates += batch - self._call_begin + 1
+            if self._compiles is not None:
+                self._compiles.end_step(self.updates - 1)
 
         def on_train_end(self, logs=None):
             self._finish(None)
@@ -150,6 +164,12 @@ def _callback_class():
             elif exc is None and not self._on_torch:
                 self._steps.finish_trace()  # a fit shorter than the window left it running
             rows, facts = self._rows_and_facts()
+            if self._compiles is not None:
+                self._compiles.__exit__(None, None, None)  # compile.json where anything compiled
+                self._compiles = None
+            if self.trace_log is not None and self.trace_log.traces:
+                self.trace_log.write(self.run_dir, jit_compile=bool(self._model_marked.jit_compile))
+                self.trace_log.traces = []  # this fit's; a later fit of the model writes its own
             if exc is None:
                 self._run.complete(rows, facts)
             else:
@@ -159,11 +179,11 @@ def _callback_class():
             model = self._model_marked
             timed = MARKED_PHASES if self._on_torch else ()
             rows = self._timer.rows(timed_phases=timed)
-            per_epoch = int(self.params.get("steps") or 0) or max(1, self._updates)
+            per_epoch = int(self.params.get("steps") or 0) or max(1, self.updates)
             spe = int(model.steps_per_execution or 1)
             if spe > 1:
                 from workloads.runners.execution_rows import expand_executions
-                rows = expand_executions(rows, spe, per_epoch, self._updates)
+                rows = expand_executions(rows, spe, per_epoch, self.updates)
             traced = None
             if self._window is not None:
                 # With steps_per_execution a call is traced as a whole; torch.profiler also
@@ -175,10 +195,10 @@ def _callback_class():
             mark_rows(rows, self._warmup, traced)
             facts = {"device": torch_device_name() if self._on_torch else tf_device_name(),
                      "parameters": keras_parameters(model),
-                     "steps": self._updates, "steps_run": self._updates,
+                     "steps": self.updates, "steps_run": self.updates,
                      "steps_per_epoch": per_epoch, "jit_compile_resolved": bool(model.jit_compile),
-                     "trace_window": None if self._window is None or self._updates <= self._window.first
-                     else [self._window.first, min(self._window.last, self._updates - 1)]}
+                     "trace_window": None if self._window is None or self.updates <= self._window.first
+                     else [self._window.first, min(self._window.last, self.updates - 1)]}
             if self._traced_ranks is not None:
                 facts["traced_ranks"] = self._traced_ranks
             from gapscope.keras_layers import keras_layers

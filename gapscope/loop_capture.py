@@ -8,8 +8,10 @@ from profilers.step_sessions import TfStepSession, TorchStepSession
 from contextlib import ExitStack
 
 from gapscope.model_layers import own_layers
-from gapscope.ondemand.job_window import NoWindows, OnDemandWindows
-from gapscope.user_run import UserRun, default_warmup, rank_place, stop_on_sigterm, trace_window
+from gapscope.ondemand.job_window import OnDemandWindows
+from gapscope.ondemand.live_steps import LiveStepsOnly
+from gapscope.user_run import (UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm,
+                               trace_window)
 from profilers.environment import tf_device_name, torch_device_name
 from profilers.run_dir import mark_rows
 from profilers.marks import PhaseMarks
@@ -64,20 +66,27 @@ class LoopCapture:
             rank_place())
         self.run_dir, self.job_dir = self._run.run_dir, self._run.job_dir
         self._signals = ExitStack()
-        if self.job_dir is not None:
-            self._signals.enter_context(stop_on_sigterm())
+        self._signals.enter_context(stop_on_sigterm())
         session_type = TorchStepSession if self.framework == "torch" else TfStepSession
+        self._compiles = None
         try:
+            # What the loop's torch.compile (or tf.function) compiled, broke and recompiled, step
+            # by step, into compile.json, as `gapscope run --variant compile` records it.
+            self._compiles = compile_record(self.framework, self.run_dir)
             self._session = session_type(self.run_dir, self.window, cuda)
             self._session.start()
         except BaseException as exc:  # the directory exists: say why it holds no run
+            if self._compiles is not None:
+                self._compiles.__exit__(None, None, None)
             self._run.fail([], {}, exc)
             self._signals.close()
             raise
-        # On-demand windows (`gapscope capture --pid`): torch.profiler, so torch loops only.
+        # On-demand windows (`gapscope capture --pid`): torch.profiler, so torch loops only;
+        # either way steps.csv is appended as the loop goes (LiveSteps).
         self._windows = (OnDemandWindows(self._run, cuda, self._device_name, self._session,
                                          self._timer, self.warmup_steps).open()
-                         if self.framework == "torch" else NoWindows())
+                         if self.framework == "torch" else
+                         LiveStepsOnly(self.run_dir, self._timer, self.warmup_steps, self._session).open())
         self._tentative_begin()
         return self
 
@@ -104,6 +113,10 @@ class LoopCapture:
             self._windows.close(self._rows)
         except Exception as error:  # noqa: BLE001 - a window's failure must not lose the job's run
             window_error = error
+        try:
+            self._compiles.__exit__(exc_type, exc, tb)
+        except Exception as error:  # noqa: BLE001 - the steps matter more than the compile record
+            stop_error = stop_error or error
         traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
         rows = mark_rows(self._rows(), self.warmup_steps, traced)
         facts = {"device": self._device_name(), "steps": self.steps,
@@ -156,6 +169,7 @@ class LoopCapture:
         if self._inside_function is not None:
             if self._inside_function():
                 from profilers.tf_marks import tf_phase_scope
+                self._compiles.seen_tracing()  # this Python runs only while TF traces
                 return tf_phase_scope(name)
             if self._tentative:
                 self._begin()
@@ -178,6 +192,7 @@ class LoopCapture:
         if self._layers is not None:
             self._layers.end_step(self.steps)
         self._session.end_step(self.steps)
+        self._compiles.end_step(self.steps)
         self.steps += 1
         if self._windows.wanted:  # all an untriggered job pays for on-demand capture
             self._windows.after_step(self.steps, self._rows)
@@ -240,6 +255,10 @@ def capture(name: str, trace_steps: tuple[int, int] | None = (10, 15), out: str 
     (`breakdown --layers`): `gapscope_layer/<qualified name>` ranges on its modules in the traced
     window, FLOPs counted on the step before it; layer_depth: 1, the children that hold
     parameters (`embed`, `block.0`, `head`), each further level their children too.
+
+    What the loop's torch.compile (or a tf.function it marks phases in) compiled goes to
+    compile.json: graph breaks, recompiles, retraces. A loop stopped after some steps (an
+    exception, Ctrl-C, SIGTERM) ends the run `interrupted`, its steps kept and analysable.
 
     Under torchrun (or with a torch.distributed process group of several ranks) each rank
     writes `rank<r>/` of one job directory `out/<name>-<framework>-user-x<N>-.../`, whose

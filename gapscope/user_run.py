@@ -14,12 +14,11 @@ from typing import Callable
 from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
 from profilers.machine_load import load_between, load_snapshot
-from profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
+from profilers.run_dir import INTERRUPTED_STATUS, MANIFEST, USER_VARIANT, create_run_dir, ensure_out_dir
 from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
 from profilers.trace_window import TraceWindow
 from workloads.runners.after_run import RunWithViews
 
-USER_VARIANT = "user"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -106,24 +105,45 @@ def torch_share() -> Callable[[str | None], str] | None:
 
 @contextmanager
 def stop_on_sigterm():
-    """Under torchrun, which stops the other ranks with SIGTERM when one fails: SIGTERM raises
-    Interrupted in the loop instead of killing the process, so the rank records its end (and
-    rank 0 the job's, naming the rank that failed). A handler of the user's own is kept."""
-    if ("TORCHELASTIC_RUN_ID" not in os.environ
-            or threading.current_thread() is not threading.main_thread()
+    """SIGTERM raises Interrupted in the loop instead of killing the process, so the capture
+    records its end, `interrupted` with the steps done (under torchrun, which stops the other
+    ranks with SIGTERM when one fails, rank 0 also the job's, naming the rank that failed). Then,
+    outside torchrun, SIGTERM is sent again with its default action: the process ends as it
+    would have without gapscope, only later. A handler of the user's own is kept."""
+    if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         yield
         return
+    came = []
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the first one counts
+        came.append(signum)
         raise Interrupted(signum)
 
     signal.signal(signal.SIGTERM, stop)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        # A handler the loop set meanwhile is the user's: kept.
+        current = signal.getsignal(signal.SIGTERM)
+        if current is stop or (came and current is signal.SIG_IGN):  # SIG_IGN: stop's own
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            if came and "TORCHELASTIC_RUN_ID" not in os.environ:
+                signal.raise_signal(signal.SIGTERM)
+
+
+def compile_record(framework: str, run_dir: Path):
+    """Entered: what the user's compiled step compiled, step by step (`end_step(i)`), into
+    compile.json on `__exit__`, as `gapscope run --variant compile` records it. torch: Dynamo's
+    own records, written only where something compiled (torch.compile, Lightning's compiled
+    module, the HF Trainer's torch_compile); tf: the traces of the tf.functions the loop marks
+    phases in (PhaseTraces)."""
+    if framework == "torch":
+        from workloads.runners.dynamo_records import DynamoRecorder
+        return DynamoRecorder(run_dir, quiet=True, keep_empty=False).__enter__()
+    from workloads.runners.tf_traces import PhaseTraces
+    return PhaseTraces(run_dir)
 
 
 def safe_name(name: str) -> str:
@@ -168,9 +188,11 @@ class UserRun(RunWithViews):
     """The run directory of a capture, named after the user's run; its life (pid and host,
     complete or failed, interrupted) is run_lifecycle's, as for gapscope's own runs.
 
-    No signal handlers are set here: the process is the user's. Ctrl-C reaches the loop as
-    KeyboardInterrupt and is recorded as interrupted; a SIGTERM that kills the process leaves
-    the manifest `running` with a pid that is gone, which effective_status reads as interrupted."""
+    A loop that ends early (Ctrl-C, SIGTERM through stop_on_sigterm, an exception) after some
+    steps is recorded `interrupted` with the steps it did, which breakdown analyses; before any,
+    `failed`. A process killed outright (SIGKILL) leaves the manifest `running` with a pid that
+    is gone, and the steps.csv its live flushes wrote: effective_status reads it as interrupted,
+    and breakdown its whole steps."""
 
     def __init__(self, name: str, framework: str, out: str | Path, settings: dict,
                  warmup_steps: int, place: RankPlace | None = None, *,
@@ -211,6 +233,7 @@ class UserRun(RunWithViews):
         self._end_job()
 
     def fail(self, rows, facts, exc) -> bool:
+        self.stopped_status = INTERRUPTED_STATUS if rows else "failed"
         with stop_signals_deferred():  # the rank's end and, on rank 0, the job's
             recorded = super().fail(rows, {**facts, **self._late_backend()}, exc)
             self._end_job()

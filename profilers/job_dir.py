@@ -10,7 +10,7 @@ from pathlib import Path
 from profilers import environment, state_json
 from profilers.errors import GapscopeInputError
 from profilers.run_lifecycle import INTERRUPTED
-from profilers.run_dir import MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
+from profilers.run_dir import ENDED, MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
 
 RANK_PREFIX = "rank"
 # How long the job's finaliser waits for ranks it did not start (other nodes, other processes
@@ -44,7 +44,7 @@ def create_job_dir(out_dir: str | Path, parts: tuple[str, ...], job_id: str | No
         return create_run_dir(out_dir, *parts)
     job_dir = ensure_out_dir(out_dir) / "-".join([*(p for p in parts if p), job_id])
     status, _ = status_of(job_dir) if (job_dir / MANIFEST).exists() else (None, None)
-    if status in ("complete", "failed"):
+    if status in ENDED:
         raise GapscopeInputError(f"job id {job_id}: {job_dir} holds a job that has ended "
                                  f"({status}); give this job another id (gapscope run --job-id, "
                                  "torchrun --rdzv-id)")
@@ -67,7 +67,7 @@ def wait_for_ranks(job_dir: Path, ranks: range, timeout_s: float, poll_s: float 
     """Returns once every rank's run has ended (or its process is gone), or after `timeout_s`."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if all(status_of(rank_dir(job_dir, r))[0] in ("complete", "failed") for r in ranks):
+        if all(status_of(rank_dir(job_dir, r))[0] in ENDED for r in ranks):
             return
         time.sleep(poll_s)
 
@@ -111,7 +111,7 @@ def root_cause(entries: list[dict]) -> dict | None:
     if not failed:
         return None
     # A rank whose process vanished without a word (killed, segfault) did not follow anyone.
-    primary = [e for e in failed if e["status"] == "failed" and (
+    primary = [e for e in failed if e["status"] in ENDED and (
         not _SECONDARY.search(e["error"] or "") or " is gone)" in (e["error"] or ""))]
     pool = primary or failed
     return min(pool, key=lambda e: (e["ended_at"] or "~", e["rank"]))  # no end time sorts last

@@ -24,6 +24,13 @@ STEPS_CSV = "steps.csv"
 MATRIX_STATE = "matrix.json"
 AB_STATE = "ab.json"
 SWEEP_STATE = "sweep.json"
+# How a run ended: a capture of a user's loop stopped early (a signal, an exception) is
+# `interrupted`, its steps kept and analysable; any other run that did not complete `failed`.
+INTERRUPTED_STATUS = "interrupted"
+ENDED = ("complete", "failed", INTERRUPTED_STATUS)
+# The variant of a capture of the user's own loop (gapscope.capture, capture_keras, the trainer
+# callbacks): the runs that append their steps.csv as they go, so a killed one keeps its steps.
+USER_VARIANT = "user"
 # What torch.compile did in a run (workloads.runners.dynamo_records writes it).
 COMPILE_JSON = "compile.json"
 # Where a run whose manifest could not be written (a full disk) leaves why it failed: an empty
@@ -151,8 +158,10 @@ class Manifest:
         _write_json(self.path, data)
         self.data = data
 
-    def finish(self, error: str | None = None) -> None:
-        self.update(status="failed" if error else "complete", error=error, ended_at=utc_now())
+    def finish(self, error: str | None = None, status: str | None = None) -> None:
+        """Complete, or with `error` failed (or the `status` given: interrupted)."""
+        self.update(status=(status or "failed") if error else "complete", error=error,
+                    ended_at=utc_now())
 
     def save(self) -> None:
         _write_json(self.path, self.data)

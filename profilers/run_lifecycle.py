@@ -131,6 +131,10 @@ class RunLifecycle:
     mistaken for a finished one. A process killed outright (SIGKILL, power) cannot record its
     end: the pid and host in the manifest let `run_dir.effective_status` tell later."""
 
+    # The status of a run that ended before its work did: a capture's steps are the user's loop
+    # as far as it got, so UserRun says `interrupted`; gapscope's own runs did not do their job.
+    stopped_status = "failed"
+
     def __init__(self, run_dir: Path, manifest: Manifest):
         self.run_dir, self.manifest = run_dir, manifest
         self.finished = manifest.status != "running"
@@ -179,7 +183,9 @@ class RunLifecycle:
             if self.finished:
                 return True
             if isinstance(exc, KeyboardInterrupt):
-                error, extra = INTERRUPTED, {}
+                error = INTERRUPTED
+                extra = ({"stopped_by": signal.Signals(exc.signum).name}
+                         if isinstance(exc, Interrupted) else {})
             elif isinstance(exc, GapscopeInputError):
                 error, extra = str(exc) or type(exc).__name__, {}
             else:
@@ -201,7 +207,7 @@ class RunLifecycle:
             self.finished = True
             return True
         try:
-            self.manifest.finish(error=error)
+            self.manifest.finish(error=error, status=self.stopped_status)
         except OSError as exc:
             # A full disk: the manifest stays `running`; the marker keeps the cause for readers.
             mark_failed(self.run_dir, f"{error} (the manifest could not be updated: "

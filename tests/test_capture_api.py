@@ -88,13 +88,15 @@ def test_breakdown_command_reads_it_unchanged(torch_capture):
 
 
 @pytest.mark.parametrize("how", ["raises", "interrupted"])
-def test_a_failing_loop_is_recorded_as_failed_and_the_error_goes_on(tmp_path, how):
+def test_a_failing_loop_is_recorded_as_interrupted_and_the_error_goes_on(tmp_path, how):
+    """Its steps are the loop's as far as it got: kept, and analysed (test_capture_stops for
+    SIGTERM and SIGKILL)."""
     expected = ValueError if how == "raises" else KeyboardInterrupt
     with pytest.raises(expected):
         user_loops.torch_loop(tmp_path, **{"fail_at" if how == "raises" else "interrupt_at": 8})
     (run_dir,) = tmp_path.iterdir()
     manifest = _manifest(run_dir)
-    assert manifest["status"] == "failed"
+    assert manifest["status"] == "interrupted"
     if how == "raises":
         assert manifest["error"] == "ValueError: the user's loop broke"
         assert "the user's loop broke" in manifest["traceback"]
@@ -102,8 +104,11 @@ def test_a_failing_loop_is_recorded_as_failed_and_the_error_goes_on(tmp_path, ho
         assert manifest["error"] == "interrupted"
     # The steps done before the failure are kept; the half step is not.
     assert len(_steps(run_dir)) == 8
-    result = CliRunner().invoke(cli, ["breakdown", str(run_dir)])
-    assert result.exit_code == 2 and "failed" in result.stderr
+    result = CliRunner().invoke(cli, ["breakdown", str(run_dir), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    how_words = "ValueError: the user's loop broke" if how == "raises" else "interrupted"
+    run_words = "interrupted" if how != "raises" else f"interrupted ({how_words})"
+    assert f"run {run_words}: these figures are of the 8 steps it recorded" in json.loads(result.stdout)["notes"]
 
 
 def test_a_torch_capture_does_not_import_tensorflow(tmp_path, monkeypatch):
@@ -155,7 +160,7 @@ def test_keras_fit_on_tensorflow(tmp_path):
     assert layers.row(names[0]).forward_gflop == pytest.approx(827_392 / 1e9, abs=5e-7)
 
 
-def test_a_failing_fit_is_recorded_as_failed(tmp_path):
+def test_a_failing_fit_is_recorded_as_interrupted(tmp_path):
     import keras
 
     import gapscope
@@ -172,7 +177,8 @@ def test_a_failing_fit_is_recorded_as_failed(tmp_path):
         with gapscope.capture_keras(model, "breaks", trace_steps=(6, 10), out=tmp_path) as cap:
             model.fit(x, y, batch_size=user_loops.BATCH, verbose=0, callbacks=[cap, Breaks()])
     manifest = _manifest(cap.run_dir)
-    assert manifest["status"] == "failed" and manifest["error"] == "RuntimeError: a user callback broke"
+    # Its 7 updates before the failure are kept: interrupted, not failed.
+    assert manifest["status"] == "interrupted" and manifest["error"] == "RuntimeError: a user callback broke"
     # The profiler was stopped: a later capture can start its own.
     cap, _ = user_loops.keras_fit(tmp_path / "after")
     assert _manifest(cap.run_dir)["status"] == "complete"

@@ -115,7 +115,8 @@ def test_cuda_on_a_cpu_machine_is_refused_up_front(runner, tmp_path):
 
 @pytest.mark.parametrize("status,pid,fragment", [
     ("failed", None, "failed: boom"),
-    # `running` whose process is gone from this host: killed without recording its end.
+    # `running` whose process is gone from this host: killed without recording its end (a
+    # capture killed so is analysed: test_capture_stops).
     ("running", None, "failed: interrupted (process"),
     # `running` whose process is alive (this one): still running, not analysable yet.
     ("running", os.getpid(), "did not finish")])

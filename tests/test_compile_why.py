@@ -349,3 +349,40 @@ def test_compare_leads_with_the_graph_break_where_the_compiled_run_is_slower(dyn
     assert doc["text"] == line and doc["graph_breaks"] == 1
     faster = pair(0.5)
     assert faster.pairs[0].compile_behind is None and line not in " ".join(verdict_lines(faster))
+
+
+def test_more_compiles_than_torch_keeps_are_all_recorded(tmp_path):
+    """torch keeps its last 64 compile records only: the recorder takes them out after each step,
+    so the 70th compile of a long run is still recorded (a count of those seen stopped at 64)."""
+    import torch
+    import torch._dynamo
+
+    from analysis.readers.compile_records import read_compile_records
+    from workloads.runners.dynamo_records import DynamoRecorder
+    namespace: dict = {}
+    for k in range(70):  # one code object each: a frame of its own, compiled once
+        exec(f"def add_{k}(x):\n    return x + {k}\n", namespace)
+    torch._dynamo.reset()
+    with DynamoRecorder(tmp_path) as recorder:
+        for step in range(70):
+            torch.compile(namespace[f"add_{step}"], backend="eager")(torch.ones(2))
+            recorder.end_step(step)
+    torch._dynamo.reset()
+    compiles = read_compile_records(tmp_path)["compiles"]
+    assert [(c["co_name"], c["step"]) for c in compiles] == [(f"add_{k}", k) for k in range(70)]
+
+
+def test_graphs_the_compile_caches_served_are_said():
+    """Dynamo counts, per compile, the graphs Inductor's FX graph cache and AOT autograd's cache
+    served: summed over the run (2 + 1 and 1), they close the compile line."""
+    records = {"compiles": [
+        {"step": 0, "is_forward": True, "graph_op_count": 3, "dynamo_cumulative_compile_time_us": 2000,
+         "inductor_fx_local_cache_hit_count": 2, "aotautograd_local_cache_hit_count": 1},
+        {"step": 0, "is_forward": False, "backward_cumulative_compile_time_us": 500,
+         "inductor_fx_local_cache_hit_count": 1, "aotautograd_local_cache_hit_count": 0}],
+        "graph_breaks": [], "unavailable": []}
+    why = compile_why(records, None, warmup_steps=1)
+    assert why.cache_hits == {"fx_graph": 3, "aot_autograd": 1}
+    assert why.line().endswith("; served from the compile cache: 3 graphs (Inductor's FX graph "
+                               "cache), 1 graph (AOT autograd's cache)")
+    assert why.to_json_dict()["cache_hits"] == {"fx_graph": 3, "aot_autograd": 1}

@@ -98,13 +98,38 @@ def test_accumulation_with_evaluation_between_updates(accumulated):
     assert all(4.0 < float(row["loss"]) < 5.3 for row in steps_of(accumulated))
 
 
-def test_a_train_that_raises_is_recorded_as_failed(tmp_path):
+def test_a_train_that_raises_is_recorded_as_interrupted(tmp_path):
     with pytest.raises(ValueError, match="the trainer broke"):
         trainer_fits.hf_fit(tmp_path, steps=STEPS, trace_steps=None, fail_at=6)
     (run_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("hf-gpt2-")]
     manifest = manifest_of(run_dir)
-    assert manifest["status"] == "failed" and manifest["error"] == "ValueError: the trainer broke"
+    assert manifest["status"] == "interrupted" and manifest["error"] == "ValueError: the trainer broke"
     assert len(steps_of(run_dir)) == 5  # the update that raised never reached gapscope's on_step_end
+
+
+def test_a_train_stopped_by_sigterm_is_interrupted_with_its_steps(tmp_path):
+    """SIGTERM at the end of update 6 (before gapscope's callback sees it end): the run records
+    the 5 updates before it, `interrupted` by SIGTERM, then the process ends by that signal."""
+    import signal
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run(
+        [sys.executable, "-c", "import pathlib, trainer_fits; trainer_fits.hf_fit("
+                               f"pathlib.Path({str(tmp_path)!r}), steps={STEPS}, trace_steps=None, sigterm_at=6)"],
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])},
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("hf-gpt2-")]
+    manifest = manifest_of(run_dir)
+    assert (manifest["status"], manifest["error"], manifest["stopped_by"]) == ("interrupted", "interrupted", "SIGTERM")
+    assert len(steps_of(run_dir)) == 5
+    result = CliRunner().invoke(cli, ["breakdown", str(run_dir), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["steps"] == 5 - WARMUP
+    assert "run interrupted (SIGTERM): these figures are of the 5 steps it recorded" in doc["notes"]
 
 
 def test_compare_reads_two_trains(plain, accumulated):

@@ -109,6 +109,28 @@ def test_two_optimizers_under_manual_optimization(tmp_path):
     assert all(doc["phases"][phase]["ms"] > 0 for phase in MARKED)
 
 
+def test_a_compiled_module_records_what_it_compiled(tmp_path):
+    """`trainer.fit(torch.compile(module))`, as Lightning's docs write it: the callback records
+    Dynamo's compiles into compile.json as `gapscope run --variant compile` does (aot_eager: no
+    C++ compile)."""
+    import torch._dynamo
+    torch._dynamo.reset()
+    try:
+        callback = trainer_fits.lightning_fit(tmp_path, steps=8, trace_steps=None, warmup=WARMUP,
+                                              compile_backend="aot_eager")
+    finally:
+        torch._dynamo.reset()
+    records = json.loads((callback.run_dir / "compile.json").read_text())
+    # Lightning compiles training_step; its forward graph and lazily its backward, at step 0.
+    assert [(c["co_name"], c["is_forward"], c["step"]) for c in records["compiles"]] == [
+        ("training_step", True, 0), (None, False, 0)]
+    assert records["graph_breaks"] == []
+    why = breakdown_of(callback.run_dir).compile_why
+    assert [g.function for g in why.graphs] == ["training_step"] and why.recompiles == []
+    assert why.stages_ms["dynamo"] > 0 and why.stages_ms["aot_autograd"] > 0
+    assert why.line().endswith("1 graph, 0 graph breaks, 0 recompiles")
+
+
 def test_compare_reads_two_fits(plain, accumulated):
     result = CliRunner().invoke(cli, ["compare", str(plain), str(accumulated), "--format", "json"])
     assert result.exit_code in (0, EXIT_INCONCLUSIVE), result.output  # 3: the machine was busy

@@ -16,8 +16,9 @@ BATCH = user_loops.BATCH
 
 def lightning_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3,
                   accumulate: int = 1, precision="32-true", two_optimizers: bool = False,
-                  name: str = "lit-mlp"):
-    """A LightningModule of the MLP user_loops trains, fit on CPU; returns the callback."""
+                  name: str = "lit-mlp", compile_backend: str | None = None):
+    """A LightningModule of the MLP user_loops trains, fit on CPU; returns the callback.
+    `compile_backend`: the module torch.compile'd with it first, as Lightning's docs do."""
     import torch
     import lightning.pytorch as pl
     from torch.utils.data import DataLoader, TensorDataset
@@ -31,6 +32,8 @@ def lightning_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int
     loader = DataLoader(TensorDataset(torch.from_numpy(x), torch.from_numpy(y)), batch_size=BATCH,
                         shuffle=True)
     module = lightning_module("TwoOptimizers" if two_optimizers else "Mlp")
+    if compile_backend is not None:
+        module = torch.compile(module, backend=compile_backend)
     callback = GapscopeCallback(name, trace_steps=trace_steps, out=out, warmup_steps=warmup)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=steps, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False,
@@ -105,9 +108,12 @@ def hf_model():
 
 def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, accumulate: int = 1,
            name: str = "hf-gpt2", eval_every: int | None = None, fail_at: int | None = None,
-           layer_depth: int | None = 1):
+           layer_depth: int | None = 1, compile_backend: str | None = None,
+           sigterm_at: int | None = None):
     """A 2-layer GPT-2 of hidden size 32 built from its config (nothing downloaded), trained by
-    the Hugging Face Trainer on random tokens on the CPU; returns the gapscope callback."""
+    the Hugging Face Trainer on random tokens on the CPU; returns the gapscope callback.
+    `compile_backend`: torch_compile=True with that backend. `fail_at` / `sigterm_at`: update
+    that raises / that sends the process SIGTERM, at its end (before gapscope sees it end)."""
     os.environ["HF_HUB_OFFLINE"] = "1"
     import torch
     from transformers import Trainer, TrainingArguments
@@ -124,10 +130,12 @@ def hf_fit(out: Path, *, steps: int = 16, trace_steps=(6, 9), warmup: int = 3, a
         gradient_accumulation_steps=accumulate, report_to=[], save_strategy="no",
         logging_strategy="no", use_cpu=True, disable_tqdm=True, dataloader_num_workers=0,
         eval_strategy="steps" if eval_every else "no", eval_steps=eval_every,
-        per_device_eval_batch_size=8)
+        per_device_eval_batch_size=8,
+        **({"torch_compile": True, "torch_compile_backend": compile_backend} if compile_backend else {}))
     trainer = Trainer(model=model, args=args, train_dataset=dataset,
                       eval_dataset=dataset[:16] if eval_every else None,
-                      callbacks=[] if fail_at is None else [_FailAt(fail_at)])
+                      callbacks=([] if fail_at is None else [_FailAt(fail_at)])
+                      + ([] if sigterm_at is None else [_FailAt(sigterm_at, signal=True)]))
     with capture_trainer(trainer, name, trace_steps=trace_steps, out=out, warmup_steps=warmup,
                          layer_depth=layer_depth) as cap:
         trainer.train()
@@ -141,18 +149,21 @@ def _fail_at_class():
         """Raises at the end of update `step` (1-based, as global_step counts), before gapscope's
         callback, added after it, sees that update end."""
 
-        def __init__(self, step):
-            self.step = step
+        def __init__(self, step, signal=False):
+            self.step, self.signal = step, signal
 
         def on_step_end(self, args, state, control, **kwargs):
             if state.global_step == self.step:
+                if self.signal:
+                    import signal
+                    os.kill(os.getpid(), signal.SIGTERM)
                 raise ValueError("the trainer broke")
 
     return FailAt
 
 
-def _FailAt(step):  # noqa: N802 - a class, defined on first use
-    return _fail_at_class()(step)
+def _FailAt(step, signal=False):  # noqa: N802 - a class, defined on first use
+    return _fail_at_class()(step, signal)
 
 
 # What both trainers' tests check a fit's run directory with.

@@ -11,7 +11,8 @@ from analysis.readers import run_dir as run_files
 from analysis.readers import safe_files
 from analysis.readers.run_dir import HEAD_BYTES, Located, find_torch_traces
 from profilers.errors import GapscopeInputError
-from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE, SWEEP_STATE, effective_status
+from profilers.run_dir import (AB_STATE, INTERRUPTED_STATUS, MANIFEST, MATRIX_STATE, SWEEP_STATE,
+                               USER_VARIANT, effective_status)
 
 # A foreign trace's rank where its distributedInfo is missing: from its file name, or the name
 # of the folder holding it. Only an explicit "rank" (rank1, rank_1, rank-1, RANK1) counts: the
@@ -162,15 +163,33 @@ def _run(path: Path, kind: type[RunPlace], session: str | None = None) -> Place:
 
 
 def unfinished(manifest: dict | None) -> str | None:
-    """Why a run cannot be analysed (failed, interrupted, still running), or None."""
+    """Why a run cannot be analysed (failed, still running), or None. A run that ended early
+    (stopped_early) is analysed: its steps are what it recorded."""
     if manifest is None:
         return None
     status, error = effective_status(manifest)
-    if status == "complete":
+    if status == "complete" or stopped_early(manifest):
         return None
     if status == "failed":
         return f"run {manifest['run_id']} failed: {error}"
     return f"run {manifest['run_id']} did not finish (status {status!r}): still running or killed"
+
+
+def stopped_early(manifest: dict | None) -> str | None:
+    """How a run that recorded steps and then stopped ended, in a few words: a capture marked
+    `interrupted` (a signal, an exception in the loop), or a capture killed outright, still
+    `running` with its process gone (its steps.csv holds the steps flushed by then); None for
+    any other run (gapscope's own runs write their steps at their end: a killed one has none)."""
+    if not manifest:
+        return None
+    status, error = effective_status(manifest)
+    if status == INTERRUPTED_STATUS:
+        signal = manifest.get("stopped_by")
+        return f"interrupted ({signal})" if signal else \
+            "interrupted" if error in (None, "interrupted") else f"interrupted ({error})"
+    if manifest.get("status") == "running" and status == "failed" and manifest.get("variant") == USER_VARIANT:
+        return f"killed: {error}"
+    return None
 
 
 def foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:

@@ -9,9 +9,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis.readers.compile_records import read_compile_records, steps_compiling_after
 from analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
 from analysis.readers import step_rows
-from analysis.model.locate import JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate, unfinished
+from analysis.model.locate import (JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate,
+                                   stopped_early, unfinished)
 from analysis.readers import run_dir as run_files
 from analysis.readers.run_dir import Located, read_steps
 from analysis.events.timeline import PhaseTimeline, phase_timeline
@@ -158,6 +160,11 @@ class Run:
         return None
 
     @functools.cached_property
+    def compile_records(self) -> dict | None:
+        """compile.json: what torch.compile or tf.function compiled, step by step; None without."""
+        return read_compile_records(self.path) if self.path.is_dir() else None
+
+    @functools.cached_property
     def resources(self) -> list[dict] | None:
         path = self.path / RESOURCES_CSV
         return read_resources_csv(path) if self.path.is_dir() and path.exists() else None
@@ -184,6 +191,9 @@ def load_run(path: str | Path | Place, label: str | None = None) -> Run:
     rows, dropped = read_steps(found.steps_csv) if found.steps_csv else (None, None)
     run = Run(found, label or run_label(found.manifest, found.path), rows,
               place=place if isinstance(place, RunPlace) else None)
+    stopped = stopped_early(found.manifest)
+    if stopped:
+        run.notes += _stopped_notes(run, stopped)
     if dropped:
         run.notes.append(f"steps.csv: {sum(dropped.values()):,} invalid row(s) dropped "
                          f"({step_rows.describe(dropped)})")
@@ -192,7 +202,26 @@ def load_run(path: str | Path | Place, label: str | None = None) -> Run:
         if run.rows_warmup is None:
             run.notes.append("no manifest.json and no warmup column in steps.csv: the warm-up is "
                              "unknown, so every step counts as steady (compile time included)")
+    if rows:
+        step_rows.mark_compiling(rows, steps_compiling_after(run.compile_records, run.warmup_steps))
     return run
+
+
+def _stopped_notes(run: Run, how: str) -> list[str]:
+    """What a run that stopped early can still say: its recorded steps, and where the trace its
+    window was to write is missing (a process killed inside the window writes none)."""
+    if not run.rows and run.trace_file is None:
+        raise GapscopeInputError(f"run {run.run_id} {how} before it recorded a whole step: "
+                                 "nothing to analyse")
+    if not run.rows:
+        return [f"run {how} before its steps.csv was written: figures from its trace alone"]
+    notes = [f"run {how}: these figures are of the {len(run.rows):,} steps it recorded"]
+    window = run.settings.get("trace_steps")
+    if run.trace_file is None and isinstance(window, list) and window and isinstance(window[0], int) \
+            and max(r["step"] for r in run.rows) >= window[0]:
+        notes.append("no trace file: the run stopped inside its trace window before the trace "
+                     "was written; figures from steps.csv alone")
+    return notes
 
 
 def _folder_files(path: Path) -> Located:

@@ -14,7 +14,7 @@ from pathlib import Path
 from analysis.readers import safe_files, sessions, step_rows
 from profilers import state_json
 from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.run_dir import MANIFEST, STEPS_CSV, with_marked_failure
+from profilers.run_dir import ENDED, MANIFEST, STEPS_CSV, with_marked_failure
 
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 # Other tools name torch traces as they like (HTA's worker0.1629....json, rank-0.json.gz): in a
@@ -218,7 +218,7 @@ def read_manifest(path: Path) -> dict:
                                   and bool not in kinds):
             raise TraceFormatError(f"{path}: field {key!r} should be {_KIND_NAMES[kinds]}, "
                                    f"not {_shown(value)}")
-    if manifest.get("status") not in (None, "running", "complete", "failed"):
+    if manifest.get("status") not in (None, "running", *ENDED):
         raise TraceFormatError(f"{path}: unknown status {_shown(manifest['status'])}")
     _check_values(path, manifest)
     return manifest
@@ -285,7 +285,14 @@ def read_steps(path: Path) -> tuple[list[dict], Counter]:
             header = next(reader, None)
             if header is None or not {"step", "step_ms"} <= set(header):
                 raise TraceFormatError(f"{path}: not a gapscope steps.csv (no step and step_ms columns)")
-            return step_rows.checked_table(path, header, list(reader))
+            raw = [row for row in reader if row]
+        # An unreadable last line with no line end: a run killed while appending it (live steps).
+        partial = bool(raw) and not text.endswith("\n") \
+            and step_rows.row_problem(step_rows.as_dict(header, raw[-1])) is not None
+        rows, dropped = step_rows.checked_table(path, header, raw[:-1] if partial else raw)
+        if partial:
+            dropped[step_rows.PARTIAL_LINE] += 1
+        return rows, dropped
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, csv.Error) as exc:  # UnicodeDecodeError; a cell over csv's field limit

@@ -33,6 +33,7 @@ PHASE_OVER_STEP = "phases over the step"
 DUPLICATE_STEP = "duplicate step"
 BAD_FLAG = "warmup/traced not 0 or 1"
 BAD_FAULTS = "page-fault count negative or not finite"
+PARTIAL_LINE = "partial last line (the run was killed while writing it)"
 
 
 def checked_rows(path, raw_rows) -> tuple[list[dict], Counter]:
@@ -65,10 +66,10 @@ def checked_table(path, header: list[str], cells: list[list[str]]) -> tuple[list
     rows = _clean_rows(header, cells)
     if rows is not None:
         return rows, Counter()
-    return checked_rows(path, (_as_dict(header, row) for row in cells))
+    return checked_rows(path, (as_dict(header, row) for row in cells))
 
 
-def _as_dict(header: list[str], cells: list[str]) -> dict:
+def as_dict(header: list[str], cells: list[str]) -> dict:
     """A row as csv.DictReader gives it: cells past the header under None, missing ones None."""
     row = dict(zip(header, cells))
     if len(cells) > len(header):
@@ -138,6 +139,11 @@ def _column(texts: tuple[str, ...], loss: bool) -> list:
     return values
 
 
+def row_problem(raw: dict) -> str | None:
+    """Why a csv.DictReader row is no measurement, or None."""
+    return _row(raw)[1]
+
+
 def describe(dropped: Counter) -> str:
     return ", ".join(f"{n:,} {why}" for why, n in dropped.most_common())
 
@@ -202,10 +208,29 @@ def _number(text: str) -> float | int | None:
         else number
 
 
+# The row field mark_compiling sets: the step recompiled or retraced, an event, not steady time.
+COMPILING = "compiling"
+
+
 def steady(rows: list[dict], warmup_steps: int) -> list[dict]:
     """Rows of steps numbered from `warmup_steps` on: by step number, not position, so a row
-    dropped before them does not move a warm-up step into the steady state."""
-    return [r for r in rows if r["step"] >= warmup_steps]
+    dropped before them does not move a warm-up step into the steady state. A step that
+    compiled after the warm-up (mark_compiling) is left out too."""
+    return [r for r in rows if r["step"] >= warmup_steps and not r.get(COMPILING)]
+
+
+def mark_compiling(rows: list[dict], steps: list[int]) -> list[dict]:
+    """Flags the rows of `steps` (a recompile or a retrace after the warm-up) as no steady steps."""
+    wanted = set(steps)
+    for row in rows:
+        if row["step"] in wanted:
+            row[COMPILING] = True
+    return rows
+
+
+def compiling(rows: list[dict]) -> list[dict]:
+    """The rows mark_compiling flagged."""
+    return [r for r in rows if r.get(COMPILING)]
 
 
 def warm_up(rows: list[dict], warmup_steps: int) -> list[dict]:

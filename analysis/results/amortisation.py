@@ -15,7 +15,11 @@ _COMPILED_VARIANTS = ("compile", "jit", "cudagraphs", "tf-function", "tf-xla")
 
 
 def is_compiled(b: Breakdown) -> bool:
-    return any(part.startswith(_COMPILED_VARIANTS) for part in (b.variant or "").split(","))
+    """A compiled variant, or a user's own loop whose compile record holds what compiled
+    (gapscope.capture around a torch.compile'd model or a tf.function)."""
+    why = b.compile_why
+    return (any(part.startswith(_COMPILED_VARIANTS) for part in (b.variant or "").split(","))
+            or (why is not None and bool(why.graphs or why.tf_traces)))
 
 
 def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.0, 0.0)) -> dict | None:

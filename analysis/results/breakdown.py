@@ -74,13 +74,30 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
                               run.manifest.get("variant"))
     result.compile_why = run_compile_why(run, compile_ms(run.rows, run.warmup_steps) if run.rows else None)
     result.memory = run_memory(run, trace=source != Source.TIMERS)
+    left_out = compiling_note(run.rows or [], result.compile_why)
     result.notes = ([f"warning: {w}" for w in result.reliability_warnings]
-                    + ([result.compile_why.line()] if result.compile_why else []) + run.notes + variant_notes(run.manifest) + result.notes + ([faults] if faults else [])
+                    + ([result.compile_why.line()] if result.compile_why else [])
+                    + ([left_out] if left_out else []) + run.notes + variant_notes(run.manifest)
+                    + result.notes + ([faults] if faults else [])
                     + (result.memory.lines() if result.memory is not None else []))
     _label(result, run)
     if result.device is None and source != Source.TIMERS and run.trace is not None:
         result.device = hardware(run.manifest, run.trace).device  # a foreign trace's own word on its GPU
     return result
+
+
+def compiling_note(rows: list[dict], why) -> str | None:
+    """The steps after the warm-up that compiled or retraced (step_rows.mark_compiling): named,
+    with what compiled and what they took, since the steady figures leave them out."""
+    events = step_rows.compiling(rows)
+    if not events:
+        return None
+    words = why.steady_events if why is not None else {}
+    parts = [f"step {r['step']} {r['step_ms']:.1f} ms"
+             + (f" ({words[r['step']]})" if r["step"] in words else "") for r in events[:5]]
+    more = f"; and {len(events) - 5} more" if len(events) > 5 else ""
+    return (f"{'steps' if len(events) > 1 else 'step'} left out of the steady steps as compile "
+            f"events, not steady time: {'; '.join(parts)}{more}")
 
 
 def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
@@ -235,6 +252,9 @@ def _overhead_unmeasured(pct: float | None, manifest: dict) -> str | None:
 def trace_steps(run: Run) -> tuple[list[StepBreakdown], list[str]]:
     """The run's traced steps as recorded, one per optimizer update, and notes on them."""
     steps, _, _ = _trace_steps(run.trace, run.timeline, run.runs_phases)
+    # A traced step that recompiled or retraced is no steady step, as in the timers' rows.
+    events = {r["step"] for r in step_rows.compiling(run.rows or [])}
+    steps = [s for s in steps if s.step not in events] or steps
     spe = run.settings.get("steps_per_execution", 1)
     notes = []
     if isinstance(spe, int) and spe > 1 and run.trace_file in run.located.xplanes:

@@ -7,13 +7,17 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from analysis.readers.compile_records import read_compile_records
+from analysis.readers.compile_records import steps_compiling_after
 
 # Disjoint stages from Dynamo's nested per-compile timers (workloads.runners.dynamo_records.TIMER_FIELDS).
 STAGES = ("dynamo", "aot_autograd", "inductor", "codegen_and_kernel_compile")
 STAGE_NAMES = {"dynamo": "Dynamo", "aot_autograd": "AOT autograd", "inductor": "Inductor",
                "codegen_and_kernel_compile": "codegen+C++/Triton compile",
                "tf_trace": "tf.function trace (Python)"}
+# Dynamo's per-compile counts of graphs its caches served (kept in compile.json), by cache.
+CACHE_FIELDS = {"fx_graph": "inductor_fx_local_cache_hit_count",
+                "aot_autograd": "aotautograd_local_cache_hit_count"}
+CACHE_NAMES = {"fx_graph": "Inductor's FX graph cache", "aot_autograd": "AOT autograd's cache"}
 # Reasons Dynamo gives for any unsupported call: the explanation under them says which call.
 _GENERIC_REASON = re.compile(r"^Encountered graph break when attempting to trace")
 _REASON_CHARS = 90
@@ -72,6 +76,10 @@ class CompileWhy:
     # tf.function: traces by function (the framework's own count where it gave one), retraces.
     tf_traces: dict[str, int] = field(default_factory=dict)
     retraces: list[Retrace] = field(default_factory=list)
+    # Steps after the warm-up that compiled or retraced, with what: left out of the steady steps.
+    steady_events: dict[int, str] = field(default_factory=dict)
+    # Graphs torch's caches kept between processes served, not compiled: by cache.
+    cache_hits: dict[str, int] = field(default_factory=dict)
 
     @property
     def attributed_ms(self) -> float:
@@ -95,13 +103,28 @@ class CompileWhy:
             retraces = "; ".join(f"retrace of {r.function} at step {r.step}: {r.reason}"
                                  for r in self.retraces[:3])
             return (f"compile {_s(total)} once: {', '.join(stages) or 'no stage recorded'}; {traced}"
-                    + (f" ({retraces})" if retraces else ", no retrace"))
+                    + (f" ({retraces})" if retraces else ", no retrace") + self._left_out())
         return (f"compile {_s(total)} once: {', '.join(stages) or 'no stage recorded'}; "
                 f"{_count(len(self.graphs), 'graph')}, "
                 f"{_count(len(self.graph_breaks), 'graph break')}{f' ({breaks})' if breaks else ''}, "
                 f"{_count(len(self.recompiles), 'recompile')}{f' ({guards})' if guards else ''}"
                 + (f"; {_s(self.later_compile_ms)} more compiling after the warm-up"
-                   if self.later_compile_ms else ""))
+                   if self.later_compile_ms else "") + self._cached() + self._left_out())
+
+    def _cached(self) -> str:
+        hits = {cache: n for cache, n in self.cache_hits.items() if n}
+        if not hits:
+            return ""
+        return "; served from the compile cache: " + ", ".join(
+            f"{_count(n, 'graph')} ({CACHE_NAMES[cache]})" for cache, n in hits.items())
+
+    def _left_out(self) -> str:
+        steps = sorted(self.steady_events)
+        if not steps:
+            return ""
+        return (f"; {_count(len(steps), 'step')} after the warm-up compiling "
+                f"({', '.join(map(str, steps[:5]))}{', …' if len(steps) > 5 else ''}), "
+                "left out of the steady steps")
 
     def to_json_dict(self) -> dict:
         return {"measured_ms": _round(self.measured_ms),
@@ -113,13 +136,15 @@ class CompileWhy:
                 "graph_breaks": [{**asdict(b), "place": b.place} for b in self.graph_breaks],
                 "recompiles": [asdict(r) for r in self.recompiles],
                 "tf_traces": self.tf_traces, "retraces": [asdict(r) for r in self.retraces],
+                "steady_events": [{"step": s, "what": w} for s, w in sorted(self.steady_events.items())],
+                "cache_hits": self.cache_hits,
                 "unseen": self.unseen, "torch": self.torch_version, "line": self.line()}
 
 
 def run_compile_why(run, measured_ms: float | None) -> CompileWhy | None:
     """The run's compile record against its step timers' warm-up excess (breakdown.compile_ms);
     None when it kept none (not compiled)."""
-    records = read_compile_records(run.path) if run.path.is_dir() else None
+    records = run.compile_records
     if records is None:
         return None
     return compile_why(records, measured_ms, run.warmup_steps)
@@ -147,8 +172,12 @@ def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> 
     recompiles = [Recompile(c.get("co_name"), c.get("co_filename"), c.get("co_firstlineno"),
                             failed_guard(c["recompile_reason"]), _int(c.get("step"), 0))
                   for c in forward if c.get("recompile_reason")]
-    return CompileWhy(measured_ms, stages, later, graphs, graph_breaks(records["graph_breaks"]),
-                      recompiles, unseen_lines(compiles, records), records.get("torch"))
+    why = CompileWhy(measured_ms, stages, later, graphs, graph_breaks(records["graph_breaks"]),
+                     recompiles, unseen_lines(compiles, records), records.get("torch"))
+    why.cache_hits = {cache: sum(_int(c.get(field_name), 0) for c in compiles)
+                      for cache, field_name in CACHE_FIELDS.items()}
+    why.steady_events = steady_events(why, records, warmup_steps)
+    return why
 
 
 def _tf_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
@@ -165,9 +194,31 @@ def _tf_why(records: dict, measured_ms: float | None, warmup_steps: int) -> Comp
     for name, n in own.items():
         if isinstance(n, int) and n != counts.get(name, 0):
             unseen.append(f"{name}: TensorFlow counts {n} traces, gapscope saw {counts.get(name, 0)}")
-    return CompileWhy(measured_ms, {"tf_trace": sum(float(t.get("trace_ms") or 0.0) for t in early)},
-                      sum(float(t.get("trace_ms") or 0.0) for t in later), [], [], [], unseen,
-                      tf_traces=counts, retraces=retraces(traces))
+    why = CompileWhy(measured_ms, {"tf_trace": sum(float(t.get("trace_ms") or 0.0) for t in early)},
+                     sum(float(t.get("trace_ms") or 0.0) for t in later), [], [], [], unseen,
+                     tf_traces=counts, retraces=retraces(traces))
+    why.steady_events = steady_events(why, records, warmup_steps)
+    return why
+
+
+def steady_events(why: CompileWhy, records: dict, warmup_steps: int) -> dict[int, str]:
+    """What compiled in each step after the warm-up (steps_compiling_after, the steps the run's
+    loader leaves out of the steady state): its recompiles' guards, retraces' reasons, else the
+    frames that compiled for the first time."""
+    events = {}
+    for step in steps_compiling_after(records, warmup_steps):
+        words = ([f"recompile of {r.function}: {r.guard}" for r in why.recompiles if r.step == step]
+                 + [f"retrace of {r.function}: {r.reason}" for r in why.retraces if r.step == step])
+        if not words:
+            frames = sorted({str(c.get("co_name")) for c in records["compiles"]
+                             if c.get("step") == step and c.get("co_name")})
+            functions = sorted({str(t.get("function")) for t in records.get("tf_traces") or []
+                                if isinstance(t, dict) and t.get("step") == step})
+            words = ([f"first compile of {', '.join(frames)}"] if frames else
+                     [f"first trace of {', '.join(functions)}"] if functions else
+                     ["a backward graph compiled"])
+        events[step] = "; ".join(words)
+    return events
 
 
 def retraces(traces: list[dict]) -> list[Retrace]:

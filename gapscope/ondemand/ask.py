@@ -9,7 +9,7 @@ from pathlib import Path
 from gapscope.ondemand.registry import REQUEST, TRIGGER, read_entry, runtime_dir
 from profilers import strict_json
 from profilers.errors import GapscopeInputError
-from profilers.run_dir import status_of
+from profilers.run_dir import ENDED, status_of
 
 
 class WindowNotTraced(Exception):
@@ -52,7 +52,7 @@ def _wait(pid: int, window_dir: Path, timeout_s: float, poll_s: float) -> Path:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         status, _ = status_of(window_dir) if (window_dir / "manifest.json").exists() else (None, None)
-        if status in ("complete", "failed"):
+        if status in ENDED:
             return window_dir
         if not _alive(pid):
             raise WindowNotTraced(f"process {pid} ended before its window was traced"

@@ -56,3 +56,31 @@ class LiveSteps:
         self._written += len(rows)
         self._marks_written = len(marks)
 
+
+
+class LiveStepsOnly:
+    """A job that cannot be captured on demand (TensorFlow's) still appends its steps.csv about
+    once a second, as OnDemandWindows does for torch jobs: a process killed outright leaves the
+    steps it did. Nothing it steps is traced by it."""
+
+    wanted = False
+    traced: frozenset = frozenset()
+
+    def __init__(self, run_dir: Path, timer, warmup_steps: int, session):
+        """`session`: the job's own step session, whose window says which steps it traced."""
+        self._live = LiveSteps(run_dir, timer, warmup_steps, self._want)
+        self._session = session
+
+    def open(self) -> "LiveStepsOnly":
+        self._live.start()
+        return self
+
+    def _want(self) -> None:
+        self.wanted = True
+
+    def after_step(self, done: int, rows) -> None:
+        self._live.flush(set(self._session.traced_steps(done) or ()))
+        self.wanted = self._live.due  # a tick between the flush and here is taken next step
+
+    def close(self, rows=None) -> None:
+        self._live.stop()

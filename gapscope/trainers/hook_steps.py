@@ -2,11 +2,13 @@
 ran and opens the next, and the capture API's run directory records the steps."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
 from gapscope.model_layers import COMPILED_NOTE, ModelLayers, own_layers
 from gapscope.ondemand.job_window import OnDemandWindows
-from gapscope.user_run import UserRun, default_warmup, rank_place, trace_window
+from gapscope.user_run import (UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm,
+                               trace_window)
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
 from profilers.phases import MARKED_PHASES
@@ -60,11 +62,22 @@ class HookSteps:
             "warmup_steps": self.warmup_steps, "device": str(self._device), **self.settings},
             self.warmup_steps, rank_place())
         self.run_dir, self.job_dir = self._run.run_dir, self._run.job_dir
+        # SIGTERM as an exception the trainer passes on, recorded as the fit's end (where the
+        # trainer has no handler of its own: Lightning's is kept).
+        self._signals = ExitStack()
+        self._signals.enter_context(stop_on_sigterm())
+        self._compiles = None
         try:
+            # A compiled model (Lightning's torch.compile'd module, HF's torch_compile=True):
+            # its compiles, graph breaks and recompiles into compile.json.
+            self._compiles = compile_record("torch", self.run_dir)
             self._session = TorchStepSession(self.run_dir, self.window, cuda)
             self._session.start()
         except BaseException as exc:  # the directory exists: say why it holds no run
+            if self._compiles is not None:
+                self._compiles.__exit__(None, None, None)
             self._run.fail([], {}, exc)
+            self._signals.close()
             raise
         if compiled and model is not None and self.layer_depth is not None:
             self._layer_facts = {"layers": [], "layer_notes": [COMPILED_NOTE]}
@@ -103,6 +116,7 @@ class HookSteps:
         if self._layers is not None:
             self._layers.end_step(self.steps)
         self._session.end_step(self.steps)
+        self._compiles.end_step(self.steps)
         self.steps += 1
         self._in_step = False
         if self._windows.wanted:  # all an untriggered fit pays for on-demand capture
@@ -118,10 +132,17 @@ class HookSteps:
 
     # -- the end ------------------------------------------------------------------------
     def finish(self, exc: BaseException | None = None, facts: dict | None = None) -> None:
-        """Records the run's end once: complete, or failed with `exc`. A step the fit left
-        unfinished (training stopped mid-accumulation, or failed) is dropped."""
+        """Records the run's end once: complete, or interrupted (failed before any step) with
+        `exc`. A step the fit left unfinished (training stopped mid-accumulation, or failed) is
+        dropped. A SIGTERM that stopped it is sent again once the end is recorded."""
         if self._run is None or self._run.finished:
             return
+        try:
+            self._finish(exc, facts)
+        finally:
+            self._signals.close()
+
+    def _finish(self, exc: BaseException | None, facts: dict | None) -> None:
         self.leave()
         if self._layers is not None:
             self._layers.close()
@@ -134,6 +155,10 @@ class HookSteps:
         try:
             self._windows.close(self._timer.rows)
         except Exception as error:  # noqa: BLE001 - a window's failure must not lose the fit's run
+            stop_error = stop_error or error
+        try:
+            self._compiles.__exit__(None, None, None)
+        except Exception as error:  # noqa: BLE001 - the steps matter more than the compile record
             stop_error = stop_error or error
         traced = set(self._session.traced_steps(self.steps) or ()) | self._windows.traced
         rows = mark_rows(self._timer.rows(), self.warmup_steps, traced)

@@ -29,6 +29,18 @@ _BREAK_AT = re.compile(r"in user code at (?P<file>.+?):(?P<line>\d+)\s*$", re.M)
 _BREAK_REASON = re.compile(r"^Graph Break Reason: (?P<reason>.*)$", re.M)
 _EXPLANATION = re.compile(r"^\s*Explanation: (?P<text>.*)$", re.M)
 _SEEN_LOGGER = "torch._dynamo"  # the artifact loggers (…symbolic_convert.__graph_breaks) feed it
+_ARTIFACTS = ("__graph_breaks", "__recompiles")
+
+
+class _Unprinted(logging.Filter):
+    """Keeps the artifacts gapscope turned on off a user's stderr (their own TORCH_LOGS aside):
+    a capture records them, it does not print pages of them into the user's console."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.endswith(_ARTIFACTS)
+
+
+_UNPRINTED = _Unprinted()
 
 
 class _BreakHandler(logging.Handler):
@@ -65,16 +77,21 @@ def _plain(value):
 
 class DynamoRecorder:
     """Around a run's steps: `end_step(i)` after step i tags what compiled during it; on exit the
-    records go to compile.json. Private torch APIs: what a torch lacks is said, never faked."""
+    records go to compile.json. Private torch APIs: what a torch lacks is said, never faked.
 
-    def __init__(self, run_dir: Path):
+    `quiet`: the user's own process (gapscope.capture, the trainer callbacks): the logs turned on
+    to record graph breaks are not printed. `keep_empty`: False writes no compile.json where
+    nothing compiled (a capture cannot know beforehand whether the loop calls torch.compile)."""
+
+    def __init__(self, run_dir: Path, *, quiet: bool = False, keep_empty: bool = True):
         self.run_dir = Path(run_dir)
+        self.quiet, self.keep_empty = quiet, keep_empty
+        self._quieted: list[logging.Handler] = []
         self.step = 0
         self.graph_breaks: list[dict] = []
         self.compiles: list[dict] = []
         self.unavailable: list[str] = []
         self._handler = _BreakHandler(self)
-        self._seen = 0
 
     def __enter__(self) -> DynamoRecorder:
         import torch
@@ -85,6 +102,10 @@ class DynamoRecorder:
             self.unavailable.append(f"torch {torch.__version__} keeps no Dynamo compilation metrics")
         try:
             torch._logging.set_logs(graph_breaks=True, recompiles=True)
+            if self.quiet and "TORCH_LOGS" not in os.environ:
+                self._quieted = list(logging.getLogger(_SEEN_LOGGER).handlers)
+                for handler in self._quieted:
+                    handler.addFilter(_UNPRINTED)
             logging.getLogger(_SEEN_LOGGER).addHandler(self._handler)
         except Exception as exc:  # noqa: BLE001 - graph breaks unseen, the rest still recorded
             self.unavailable.append(f"graph breaks not logged: torch._logging.set_logs failed ({exc})")
@@ -97,21 +118,33 @@ class DynamoRecorder:
         self.step = step + 1
 
     def _new_metrics(self) -> list[dict]:
+        """The records since the last call, taken out of torch's list: it keeps the last 64 only
+        (a deque), so a long run's later compiles would be lost behind a count of the seen."""
         try:
-            from torch._dynamo.utils import get_compilation_metrics
+            from torch._dynamo.utils import clear_compilation_metrics, get_compilation_metrics
         except ImportError:
             return []
-        records = list(get_compilation_metrics())
-        new, self._seen = records[self._seen:], len(records)
+        new = list(get_compilation_metrics())
+        if new:
+            clear_compilation_metrics()
         return [{k: _plain(getattr(m, k, None)) for k in _KEPT} for m in new
                 if dataclasses.is_dataclass(m)]
 
+    @property
+    def recorded(self) -> bool:
+        """Whether anything compiled or broke a graph so far."""
+        return bool(self.compiles or self.graph_breaks)
+
     def __exit__(self, *exc) -> None:
         logging.getLogger(_SEEN_LOGGER).removeHandler(self._handler)
+        for handler in self._quieted:
+            handler.removeFilter(_UNPRINTED)
         if "TORCH_LOGS" not in os.environ:  # back to torch's default logging (tests run on)
             import torch
             torch._logging.set_logs()
         self.end_step(self.step)  # a compile in a step that raised
+        if not self.keep_empty and not self.recorded:
+            return
         import torch
         write_atomic(self.run_dir / COMPILE_JSON, strict_json.dumps({
             "format": FORMAT_VERSION, "torch": torch.__version__, "compiles": self.compiles,

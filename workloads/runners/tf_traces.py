@@ -82,3 +82,43 @@ class TraceLog:
                             "compile time to the process" if jit_compile else
                             "graph optimisation after each trace is not timed apart: it is in the unattributed rest"]},
             indent=1))
+
+
+class PhaseTraces(TraceLog):
+    """The traces of a user's own tf.functions, seen from inside them: `cap.phase` runs its Python
+    only while TensorFlow traces the function, so each new graph it is entered in is one trace
+    (its signature the graph's own input signature). The trace itself is not timed. Used as the
+    capture's compile record: `end_step(i)` after step i; written on exit where anything traced."""
+
+    def __init__(self, run_dir: Path):
+        import weakref
+        super().__init__()
+        self.run_dir = Path(run_dir)
+        self._seen = weakref.WeakSet()
+
+    def seen_tracing(self) -> None:
+        """Called inside a tf.function: the outermost graph being traced, once."""
+        import tensorflow as tf
+        graph = tf.compat.v1.get_default_graph()
+        # A tf.cond or while branch is a graph of its own inside the function's.
+        while hasattr(getattr(graph, "outer_graph", None), "outer_graph"):
+            graph = graph.outer_graph
+        if graph in self._seen:
+            return
+        self._seen.add(graph)
+        args, kwargs = getattr(graph, "structured_input_signature", None) or ((), {})
+        self.traces.append({"function": graph.name, "step": self.step,
+                            "signature": signature_of(tuple(args), dict(kwargs)), "trace_ms": None})
+
+    def end_step(self, step: int) -> None:
+        self.step = step + 1
+
+    def __exit__(self, *exc) -> None:
+        if not self.traces:
+            return
+        write_atomic(self.run_dir / COMPILE_JSON, strict_json.dumps({
+            "format": FORMAT_VERSION, "framework": "tf", "compiles": [], "graph_breaks": [],
+            "tf_traces": self.traces, "tf_tracing_counts": {},
+            "unavailable": ["tf.function traces seen through cap.phase inside the function: "
+                            "their time is not measured apart (it is in the warm-up excess)"]},
+            indent=1))

@@ -104,6 +104,10 @@ def compile_markdown(runs: list[tuple[str, dict]], amortisations: list[str]) -> 
             lines += [f"Retraces ({len(c['retraces'])}):", ""]
             lines += _table(["function", "step", "reason"],
                             [[r["function"], str(r["step"]), r["reason"]] for r in c["retraces"]])
+        if c.get("steady_events"):
+            lines += [f"Steps left out of the steady state, compiling ({len(c['steady_events'])}):", ""]
+            lines += _table(["step", "what compiled"],
+                            [[str(e["step"]), e["what"]] for e in c["steady_events"]])
         lines += [f"- {line}" for line in c["unseen"]] + ([""] if c["unseen"] else [])
     return lines
 

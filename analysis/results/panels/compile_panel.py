@@ -30,6 +30,7 @@ def compile_panel(why: CompileWhy | None) -> dict:
             "recompiles": [{"guard": r.guard, "function": r.function, "step": r.step,
                             "place": _place(r.file, r.line)} for r in why.recompiles],
             "retraces": [{"function": r.function, "step": r.step, "reason": r.reason} for r in why.retraces],
+            "steady_events": [{"step": s, "what": w} for s, w in sorted(why.steady_events.items())],
             "graphs": len(why.graphs), "tf_traces": why.tf_traces, "unseen": why.unseen}
 
 

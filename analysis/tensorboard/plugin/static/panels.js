@@ -157,6 +157,8 @@ function compileView(c) {
      (r) => [r.guard, r.function || '', r.place, String(r.step)], 'recompile'],
     ['retraces', c.retraces, ['function', 'step', 'reason'],
      (r) => [r.function, String(r.step), r.reason], 'retrace'],
+    ['steps left out of the steady state, compiling', c.steady_events || [], ['step', 'what compiled'],
+     (e) => [String(e.step), e.what], 'steady-event'],
   ];
   for (const [title, items, head, cells, cls] of listed) {
     parts.push(html('h4', {}, `${title} (${items.length})`));
