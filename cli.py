@@ -643,13 +643,22 @@ def capture_command(ctx, target, pid, steps, timeout_s, duration_s, out_dir, ste
         window = trace_servers(target, duration_s, out_dir)
         click.echo(f"gapscope: traced {target} for {duration_s:g} s into {window}", err=True)
     else:
-        from gapscope.ondemand.ask import WindowNotTraced, ask_window
+        from gapscope.ondemand.ask import WindowNotTraced, ask_window, window_note
+        from gapscope.ondemand.registry import MAX_WINDOW_STEPS
+        if steps > MAX_WINDOW_STEPS:
+            click.echo(f"gapscope: note: --steps {steps} capped at {MAX_WINDOW_STEPS}: the profiler "
+                       "holds a window's every event in memory until it ends (ask again for more)",
+                       err=True)
+            steps = MAX_WINDOW_STEPS
         try:
             window = ask_window(pid, steps, timeout_s)
         except WindowNotTraced as exc:
             click.echo(f"gapscope: {exc}", err=True)
             sys.exit(EXIT_RUN_FAILED)
         click.echo(f"gapscope: process {pid} traced its window into {window}", err=True)
+        note = window_note(window, steps)
+        if note:
+            click.echo(f"gapscope: note: {note}", err=True)
     ctx.invoke(breakdown, paths=(str(window),), fmt=fmt, no_legend=no_legend, step_marker=step_marker)
 
 
