@@ -233,22 +233,41 @@ print(cap.run_dir)
 """
 
 
-def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path):
+@pytest.mark.parametrize("allocator", ["onednn", "default", "bfc"])
+def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path, allocator):
+    """Both kinds of CPU, forced: TF runs with oneDNN on AVX-512 Intel CPUs and without it on
+    an AVX2 AMD EPYC, whose default CPU allocator records no allocator events: there a line says
+    so and how to get them (TF_CPU_ALLOCATOR_USE_BFC, which gives them)."""
     # A narrow input (32 features) leaves the Dense layer's output the one large tensor of
     # forward. TF sizes are what the ops asked for (its allocator's blocks may be larger).
     batch, width, inputs = 256, 1024, 32
     activation = batch * width * 4  # the Dense layer's ReLU output, kept for backward
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3",
+           "TF_ENABLE_ONEDNN_OPTS": "1" if allocator == "onednn" else "0"}
+    env.pop("TF_CPU_ALLOCATOR_USE_BFC", None)
+    if allocator == "bfc":
+        env["TF_CPU_ALLOCATOR_USE_BFC"] = "true"
     done = subprocess.run([sys.executable, "-c", _KERAS_LOOP.format(batch=batch, width=width,
                                                                     inputs=inputs),
                            str(tmp_path)], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
-    memory = breakdown(load_run(Path(done.stdout.strip().splitlines()[-1]))).memory
+    run = Path(done.stdout.strip().splitlines()[-1])
+    assert json.loads((run / "manifest.json").read_text())["versions"]["tf_cpu_allocator"] == allocator
+    memory = breakdown(load_run(run)).memory
+    if allocator == "default":
+        assert memory.source is None and memory.steps == [] and memory.rss is not None
+        (note,) = memory.notes
+        assert note.startswith("memory: no allocator events: this TensorFlow ran without oneDNN")
+        assert "TF_CPU_ALLOCATOR_USE_BFC=true" in note
+        table = CliRunner().invoke(cli, ["breakdown", str(run), "--wide"])
+        assert table.exit_code == 0 and "ran without oneDNN" in table.output, table.output
+        return
     assert memory.source == "TF allocator events" and memory.steps
     for step in memory.steps:
         assert step.high_water["forward"] - step.start == pytest.approx(activation, rel=0.10)
         assert step.net["forward"] == pytest.approx(activation, rel=0.10)
-    assert any("only its large blocks" in note for note in memory.notes)
+    large_only = any("only its large blocks" in note for note in memory.notes)
+    assert large_only == (allocator == "onednn")
     # The layer's scope in the ops' names says whose activation it is.
     assert memory.layers["dense"] == pytest.approx(activation, rel=0.10)
 
