@@ -970,7 +970,7 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
     busy = any(busy_machine(run.manifest) for run in runs)
     machine = _machine()
     if save:
-        from profilers.run_dir import write_atomic
+        from profilers.run_dir import write_new
         if busy and not save_busy:
             # A step time measured beside other work is the neighbours' figure: stored, it
             # would poison every check after it (12.9 ms kept for a 1.7 ms step here).
@@ -980,7 +980,9 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
             sys.exit(EXIT_INCONCLUSIVE)
         # Kept with its busy mark: every check against a busy machine's baseline is inconclusive.
         stored = Baseline(config, means, within, run_settings, machine, busy)
-        write_atomic(baseline_path, strict_json.dumps(stored.to_json_dict(), indent=2) + "\n")
+        # Created exclusively: of two saves at once, the second is refused, not told "written".
+        write_new(baseline_path, (strict_json.dumps(stored.to_json_dict(), indent=2) + "\n").encode(),
+                  exists=_KEPT_BASELINE)
         click.echo(f"baseline written: {baseline_path} ({config}: {sum(means) / len(means):.3f} ms, "
                    f"{len(means)} repeats)")
         for warning in unreliable + (["checks against this baseline are inconclusive: record "
@@ -1002,12 +1004,18 @@ def _baseline_folder(path: Path) -> None:
     """The folder a new baseline goes to, made where missing; one line where it cannot be (a
     file in the way) or the baseline exists already."""
     if os.path.lexists(path):
-        raise GapscopeInputError(f"{path}: exists; remove it or name another to --save")
+        raise GapscopeInputError(f"{path}: exists; {_KEPT_BASELINE}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise GapscopeInputError(f"{path}: cannot save a baseline there "
-                                 f"({exc.strerror or exc})") from None
+        # mkdir says "File exists" for a file where a folder is wanted: name the file.
+        in_way = next((p for p in (path.parent, *path.parent.parents)
+                       if os.path.lexists(p) and not p.is_dir()), None)
+        why = f"{in_way} is a file" if in_way is not None else exc.strerror or exc
+        raise GapscopeInputError(f"{path}: cannot save a baseline there ({why})") from None
+
+
+_KEPT_BASELINE = "remove it or name another to --save"
 
 
 def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quiet: bool,

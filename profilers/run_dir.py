@@ -90,9 +90,10 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
-def write_new(path: Path, data: bytes) -> None:
+def write_new(path: Path, data: bytes, exists: str = "use --force to replace it") -> None:
     """Write `data` to `path` only if nothing is there: written beside it, then linked into place
-    (fails when the name exists, a symlink included), so no earlier file is ever overwritten."""
+    (fails when the name exists, a symlink included), so no earlier file is ever overwritten;
+    `exists`: what the one-line refusal advises."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         tmp.write_bytes(data)
@@ -105,7 +106,7 @@ def write_new(path: Path, data: bytes) -> None:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
     except FileExistsError:
-        raise GapscopeInputError(f"{path}: exists; use --force to replace it") from None
+        raise GapscopeInputError(f"{path}: exists; {exists}") from None
     finally:
         tmp.unlink(missing_ok=True)
 
