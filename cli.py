@@ -12,7 +12,8 @@ import click
 
 from profilers import strict_json
 from profilers.environment import threads_of
-from profilers.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError
+from profilers.errors import (EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError,
+                              GapscopeRunError)
 from analysis.renderers import registry
 from workloads.devices import DEVICES
 from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
@@ -102,6 +103,9 @@ class _Group(click.Group):
         except GapscopeInputError as exc:
             click.echo(f"gapscope: error: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except GapscopeRunError as exc:  # a cluster that went away mid-command
+            click.echo(f"gapscope: error: {exc}", err=True)
+            sys.exit(EXIT_RUN_FAILED)
         except KeyboardInterrupt as exc:  # SIGTERM too (run_lifecycle.Interrupted)
             detail = str(exc)
             click.echo(f"gapscope: interrupted{f' ({detail})' if detail else ''}", err=True)
