@@ -435,3 +435,17 @@ def test_a_trace_without_memory_events_is_not_read_a_second_time(fixtures_dir, m
     monkeypatch.setattr(torch_memory, "read_torch_memory", lambda path: pytest.fail("read again"))
     events, _, notes = allocator_events(load_run(run))
     assert events == [] and "no [memory] events" in notes[0]
+
+
+def test_a_step_whose_phases_change_nothing_says_so_not_an_empty_list():
+    """Issue 47 item 8: every phase's net change under 0.005 MB printed "net a step:  MB"."""
+    from analysis.measures.memory.phase_memory import StepMemory
+    from analysis.results.memory.figures import MemoryFigures
+    phases = ("data_load", "forward", "backward", "optimizer", "other")
+    mb = 1_000_000
+    step = StepMemory(3, peak_allocated=2 * mb, peak_reserved=None, start=mb, end=mb + 4000,
+                      allocated=mb, freed=mb, high_water=dict.fromkeys(phases, 2 * mb),
+                      net={**dict.fromkeys(phases, 0), "backward": 4000})  # 0.004 MB: below the 0.005 shown
+    (line,) = MemoryFigures("torch profiler (profile_memory)", "cpu", [step]).lines()
+    assert line == ("memory (cpu, torch profiler (profile_memory)): step peak 2.00 MB; no phase changes "
+                    "the level a step; 1.00 MB freed and allocated again a step")

@@ -79,10 +79,12 @@ class MemoryFigures:
         if self.steps:
             net = self.phase_net_mb()
             reserved = self.peak_reserved_mb()
+            changed = ", ".join(f"{p} {net[p]:+.2f}" for p in PHASES if abs(net[p]) >= 0.005)
             found.append(f"memory ({self.device}, {self.source}): step peak {self.peak_allocated_mb():.2f} MB"
                          + (f", reserved {reserved:.2f} MB" if reserved is not None else "")
-                         + "; net a step: " + ", ".join(f"{p} {net[p]:+.2f}" for p in PHASES if abs(net[p]) >= 0.005)
-                         + f" MB; {self.churn_mb():.2f} MB freed and allocated again a step")
+                         # every phase under 0.005 MB printed "net a step:  MB"
+                         + (f"; net a step: {changed} MB" if changed else "; no phase changes the level a step")
+                         + f"; {self.churn_mb():.2f} MB freed and allocated again a step")
             if self.layers:
                 found.append("kept from forward for backward, per layer: " + ", ".join(
                     f"{name} {b / MB:.2f} MB" for name, b in self.layers.items()))
