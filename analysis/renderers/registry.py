@@ -13,8 +13,14 @@ class Renderer:
     function: str = "render"
 
     def render(self, result, **options) -> str:
-        """`options` go to the format's function (e.g. compare's table takes `verbose`)."""
-        return getattr(importlib.import_module(self.module), self.function)(result, **options)
+        """`options` go to the format's function (e.g. compare's table takes `verbose`). Markdown
+        of every result holds no markup from a run (breakdown's emitted a manifest's <img
+        onerror=...> raw)."""
+        text = getattr(importlib.import_module(self.module), self.function)(result, **options)
+        if self.name == "markdown":
+            from analysis.renderers.markdown_text import text_only
+            return text_only(text)
+        return text
 
 
 def _by_name(*renderers: Renderer) -> dict[str, Renderer]:
