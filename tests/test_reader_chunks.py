@@ -254,3 +254,19 @@ def test_a_rank_of_a_job_reads_its_trace_alone(monkeypatch):
     with chunk_pool.alone():
         assert chunk_pool.workers() == 1
     assert chunk_pool.workers() == 4
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_concatenated_trace_is_refused_at_the_files_byte_not_a_chunks(tmp_path, monkeypatch,
+                                                                         parallel_reads, workers):
+    """Issue 47 item 8: two traces in one file (590 MB there) were refused "at byte N" of the
+    chunk being decoded. Read in 2 kB chunks, alone and by workers, the byte is the file's:
+    the second document's first byte (msgspec counts from 1)."""
+    document = _plain_document(60)
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(document + document)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, workers)
+    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    with pytest.raises(torch_trace.TraceFormatError) as refused:
+        read_torch_trace(path)
+    assert str(refused.value).endswith(f"trailing characters (byte {len(document) + 1:,}))")
