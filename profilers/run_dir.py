@@ -40,10 +40,20 @@ def new_run_id(*parts: str) -> str:
     return "-".join([*(p for p in parts if p), stamp, secrets.token_hex(2)])
 
 
+_SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")
+
+
 def ensure_out_dir(out_dir: str | Path) -> Path:
     """The folder runs are written into, created if needed; one line (exit 2) when it cannot be:
     under a file, unwritable, on a read-only disk."""
     out_dir = Path(out_dir)
+    # The kernel's own folders take files from root (trace --out /dev/full.json.gz wrote a
+    # trace into /dev, in memory) and are never where output belongs.
+    resolved = out_dir.resolve()
+    system = next((Path(p) for p in _SYSTEM_FOLDERS if resolved == Path(p) or Path(p) in resolved.parents), None)
+    if system is not None:
+        raise GapscopeInputError(f"output folder {out_dir}: inside {system}, the system's own "
+                                 "folder: name a folder of yours")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # mkdir names neither the file nor the problem
