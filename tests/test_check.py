@@ -66,6 +66,13 @@ def test_a_different_machine_or_configuration_is_said():
      ' "settings": {}, "machine": {}}', "step times of 0.001 to 8.64e[+]07 ms"),
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [1e-9], "within": [0],'
      ' "settings": {}, "machine": {}}', "corrupt baseline"),
+    # Issue 47 item 9: nonsense settings were kept.
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
+     ' "settings": {"batch_size": "x"}, "machine": {}}', "settings.batch_size should be a whole number from 1"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
+     ' "settings": {"steps": -1}, "machine": {}}', "settings.steps should be a whole number from 1"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
+     ' "settings": {"width": 0}, "machine": {}}', "settings.width must be a number above 0"),
     ('{"format": "something else"}', "not a gapscope baseline"),
     ("[" * 100_000, "not a gapscope baseline"),
     ("not json", "not a gapscope baseline"),
