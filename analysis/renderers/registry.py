@@ -17,10 +17,15 @@ class Renderer:
         of every result holds no markup from a run (breakdown's emitted a manifest's <img
         onerror=...> raw)."""
         text = getattr(importlib.import_module(self.module), self.function)(result, **options)
-        if self.name == "markdown":
-            from analysis.renderers.markdown_text import text_only
-            return text_only(text)
-        return text
+        return text_only(text) if self.name == "markdown" else text
+
+
+def text_only(markdown: str) -> str:
+    """`markdown` with <, > and & as entities. Its text comes from runs (variant, device, error,
+    file names) and Markdown viewers (GitHub, editors) pass raw HTML through: `<img onerror=...>`
+    in a manifest must stay text. gapscope writes no HTML of its own, and renderers show the
+    entities as the characters."""
+    return markdown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _by_name(*renderers: Renderer) -> dict[str, Renderer]:

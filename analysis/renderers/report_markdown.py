@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from analysis.renderers.columns import plus_minus, unit_footer, workload_references
-from analysis.renderers.markdown_text import text_only
 from analysis.renderers.memory.report_section import memory_section
+from analysis.renderers.registry import text_only
 from analysis.results.records import Breakdown
 from profilers.phases import PHASES
 from profilers.run_dir import effective_status
