@@ -182,3 +182,35 @@ def test_a_request_without_the_token_is_ignored_by_the_job(registered):
     request.write_text(json.dumps({"steps": 3, "window_dir": "/tmp/x",
                                    "token": registered["registration"].token}))
     assert registry.read_request(os.getpid(), registered["registration"].token)["steps"] == 3
+
+
+def test_a_capture_loop_outside_the_main_thread_is_said_and_not_signalled(runtime, tmp_path):
+    """Issue 47 item 8: such a job was told it "runs no gapscope capture". Its entry now says
+    why it cannot be asked (Python handles signals in the main thread only); nothing is sent."""
+    import threading
+
+    import torch
+
+    import gapscope
+    ready, finish = threading.Event(), threading.Event()
+
+    def loop():
+        with gapscope.capture("thread-mlp", trace_steps=None, out=tmp_path / "out", warmup_steps=1) as cap:
+            for _ in range(3):
+                with cap.phase("forward"):
+                    torch.ones(4).sum()
+                cap.step()
+            ready.set()
+            finish.wait(60)
+    thread = threading.Thread(target=loop)
+    thread.start()
+    try:
+        assert ready.wait(60)
+        result = _capture(os.getpid())
+    finally:
+        finish.set()
+        thread.join(60)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert (f"process {os.getpid()} runs a gapscope capture that cannot be asked for a window: its "
+            "capture loop runs outside the main thread, where Python cannot handle SIGUSR2") in result.stderr
+    assert signal.getsignal(TRIGGER) is signal.SIG_DFL and not list(runtime.glob("*.json"))
