@@ -214,3 +214,24 @@ def test_a_capture_loop_outside_the_main_thread_is_said_and_not_signalled(runtim
     assert (f"process {os.getpid()} runs a gapscope capture that cannot be asked for a window: its "
             "capture loop runs outside the main thread, where Python cannot handle SIGUSR2") in result.stderr
     assert signal.getsignal(TRIGGER) is signal.SIG_DFL and not list(runtime.glob("*.json"))
+
+
+def test_a_job_with_its_own_sigusr2_handler_is_said_and_not_signalled(runtime, tmp_path):
+    import torch
+
+    import gapscope
+    got = []
+    previous = signal.signal(TRIGGER, lambda signum, frame: got.append(signum))
+    try:
+        with gapscope.capture("own-handler", trace_steps=None, out=tmp_path / "out", warmup_steps=1) as cap:
+            for _ in range(3):
+                with cap.phase("forward"):
+                    torch.ones(4).sum()
+                cap.step()
+            result = _capture(os.getpid())
+        kept = signal.getsignal(TRIGGER)
+    finally:
+        signal.signal(TRIGGER, previous)
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "it has a SIGUSR2 handler of its own, which gapscope keeps" in result.stderr
+    assert got == [] and kept is not signal.SIG_DFL and not list(runtime.glob("*.json"))
