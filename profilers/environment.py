@@ -41,7 +41,8 @@ def tf_cpu_allocator() -> str | None:
     if onednn:
         return "onednn"
     # TF reads it as a bool variable: true/false or 1/0, any case.
-    return "bfc" if os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").strip().lower() in ("1", "true") else "default"
+    bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").strip().lower() in ("1", "true")
+    return "bfc" if bfc else "default"
 
 
 def cpu_name() -> str:

@@ -50,7 +50,7 @@ def ensure_out_dir(out_dir: str | Path) -> Path:
     # The kernel's own folders take files from root (trace --out /dev/full.json.gz wrote a
     # trace into /dev, in memory) and are never where output belongs.
     resolved = out_dir.resolve()
-    system = next((Path(p) for p in _SYSTEM_FOLDERS if resolved == Path(p) or Path(p) in resolved.parents), None)
+    system = next((Path(p) for p in _SYSTEM_FOLDERS if Path(p) in (resolved, *resolved.parents)), None)
     if system is not None:
         raise GapscopeInputError(f"output folder {out_dir}: inside {system}, the system's own "
                                  "folder: name a folder of yours")

@@ -196,8 +196,8 @@ class OnDemandWindows:
             self._window_run.fail(rows, {"steps": len(rows)}, RuntimeError(
                 "withdrawn by gapscope capture before a step was traced"))
         else:
-            self._window_run.complete(rows, {"steps": len(rows), "trace_window": [first, min(last, len(rows) - 1)],
-                                             **({"withdrawn": True} if self._withdrawn else {})})
+            facts = {"steps": len(rows), "trace_window": [first, min(last, len(rows) - 1)]}
+            self._window_run.complete(rows, {**facts, **({"withdrawn": True} if self._withdrawn else {})})
         self._drop_request()
         self._first, self._window_dir, self._window_run = None, None, None
         # A request that came while this window ran signalled during it: it is taken next.

@@ -140,8 +140,8 @@ class DaskEngine(Engine):
             self._keys.clear()
             self._done.clear()
             _quiet_dask_logs()  # its client's reconnect loop logs a traceback as it gives up
-            raise EngineLost(f"--engine {self.address or 'dask'}: the Dask scheduler went away "
-                             f"({one_line(value) if isinstance(value, BaseException) else 'its tasks cancelled'})")
+            why = one_line(value) if isinstance(value, BaseException) else "its tasks cancelled"
+            raise EngineLost(f"--engine {self.address or 'dask'}: the Dask scheduler went away ({why})")
         return key, value, None
 
     def cancel(self) -> None:
