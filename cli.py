@@ -12,7 +12,8 @@ import click
 
 from profilers import strict_json
 from profilers.environment import threads_of
-from profilers.errors import EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError
+from profilers.errors import (EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError,
+                              GapscopeRunError)
 from analysis.renderers import registry
 from workloads.devices import DEVICES
 from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
@@ -102,6 +103,9 @@ class _Group(click.Group):
         except GapscopeInputError as exc:
             click.echo(f"gapscope: error: {exc}", err=True)
             sys.exit(EXIT_BAD_INPUT)
+        except GapscopeRunError as exc:  # a cluster that went away mid-command
+            click.echo(f"gapscope: error: {exc}", err=True)
+            sys.exit(EXIT_RUN_FAILED)
         except KeyboardInterrupt as exc:  # SIGTERM too (run_lifecycle.Interrupted)
             detail = str(exc)
             click.echo(f"gapscope: interrupted{f' ({detail})' if detail else ''}", err=True)
@@ -648,13 +652,22 @@ def capture_command(ctx, target, pid, steps, timeout_s, duration_s, out_dir, ste
         window = trace_servers(target, duration_s, out_dir)
         click.echo(f"gapscope: traced {target} for {duration_s:g} s into {window}", err=True)
     else:
-        from gapscope.ondemand.ask import WindowNotTraced, ask_window
+        from gapscope.ondemand.ask import WindowNotTraced, ask_window, window_note
+        from gapscope.ondemand.registry import MAX_WINDOW_STEPS
+        if steps > MAX_WINDOW_STEPS:
+            click.echo(f"gapscope: note: --steps {steps} capped at {MAX_WINDOW_STEPS}: the profiler "
+                       "holds a window's every event in memory until it ends (ask again for more)",
+                       err=True)
+            steps = MAX_WINDOW_STEPS
         try:
             window = ask_window(pid, steps, timeout_s)
         except WindowNotTraced as exc:
             click.echo(f"gapscope: {exc}", err=True)
             sys.exit(EXIT_RUN_FAILED)
         click.echo(f"gapscope: process {pid} traced its window into {window}", err=True)
+        note = window_note(window, steps)
+        if note:
+            click.echo(f"gapscope: note: {note}", err=True)
     ctx.invoke(breakdown, paths=(str(window),), fmt=fmt, no_legend=no_legend, step_marker=step_marker)
 
 
@@ -966,7 +979,7 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
     busy = any(busy_machine(run.manifest) for run in runs)
     machine = _machine()
     if save:
-        from profilers.run_dir import write_atomic
+        from profilers.run_dir import write_new
         if busy and not save_busy:
             # A step time measured beside other work is the neighbours' figure: stored, it
             # would poison every check after it (12.9 ms kept for a 1.7 ms step here).
@@ -976,7 +989,9 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
             sys.exit(EXIT_INCONCLUSIVE)
         # Kept with its busy mark: every check against a busy machine's baseline is inconclusive.
         stored = Baseline(config, means, within, run_settings, machine, busy)
-        write_atomic(baseline_path, strict_json.dumps(stored.to_json_dict(), indent=2) + "\n")
+        # Created exclusively: of two saves at once, the second is refused, not told "written".
+        write_new(baseline_path, (strict_json.dumps(stored.to_json_dict(), indent=2) + "\n").encode(),
+                  exists=_KEPT_BASELINE)
         click.echo(f"baseline written: {baseline_path} ({config}: {sum(means) / len(means):.3f} ms, "
                    f"{len(means)} repeats)")
         for warning in unreliable + (["checks against this baseline are inconclusive: record "
@@ -998,12 +1013,18 @@ def _baseline_folder(path: Path) -> None:
     """The folder a new baseline goes to, made where missing; one line where it cannot be (a
     file in the way) or the baseline exists already."""
     if os.path.lexists(path):
-        raise GapscopeInputError(f"{path}: exists; remove it or name another to --save")
+        raise GapscopeInputError(f"{path}: exists; {_KEPT_BASELINE}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise GapscopeInputError(f"{path}: cannot save a baseline there "
-                                 f"({exc.strerror or exc})") from None
+        # mkdir says "File exists" for a file where a folder is wanted: name the file.
+        in_way = next((p for p in (path.parent, *path.parent.parents)
+                       if os.path.lexists(p) and not p.is_dir()), None)
+        why = f"{in_way} is a file" if in_way is not None else exc.strerror or exc
+        raise GapscopeInputError(f"{path}: cannot save a baseline there ({why})") from None
+
+
+_KEPT_BASELINE = "remove it or name another to --save"
 
 
 def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quiet: bool,

@@ -21,7 +21,28 @@ def versions() -> dict[str, str | None]:
         found["tensorflow"] = metadata.version("tensorflow-cpu")
     torch = sys.modules.get("torch")  # only if the runner already imported it
     found["cuda"] = getattr(getattr(torch, "version", None), "cuda", None) if torch else None
+    found["tf_cpu_allocator"] = tf_cpu_allocator()
     return found
+
+
+def tf_cpu_allocator() -> str | None:
+    """Which allocator TensorFlow's CPU tensors came from, which decides what its profiler
+    records: "onednn" (oneDNN on: its allocator's large blocks are recorded), "bfc"
+    (TF_CPU_ALLOCATOR_USE_BFC: every block), "default" (neither: none at all). oneDNN is on by
+    default only on CPUs with AVX-512/AMX features (off on an AVX2 AMD EPYC), or by
+    TF_ENABLE_ONEDNN_OPTS. None where TensorFlow was not loaded."""
+    if "tensorflow" not in sys.modules:
+        return None
+    try:
+        from tensorflow.python.util import _pywrap_util_port
+        onednn = bool(_pywrap_util_port.IsMklEnabled())
+    except (ImportError, AttributeError):
+        return None
+    if onednn:
+        return "onednn"
+    # TF reads it as a bool variable: true/false or 1/0, any case.
+    bfc = os.environ.get("TF_CPU_ALLOCATOR_USE_BFC", "").strip().lower() in ("1", "true")
+    return "bfc" if bfc else "default"
 
 
 def cpu_name() -> str:

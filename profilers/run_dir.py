@@ -47,10 +47,20 @@ def new_run_id(*parts: str) -> str:
     return "-".join([*(p for p in parts if p), stamp, secrets.token_hex(2)])
 
 
+_SYSTEM_FOLDERS = ("/dev", "/proc", "/sys")
+
+
 def ensure_out_dir(out_dir: str | Path) -> Path:
     """The folder runs are written into, created if needed; one line (exit 2) when it cannot be:
     under a file, unwritable, on a read-only disk."""
     out_dir = Path(out_dir)
+    # The kernel's own folders take files from root (trace --out /dev/full.json.gz wrote a
+    # trace into /dev, in memory) and are never where output belongs.
+    resolved = out_dir.resolve()
+    system = next((Path(p) for p in _SYSTEM_FOLDERS if Path(p) in (resolved, *resolved.parents)), None)
+    if system is not None:
+        raise GapscopeInputError(f"output folder {out_dir}: inside {system}, the system's own "
+                                 "folder: name a folder of yours")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):  # mkdir names neither the file nor the problem
@@ -97,9 +107,10 @@ def write_atomic(path: Path, data: str | bytes) -> None:
         raise
 
 
-def write_new(path: Path, data: bytes) -> None:
+def write_new(path: Path, data: bytes, exists: str = "use --force to replace it") -> None:
     """Write `data` to `path` only if nothing is there: written beside it, then linked into place
-    (fails when the name exists, a symlink included), so no earlier file is ever overwritten."""
+    (fails when the name exists, a symlink included), so no earlier file is ever overwritten;
+    `exists`: what the one-line refusal advises."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
         tmp.write_bytes(data)
@@ -112,7 +123,7 @@ def write_new(path: Path, data: bytes) -> None:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(data)
     except FileExistsError:
-        raise GapscopeInputError(f"{path}: exists; use --force to replace it") from None
+        raise GapscopeInputError(f"{path}: exists; {exists}") from None
     finally:
         tmp.unlink(missing_ok=True)
 

@@ -66,6 +66,13 @@ def test_a_different_machine_or_configuration_is_said():
      ' "settings": {}, "machine": {}}', "step times of 0.001 to 8.64e[+]07 ms"),
     ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [1e-9], "within": [0],'
      ' "settings": {}, "machine": {}}', "corrupt baseline"),
+    # Issue 47 item 9: nonsense settings were kept.
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
+     ' "settings": {"batch_size": "x"}, "machine": {}}', "settings.batch_size should be a whole number from 1"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
+     ' "settings": {"steps": -1}, "machine": {}}', "settings.steps should be a whole number from 1"),
+    ('{"format": "gapscope-baseline/1", "config": "a:torch", "step_ms": [3], "within": [0],'
+     ' "settings": {"width": 0}, "machine": {}}', "settings.width must be a number above 0"),
     ('{"format": "something else"}', "not a gapscope baseline"),
     ("[" * 100_000, "not a gapscope baseline"),
     ("not json", "not a gapscope baseline"),
@@ -104,7 +111,7 @@ def _mark_busy(folder):
         manifest.write_text(json.dumps(doc))
 
 
-def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
+def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path, monkeypatch):
     runner = CliRunner()
     baseline = tmp_path / "ci" / "linreg.json"   # its folder is made: a fresh clone has none
     out = ["--out", str(tmp_path / "runs")]
@@ -133,6 +140,7 @@ def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
     doc = json.loads(same.stdout)
     assert doc["ratio"] == 1.0 and doc["ratio_ci95"] == [1.0, 1.0]
     _verdict_or_busy(same, doc, "unchanged", 0)
+    _two_saves_at_once(folder, tmp_path / "b2.json", monkeypatch)
     # Unchanged, measured again: no regression (a loose threshold for the noise of 3 repeats).
     fresh = runner.invoke(cli, ["check", "linreg:torch", "--baseline", str(baseline),
                                 "--threshold", "50%", "--format", "json", *_RUN, *out])
@@ -144,6 +152,27 @@ def test_save_then_check_unchanged_then_a_planted_slowdown(tmp_path):
     if _verdict_or_busy(slowed, doc, "regression", 1):
         assert doc["ratio_ci95"][0] > 1.05
     assert "the baseline measured linreg:torch, this check linreg:torch:nw2" in doc["warnings"]
+
+
+def _two_saves_at_once(folder, baseline, monkeypatch):
+    """Issue 47 item 7: two saves at once both printed "baseline written". The other save lands
+    while this one works (planted at the last step before its write): this one is refused in
+    one line, theirs is kept, and no temporary file is left."""
+    import cli as cli_module
+    machine = cli_module._machine
+
+    def theirs_lands_meanwhile():
+        baseline.write_text("theirs")
+        return machine()
+    monkeypatch.setattr(cli_module, "_machine", theirs_lands_meanwhile)
+    result = CliRunner().invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--save",
+                                      "--save-busy"])
+    monkeypatch.setattr(cli_module, "_machine", machine)
+    assert result.exit_code == 2 and "baseline written" not in result.output, result.output
+    assert result.stderr.strip().splitlines() == [
+        f"gapscope: error: {baseline}: exists; remove it or name another to --save"]
+    assert baseline.read_text() == "theirs"
+    assert not [p for p in baseline.parent.iterdir() if p.name.startswith(f".{baseline.name}")]
 
 
 def test_a_baseline_measured_busy_is_not_saved_unless_asked(tmp_path):
@@ -172,7 +201,12 @@ def test_save_refuses_a_folder_it_cannot_make_before_measuring(tmp_path):
     result = CliRunner().invoke(cli, ["check", "linreg:torch", "--baseline", str(given), "--save",
                                       *_RUN, "--out", str(tmp_path / "runs")])
     assert result.exit_code == 2 and result.stderr.strip().splitlines() == [
-        f"gapscope: error: {given}: cannot save a baseline there (Not a directory)"]
+        f"gapscope: error: {given}: cannot save a baseline there ({tmp_path / 'a-file'} is a file)"]
+    under_the_file = CliRunner().invoke(cli, ["check", "linreg:torch", "--baseline",
+                                              str(tmp_path / "a-file" / "b.json"), "--save"])
+    assert under_the_file.stderr.strip().splitlines() == [  # mkdir's own words: "File exists"
+        f"gapscope: error: {tmp_path / 'a-file' / 'b.json'}: cannot save a baseline there "
+        f"({tmp_path / 'a-file'} is a file)"]
     assert not (tmp_path / "runs").exists()   # refused before anything ran
     assert CliRunner().invoke(cli, ["check", "linreg:torch", "--baseline", str(given),
                                     "--save-busy"]).exit_code == 2
@@ -183,3 +217,4 @@ def test_a_different_thread_setting_is_said():
     baseline = Baseline("cnn:torch", [100.0] * 3, [0.0] * 3, {}, machine)
     result = check(baseline, "cnn:torch", [100.0] * 3, [0.0] * 3, 0.05, {**machine, "OMP_NUM_THREADS": "1"})
     assert result.warnings == ["OMP_NUM_THREADS differs from the baseline's: 1 vs unset"]
+

@@ -205,3 +205,73 @@ def test_ctrl_c_stops_a_cluster_started_here(job, tmp_path, engine):
     code, said, started, alive = ctrl_c_while_a_rank_hangs(job, tmp_path / "waiting", "--engine", engine)
     assert (code, said) == (130, ["gapscope: interrupted (SIGINT)"]), "\n".join(said)
     assert len(started) >= 2 and alive == []
+
+
+def test_a_cluster_that_loses_its_worker_then_its_scheduler_says_each_in_one_line(job, tmp_path):
+    """Issue 47 items 4 and 5. Rank 1 hangs in the only worker (the fault hook) while the others
+    finish; the worker is SIGKILLed: a note says the cluster has no worker (it waited over 60 s
+    without a word); then the scheduler is SIGKILLed: one line naming the ranks not analysed,
+    exit 1 (a 45-line traceback of FutureCancelledError in gather_ranks before). Nothing the
+    command started is left running."""
+    import re
+    import signal
+    import time
+
+    import psutil
+    marker = tmp_path / "waiting"
+    with _cluster_apart(ROOT) as address:
+        def apart(word):
+            found = []
+            for process in psutil.Process().children():
+                try:
+                    if word in " ".join(process.cmdline()):
+                        found.append(process)
+                except psutil.Error:  # a zombie of another test
+                    pass
+            return found
+        env = {**os.environ, FAULT_ENV: f"1=hang:{marker}"}
+        command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
+                                    str(job), "--engine", address], env=env, cwd=ROOT,
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 120
+            while not marker.exists() and command.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.1)
+            assert marker.exists(), command.stderr.read()
+            started = psutil.Process(command.pid).children(recursive=True)
+            for nanny in apart("worker"):
+                for process in [*nanny.children(recursive=True), nanny]:
+                    process.kill()
+            note = command.stderr.readline().strip()  # within the 5 s the engine waits quietly
+            for scheduler in apart("scheduler"):
+                scheduler.send_signal(signal.SIGKILL)
+            code, said = command.wait(timeout=120), command.stderr.read().strip().splitlines()
+        finally:
+            command.kill()
+    assert note == (f"gapscope: note: --engine {address}: the Dask cluster has no worker now; its ranks "
+                    "wait for one (Ctrl-C stops)")
+    assert code == 1 and len(said) == 1, said
+    assert said[0].startswith(f"gapscope: error: --engine {address}: the Dask scheduler went away"), said
+    # Rank 1 and those batched with it or after it (one worker: small ranks go in batches).
+    missing = re.search(r": ranks? ([\d, ]+) not analysed$", said[0]).group(1).split(", ")
+    assert "1" in missing and set(missing) <= {"0", "1", "2", "3"}, said
+    assert psutil.wait_procs(started, timeout=30)[1] == []
+
+
+def test_an_address_that_accepts_and_never_answers_is_refused_in_one_line(job, monkeypatch):
+    """Issue 47 item 5: `--engine tcp://` to such an address hung without a word."""
+    import socket
+    import time
+    pytest.importorskip("distributed", reason="the dask extra is not installed")
+    from analysis.results.engines import dask_engine
+    from cli import cli
+    monkeypatch.setattr(dask_engine, "CONNECT_TIMEOUT_S", 1)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)  # the kernel accepts; nobody ever answers
+        address = f"tcp://127.0.0.1:{silent.getsockname()[1]}"
+        start = time.monotonic()
+        result = CliRunner().invoke(cli, ["breakdown", str(job), "--engine", address])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "accepts connections but sent no Dask handshake within 1 s" in result.stderr
+    assert time.monotonic() - start < 30

@@ -499,3 +499,16 @@ def test_a_real_loop_without_prof_step_is_cut_at_its_optimizer_steps(stepless_to
         [(b - a) / 1000 for a, b in zip(ends, ends[1:])], abs=1e-6)
     assert result.unidentified_phases == []
     assert any("5 iteration(s) taken between optimizer steps" in n for n in result.notes)
+
+
+def test_a_phase_rule_the_timers_cannot_use_is_said(fixtures_dir):
+    """Issue 47 item 9: `--source timers --phase ...` was ignored without a word (a trace's
+    unmatched pattern is said: 'matched no name in the trace')."""
+    run = fixtures_dir / "cnn_cpu" / "torch"
+    timers = _json(CliRunner(), str(run), "--source", "timers", "--phase", "forward=zzz",
+                   "--step-marker", "Step*")
+    assert ("--phase forward='zzz', --step-marker 'Step*' not used: the step timers' phases are "
+            "gapscope's own marks and no trace was read (they apply to a trace's names)") in timers["notes"]
+    traced = _json(CliRunner(), str(run), "--phase", "forward=zzz")
+    assert "--phase forward='zzz' matched no name in the trace" in traced["notes"]
+    assert not [n for n in _json(CliRunner(), str(run), "--source", "timers")["notes"] if "not used" in n]

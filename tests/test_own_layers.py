@@ -105,7 +105,7 @@ def test_no_hook_outside_the_window(own_capture, tmp_path):
         user_loops.own_model_loop(tmp_path, steps=5, trace_steps=(2, 5), fail_at=3)
     failed = next(tmp_path.glob("own-model-*"))
     manifest = json.loads((failed / "manifest.json").read_text())
-    assert manifest["status"] == "failed"
+    assert manifest["status"] == "interrupted"  # it recorded steps before it broke
     assert manifest["layers"][1]["dims"]["forward_flop"] == 524_288  # counted on step 1
     assert not torch.utils._python_dispatch._get_current_dispatch_mode_stack()
 

@@ -123,8 +123,30 @@ def parallel_reads(monkeypatch):
     """Every chunk past the first decoded by two worker processes (chunk_pool), however small."""
     monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
     monkeypatch.setattr(torch_trace, "PARALLEL_AFTER", 0)
+    cores = chunk_pool._cores()
+    monkeypatch.setattr(chunk_pool, "_cores", lambda: max(2, cores))  # two, on a 1-core runner too
     yield
     chunk_pool.discard()
+
+
+def test_read_workers_above_the_cores_are_capped_with_one_note(tmp_path):
+    """Issue 47 item 6: GAPSCOPE_READ_WORKERS=1024 started 1024 processes (40 took 1.97 GB for
+    a 295 MB trace); now the cores this process may use, said once, and the read goes on."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    cores = len(os.sched_getaffinity(0))
+    child = ("from analysis.readers import chunk_pool; print(chunk_pool.workers(), chunk_pool.workers())")
+    done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, chunk_pool.WORKERS_ENV: "1024"})
+    assert done.returncode == 0 and done.stdout.split() == [str(cores)] * 2, done.stderr
+    assert done.stderr == (f"gapscope: note: {chunk_pool.WORKERS_ENV}=1024 capped at {cores}, the cores this "
+                           "process may use (more workers add memory, not speed)\n")
+    done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=60,
+                          env={**os.environ, chunk_pool.WORKERS_ENV: str(cores)})
+    assert done.stdout.split() == [str(cores)] * 2 and done.stderr == ""
 
 
 @pytest.mark.parametrize("label,text", list(_documents()), ids=[d[0] for d in _documents()])
@@ -232,3 +254,19 @@ def test_a_rank_of_a_job_reads_its_trace_alone(monkeypatch):
     with chunk_pool.alone():
         assert chunk_pool.workers() == 1
     assert chunk_pool.workers() == 4
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_concatenated_trace_is_refused_at_the_files_byte_not_a_chunks(tmp_path, monkeypatch,
+                                                                         parallel_reads, workers):
+    """Issue 47 item 8: two traces in one file (590 MB there) were refused "at byte N" of the
+    chunk being decoded. Read in 2 kB chunks, alone and by workers, the byte is the file's:
+    the second document's first byte (msgspec counts from 1)."""
+    document = _plain_document(60)
+    path = tmp_path / "w.1.pt.trace.json"
+    path.write_text(document + document)
+    monkeypatch.setenv(chunk_pool.WORKERS_ENV, workers)
+    monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    with pytest.raises(torch_trace.TraceFormatError) as refused:
+        read_torch_trace(path)
+    assert str(refused.value).endswith(f"trailing characters (byte {len(document) + 1:,}))")

@@ -99,3 +99,16 @@ def test_report_follows_matrix_entries_only_inside_the_matrix_folder(tmp_path, f
     for row in ("etc", "outside"):  # each named as the folder inside the matrix it would be
         assert f"{matrix / row}: no such file or directory" in text
     assert "run etc has no results" in result.output and "run up has no results" in result.output
+
+
+@pytest.mark.parametrize("command", [["breakdown"], ["compare"]])
+def test_every_markdown_format_holds_no_markup_from_a_run(hostile_runs, command):
+    """Issue 47 item 8: `breakdown --format markdown` emitted 15 raw <img onerror=...> tags
+    from run metadata, while report.md escaped them."""
+    runs = [str(r) for r in hostile_runs if r.name != "r2"]
+    result = CliRunner().invoke(cli, [*command, *runs, "--format", "markdown"])
+    assert result.exit_code in (0, 3), result.output
+    markup = _Markup()
+    markup.feed(result.stdout)
+    assert markup.tags == [] and "<" not in result.stdout
+    assert "&lt;img src=x onerror=alert(2)&gt;" in result.stdout

@@ -240,6 +240,27 @@ def test_an_ab_folder_is_one_comparison_in_the_tab(ab_folder, tmp_path):
         STATIC / "index.js").read_text()
 
 
+@pytest.mark.parametrize("wait", ["-1", "1e9", "abc", "nan", "61", "", "inf", "0x10"])
+def test_a_wait_that_is_no_seconds_is_a_400_with_one_line(plugin, wait):
+    """Issue 47 item 8: these were taken silently (as 0, the cap, or no wait)."""
+    status, doc = get(plugin, "/runs", wait=wait)
+    assert status == 400 and doc == {"error": f"wait={wait!r}: give seconds from 0 to 60"}
+
+
+def test_a_wait_is_kept_even_while_a_run_is_analysed(logdir):
+    """wait=2 answered in 5 s: an analysis begun inside the request ran past its deadline. Now
+    the request only waits for the thread that analyses: its time is the wait and the scan of
+    the logdir (timed here as a wait=0 request), whatever the analyses cost."""
+    scan = time.monotonic()
+    get(GapscopePlugin(base_plugin.TBContext(logdir=str(logdir))), "/runs", wait="0")
+    scan = time.monotonic() - scan
+    fresh = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
+    start = time.monotonic()
+    status, doc = get(fresh, "/runs", wait="0.3")
+    assert status == 200 and time.monotonic() - start < 0.3 + 2 * scan + 0.5
+    assert doc["pending"] == sum(r["pending"] for r in doc["runs"])
+
+
 def test_runs_not_analysed_in_time_are_pending_and_analysed_meanwhile(logdir, torch_run):
     # /runs?wait=0 answers at once: every run not analysed yet is listed as pending (the page
     # asks again each second); a thread analyses them meanwhile, into the figures /runs gives.

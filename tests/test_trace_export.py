@@ -99,3 +99,14 @@ def test_a_run_without_a_trace_is_refused_in_one_line(tmp_path, torch_run):
     result = CliRunner().invoke(cli, ["trace", str(copy), "--out", str(tmp_path / "x.json")])
     assert result.exit_code == 2 and "holds no trace file" in result.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("out", ["/dev/gapscope-issue47.json.gz", "/proc/gapscope/x.json", "/sys/../dev/y.json"])
+def test_an_out_in_the_systems_own_folders_is_refused_in_one_line(fixtures_dir, out):
+    """Issue 47 item 9: `trace --out /dev/full.json.gz` wrote a trace into /dev (as root)."""
+    import os
+    result = CliRunner().invoke(cli, ["trace", str(fixtures_dir / "marked_two_steps.pt.trace.json"),
+                                      "--out", out])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert "the system's own folder: name a folder of yours" in result.stderr
+    assert not os.path.lexists(os.path.normpath(out))

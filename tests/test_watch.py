@@ -79,6 +79,28 @@ def test_not_a_run_directory_is_one_line(tmp_path):
     assert "not a gapscope run directory" in result.stderr
 
 
+@pytest.mark.parametrize("kind", ["dev-zero", "fifo", "dangling"])
+@pytest.mark.parametrize("once", [True, False])
+def test_a_steps_csv_that_is_no_regular_file_is_one_line_and_no_hang(ended_run, kind, once):
+    """breakdown's checks: a link to /dev/zero read forever (RSS grew 125 MB/s), a FIFO hung
+    --once; each is refused in one line, exit 2, before any read."""
+    import os
+    import resource
+    steps = ended_run / "steps.csv"
+    steps.unlink()
+    if kind == "dev-zero":
+        steps.symlink_to("/dev/zero")
+    elif kind == "fifo":
+        os.mkfifo(steps)
+    else:
+        steps.symlink_to(ended_run / "gone.csv")
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = CliRunner().invoke(cli, ["watch", str(ended_run), "--interval", "0.1", *(["--once"] if once else [])])
+    assert result.exit_code == 2 and result.stderr.count("\n") == 1, result.output
+    assert result.stderr.startswith(f"gapscope: error: {steps}: cannot read (")
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50_000  # KiB: no runaway read
+
+
 def test_the_window_holds_a_bounded_tail_and_says_only_new_steps_after_a_rewrite():
     from gapscope.watch.state import LAST_STEPS, STEADY_WINDOW, StepWindow
     window = StepWindow()

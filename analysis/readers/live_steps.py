@@ -6,6 +6,7 @@ import csv
 import os
 from pathlib import Path
 
+from analysis.readers import safe_files
 from analysis.readers.step_rows import checked_table
 from profilers.errors import TraceFormatError
 
@@ -23,16 +24,18 @@ class StepsFollower:
 
     def new_rows(self) -> list[dict]:
         self.restarted = False
+        if not os.path.lexists(self.path):
+            return []  # not written yet
+        # breakdown's checks: a FIFO or a link to /dev/zero is refused (never read, never waited
+        # on), and a file over the side-file cap too, so a look costs a bounded read.
         try:
-            with open(self.path, "rb") as handle:
+            with safe_files.open_regular(self.path, safe_files.MAX_SIDE_FILE_BYTES) as handle:
                 info = os.fstat(handle.fileno())
                 if self._inode is not None and (info.st_ino != self._inode or info.st_size < self._offset):
                     self._offset, self._header, self.restarted = 0, None, True
                 self._inode = info.st_ino
                 handle.seek(self._offset)
-                data = handle.read()
-        except FileNotFoundError:
-            return []
+                data = handle.read(safe_files.MAX_SIDE_FILE_BYTES - self._offset)
         except OSError as exc:
             raise TraceFormatError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
         complete = data[: data.rfind(b"\n") + 1]  # a line being written is read next time

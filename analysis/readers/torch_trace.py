@@ -82,7 +82,8 @@ def read_torch_trace(path: str | Path) -> Trace:
                 safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
             header = reader.read(blocks)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
-        raise TraceFormatError(f"{path}: not a torch profiler trace ({_short(exc)})") from None
+        raise TraceFormatError(f"{path}: not a torch profiler trace "
+                               f"({_short(exc, reader.decoding_from)})") from None
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
@@ -134,6 +135,7 @@ class _Reader:
 
     def __init__(self, path: Path, max_events: int):
         self.path = path
+        self.decoding_from = 0  # where the bytes being decoded begin in the stream
         self.max_events, self._decoded = max_events, 0
         self.columns = ColumnsBuilder()
         self.dropped: Counter = Counter()
@@ -152,6 +154,7 @@ class _Reader:
 
     def read(self, blocks: safe_files.ReadAhead):
         buf = _Window(_CHUNK + _BLOCK)
+        self.decoding_from = 0
         eof, searched, head_error = False, 0, None
         while True:
             match = _EVENTS_KEY.search(buf.data, searched, buf.end)
@@ -164,6 +167,7 @@ class _Reader:
                 if eof:
                     # No array where torch writes it: decode what there is, for the decoder's
                     # own word on what is wrong (or a valid but unusual layout).
+                    self.decoding_from = buf.base
                     whole = self._decode_trace(buf.contents())
                     self._keep(whole.traceEvents)
                     return whole
@@ -197,6 +201,7 @@ class _Reader:
                 self._decode_chunk(buf)
                 consumed += before - len(buf)
         # The rest: the last events, "]", and the keys after the array.
+        self.decoding_from = buf.base - len(b'{"traceEvents":')
         tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
         self._keep(tail.traceEvents)
         if not head.deviceProperties:
@@ -271,7 +276,7 @@ class _Reader:
         except (msgspec.DecodeError, chunk_pool.WorkerLost) as exc:
             if isinstance(exc, chunk_pool.WorkerLost):
                 chunk_pool.discard()
-            buf.put_back([cut for _, cut in sent])
+            buf.put_back([cut for _, cut in sent], sent[0][1][2] if sent else None)
             for worker, _ in sent:  # those still decoding chunks now read here
                 worker.stop()
             sent.clear()
@@ -284,11 +289,12 @@ class _Reader:
             for worker, _ in sent:  # a read that raised: their answers are never read
                 worker.stop()
 
-    def _cut(self, buf: "_Window") -> tuple[bytearray, bytes] | None:
+    def _cut(self, buf: "_Window") -> tuple[bytearray, bytes, int] | None:
         """The whole events at the front of `buf` as an array ("[" + events + "]"), removed from
         it at the last place that looks like one between two events, and the bytes found there
         (a comma and blanks, or a string's content where that place was inside one); None where
-        the buffer holds no complete event yet."""
+        the buffer holds no complete event yet; the third item: where the chunk began in the
+        stream (for put_back)."""
         candidates = self._candidates(buf)
         if not candidates:
             return None
@@ -302,8 +308,9 @@ class _Reader:
         next_event = data.index(b"{", close + 1, buf.end)
         between = bytes(data[close + 1:next_event])
         data[next_event - 1] = 0x5B
+        base = buf.base
         buf.keep_from(next_event - 1)
-        return events, between
+        return events, between, base
 
     def _candidates(self, buf: "_Window") -> list[int]:
         """Where an event may end and the next begin, in the buffer's last part (all of it where
@@ -322,6 +329,7 @@ class _Reader:
         data, end = buf.data, buf.end
         candidates = self._candidates(buf)
         error = None
+        self.decoding_from = buf.base
         for close in reversed(candidates[-_RETRIES:]):
             # Decode "[" + events + "]" in place: the byte after the event's "}" is set to "]"
             # for the decode and put back after, which saves copying the chunk.
@@ -532,6 +540,9 @@ class _Reader:
         return where
 
 
+_BYTE = re.compile(r"\(byte (\d+)\)")
+
+
 class _Window:
     """The bytes read and not yet decoded, at the front of one bytearray that keeps its memory:
     a bytearray cut down after each chunk and grown again was reallocated, and its pages
@@ -540,6 +551,7 @@ class _Window:
     def __init__(self, capacity: int):
         self.data = bytearray(capacity)
         self.end = 0
+        self.base = 0  # where data[0] lies in the stream: a decoder's error says the file's byte
 
     def __len__(self) -> int:
         return self.end
@@ -556,17 +568,20 @@ class _Window:
         rest = self.data[position:self.end]
         self.data[:len(rest)] = rest
         self.end = len(rest)
+        self.base += position
 
     def contents(self) -> bytes:
         with memoryview(self.data) as view:
             return bytes(view[:self.end])
 
-    def put_back(self, cuts: list[tuple[bytes, bytes]]) -> None:
+    def put_back(self, cuts: list[tuple[bytes, bytes, int]], base: int | None) -> None:
         """Chunks cut from the front (_Reader._cut's) return there, in order: the buffer holds
-        the bytes it held before they were cut."""
+        the bytes it held before they were cut, from `base` (the first cut's) on."""
         rest = bytes(self.data[1:self.end])  # after the "[" the last cut left
         self.end = 0
-        self.add(b"[" + b"".join(events[1:-1] + between for events, between in cuts) + rest)
+        self.add(b"[" + b"".join(events[1:-1] + between for events, between, _ in cuts) + rest)
+        if base is not None:
+            self.base = base
 
 
 # Layer ranges: gapscope's own (profilers.layer_ranges) and torch.profiler's with_modules.
@@ -589,7 +604,11 @@ def _distributed_info(raw: msgspec.Raw) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
-def _short(exc: Exception) -> str:
-    """One line, however long the decoder's message (it may quote the offending input)."""
+def _short(exc: Exception, offset: int = 0) -> str:
+    """One line, however long the decoder's message (it may quote the offending input); its
+    "(byte N)", counted in the bytes one decode was given, made the file's by `offset` (a 590 MB
+    concatenated trace was refused at a chunk's byte)."""
     text = " ".join(str(exc).split())
+    if offset:
+        text = _BYTE.sub(lambda m: f"(byte {int(m.group(1)) + offset:,})", text)
     return text if len(text) <= 200 else text[:197] + "..."

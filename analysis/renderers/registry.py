@@ -13,8 +13,19 @@ class Renderer:
     function: str = "render"
 
     def render(self, result, **options) -> str:
-        """`options` go to the format's function (e.g. compare's table takes `verbose`)."""
-        return getattr(importlib.import_module(self.module), self.function)(result, **options)
+        """`options` go to the format's function (e.g. compare's table takes `verbose`). Markdown
+        of every result holds no markup from a run (breakdown's emitted a manifest's <img
+        onerror=...> raw)."""
+        text = getattr(importlib.import_module(self.module), self.function)(result, **options)
+        return text_only(text) if self.name == "markdown" else text
+
+
+def text_only(markdown: str) -> str:
+    """`markdown` with <, > and & as entities. Its text comes from runs (variant, device, error,
+    file names) and Markdown viewers (GitHub, editors) pass raw HTML through: `<img onerror=...>`
+    in a manifest must stay text. gapscope writes no HTML of its own, and renderers show the
+    entities as the characters."""
+    return markdown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _by_name(*renderers: Renderer) -> dict[str, Renderer]:

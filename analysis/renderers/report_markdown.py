@@ -5,6 +5,7 @@ from dataclasses import dataclass, field
 
 from analysis.renderers.columns import plus_minus, unit_footer, workload_references
 from analysis.renderers.memory.report_section import memory_section
+from analysis.renderers.registry import text_only
 from analysis.results.records import Breakdown
 from profilers.phases import PHASES
 from profilers.run_dir import effective_status
@@ -81,14 +82,6 @@ def render(content: ReportContent) -> str:
     if notes:
         lines += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
     return text_only("\n".join(lines))
-
-
-def text_only(markdown: str) -> str:
-    """The report's Markdown with <, > and & as entities. Its text comes from runs (variant,
-    device, error, file names) and Markdown viewers (GitHub, editors) pass raw HTML through:
-    `<img onerror=...>` in a manifest must stay text. gapscope writes no HTML of its own, and
-    renderers show the entities as the characters."""
-    return markdown.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def _figure(content: ReportContent, role: str, alt: str) -> list[str]:

@@ -56,6 +56,12 @@ def breakdown(run: Run, source: str = Source.AUTO) -> Breakdown:
             raise GapscopeInputError(f"{run.path}: holds no trace file and no steps.csv")
         result = breakdown_from_timers(run.rows, run.warmup_steps, run.runs_phases,
                                        untraced_rank_reason(run.manifest))
+        if run.rules.phases or run.rules.step_marker:
+            # Names in a trace: the timers' phases are gapscope's own marks, and no trace is read.
+            given = ", ".join([f"--phase {p}={pat!r}" for p, pat in run.rules.phases]
+                              + ([f"--step-marker {run.rules.step_marker!r}"] if run.rules.step_marker else []))
+            result.notes.append(f"{given} not used: the step timers' phases are gapscope's own marks "
+                                "and no trace was read (they apply to a trace's names)")
     else:
         traced, notes = trace_steps(run)
         notes = trace_notes(run.trace, run.timeline) + notes

@@ -134,11 +134,28 @@ def read_baseline(path: str | Path) -> Baseline:
     if not (isinstance(config, str) and config and isinstance(settings, dict)
             and isinstance(machine, dict)):
         raise GapscopeInputError(f"{path}: corrupt baseline: config, settings or machine missing")
+    _check_settings(path, settings)
     busy = doc.get("busy", False)  # absent from baselines recorded before it was kept
     if not isinstance(busy, bool):
         raise GapscopeInputError(f"{path}: corrupt baseline: busy must be true or false")
     return Baseline(config, [float(v) for v in step_ms], [float(v) for v in within], settings,
                     {k: v for k, v in machine.items() if isinstance(v, (str, int, float))}, busy)
+
+
+# The counts a run's settings hold, and their least: a baseline is shown, and compared, with
+# them (batch_size "x" and steps -1 were kept silently). Absent or null: not recorded.
+_COUNTS = {"steps": 1, "epochs": 1, "warmup_steps": 0, "trace_steps": 1, "batch_size": 1,
+           "steps_per_execution": 1, "num_workers": 0, "dynamo_cache_limit": 1}
+
+
+def _check_settings(path: Path, settings: dict) -> None:
+    for name, least in _COUNTS.items():
+        value = settings.get(name)
+        if value is not None:
+            state_json.whole_number(value, f"settings.{name}", f"{path}: corrupt baseline", least, 10**9)
+    width = settings.get("width")
+    if width is not None and not (_number(width) and width > 0):
+        raise GapscopeInputError(f"{path}: corrupt baseline: settings.width must be a number above 0")
 
 
 def _positive_list(values) -> bool:

@@ -3,14 +3,15 @@ starts torch.profiler for the requested steps, written as a run directory of the
 the job's, which holds the job's steps so far and the window marked as traced."""
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import warnings
 from pathlib import Path
 
 from gapscope.ondemand.live_steps import LiveSteps
-from gapscope.ondemand.registry import REQUEST, TRIGGER, register, unregister
-from profilers import state_json
+from gapscope.ondemand.registry import (MAX_WINDOW_STEPS, TRIGGER, Registration, read_request, register,
+                                        request_path)
 from profilers.run_dir import mark_rows
 from profilers.run_lifecycle import RunLifecycle
 from profilers.torch_session import torch_profiler
@@ -35,7 +36,9 @@ class OnDemandWindows:
         self._device_name, self._session = device_name, session
         self._asked = False
         self._live = LiveSteps(run.run_dir, timer, warmup_steps, self._want)
-        self._entry: Path | None = None
+        self._registration: Registration | None = None
+        self._request: int | None = None  # the inode of the request the window answers
+        self._withdrawn = False
         self._previous = None
         self._profiler = None
         self._first: int | None = None   # the profiler's warm-up step; the window follows it
@@ -47,12 +50,21 @@ class OnDemandWindows:
 
     def open(self) -> "OnDemandWindows":
         """Registers the job and handles SIGUSR2; only in the main thread of a process whose
-        handler for it is the default (a job's own handler is kept, and it is then not
-        registered: `gapscope capture` says so)."""
-        if (threading.current_thread() is threading.main_thread()
-                and signal.getsignal(TRIGGER) is signal.SIG_DFL):
-            self._previous = signal.signal(TRIGGER, self._on_signal)
-            self._entry = register(self._run.run_dir)
+        handler for it is the default. Elsewhere the entry says why it cannot be asked, so
+        that `gapscope capture --pid` says so (and sends nothing)."""
+        why_not = None
+        if threading.current_thread() is not threading.main_thread():
+            why_not = ("its capture loop runs outside the main thread, where Python cannot "
+                       f"handle {TRIGGER.name}")
+        elif signal.getsignal(TRIGGER) is not signal.SIG_DFL:
+            why_not = f"it has a {TRIGGER.name} handler of its own, which gapscope keeps"
+        registered = register(self._run.run_dir, unavailable=why_not)
+        if isinstance(registered, str):
+            warnings.warn(f"gapscope: on-demand capture is off for this job: {registered}", stacklevel=3)
+        else:
+            self._registration = registered
+            if why_not is None:
+                self._previous = signal.signal(TRIGGER, self._on_signal)
         self._live.start()
         return self
 
@@ -95,11 +107,26 @@ class OnDemandWindows:
                 self._start(done)
         elif self._profiler is not None:
             self._profiler.step()
-            if done - self._first == self._steps + 1:  # its warm-up step and the window ended
+            if not self._asker_waits():  # timed out or interrupted: the window ends here
+                self._steps, self._withdrawn = done - 1 - self._first, True
+            if done - self._first >= self._steps + 1:  # its warm-up step and the window ended
                 profiler, self._profiler = self._profiler, None
                 profiler.__exit__(None, None, None)
         else:  # the step after the window paid the profiler's teardown: it ends the window
             self._write(rows(), done)
+
+    def _asker_waits(self) -> bool:
+        """Whether the request this window answers is still there (a stat a traced step)."""
+        try:
+            return os.stat(request_path(os.getpid())).st_ino == self._request
+        except OSError:
+            return False
+
+    def _drop_request(self) -> None:
+        """Removes the request this window answered, not one that came after it."""
+        if self._asker_waits():
+            request_path(os.getpid()).unlink(missing_ok=True)
+        self._request = None
 
     def _abandon(self, exc: Exception) -> None:
         profiler, self._profiler = self._profiler, None
@@ -111,7 +138,7 @@ class OnDemandWindows:
         if self._first is not None and self._window_run is not None:
             self._window_run.fail(None, {}, exc)
         warnings.warn(f"gapscope: on-demand window of {self._run.run_dir} failed: {exc}", stacklevel=3)
-        (self._run.run_dir / REQUEST).unlink(missing_ok=True)
+        self._drop_request()
         self._first, self._window_dir, self._window_run, self._asked = None, None, None, False
 
     def close(self, rows=None) -> None:
@@ -122,19 +149,26 @@ class OnDemandWindows:
             profiler.__exit__(None, None, None)
         if self._first is not None and rows is not None:
             self._write(rows(), None)
-        if self._entry is not None:
-            unregister(self._entry)
+        if self._previous is not None:
             signal.signal(TRIGGER, self._previous)
-            self._entry = None
-        (self._run.run_dir / REQUEST).unlink(missing_ok=True)
+            self._previous = None
+        if self._registration is not None:
+            self._registration.close()  # the entry and a request left for it
+            self._registration = None
 
     # -- a window ------------------------------------------------------------------------
     def _start(self, done: int) -> None:
-        request = _read_request(self._run.run_dir / REQUEST)
-        if request is None:  # a signal with no request: someone else's SIGUSR2
+        pid = os.getpid()
+        request = read_request(pid, self._registration.token) if self._registration else None
+        try:
+            steps, self._window_dir = int(request["steps"]), Path(request["window_dir"])
+            self._request = os.stat(request_path(pid)).st_ino
+        except (TypeError, KeyError, ValueError, OSError):
+            # A signal with no request of ours (someone else's SIGUSR2), or one withdrawn already.
             self._asked = False
             return
-        self._steps, self._window_dir = request
+        # Capped here too: a profiler holds every event of its window in memory until it ends.
+        self._steps = max(1, min(steps, MAX_WINDOW_STEPS))
         if self._window_dir.parent != self._run.run_dir.resolve().parent or self._window_dir.exists():
             self._asked = False  # only a new folder beside the job's run is written
             return
@@ -144,6 +178,7 @@ class OnDemandWindows:
         self._window_run = RunLifecycle.start(self._window_dir, {
             **fields, "device": self._device_name(), "versions": None,
             "on_demand": {"job_run": str(self._run.run_dir), "steps": self._steps}})
+        self._withdrawn = False
         self._profiler = torch_profiler(self._window_dir, TraceWindow(1, self._steps), self._cuda)
         self._profiler.__enter__()
 
@@ -156,10 +191,17 @@ class OnDemandWindows:
         self._teardowns.append(last + 1)
         traced = set(self._session.traced_steps(len(rows)) or ()) | self.traced
         warmup = self._run.manifest.data.get("warmup_steps") or 0
-        self._window_run.complete(mark_rows(rows, warmup, traced),
-                                  {"steps": len(rows), "trace_window": [first, min(last, len(rows) - 1)]})
-        (self._run.run_dir / REQUEST).unlink(missing_ok=True)
-        self._first, self._window_dir, self._window_run, self._asked = None, None, None, False
+        rows = mark_rows(rows, warmup, traced)
+        if self._withdrawn and self._steps < 1:
+            self._window_run.fail(rows, {"steps": len(rows)}, RuntimeError(
+                "withdrawn by gapscope capture before a step was traced"))
+        else:
+            facts = {"steps": len(rows), "trace_window": [first, min(last, len(rows) - 1)]}
+            self._window_run.complete(rows, {**facts, **({"withdrawn": True} if self._withdrawn else {})})
+        self._drop_request()
+        self._first, self._window_dir, self._window_run = None, None, None
+        # A request that came while this window ran signalled during it: it is taken next.
+        self._asked = request_path(os.getpid()).exists()
 
 
 class NoWindows:
@@ -171,10 +213,3 @@ class NoWindows:
     def close(self, rows=None) -> None:
         pass
 
-
-def _read_request(path: Path) -> tuple[int, Path] | None:
-    try:
-        request = state_json.load(path)
-        return int(request["steps"]), Path(request["window_dir"])
-    except (OSError, ValueError, KeyError, TypeError):  # StateFileError is a ValueError
-        return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from dataclasses import dataclass
 
 from analysis.results.engines.interface import Engine
@@ -31,12 +32,16 @@ def parse_engine(text: str | None) -> EngineSpec:
         return EngineSpec(text)
     scheme, sep, rest = text.partition("://")
     host, _, port = rest.rpartition(":")
-    if sep and host and port.isdigit():
+    # ASCII only: str.isdigit() passes "٣" and a host may not hold spaces or slashes.
+    if sep and _HOST.fullmatch(host) and port.isascii() and port.isdigit() and 0 < int(port) < 65536:
         if scheme in ("tcp", "dask"):
             return EngineSpec("dask", f"tcp://{rest}")
         if scheme == "ray":
             return EngineSpec("ray", text)
-    raise GapscopeInputError(f"--engine {text!r}: not an engine; give {FORMS}")
+    raise GapscopeInputError(f"--engine {text[:200]!r}: not an engine; give {FORMS}")
+
+
+_HOST = re.compile(r"[A-Za-z0-9_.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")  # a name, IPv4, or [IPv6]
 
 
 class EngineChoice:

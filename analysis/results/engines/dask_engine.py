@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import tempfile
+import time
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis.results.engines.interface import Engine, one_line
+from analysis.results.engines.interface import Engine, EngineLost, one_line
 from analysis.results.engines.local import worker_count
 from analysis.results.engines.probe import PACKAGES, ROOT, check_workers, make_probe, reachable
 from profilers.errors import GapscopeInputError
 
 CONNECT_TIMEOUT_S = 10
+POLL_S = 0.02         # how often next_done looks for a finished task
+WORKER_CHECK_S = 5.0  # how long tasks run without news before the workers are counted
 
 
 # The worker environment Dask sets before it spawns a worker (None: left unset).
@@ -39,15 +43,16 @@ class DaskEngine(Engine):
     # 0.2 s, the wall's excess over the local pool from +38 % to +4-11 %).
     batch_bytes = 8_000_000
 
-    def __init__(self, client, cluster=None) -> None:
+    def __init__(self, client, cluster=None, address: str | None = None) -> None:
         from distributed import as_completed
-        self.client, self.cluster = client, cluster
+        self.client, self.cluster, self.address = client, cluster, address
         self.workers = sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
         self._keys: dict = {}
         # Results (or errors) fetched by Dask's own loop as tasks end: this thread waits on a
         # queue only, never inside Dask's `sync`, where a Ctrl-C trips Dask (distributed's sync
         # logged "NameError: cannot access free variable 'future'", 1 Ctrl-C in 5 here).
         self._done = as_completed(with_results=True, raise_errors=False)
+        self._no_worker_said = False
 
     @classmethod
     def open(cls, address: str | None) -> DaskEngine:
@@ -69,13 +74,13 @@ class DaskEngine(Engine):
                                        scheduler_kwargs={"dashboard": False, "dashboard_address": ":0"},
                                        silence_logs=logging.ERROR)
             return cls(Client(cluster), cluster)
-        reachable(address, CONNECT_TIMEOUT_S)
+        reachable(address, CONNECT_TIMEOUT_S, handshake="Dask")  # a scheduler speaks first
         try:
             client = Client(address, timeout=CONNECT_TIMEOUT_S)
         except (OSError, TimeoutError) as error:
             raise GapscopeInputError(f"--engine {address}: no Dask scheduler answers "
                                      f"({one_line(error)})") from None
-        engine = cls(client)
+        engine = cls(client, address=address)
         try:
             engine._ready_workers(address)
         except BaseException:
@@ -100,25 +105,50 @@ class DaskEngine(Engine):
         self._keys[future.key] = key
         self._done.add(future)
 
+    def _say_if_no_worker(self) -> None:
+        try:
+            workers = len(self.client.scheduler_info()["workers"])
+        except Exception:  # noqa: BLE001 - a scheduler going away is told by its futures
+            return
+        if workers == 0 and not self._no_worker_said:
+            sys.stderr.write(f"gapscope: note: --engine {self.address or 'dask'}: the Dask cluster has no "
+                             "worker now; its ranks wait for one (Ctrl-C stops)\n")
+        self._no_worker_said = workers == 0
+
     @property
     def pending(self) -> int:
         return len(self._keys)
 
     def next_done(self):
+        # Polled rather than blocked on, so that a cluster left with no worker (its only one
+        # died) is said while the ranks wait, instead of a silent wait.
+        quiet_s = 0.0
+        while not self._done.has_ready() and not self._done.is_empty():
+            time.sleep(POLL_S)
+            quiet_s += POLL_S
+            if quiet_s >= WORKER_CHECK_S:
+                quiet_s = 0.0
+                self._say_if_no_worker()
         future, value = next(self._done)
         key = self._keys.pop(future.key)
         if future.status == "error":  # the value is then the error's (type, error, traceback)
             return key, None, value[1]
+        if future.status == "cancelled":
+            # Only cancel() cancels this engine's tasks, and it forgets them first: a cancelled
+            # one means the scheduler went away (its value a FutureCancelledError), and with it
+            # every task left.
+            self._keys.clear()
+            self._done.clear()
+            _quiet_dask_logs()  # its client's reconnect loop logs a traceback as it gives up
+            why = one_line(value) if isinstance(value, BaseException) else "its tasks cancelled"
+            raise EngineLost(f"--engine {self.address or 'dask'}: the Dask scheduler went away ({why})")
         return key, value, None
 
     def cancel(self) -> None:
         # What Dask logs as its tasks are dropped and its connections close under them
         # ("Couldn't gather keys … forgotten", a closed stream's traceback) is the stop itself,
         # not news: the command says it was interrupted, in one line.
-        # Dask's config gives some of them levels of their own (tornado.application: error).
-        for name in list(logging.root.manager.loggerDict):
-            if name.split(".")[0] in ("distributed", "tornado"):
-                logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+        _quiet_dask_logs()
         futures = list(self._done.futures)
         self._done.clear()
         self._keys.clear()
@@ -129,6 +159,13 @@ class DaskEngine(Engine):
         self.client.close()
         if self.cluster is not None:
             self.cluster.close()
+
+
+def _quiet_dask_logs() -> None:
+    # Dask's config gives some of them levels of their own (tornado.application: error).
+    for name in list(logging.root.manager.loggerDict):
+        if name.split(".")[0] in ("distributed", "tornado"):
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _zip_packages(path: Path) -> Path:

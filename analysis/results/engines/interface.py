@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from analysis.results.engines.batches import call_batch, group
 from analysis.results.engines.faults import fault_spec, inject_fault
-from profilers.errors import GapscopeInputError
+from profilers.errors import GapscopeInputError, GapscopeRunError
 
 
 @dataclass
@@ -24,6 +24,23 @@ class Outcome:
 
 class WorkerLost(Exception):
     """The process running the work died (SIGKILL, out of memory) and was not replaced."""
+
+
+class EngineLost(GapscopeRunError):
+    """The cluster itself went away (its scheduler killed): no rank left can be run, and
+    nothing left to cancel. stream adds the keys not handed back (`missing`) to its words;
+    the command says it in one line, exit 1."""
+
+    def __init__(self, message: str, missing: list[int] | None = None):
+        super().__init__(message)
+        self.missing = missing or []
+
+    def __str__(self) -> str:
+        text = self.args[0]
+        if self.missing:
+            ranks = ", ".join(map(str, self.missing))
+            text += f": rank{'s' if len(self.missing) > 1 else ''} {ranks} not analysed"
+        return text
 
 
 class Engine(abc.ABC):
@@ -113,6 +130,8 @@ def stream(engine: Engine, fn: Callable, tasks: dict[int, tuple], retries: int =
                     send([key])
                 else:
                     yield Outcome(key, error=one_line(error), attempts=attempts[key])
+    except EngineLost as lost:  # nothing to cancel: the cluster is gone
+        raise EngineLost(lost.args[0], sorted({k for keys in sent.values() for k in keys})) from None
     except BaseException:
         engine.cancel()
         raise

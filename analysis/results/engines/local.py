@@ -24,11 +24,11 @@ WORKERS_ENV = "GAPSCOPE_JOB_WORKERS"
 def worker_count(ranks: int, workers: int | None = None) -> int:
     """At most one worker per core and per rank: memory stays that of a few traces at once."""
     if not workers:
-        try:
-            workers = int(os.environ.get(WORKERS_ENV) or 0)
-        except ValueError:
-            raise GapscopeInputError(f"{WORKERS_ENV} should be a whole number, not "
-                                     f"{os.environ[WORKERS_ENV]!r}") from None
+        raw = os.environ.get(WORKERS_ENV, "").strip()
+        if raw and not (raw.isascii() and raw.isdigit() and 0 < len(raw) <= 4 and int(raw) > 0):
+            raise GapscopeInputError(f"{WORKERS_ENV} should be a whole number of processes, not "
+                                     f"{raw[:40]!r}")
+        workers = int(raw or 0)
     limit = workers if workers and workers > 0 else (os.cpu_count() or 1)
     return max(1, min(ranks, limit))
 

@@ -71,13 +71,26 @@ def check_workers(address: str, mine: dict, theirs: list[dict]) -> None:
                                          f"{what} {worker.get(name)}, this process {want}")
 
 
-def reachable(address: str, timeout_s: float) -> None:
+def reachable(address: str, timeout_s: float, handshake: str | None = None) -> None:
     """A refused or unroutable address said at once, in one line, before a client library spends
-    its whole connect timeout retrying it."""
+    its whole connect timeout retrying it. `handshake`: the server speaks first (a Dask
+    scheduler sends its handshake on accepting), so a server that accepts and stays silent is
+    refused after `timeout_s` too; a client library waited on it for ever."""
     host, _, port = address.partition("://")[2].rpartition(":")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+        connection = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s)
     except OSError as error:
         reason = error.strerror or type(error).__name__
         raise GapscopeInputError(f"--engine {address}: nothing answers at {host}:{port} "
                                  f"({reason})") from None
+    with connection:
+        if handshake is None:
+            return
+        try:
+            said = connection.recv(1)  # the socket keeps create_connection's timeout
+        except OSError:  # socket.timeout is an OSError
+            said = None
+    if not said:
+        raise GapscopeInputError(f"--engine {address}: {host}:{port} accepts connections but sent no "
+                                 f"{handshake} handshake within {timeout_s:g} s (not a {handshake} "
+                                 "scheduler, or a stuck one)")

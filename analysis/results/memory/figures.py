@@ -79,10 +79,12 @@ class MemoryFigures:
         if self.steps:
             net = self.phase_net_mb()
             reserved = self.peak_reserved_mb()
+            changed = ", ".join(f"{p} {net[p]:+.2f}" for p in PHASES if abs(net[p]) >= 0.005)
             found.append(f"memory ({self.device}, {self.source}): step peak {self.peak_allocated_mb():.2f} MB"
                          + (f", reserved {reserved:.2f} MB" if reserved is not None else "")
-                         + "; net a step: " + ", ".join(f"{p} {net[p]:+.2f}" for p in PHASES if abs(net[p]) >= 0.005)
-                         + f" MB; {self.churn_mb():.2f} MB freed and allocated again a step")
+                         # every phase under 0.005 MB printed "net a step:  MB"
+                         + (f"; net a step: {changed} MB" if changed else "; no phase changes the level a step")
+                         + f"; {self.churn_mb():.2f} MB freed and allocated again a step")
             if self.layers:
                 found.append("kept from forward for backward, per layer: " + ", ".join(
                     f"{name} {b / MB:.2f} MB" for name, b in self.layers.items()))
@@ -151,9 +153,12 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
     if run.trace.source_format == "torch" and device == "cpu":
         notes.append("memory levels count the bytes allocated since the profiler started (torch's "
                      "CPU allocator reports no earlier blocks): net changes are exact, levels relative")
-    if run.trace.source_format == "xplane" and device == "cpu":
+    if run.trace.source_format == "xplane" and device == "cpu" and _tf_cpu_allocator(run) != "bfc":
         notes.append("memory: TF's CPU allocator reports only its large blocks (oneDNN keeps small "
                      "ones apart, unrecorded): small tensors are missing from these figures")
+    elif run.trace.source_format == "xplane" and device == "cpu":
+        notes.append("memory: TF's CPU allocator was BFC (TF_CPU_ALLOCATOR_USE_BFC), which records "
+                     "every block; TF's default CPU allocator differs")
     if run.trace.source_format == "xplane":
         notes.append("memory: TF's figures count the bytes ops asked for from the profile's start "
                      "(its allocator's blocks may be larger): net changes exact, levels relative")
@@ -200,9 +205,15 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
         return [], None, []
     if trace.source_format == "xplane":
         events = trace.metadata.get("memory_events") or []
-        return events, "TF allocator events", [] if events else [
-            "memory: the XSpace holds no allocator events (TF records them for its BFC "
-            "allocators only: on the CPU, blocks of the oneDNN allocator)"]
+        if events:
+            return events, "TF allocator events", []
+        if _tf_cpu_allocator(run) == "default":
+            return [], None, [
+                "memory: no allocator events: this TensorFlow ran without oneDNN, and its default "
+                "CPU allocator records none (set TF_CPU_ALLOCATOR_USE_BFC=true before TensorFlow "
+                "starts to record them, with another allocator than the default)"]
+        return [], None, ["memory: the XSpace holds no allocator events (TF records them for its BFC "
+                          "allocators only: on the CPU, blocks of the oneDNN allocator)"]
     from analysis.readers.torch_memory import read_torch_memory
     # Read once (a scan for the name: a trace without them costs one pass over its bytes),
     # then kept with the trace, as the XSpace reader keeps its own.
@@ -213,6 +224,12 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
     return events, "torch profiler (profile_memory)", [] if events else [
         "memory: the trace holds no [memory] events (recorded without profile_memory): "
         "only the process's RSS is known"]
+
+
+def _tf_cpu_allocator(run: Run) -> str | None:
+    """environment.tf_cpu_allocator as the run recorded it (None for runs from before)."""
+    versions = run.manifest.get("versions")
+    return versions.get("tf_cpu_allocator") if isinstance(versions, dict) else None
 
 
 def _round(value: float | None) -> float | None:

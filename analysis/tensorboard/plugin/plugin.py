@@ -3,8 +3,8 @@ under /data/plugin/gapscope/ that the page draws from."""
 from __future__ import annotations
 
 import importlib.util
-import math
 import os
+import re
 from pathlib import Path
 
 from tensorboard.backend import http_util
@@ -63,7 +63,11 @@ class GapscopePlugin(base_plugin.TBPlugin):
 
     @wrappers.Request.application
     def _serve_runs(self, request):
-        document = self._views.runs(wait_s=_wait_s(request.args.get("wait")))
+        try:
+            wait_s = _wait_s(request.args.get("wait"))
+        except ValueError as exc:
+            return _json(request, {"error": str(exc)}, code=400)
+        document = self._views.runs(wait_s=wait_s)
         return _json(request, {**document, "tab_notes": tab_notes(self._torch_tb_profiler)})
 
     @wrappers.Request.application
@@ -80,11 +84,16 @@ class GapscopePlugin(base_plugin.TBPlugin):
 
 
 def _wait_s(text: str | None) -> float | None:
-    try:
-        value = float(text)
-    except (TypeError, ValueError):
+    """`wait`: seconds, 0 to MAX_RUNS_WAIT_S as plain digits; anything else (-1, 1e9, nan, abc
+    were taken silently) is a ValueError the route answers with 400."""
+    if text is None:
         return None
-    return min(max(value, 0.0), MAX_RUNS_WAIT_S) if math.isfinite(value) else None
+    if not _SECONDS.fullmatch(text) or float(text) > MAX_RUNS_WAIT_S:
+        raise ValueError(f"wait={text[:40]!r}: give seconds from 0 to {MAX_RUNS_WAIT_S:g}")
+    return float(text)
+
+
+_SECONDS = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
 
 
 def _answer(request, document):

@@ -86,9 +86,16 @@ class Views:
         with self._lock:
             found_jobs: dict = {}
             entries = find_runs(self.logdir, found_jobs)
+        if deadline is not None:
+            # Every run not current goes to the thread, and this request waits for it until its
+            # deadline: an analysis begun here ran past it (wait=2 answered in 5 s).
+            for name, entry in entries.items():
+                self._known_or_queued(name, entry)
+            while time.monotonic() < deadline and self._queue_busy():
+                time.sleep(0.05)
         analysed = []
         for name, entry in entries.items():
-            if deadline is None or time.monotonic() < deadline:
+            if deadline is None:
                 with self._lock:
                     analysed.append(self._analysed(name, entry))
             else:
@@ -132,6 +139,10 @@ class Views:
                 self._worker.start()
         return Analysed(name, (), entry.label or (entry.path.name if entry.path else name),
                         pending=True)
+
+    def _queue_busy(self) -> bool:
+        with self._queue_lock:
+            return bool(self._queued)
 
     def _analyse_queued(self) -> None:
         while True:
