@@ -29,6 +29,12 @@ def delta(value: float, interval) -> str:
     return text + (" ~" if interval is not None and interval[0] <= 0.0 <= interval[1] else "")
 
 
+def gap_text(pair) -> str:
+    """The step gap and its interval, '~' where the pair is within noise: by its ms interval
+    or its ratio's, whichever holds no change (PairComparison.within_noise)."""
+    return plus_minus(pair.gap_ms, pair.gap_ci95, sign="+") + (" ~" if pair.within_noise else "")
+
+
 def ratio_text(pair) -> str:
     return ratio_interval(pair.ratio, pair.ratio_ci95)
 
@@ -52,14 +58,14 @@ def verdict_lines(comparison: Comparison) -> list[str]:
         if pair.inconclusive:
             # No "x faster" here, not even qualified: that figure is what gets quoted.
             lines.append(f"INCONCLUSIVE: {pair.b_label} vs {pair.a_label}, {pair.inconclusive}: "
-                         f"its gap ({delta(pair.gap_ms, pair.gap_ci95)} ms per step) is no verdict")
+                         f"its gap ({gap_text(pair)} ms per step) is no verdict")
         elif pair.within_noise:
             lines.append(f"{pair.b_label} vs {pair.a_label}: within noise "
-                         f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
+                         f"(ratio {ratio_text(pair)}; gap {gap_text(pair)} ms)")
         else:
             slower = pair.ratio > 1
             lines.append(f"{pair.b_label} is {_factor_text(pair)} {'slower' if slower else 'faster'} "
-                         f"than {pair.a_label} (gap {delta(pair.gap_ms, pair.gap_ci95)} ms per step)"
+                         f"than {pair.a_label} (gap {gap_text(pair)} ms per step)"
                          f"{_where(pair)}")
         pairs = evidence_text.pairs_line(pair)
         if pairs:
@@ -134,7 +140,7 @@ def phase_rows(comparison: Comparison) -> list[list[str]]:
         rows.append(row)
     step = ["step", f"{pairs[0].a_step_ms:.3f}"]
     for pair in pairs:
-        step += [f"{pair.b_step_ms:.3f}", delta(pair.gap_ms, pair.gap_ci95), ratio_text(pair),
+        step += [f"{pair.b_step_ms:.3f}", gap_text(pair), ratio_text(pair),
                  GAP_WITHIN_NOISE if pair.within_noise else "100%" if pair.gap_ms else "n/a"]
     rows.append(step)
     compile_row = ["compile (once)"]

@@ -20,8 +20,8 @@ from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.events.step_windows import single_window_warnings
 from analysis.results.records import Breakdown
 from analysis.model.run import unique_labels
-from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
-                            repeat_ratio, welch_difference)
+from analysis.measures.stats import (Interval, RepeatRatio, contains_one, contains_zero, mean_variance,
+                                     percentile_interval, repeat_ratio, welch_difference)
 from analysis.results.suggestions import Suggestion, config_of, same_config, suggest
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
@@ -134,7 +134,9 @@ class PairComparison:
 
     @property
     def within_noise(self) -> bool:
-        return contains_zero(self.gap_ci95)
+        """The gap in ms or the ratio may hold no change: one verdict, the weaker of the two
+        (over repeats they come from two models, ms and logs, and may disagree at the edge)."""
+        return contains_zero(self.gap_ci95) or contains_one(self.ratio_ci95)
 
     @property
     def fusion_behind_gap(self) -> Evidence | None:
@@ -429,9 +431,11 @@ def _bootstrap_intervals(pair: PairComparison, a: Breakdown, b: Breakdown) -> No
 
 
 def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: list[Breakdown]) -> None:
-    """Interleaved repeats A B B A ...: each a fresh process. The step ratio takes both levels
-    of noise (processes, and steps within them: stats.repeat_ratio); the ms deltas take the
-    spread of the processes' means (Welch)."""
+    """Interleaved repeats A B B A ...: each a fresh process. The step ratio and every ms
+    delta, the gap's too, take both sides' noise at both levels (the processes, and the steps
+    within them: stats.repeat_ratio, stats.welch_difference). The gap's interval is no map of
+    the ratio's with the baseline's mean held fixed: that drops the baseline's own spread,
+    which on a busy machine was +-1000 ms beside a printed interval of 160."""
     a_means = [_mean_figures([x]) for x in side_a]
     b_means = [_mean_figures([x]) for x in side_b]
     result = repeat_ratio([f["step"] for f in a_means], [f["step"] for f in b_means],
@@ -439,9 +443,9 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
                           [mean_variance(x.step_times_ms) for x in side_b])
     pair.repeat_ratio = result
     pair.ratio, pair.ratio_ci95 = round(result.ratio, 4), result.ci95
-    # The gap's interval is the ratio's, in ms of the baseline step: one verdict, not two.
-    if result.ci95 is not None:
-        pair.gap_ci95 = (pair.a_step_ms * (result.ci95[0] - 1), pair.a_step_ms * (result.ci95[1] - 1))
+    pair.gap_ci95 = welch_difference([f["step"] for f in a_means], [f["step"] for f in b_means],
+                                     [mean_variance(x.step_times_ms) for x in side_a],
+                                     [mean_variance(x.step_times_ms) for x in side_b])
     for column, g in enumerate(pair.phases, start=1):
         g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means],
                                         _within(side_a, column), _within(side_b, column))
