@@ -74,6 +74,14 @@ def load_words(loads: list[dict]) -> str:
     return " and ".join(words)
 
 
+def busy_warning(named: list[str], loads: list[dict]) -> str:
+    """The one warning of a comparison (compare, sweep) whose `named` runs ran while other
+    processes took the cores (`loads`: their busy loads): no verdict is drawn from them."""
+    return (f"busy machine while {', '.join(named)} ran: {load_words(loads)}, so those step times, "
+            f"and every ratio, cause and suggestion drawn from them, are no fact about the "
+            f"configurations; measure on a quiet machine ({THREADS_ADVICE})")
+
+
 def _load_warnings(load) -> list[str]:
     if not isinstance(load, dict):
         return []

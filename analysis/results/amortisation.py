@@ -18,6 +18,25 @@ def is_compiled(b: Breakdown) -> bool:
     return any(part.startswith(_COMPILED_VARIANTS) for part in (b.variant or "").split(","))
 
 
+def payback(extra_ms: float, gain_ms: float, gain_ci95: tuple[float, float] | None) -> dict:
+    """Steps after which `extra_ms` once is paid back by `gain_ms` a step, with the interval the
+    gain's (`gain_ci95`, eager − compiled) gives: a gain of 6 ms whose interval holds 0 pays back
+    after anything from a few steps to never, so no figure is given then. steps: the point
+    estimate (None: never); steps_ci95: [fewest, most] steps; not_known: why no figure is given."""
+    if extra_ms <= 0:
+        return {"steps": 0, "steps_ci95": None, "not_known": None}
+    steps = math.ceil(extra_ms / gain_ms) if gain_ms > 0 else None
+    if gain_ci95 is None:   # one process a side and no steps to resample: the estimate alone
+        return {"steps": steps, "steps_ci95": None, "not_known": None}
+    low, high = gain_ci95
+    if low > 0:
+        return {"steps": steps, "steps_ci95": [math.ceil(extra_ms / high), math.ceil(extra_ms / low)],
+                "not_known": None}
+    if high < 0:
+        return {"steps": None, "steps_ci95": None, "not_known": None}
+    return {"steps": None, "steps_ci95": None, "not_known": "the step gap is within noise"}
+
+
 def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.0, 0.0)) -> dict | None:
     """Facts for a pair where one side compiles and the other does not; None otherwise.
     extra_ms: the compiled side's warm-up excess beyond the eager side's own; gain_ms: eager

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.measures import page_faults
-from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
+from analysis.measures.reliability import busy_warning, is_load_warning
 from analysis.measures.runtime_calls import LAUNCH, SYNC
 from analysis.measures.fusion import fused_apart, summary as fusion_summary
 from analysis.results.amortisation import amortisation, compile_behind
@@ -307,15 +307,12 @@ def _busy_machine(runs: list[RunExplanation], sides: list[list[Breakdown]],
             named.append(f"{run.breakdown.name}{many}")
     if not named:
         return None
-    words = load_words([x for side_loads in loads for x in side_loads if x])
     for i, pair in enumerate(pairs, start=1):
         which = [n for n, side_loads in ((pair.a_label, loads[0]), (pair.b_label, loads[i]))
                  if any(side_loads)]
         if which:
             pair.inconclusive = f"busy machine while {' and '.join(which)} ran"
-    return (f"busy machine while {', '.join(named)} ran: {words}, so those step times, and every "
-            f"ratio, cause and suggestion drawn from them, are no fact about the configurations; "
-            f"measure on a quiet machine ({THREADS_ADVICE})")
+    return busy_warning(named, [x for side_loads in loads for x in side_loads if x])
 
 
 def _allocator_states(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
