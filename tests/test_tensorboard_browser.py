@@ -644,7 +644,7 @@ def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensor
         pays = _route(url, "compare?" + urlencode([("run", dynamic["default"]), ("run", dynamic["compile"])]))
         pays = pays["panels"][0]["compile"]["amortisation"]
         shown = wait_in_gapscope(browser, "(doc) => doc.querySelector('[data-view=compare] p.amortisation')?.textContent")
-        assert shown == pays["text"] and shown.startswith("amortisation: ")
+        assert shown == pays["text"] and shown.startswith("compile: ")
         assert_offline_and_clean(browser, url)
     finally:
         shutil.rmtree(views, ignore_errors=True)

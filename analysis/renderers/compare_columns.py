@@ -1,8 +1,8 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
-from analysis.results.amortisation import compile_behind_line
-from analysis.results.compare import Comparison, IntervalMethod
+from analysis.results.amortisation import amortisation_line, compile_behind_line
+from analysis.results.compare import Comparison, EvidenceKind, IntervalMethod
 from analysis.renderers import evidence_text
 from analysis.renderers.columns import plus_minus, ratio_interval
 from analysis.results.suggestions import config_of
@@ -70,12 +70,21 @@ def verdict_lines(comparison: Comparison) -> list[str]:
         pairs = evidence_text.pairs_line(pair)
         if pairs:
             lines.append(f"  {pairs}")
+        pays = _amortisation(pair)
+        if pays:
+            lines.append(f"  {amortisation_line(pays)}")
     caveat = _one_process(comparison)
     if caveat:
         lines.append(f"  {caveat}")
     for pair in comparison.pairs[:1]:
         lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines
+
+
+def _amortisation(pair) -> dict | None:
+    """The pair's amortisation facts, where one side compiles and the other does not."""
+    found = next((e for e in pair.evidence if e.kind == EvidenceKind.COMPILE), None)
+    return found and found.a.get("amortisation")
 
 
 def _one_process(comparison: Comparison) -> str | None:

@@ -1,7 +1,6 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
-from analysis.results.amortisation import amortisation_line
 from analysis.results.cause import Cause, CauseKind
 from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
 from analysis.measures.kernels import WorkSource
@@ -238,8 +237,8 @@ def _compile(e: Evidence, a_label: str, b_label: str) -> str:
         return f"{label} {once}" + (f" ({'; '.join(details)})" if details else "")
     text = f"compile: {say(a_label, e.a)} vs {say(b_label, e.b)}; excluded from steps"
     why = [f"{label}: {c['why']['line']}" for label, c in ((a_label, e.a), (b_label, e.b)) if c.get("why")]
-    pays = e.a.get("amortisation")
-    return "; ".join([text, *why, *([amortisation_line(pays)] if pays else [])])
+    # The amortisation point is a verdict line of its own (compare_columns.verdict_lines).
+    return "; ".join([text, *why])
 
 
 def _mixed(e: Evidence, a_label: str, b_label: str) -> str:

@@ -337,15 +337,8 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
                            _ratio(db["other"], da["other"]), None))
     for g in phases:
         g.share_of_gap = round(g.delta_ms / gap, 4) if gap else None
-    evidence = _evidence(a, b, phases, gap)
-    faults = _page_faults(*sides)
-    if faults is not None:
-        faults.share_of_gap = round(faults.delta_ms / gap, 4) if gap else None
-        # Faults that carry a share of the gap come first: they are why the ops below them
-        # took longer (a fault lands inside whichever op touches the fresh page).
-        evidence.insert(0 if _explains(faults, _EVIDENCE_SHARE) else len(evidence), faults)
     pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, a.breakdown.name, b.breakdown.name,
-                          a_step, b_step, gap, phases, evidence,
+                          a_step, b_step, gap, phases, [],
                           _devices_differ(a, b), ratio=_ratio(b_step, a_step),
                           repeats=len(sides[0]),
                           unprofiled=all(x.unprofiled for side in sides for x in side))
@@ -354,6 +347,14 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     else:
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
     pair.untrusted = any(x.reliability_warnings or x.busy_load for side in sides for x in side)
+    # The evidence after the intervals: the amortisation point takes the gap's.
+    pair.evidence = _evidence(a, b, pair)
+    faults = _page_faults(*sides)
+    if faults is not None:
+        faults.share_of_gap = round(faults.delta_ms / gap, 4) if gap else None
+        # Faults that carry a share of the gap come first: they are why the ops below them
+        # took longer (a fault lands inside whichever op touches the fresh page).
+        pair.evidence.insert(0 if _explains(faults, _EVIDENCE_SHARE) else len(pair.evidence), faults)
     pair.suggestions = _suggestions(pair, a, b)
     if not (pair.untrusted or pair.within_noise):  # "slower" is a fact only then
         pair.compile_behind = compile_behind(a.breakdown, b.breakdown, gap)
@@ -461,7 +462,8 @@ def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | 
     return None if interval is None else [round(interval[0], digits), round(interval[1], digits)]
 
 
-def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap: float) -> list[Evidence]:
+def _evidence(a: RunExplanation, b: RunExplanation, pair: PairComparison) -> list[Evidence]:
+    phases, gap = pair.phases, pair.gap_ms
     found = []
     ranked = sorted(phases, key=lambda g: -abs(g.delta_ms))
     chosen = [g for g in ranked[:_EVIDENCE_PHASES]
@@ -475,7 +477,7 @@ def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap:
         if g.phase == "data_load":
             found.append(_transfers(a, b, g))
     found.append(_fusion(a, b))
-    found.append(_compile(a, b))
+    found.append(_compile(a, b, pair))
     found += [e for e in (_mixed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
     found += [e for e in (_unattributed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
     if not any(e.kind == EvidenceKind.TRANSFERS for e in found):
@@ -565,9 +567,11 @@ def _fused_ops(a: RunExplanation, b: RunExplanation, g: PhaseGap, gap: float) ->
                     round(delta / gap, 4) if gap else None)
 
 
-def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
-    # Each side's compile record (compile_why) and the pair's amortisation point, on both sides.
-    pays = amortisation(a.breakdown, b.breakdown, (a.compile.guard_ms_per_step, b.compile.guard_ms_per_step))
+def _compile(a: RunExplanation, b: RunExplanation, pair: PairComparison) -> Evidence:
+    # Each side's compile record (compile_why) and the pair's amortisation point, on both sides,
+    # its interval from the gap's; none where a side's step time is no fact.
+    pays = amortisation(a.breakdown, b.breakdown, (a.compile.guard_ms_per_step, b.compile.guard_ms_per_step),
+                        pair.gap_ci95, untrusted=pair.untrusted)
     return Evidence(EvidenceKind.COMPILE, None, *(
         {**run.compile.to_json_dict(), "amortisation": pays,
          **({"why": run.breakdown.compile_why.to_json_dict()} if run.breakdown.compile_why else {})}
