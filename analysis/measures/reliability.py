@@ -120,22 +120,35 @@ def two_levels(times: list[float]) -> tuple[tuple[int, float], tuple[int, float]
 def level_shift(times: list[float]) -> tuple[int, float, float] | None:
     """(index, median before, median after) where the steps, in time order, change level for
     good: the two stretches LEVEL_RATIO apart and hardly overlapping; None otherwise."""
-    least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(times)))
-    if len(times) < 2 * least or min(times) <= 0:
+    if not times or min(times) <= 0:
         return None
-    logs = [math.log(t) for t in times]
-    # The cut that explains most of the spread (largest between-stretch sum of squares, the
-    # least-squares change point), on logs so a 2x step change counts alike at any speed.
-    cut = max(range(least, len(times) - least + 1),
-               key=lambda c: c * (len(logs) - c) * (statistics.fmean(logs[:c]) - statistics.fmean(logs[c:])) ** 2)
+    # On logs so a 2x step change counts alike at any speed.
+    cut = change_point([math.log(t) for t in times])
+    if cut is None:
+        return None
     before, after = statistics.median(times[:cut]), statistics.median(times[cut:])
     if abs(math.log(after / before)) < math.log(LEVEL_RATIO):
         return None
-    slow, fast = (times[:cut], times[cut:]) if before > after else (times[cut:], times[:cut])
-    # Most of the slow stretch above most of the fast one: a step change, not a drift.
-    if _quantile(fast, 0.9) >= _quantile(slow, 0.1):
+    if not apart(times[:cut], times[cut:]):
         return None
     return cut, before, after
+
+
+def change_point(values: list[float]) -> int | None:
+    """The cut that explains most of the spread of `values` in time order (largest
+    between-stretch sum of squares: the least-squares change point), each stretch at least
+    LEVEL_MIN_STEPS long and a LEVEL_MIN_SHARE of them; None where they are too few."""
+    least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(values)))
+    if len(values) < 2 * least:
+        return None
+    return max(range(least, len(values) - least + 1),
+               key=lambda c: c * (len(values) - c) * (statistics.fmean(values[:c]) - statistics.fmean(values[c:])) ** 2)
+
+
+def apart(before: list[float], after: list[float]) -> bool:
+    """Most of the higher stretch above most of the lower one: a step change, not a drift."""
+    high, low = (before, after) if statistics.median(before) > statistics.median(after) else (after, before)
+    return _quantile(low, 0.9) < _quantile(high, 0.1)
 
 
 def _quantile(values: list[float], q: float) -> float:
