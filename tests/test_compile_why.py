@@ -108,6 +108,20 @@ def test_stage_split_of_one_forward_and_one_backward_compile_by_hand():
                "graph_breaks": [], "unavailable": []}
     why = compile_why(records, measured_ms=16.0, warmup_steps=5)
     assert why.attributed_ms == 13.0 and why.unattributed_ms == 3.0 and why.later_compile_ms == 10.0
+    assert why.cache_hits == 0 and "compile cache" not in why.line()
+
+
+def test_the_stage_line_says_how_many_graphs_came_from_the_compile_cache():
+    """Issue 45: "AOT autograd 15.3 s, Inductor 0.5 s" hid that 5 graphs came from the cache
+    (only the JSON said so): the line says it beside the stages."""
+    hit = {"is_forward": True, "step": 0, "dynamo_cumulative_compile_time_us": 2_000_000,
+           "aot_autograd_cumulative_compile_time_us": 1_500_000,
+           "inductor_cumulative_compile_time_us": 100_000, "inductor_fx_local_cache_hit_count": 1}
+    why = compile_why({"compiles": [hit] * 5, "graph_breaks": [], "unavailable": []}, None, 3)
+    assert why.cache_hits == 5 and why.to_json_dict()["cache_hits"] == 5
+    # By hand, a graph: Dynamo 2.0 - 1.5, AOT 1.5 - 0.1, Inductor 0.1 s; five of them.
+    assert why.line().startswith("compile 10.0 s once: Dynamo 2.5 s, AOT autograd 7.0 s, Inductor "
+                                 "0.5 s, 5 graphs from the compile cache (no code generation timed);")
     assert why.recompiles[0].guard == "x == 1"
 
 

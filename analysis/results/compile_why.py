@@ -72,6 +72,9 @@ class CompileWhy:
     # tf.function: traces by function (the framework's own count where it gave one), retraces.
     tf_traces: dict[str, int] = field(default_factory=dict)
     retraces: list[Retrace] = field(default_factory=list)
+    # Graphs Inductor served from its FX graph cache (kept between runs): no code generation
+    # ran for them, so the stages read short; said in the stage line, not only in the JSON.
+    cache_hits: int = 0
 
     @property
     def attributed_ms(self) -> float:
@@ -87,6 +90,9 @@ class CompileWhy:
         stages = [f"{STAGE_NAMES[s]} {_s(ms)}" for s, ms in self.stages_ms.items() if ms > 0]
         if self.unattributed_ms is not None:
             stages.append(f"unattributed {_s(self.unattributed_ms)}")
+        if self.cache_hits:
+            stages.append(f"{_count(self.cache_hits, 'graph')} from the compile cache (no code "
+                          "generation timed)")
         breaks = ", ".join(f"{short_reason(b)} at {b.place}" for b in self.graph_breaks)
         guards = ", ".join(f"{r.guard} in {r.function}" for r in self.recompiles[:3]) + \
             (", …" if len(self.recompiles) > 3 else "")
@@ -113,7 +119,8 @@ class CompileWhy:
                 "graph_breaks": [{**asdict(b), "place": b.place} for b in self.graph_breaks],
                 "recompiles": [asdict(r) for r in self.recompiles],
                 "tf_traces": self.tf_traces, "retraces": [asdict(r) for r in self.retraces],
-                "unseen": self.unseen, "torch": self.torch_version, "line": self.line()}
+                "unseen": self.unseen, "torch": self.torch_version, "cache_hits": self.cache_hits,
+                "line": self.line()}
 
 
 def run_compile_why(run, measured_ms: float | None) -> CompileWhy | None:
@@ -148,7 +155,8 @@ def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> 
                             failed_guard(c["recompile_reason"]), _int(c.get("step"), 0))
                   for c in forward if c.get("recompile_reason")]
     return CompileWhy(measured_ms, stages, later, graphs, graph_breaks(records["graph_breaks"]),
-                      recompiles, unseen_lines(compiles, records), records.get("torch"))
+                      recompiles, unseen_lines(compiles, records), records.get("torch"),
+                      cache_hits=_cache_hits(compiles))
 
 
 def _tf_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
@@ -252,7 +260,7 @@ def graph_breaks(logged: list[dict]) -> list[GraphBreak]:
 def unseen_lines(compiles: list[dict], records: dict) -> list[str]:
     lines = list(records.get("unavailable") or [])
     forward = [c for c in compiles if c.get("is_forward") is not False]
-    hits = sum(_int(c.get("inductor_fx_local_cache_hit_count"), 0) for c in compiles)
+    hits = _cache_hits(compiles)
     if forward and not any(isinstance(c.get("inductor_cumulative_compile_time_us"), (int, float))
                            for c in compiles):
         lines.append("Inductor stages not recorded: the backend is not Inductor, or its graphs came "
@@ -266,6 +274,10 @@ def unseen_lines(compiles: list[dict], records: dict) -> list[str]:
         lines.append("C++/Triton compile is not separable from Inductor's code generation: torch "
                      "times it inside code generation, so the two are one stage")
     return lines
+
+
+def _cache_hits(compiles: list[dict]) -> int:
+    return sum(_int(c.get("inductor_fx_local_cache_hit_count"), 0) for c in compiles)
 
 
 def short_reason(b: GraphBreak) -> str:
