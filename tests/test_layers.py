@@ -272,7 +272,7 @@ def test_compare_layers_table_fits(cnn_runs):
     assert "gapscope layers: cnn torch vs cnn keras" in result.output
     for name in _spec_names("cnn"):
         if name != "flatten":  # Keras' flatten is a reshape that runs no op of its own
-            assert f"│ {name} " in result.output
+            assert f"│ {name} " in result.output or f"│ {name}* " in result.output  # * fused
 
 
 def _side(label, conv4_bwd, other_bwd, outside=1.0):
@@ -439,3 +439,23 @@ def test_keras_scopes_that_differ_only_by_a_suffix_are_said_to_be_read_as_one_la
     # Its two dense layers likewise: scope dense_1 the hidden one, dense_1_2 the logits (README).
     assert said == ["layer scopes conv2d_1, conv2d_1_2, conv2d_2_1, conv2d_3_1 read as one layer 'conv2d'",
                     "layer scopes dense_1, dense_1_2 read as one layer 'dense'"]
+
+
+def test_compare_layers_gives_the_work_and_both_runs_gflops_in_each_phase():
+    """Issue 45: `compare --layers` had no GFLOP column, no forward GFLOP/s and never its fused
+    mark. Hand-made: conv3 0.5 GFLOP forward and 1.0 backward a step, ours 2 and 4 ms, theirs
+    1 and 2 ms with its forward fused: 250 vs 500 GFLOP/s in both phases."""
+    from analysis.renderers.layers_render import render_compare_markdown, render_compare_table
+    ours = LayerBreakdown(None, "ours", [LayerRow("conv3", 2.0, 4.0, 0.5, 1.0)],
+                          {"forward": 3.0, "backward": 5.0}, 4)
+    theirs = LayerBreakdown(None, "theirs", [LayerRow("conv3", 1.0, 2.0, 0.5, 1.0,
+                                                      fused={"forward": ["conv+bias+ReLU"]})],
+                            {"forward": 2.0, "backward": 3.0}, 4)
+    text = render_compare_table([(ours, theirs)])
+    assert max(len(line) for line in text.splitlines()) <= 80
+    (work,) = [line for line in text.splitlines() if line.startswith("│ conv3*") and "0.500" in line]
+    assert [c.strip() for c in work.split("│")[1:-1]] == ["conv3*", "0.500", "1.000", "250.0", "500.0",
+                                                          "250.0", "500.0"]
+    assert "theirs: * fused ops (one op for several): conv3 fwd conv+bias+ReLU" in " ".join(text.split())
+    markdown = render_compare_markdown([(ours, theirs)])
+    assert "| conv3* | 0.500 | 1.000 | 250.0 | 500.0 | 250.0 | 500.0 |" in markdown
