@@ -174,3 +174,18 @@ def test_a_gap_whose_ratio_holds_no_change_is_within_noise_in_ms_too():
     pair = PairComparison("a", "b", "A", "B", 100.0, 130.0, 30.0, [PhaseGap("forward", 1, 1, 0, 1, 0)],
                           [], False, ratio=1.3, ratio_ci95=(0.9, 1.8), gap_ci95=(2.0, 58.0))
     assert pair.within_noise and gap_text(pair).endswith(" ~")
+
+
+def test_the_kernel_evidence_says_the_time_the_cause_and_the_json_say():
+    """Issue 45: the CNN's cause line said 'time in them 2680.002 vs 1106.275 ms' (the phase's
+    traced time) where the JSON's cause said 1888.4 (its kernels' time). By hand: 12 and 9 ops
+    a step of 100 and 50 us: 1.2 and 0.45 ms in them, whatever else the phase took."""
+    from analysis.renderers.evidence_text import sentence
+    from analysis.results.compare import Evidence, EvidenceKind, PairComparison, PhaseGap
+    facts = [{"kernels_per_step": n, "kernel_source": "cpu ops", "mean_kernel_us": us,
+              "kernel_ms": n * us / 1000, "device_ms": device, "host_ms": 0.0}
+             for n, us, device in ((12.0, 100.0, 2.680), (9.0, 50.0, 1.106))]
+    e = Evidence(EvidenceKind.KERNELS, "backward", *facts, delta_ms=-1.0, share_of_gap=1.0)
+    pair = PairComparison("a", "b", "A", "B", 5.0, 4.0, -1.0, [PhaseGap("backward", 3, 2, -1, 0.67, 1.0)],
+                          [e], False)
+    assert "time in them 1.200 vs 0.450 ms" in sentence(e, pair)

@@ -124,7 +124,7 @@ def _kernels(e: Evidence, a_label: str, b_label: str) -> str:
             else "ops/kernels")
     text = (f"{e.phase} {_signed(e.delta_ms)} ms{_share(e)}: {_n(fa['kernels_per_step'])} vs "
             f"{_n(fb['kernels_per_step'])} {unit} per step, mean {_us(fa['mean_kernel_us'])} vs "
-            f"{_us(fb['mean_kernel_us'])}; time in them {fa['device_ms']:.3f} vs {fb['device_ms']:.3f} ms")
+            f"{_us(fb['mean_kernel_us'])}; time in them {fa['kernel_ms']:.3f} vs {fb['kernel_ms']:.3f} ms")
     # The phase's copies, launches and syncs (GPU), where either run has any.
     for way in sorted(set(fa.get("transfers") or {}) | set(fb.get("transfers") or {})):
         ta, tb = (f.get("transfers", {}).get(way, _NONE) for f in (fa, fb))

@@ -517,6 +517,8 @@ def _phase_kernels(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidenc
         calls = run.attribution.calls_by_phase.get(g.phase, {})
         return {"kernels_per_step": round(count, 3), "kernel_source": k.source,
                 "mean_kernel_us": round(1000.0 * time_ms / count, 3) if count else None,
+                # Their time: count x mean, the figure the cause's `ms_per_step` is (cause.py).
+                "kernel_ms": round(time_ms, _DIGITS),
                 "device_ms": round(run.attribution.device_ms.get(g.phase, 0.0), _DIGITS),
                 "host_ms": round(run.attribution.host_ms.get(g.phase, 0.0), _DIGITS),
                 # What else the phase's host code put on the device, or waited for (GPU).
