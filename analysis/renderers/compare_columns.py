@@ -35,6 +35,33 @@ def gap_text(pair) -> str:
     return plus_minus(pair.gap_ms, pair.gap_ci95, sign="+") + (" ~" if pair.within_noise else "")
 
 
+def phase_verdict(pair, g) -> str:
+    """A phase's word in the tab's table: none drawn from step times that are no fact."""
+    if pair.inconclusive:
+        return "no verdict"
+    if g.within_noise:
+        return "within noise"
+    word = "slower" if g.delta_ms > 0 else "faster" if g.delta_ms < 0 else ""
+    return f"{word} (no interval)" if g.delta_ci95 is None and word else word
+
+
+def step_verdict(pair) -> str:
+    if pair.inconclusive:
+        return "no verdict"
+    if pair.within_noise:
+        return GAP_WITHIN_NOISE
+    return "slower" if pair.gap_ms > 0 else "faster" if pair.gap_ms < 0 else ""
+
+
+def table_cells(pair) -> dict:
+    """The Δ cells and verdicts of a pair as the CLI's table writes them, for the tab: one
+    answer in every view (the tab once showed its own '±' where the CLI's interval was lopsided,
+    and a phase 'faster' under an INCONCLUSIVE headline)."""
+    return {"phases": {g.phase: {"delta": delta(g.delta_ms, g.delta_ci95), "verdict": phase_verdict(pair, g)}
+                       for g in pair.phases},
+            "step": {"delta": gap_text(pair), "verdict": step_verdict(pair)}}
+
+
 def ratio_text(pair) -> str:
     return ratio_interval(pair.ratio, pair.ratio_ci95)
 

@@ -359,25 +359,25 @@ function compareSection() {
 function comparison(doc) {
   const parts = [html('ul', {class: 'verdicts'}, ...doc.verdicts.map((line) => html('li', {}, line)))];
   for (const [i, pair] of doc.comparisons.entries()) {
+    // The Δ cells and verdicts as the CLI's table writes them (views.table_cells): one answer.
+    const cells = doc.cells[i];
     const rows = Object.entries(pair.phases).map(([phase, g]) => html('tr', {},
         html('td', {}, swatch(state.doc.colours[phase]), phase),
         html('td', {class: 'num'}, ms(g.a_ms)), html('td', {class: 'num'}, ms(g.b_ms)),
-        html('td', {class: 'num'}, signed(g.delta_ms, 3)),
-        html('td', {class: 'num'}, halfWidth(g.delta_ms, g.delta_ci95)),
+        html('td', {class: 'num'}, cells.phases[phase].delta),
         html('td', {class: 'num'}, g.share_of_gap == null ? '' : `${(100 * g.share_of_gap).toFixed(0)} %`),
-        html('td', {}, verdict(g.within_noise, g.delta_ci95, g.delta_ms))));
+        html('td', {}, cells.phases[phase].verdict)));
     const sum = Object.values(pair.phases).reduce((total, g) => total + g.delta_ms, 0);
     rows.push(html('tr', {class: 'total'},
         html('td', {}, 'step (the gap)'), html('td', {class: 'num'}, ms(pair.a_step_ms)),
         html('td', {class: 'num'}, ms(pair.b_step_ms)),
-        html('td', {class: 'num gap'}, signed(pair.gap_ms, 3)),
-        html('td', {class: 'num'}, halfWidth(pair.gap_ms, pair.gap_ci95)),
+        html('td', {class: 'num gap'}, cells.step.delta),
         html('td', {class: 'num'}, pair.gap_ms ? '100 %' : ''),
-        html('td', {}, pair.within_noise ? 'gap within noise' : verdict(false, pair.gap_ci95, pair.gap_ms))));
+        html('td', {}, cells.step.verdict)));
     parts.push(html('h3', {}, `${pair.b_label} against ${pair.a_label} (baseline)`),
         deltaChart(pair),
-        table(['phase', `${pair.a_label} ms`, `${pair.b_label} ms`, 'Δ ms', '±95 %', '% of gap',
-               'verdict'], rows),
+        table(['phase', `${pair.a_label} ms`, `${pair.b_label} ms`,
+               'Δ ms ± 95 % ([low, high] where lopsided; ~ within noise)', '% of gap', 'verdict'], rows),
         html('p', {class: 'facts'}, `the phase Δs add up to ${signed(sum, 3)} ms = the gap; ` +
              `ratio ${pair.ratio == null ? 'n/a' : pair.ratio.toFixed(3)}× (run / baseline); ` +
              `intervals: ${pair.interval_method}`),
@@ -392,12 +392,6 @@ function comparison(doc) {
     parts.push(...pairPanels(doc.panels && doc.panels[i]));
   }
   return parts.concat(notes(doc.warnings.map((w) => `warning: ${w}`)));
-}
-
-function verdict(withinNoise, interval, delta) {
-  if (withinNoise) return 'within noise';
-  if (interval == null) return delta > 0 ? 'slower (no interval)' : 'faster (no interval)';
-  return delta > 0 ? 'slower' : delta < 0 ? 'faster' : '';
 }
 
 // Each phase's delta as a bar from zero with its interval as a whisker; the gap below them.
