@@ -169,15 +169,23 @@ def _kernel_name(name: str) -> str:
 
 
 def _peak(lb: LayerBreakdown) -> list[str]:
-    """The phases' share of the measured peak, where the run measured one (CPU runs)."""
-    if lb.peak_gflops is None or not lb.rows:
+    """The phases' share of the measured peak, where the run measured one (CPU runs) on a quiet
+    machine; on a busy one no share, since the layers ran under a load the peak was not
+    measured under. The theoretical peak beside it, named as such."""
+    peak = lb.peak or {}
+    if not peak or not lb.rows:
         return []
+    theory = peak.get("theoretical")
+    beside = f"; {theory['gflops']:.1f} GFLOP/s {theory['method']}" if theory else ""
+    if peak.get("busy"):
+        return [f"{lb.label}: no share of a peak: {peak['busy']} while the layers ran, and the "
+                f"measured {peak['gflops']:.1f} GFLOP/s peak was not taken under that load{beside}"]
     shares = [f"{p} {100 * share:.0f} %" for p in ("forward", "backward")
               if (share := lb.peak_share(lb.phase_gflops(p))) is not None]
-    if not shares:
+    if not shares or lb.peak_gflops is None:
         return []
-    return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s peak ({lb.peak.get('method')}): "
-            + ", ".join(shares)]
+    return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s measured peak ({peak.get('method')}): "
+            + ", ".join(shares) + beside]
 
 
 def _matched_by(a: LayerBreakdown, b: LayerBreakdown, by: str) -> str:
