@@ -118,8 +118,23 @@ class Fused:
         return tuple(self.fuses.split("+")) if self.fuses else ()
 
 
+# Inductor's generated kernels list the ATen ops they hold: cpp_fused_relu_1 holds one.
+_GENERATED_OPS = re.compile(r"(?:cpp_|triton_(?:poi|red|per|tem)_)fused_([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)(?:_\d+)?$")
+
+
+def one_op_kernel(name: str) -> bool:
+    """A generated kernel of one op (cpp_fused_relu_1, triton_poi_fused_sum_0): Inductor names
+    every kernel it generates `fused_`, but a fusion needs two ops or more, so this one is a
+    generated kernel, not a fusion (4-5 of a compiled CNN's 13 cpp_fused_* kernels are so)."""
+    found = _GENERATED_OPS.search(name)
+    return found is not None and "_" not in found.group(1)
+
+
 def classify(name: str) -> Fused | None:
-    """The fused kind of an op or kernel name (or an HLO op's), None if it is no fused one."""
+    """The fused kind of an op or kernel name (or an HLO op's), None if it is no fused one
+    (one_op_kernel: a generated kernel of one op)."""
+    if one_op_kernel(name):
+        return None
     for kind in TABLE:
         if kind.pattern.search(name):
             return Fused(kind, _what(name, kind))
