@@ -139,7 +139,7 @@ class MemoryFigures:
                           "net_mb": {p: _round(v / MB) for p, v in s.net.items()}} for s in steps],
             "rss": None if self.rss is None else {
                 **{k: _round(self.rss[k]) for k in ("mean_mb", "peak_mb", "first_mb", "last_mb")},
-                "steps": self.rss["steps"],
+                "steps": self.rss["steps"], "after_import_mb": _round(self.rss.get("after_import_mb")),
                 "creep": _creep_json(self.rss["creep"], 1.0, self.rss.get("level_change")),
                 # Unprofiled steps outside the traced window the trend is fitted on, or why none.
                 "trend_steps": self.rss.get("trend_steps"), "trend_unknown": self.rss.get("trend_unknown")},
@@ -154,6 +154,9 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
     """The run's memory figures; None where it has neither allocator events nor RSS per step.
     `trace` False: the RSS only (a timers breakdown reads no trace)."""
     rss = rss_figures(run.rows, run.warmup_steps)
+    after_import = run.manifest.get("rss_after_import_mb")
+    if rss is not None and isinstance(after_import, (int, float)) and not isinstance(after_import, bool):
+        rss["after_import_mb"] = float(after_import)  # the framework's footprint (the runner's)
     events, source, notes = allocator_events(run) if trace else ([], None, [])
     if not events:
         if rss is None:
