@@ -2,9 +2,10 @@
 // compare: the CLI's analysers, serialised on the server) as tables and hand-written SVG.
 // No library and no request outside the plugin, so it renders on a machine without internet.
 
+import {button, getJson, halfWidth, html, legend, ms, notes, originMark, section, signed, svgEl, swatch,
+        table, withInterval} from './dom.js';
 import {pairPanels, panelSections} from './panels.js';
 
-const SVG_NS = 'http://www.w3.org/2000/svg';
 const KIND_COLOURS = {'warm-up': '#999999', 'traced': '#D55E00', 'unprofiled': '#0072B2'};
 const state = {doc: null, selected: null, compared: [], root: null, scale: null, pendingTimer: null};
 // Above this ratio of the slowest run's step to the fastest's, bars to scale leave the fast runs
@@ -481,81 +482,4 @@ function details(doc, d) {
     html('h4', {}, 'resources'), html('p', {class: 'facts resources'}, [...resources, r.note].filter(Boolean).join(' · ')),
     notes([...k.notes, ...at.notes, ...c.notes]),
   ];
-}
-
-// ---- small parts ------------------------------------------------------------------------
-
-export async function getJson(route) {
-  const response = await fetch(route);
-  const doc = await response.json();
-  if (!response.ok) throw new Error(doc.error || `${route}: HTTP ${response.status}`);
-  return doc;
-}
-
-export function ms(value) {
-  return value == null ? 'n/a' : value.toFixed(3);
-}
-
-export function signed(value, digits) {
-  return value == null ? 'n/a' : (value > 0 ? '+' : '') + value.toFixed(digits);
-}
-
-function halfWidth(value, interval) {
-  if (interval == null) return '';
-  return `±${Math.max(value - interval[0], interval[1] - value).toFixed(3)}`;
-}
-
-function withInterval(value, interval) {
-  const half = halfWidth(value, interval);
-  return half ? `${ms(value)} ${half}` : ms(value);
-}
-
-function originMark(origin) {
-  return {'inferred': ' (inferred)', 'not identified': ' (not identified: in other)',
-          'not applicable': ' (not applicable)', 'annotated': ' (annotated)'}[origin] || '';
-}
-
-export function notes(lines) {
-  return html('ul', {class: 'notes'}, ...lines.map((line) => html('li', {}, line)));
-}
-
-function legend(items) {
-  return html('div', {class: 'legend'},
-      ...items.map(([name, colour]) => html('span', {}, swatch(colour), name)));
-}
-
-function swatch(colour) {
-  const box = html('span', {class: 'swatch'});
-  box.style.background = colour;
-  return box;
-}
-
-export function section(name, title, ...children) {
-  return html('section', {'data-view': name}, html('h2', {}, title), ...children);
-}
-
-export function table(head, rows) {
-  return html('table', {},
-      html('thead', {}, html('tr', {}, ...head.map((cell) => html('th', {}, cell)))),
-      html('tbody', {}, ...rows));
-}
-
-function button(text, onClick) {
-  const b = html('button', {type: 'button'}, text);
-  b.addEventListener('click', onClick);
-  return b;
-}
-
-export function html(tag, attrs = {}, ...children) {
-  return build(document.createElement(tag), attrs, children);
-}
-
-export function svgEl(tag, attrs = {}, ...children) {
-  return build(document.createElementNS(SVG_NS, tag), attrs, children);
-}
-
-function build(node, attrs, children) {
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-  node.append(...children.filter((child) => child != null && child !== ''));
-  return node;
 }
