@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from analysis.measures.fusion_table import is_compiler_fused
 from analysis.measures.runtime_calls import COPY, LAUNCH, SYNC, call_kind, waits_for_device
 from analysis.renderers import compare_markdown, compare_table, evidence_text
-from analysis.results.compare import Evidence, EvidenceKind, compare
+from analysis.results.compare import compare
+from analysis.results.evidence.builders import Evidence, EvidenceKind
 from analysis.results.explain import explain_run
 from cli import cli
 

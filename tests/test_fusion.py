@@ -11,7 +11,8 @@ from analysis.measures import fusion_table as T
 from analysis.measures.kernels import find_work
 from analysis.model.run import load_run
 from analysis.renderers import compare_columns, compare_json, evidence_text
-from analysis.results.compare import EvidenceKind, _fused_apart_figures, compare
+from analysis.results.compare import _fused_apart_figures, compare
+from analysis.results.evidence.builders import EvidenceKind
 from analysis.results.explain import explain
 from analysis.results.suggestions import Rule, suggest
 

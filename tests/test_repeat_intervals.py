@@ -181,7 +181,8 @@ def test_the_kernel_evidence_says_the_time_the_cause_and_the_json_say():
     traced time) where the JSON's cause said 1888.4 (its kernels' time). By hand: 12 and 9 ops
     a step of 100 and 50 us: 1.2 and 0.45 ms in them, whatever else the phase took."""
     from analysis.renderers.evidence_text import sentence
-    from analysis.results.compare import Evidence, EvidenceKind, PairComparison, PhaseGap
+    from analysis.results.compare import PairComparison, PhaseGap
+    from analysis.results.evidence.builders import Evidence, EvidenceKind
     facts = [{"kernels_per_step": n, "kernel_source": "cpu ops", "mean_kernel_us": us,
               "kernel_ms": n * us / 1000, "device_ms": device, "host_ms": 0.0}
              for n, us, device in ((12.0, 100.0, 2.680), (9.0, 50.0, 1.106))]

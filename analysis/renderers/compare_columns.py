@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from analysis.results.amortisation import amortisation_line, compile_behind_line
-from analysis.results.compare import Comparison, EvidenceKind, IntervalMethod
+from analysis.results.compare import Comparison, IntervalMethod
+from analysis.results.evidence.builders import EvidenceKind
 from analysis.renderers import evidence_text
 from analysis.renderers.columns import plus_minus, ratio_interval
 from analysis.results.suggestions import config_of

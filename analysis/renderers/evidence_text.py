@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 from analysis.results.cause import Cause, CauseKind
-from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
+from analysis.results.compare import IntervalMethod, PairComparison
+from analysis.results.evidence.builders import Evidence, EvidenceKind
 from analysis.measures.kernels import WorkSource
 from analysis.measures.page_faults import FAULT_COST_US, states_apart
 from analysis.measures.stats import REPEAT_METHOD
