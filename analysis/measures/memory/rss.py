@@ -30,7 +30,8 @@ def outside_window(rows: list[dict], warmup_steps: int) -> list[list[dict]]:
     profiler buffers move the level between them; inside one, nothing of the profiler's runs."""
     found, current = [], []
     for row in sorted(step_rows.steady(rows or [], warmup_steps), key=lambda r: r["step"]):
-        if row.get("traced") or row.get(RSS_COLUMN) is None or (current and row["step"] != current[-1]["step"] + 1):
+        gap = current and row["step"] != current[-1]["step"] + 1
+        if row.get("traced") or row.get(RSS_COLUMN) is None or gap:
             found.append(current)
             current = []
         if not row.get("traced") and row.get(RSS_COLUMN) is not None:
