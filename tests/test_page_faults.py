@@ -101,7 +101,7 @@ def test_compare_says_the_faults_of_each_side_with_the_spread_of_its_repeats():
     assert evidence.a["minor_faults_per_step"] == 1100.0 and evidence.b["minor_faults_per_step"] == 9000.0
     # (9000 - 1100) faults at 1.5 µs each.
     assert evidence.delta_ms == pytest.approx(11.85)
-    text = evidence_text.page_fault_evidence(evidence, "A", "B")
+    text = evidence_text._page_faults(evidence, "A", "B")
     assert text.startswith("page faults per unprofiled step: A 1,100 vs B 9,000 (repeats 3,000 to "
                            "15,000), about +11.850 ms")
     # Few faults on both sides, or a side not counted (an older run): nothing to say.

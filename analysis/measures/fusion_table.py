@@ -119,7 +119,7 @@ class Fused:
 
 
 # Inductor's generated kernels list the ATen ops they hold: cpp_fused_relu_1 holds one.
-_GENERATED_OPS = re.compile(r"(?:cpp_|triton_(?:poi|red|per|tem)_)fused_([a-z][a-z0-9]*(?:_[a-z0-9]+)*?)(?:_\d+)?$")
+_GENERATED_OPS = re.compile(r"(?:cpp_|triton_(?:poi|red|per|tem)_)fused_(_*[a-z][a-z0-9]*(?:_[a-z0-9]+)*?)(?:_\d+)?$")
 
 
 def one_op_kernel(name: str) -> bool:
@@ -127,7 +127,8 @@ def one_op_kernel(name: str) -> bool:
     every kernel it generates `fused_`, but a fusion needs two ops or more, so this one is a
     generated kernel, not a fusion (4-5 of a compiled CNN's 13 cpp_fused_* kernels are so)."""
     found = _GENERATED_OPS.search(name)
-    return found is not None and "_" not in found.group(1)
+    # ATen's private ops keep their leading underscore (fused__softmax_2: aten::_softmax).
+    return found is not None and "_" not in found.group(1).lstrip("_")
 
 
 def classify(name: str) -> Fused | None:
