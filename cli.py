@@ -1108,6 +1108,7 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, over_steps, 
     interleaved A/B measurement, and report step time, samples/s and phase shares per point,
     each configuration's ratio to the first, and where it crosses 1 (who wins changes). A
     plot (sweep.png) goes into the sweep folder. `gapscope sweep FOLDER` reports one again.
+    Exit 3 (INCONCLUSIVE, no verdict) when other processes took the cores meanwhile.
 
     \b
     Example:
@@ -1130,6 +1131,10 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, over_steps, 
         click.echo(f"gapscope: sweep incomplete: {result.axis_name} "
                    f"{', '.join(f'{g.value:g}' for g in result.gaps)} without figures", err=True)
         sys.exit(EXIT_RUN_FAILED)
+    if result.inconclusive:  # compare's gate: step times from a busy machine give no verdict
+        if fmt != "table":
+            click.echo(f"gapscope: warning: {result.inconclusive}", err=True)
+        sys.exit(EXIT_INCONCLUSIVE)
 
 
 def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings) -> Path:

@@ -170,19 +170,24 @@ class FusionFigures:
     @classmethod
     def of(cls, work) -> "FusionFigures":
         """`work`: analysis.measures.kernels.Work of the traced steps."""
-        from analysis.measures.fusion_table import COMPILER
+        from analysis.measures.fusion_table import COMPILER, one_op_kernel
         kernels = work.kernels()
         steps = max(work.steps, 1)
         model = [k for k in kernels if k.phase in _COMPILED_PHASES]
+
         # Inductor's kernels only: eager's cuBLASLt epilogues are fused too, by no compiler.
-        def compiled(k):
+        def fused_by_compiler(k):
             return k.fusion is not None and k.fusion.kind.by == COMPILER
+
+        # Its kernels of one op (triton_poi_fused_relu_0) are generated too, though no fusion.
+        def compiled(k):
+            return fused_by_compiler(k) or one_op_kernel(k.name)
         fused = [k for k in kernels if compiled(k)]
         busy = {}
         for k in fused:
             busy[k.name] = busy.get(k.name, 0.0) + k.busy_us
         return cls(per_step=len(kernels) / steps,
-                   fused_share=len(fused) / len(kernels) if kernels else None,
+                   fused_share=sum(map(fused_by_compiler, kernels)) / len(kernels) if kernels else None,
                    model_per_step=len(model) / steps,
                    model_fused_per_step=sum(compiled(k) for k in model) / steps,
                    stray_fused_per_step=sum(k.phase not in MARKED_PHASES for k in fused) / steps,

@@ -181,6 +181,14 @@ _RESIDENT = _ResidentPages()
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
+def resident_mb() -> float | None:
+    """The process's resident memory now, in MB (10^6 bytes), as steps.csv's rss_mb; None
+    without /proc. Read by the runners right after the framework's import, before the model
+    is built: the framework's own footprint, which compare --memory keeps apart."""
+    pages = _RESIDENT()
+    return None if pages is None else round(pages * _PAGE_BYTES / 1e6, 3)
+
+
 def _as_float(loss) -> float | None:
     if loss is None:
         return None

@@ -1,9 +1,11 @@
-"""The package's shape, read from its own imports (ast): no import circles, no import that runs up
-a layer, at most 20 modules at any folder level, and every subpackage saying its role in one line.
-tests/ and benchmarks/ are not package code: they may import from any layer, and are not counted."""
+"""The package's shape, read from its own imports (ast; the tab's JavaScript by its import lines):
+no import circles, no import that runs up a layer, at most 20 modules at any folder level, and
+every subpackage saying its role in one line. tests/ and benchmarks/ are not package code: they
+may import from any layer, and are not counted."""
 from __future__ import annotations
 
 import ast
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -101,6 +103,28 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# ES module imports: `import {a} from './b.js';`, `import './c.js';`, `export {x} from './d.js';`,
+# and dynamic `import('./e.js')`.
+_JS_IMPORT = re.compile(r"""(?:\bimport\s*(?:[\w*{}\s,$]+\s*from\s*)?|\bexport\s*[\w*{}\s,$]+\s*from\s*|\bimport\s*\(\s*)['"]([^'"]+)['"]""")
+
+
+def js_imports(root: Path) -> dict[str, set[str]]:
+    """Each JavaScript module of the package code and the package's JavaScript modules it
+    imports (relative specifiers, resolved against its folder), as paths from `root`."""
+    found = {path.resolve(): str(path.relative_to(root)) for package in PACKAGES
+             for path in sorted((root / package).rglob("*.js"))}
+    graph = {}
+    for path, name in found.items():
+        targets = set()
+        for spec in _JS_IMPORT.findall(path.read_text()):
+            if spec.startswith("."):
+                target = (path.parent / spec).resolve()
+                if target in found and target != path:
+                    targets.add(found[target])
+        graph[name] = targets
+    return graph
+
+
 def upward(graph: dict[str, set[str]]) -> list[str]:
     return sorted(f"{a} -> {b}" for a, targets in graph.items() for b in targets
                   if layer(b) > layer(a))
@@ -115,6 +139,12 @@ def crowded(root: Path) -> dict[str, int]:
 
 def test_the_package_has_no_import_circle():
     assert circles(imports(ROOT)) == []
+
+
+def test_the_tabs_javascript_has_no_import_circle():
+    graph = js_imports(ROOT)
+    assert len(graph) >= 3 and any(graph.values())  # the tab's scripts, importing each other
+    assert circles(graph) == []
 
 
 def test_no_module_imports_from_a_layer_above_its_own():
@@ -150,6 +180,17 @@ def test_a_circle_is_found_lazy_imports_included(tree):
     root = tree({"analysis/model/a.py": "from analysis.model.b import x\n",
                  "analysis/model/b.py": "def f():\n    from analysis.model import a\n"})
     assert circles(imports(root)) == [["analysis.model.a", "analysis.model.b"]]
+
+
+def test_a_javascript_circle_is_found(tree):
+    """The circle the tab once had: index.js -> panels.js -> memory.js -> index.js."""
+    root = tree({"analysis/static/index.js": "import {pairPanels} from './panels.js';\n",
+                 "analysis/static/panels.js": "import {html} from './index.js';\nimport {memoryView} from './memory.js';\n",
+                 "analysis/static/memory.js": "import {\n  html, notes,\n} from './index.js';\n",
+                 "analysis/static/dom.js": "export function html() {}\n"})
+    assert js_imports(root)["analysis/static/memory.js"] == {"analysis/static/index.js"}
+    assert circles(js_imports(root)) == [["analysis/static/index.js", "analysis/static/memory.js",
+                                          "analysis/static/panels.js"]]
 
 
 def test_an_upward_import_is_found_and_a_downward_one_is_not(tree):

@@ -109,6 +109,20 @@ def test_stage_split_of_one_forward_and_one_backward_compile_by_hand():
     why = compile_why(records, measured_ms=16.0, warmup_steps=5)
     assert why.attributed_ms == 13.0 and why.unattributed_ms == 3.0 and why.later_compile_ms == 10.0
     assert why.recompiles[0].guard == "x == 1"
+    assert not any(why.cache_hits.values()) and "cache" not in why.line()
+
+
+def test_the_stage_line_says_how_many_graphs_came_from_the_compile_cache():
+    """Issue 45: "AOT autograd 15.3 s, Inductor 0.5 s" hid that 5 graphs came from the cache
+    (only the JSON said so): the line says it beside the stages."""
+    hit = {"is_forward": True, "step": 0, "dynamo_cumulative_compile_time_us": 2_000_000,
+           "aot_autograd_cumulative_compile_time_us": 1_500_000,
+           "inductor_cumulative_compile_time_us": 100_000, "inductor_fx_local_cache_hit_count": 1}
+    why = compile_why({"compiles": [hit] * 5, "graph_breaks": [], "unavailable": []}, None, 3)
+    assert why.cache_hits["fx_graph"] == 5 and why.to_json_dict()["cache_hits"]["fx_graph"] == 5
+    # By hand, a graph: Dynamo 2.0 - 1.5, AOT 1.5 - 0.1, Inductor 0.1 s; five of them.
+    assert why.line().startswith("compile 10.0 s once: Dynamo 2.5 s, AOT autograd 7.0 s, Inductor "
+                                 "0.5 s, 5 graphs from Inductor's FX graph cache (no code generation timed);")
 
 
 def test_failed_guard_drops_the_compile_id_and_the_source_comment():
@@ -204,8 +218,15 @@ def test_compare_eager_against_compiled_gives_the_amortisation_point_of_the_two_
     assert pays["extra_ms"] == pytest.approx(max(compiled_once - eager_once, 0.0), abs=0.01)
     assert pays["gain_ms_per_step"] == pytest.approx(eager_step - compiled_step, abs=1e-3)
     gain = pays["gain_ms_per_step"]
-    assert pays["steps"] == (math.ceil(pays["extra_ms"] / gain) if gain > 0 else None)
+    known = not pays["not_known"]
+    assert pays["steps"] == (math.ceil(pays["extra_ms"] / gain) if gain > 0 and known else None)
     assert evidence["b"]["why"]["graph_breaks"][0]["reason"] == "Data-dependent branching"
+    # In the default output, under the verdict: the same line the JSON's facts give.
+    from analysis.results.amortisation import amortisation_line
+    table = runner.invoke(cli, ["compare", str(dynamic_runs["eager"]), str(dynamic_runs["compiled"])])
+    assert amortisation_line(pays) in " ".join(table.stdout.split())
+    if doc["comparisons"][0]["inconclusive"]:
+        assert "pays back: not known: a side ran on a busy machine" in amortisation_line(pays)
 
 
 def test_a_tf_function_called_with_a_new_python_scalar_retraces_with_its_reason(tmp_path):
@@ -250,6 +271,29 @@ def test_the_gpu_days_compile_check_passes_on_the_real_compiled_run_and_fails_wi
     checks, _ = evaluate(dynamic_runs["compiled"], Planned("dynamic-compile", "dynamic", "compile", "test"),
                          cuda=False)
     assert [c.status for c in checks if c.name == "compile stages and breaks"] == [C.PASS]
+
+
+def test_the_amortisation_point_carries_the_gaps_interval_or_says_it_is_not_known():
+    """Eager 10 ms, compiled 6 ms, 9 s extra once: the gap (compiled − eager) -4 ms [-5, -3]
+    gives 9000/5 = 1,800 to 9000/3 = 3,000 steps. The issue's case, compiled 6.065 ms slower
+    ±123.4: within noise, so neither a figure nor "never"; a busy side: not known either."""
+    from analysis.results.amortisation import amortisation, amortisation_line
+    eager, compiled = _hand_breakdown(10.0, 100.0, "default"), _hand_breakdown(6.0, 9100.0, "compile")
+    pays = amortisation(eager, compiled, gap_ci95=(-5.0, -3.0))
+    assert (pays["steps"], pays["steps_ci95"], pays["not_known"]) == (2250, [1800, 3000], None)
+    assert amortisation_line(pays) == ("compile: 9 s once (compile); pays back after 2,250 "
+                                       "[1,800, 3,000] steps (4.000 ms gained a step)")
+    # The same pair the other way round (compiled first): the gap's sign turns with it.
+    assert amortisation(compiled, eager, gap_ci95=(3.0, 5.0))["steps_ci95"] == [1800, 3000]
+    noisy = amortisation(eager, _hand_breakdown(16.065, 9100.0, "compile"),
+                         gap_ci95=(6.065 - 123.4, 6.065 + 123.4))
+    assert noisy["steps"] is None and noisy["not_known"] == "the step gap is within noise"
+    assert amortisation_line(noisy) == ("compile: 9 s once (compile); pays back: not known: the "
+                                        "step gap is within noise")
+    busy = amortisation(eager, compiled, gap_ci95=(-5.0, -3.0), untrusted=True)
+    assert busy["steps"] is None and "never" not in amortisation_line(busy)
+    slower = amortisation(eager, _hand_breakdown(11.0, 9100.0, "compile"), gap_ci95=(0.5, 1.5))
+    assert slower["steps"] is None and "never at this size" in amortisation_line(slower)
 
 
 def test_where_compiling_never_pays_the_line_names_the_dynamo_guard_time():
@@ -374,7 +418,7 @@ def test_more_compiles_than_torch_keeps_are_all_recorded(tmp_path):
 
 def test_graphs_the_compile_caches_served_are_said():
     """Dynamo counts, per compile, the graphs Inductor's FX graph cache and AOT autograd's cache
-    served: summed over the run (2 + 1 and 1), they close the compile line."""
+    served: summed over the run (2 + 1 and 1), said beside the stages."""
     records = {"compiles": [
         {"step": 0, "is_forward": True, "graph_op_count": 3, "dynamo_cumulative_compile_time_us": 2000,
          "inductor_fx_local_cache_hit_count": 2, "aotautograd_local_cache_hit_count": 1},
@@ -383,6 +427,6 @@ def test_graphs_the_compile_caches_served_are_said():
         "graph_breaks": [], "unavailable": []}
     why = compile_why(records, None, warmup_steps=1)
     assert why.cache_hits == {"fx_graph": 3, "aot_autograd": 1}
-    assert why.line().endswith("; served from the compile cache: 3 graphs (Inductor's FX graph "
-                               "cache), 1 graph (AOT autograd's cache)")
+    assert ("3 graphs from Inductor's FX graph cache and 1 graph from AOT autograd's cache (no "
+            "code generation timed)") in why.line()
     assert why.to_json_dict()["cache_hits"] == {"fx_graph": 3, "aot_autograd": 1}

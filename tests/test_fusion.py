@@ -11,7 +11,8 @@ from analysis.measures import fusion_table as T
 from analysis.measures.kernels import find_work
 from analysis.model.run import load_run
 from analysis.renderers import compare_columns, compare_json, evidence_text
-from analysis.results.compare import EvidenceKind, _fused_apart_figures, compare
+from analysis.results.compare import _fused_apart_figures, compare
+from analysis.results.evidence.builders import EvidenceKind
 from analysis.results.explain import explain
 from analysis.results.suggestions import Rule, suggest
 
@@ -37,7 +38,7 @@ CNN = Path(__file__).resolve().parent / "fixtures" / "cnn_cpu"
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16", "attention+softmax", T.FRAMEWORK),
     ("cudnn_generated_fort_native_pointwise_kernel", "cuDNN runtime fusion", T.FRAMEWORK),
     ("triton_poi_fused_addmm_relu_0", "addmm+relu", T.COMPILER),
-    ("graph_0_cpp_fused_add_0", "add", T.COMPILER),
+    ("graph_0_cpp_fused_add_mul_0", "add+mul", T.COMPILER),
     ("subtract_exponential_fusion", "subtract+exponential", T.COMPILER),
 ])
 def test_the_table_says_what_each_name_fused(name, fuses, by):
@@ -53,6 +54,24 @@ def test_the_table_says_what_each_name_fused(name, fuses, by):
 ])
 def test_ops_that_fused_nothing_are_not_in_the_table(name):
     assert T.classify(name) is None
+
+
+def test_a_generated_kernel_of_one_op_is_no_fusion():
+    """Issue 45: 4-5 of a compiled CNN's 13 cpp_fused_* kernels hold one op (relu, sum): a fusion
+    needs two or more, so they count as generated kernels. By hand, a step of cpp_fused_relu_1,
+    cpp_fused_sum_2, graph_0_cpp_fused_add_0 and one cpp_fused_addmm_relu_0: 1 fusion, 3 generated."""
+    from analysis.measures.fusion import by_phase
+    from analysis.measures.kernels import WorkItem
+    for name in ("cpp_fused_relu_1", "graph_0_cpp_fused_add_0", "triton_poi_fused_sum_0"):
+        assert T.one_op_kernel(name) and T.classify(name) is None, name
+    for name in ("cpp_fused_addmm_relu_0", "cpp_fused_0", "fusion.3"):
+        assert not T.one_op_kernel(name), name
+    names = ["cpp_fused_relu_1", "cpp_fused_sum_2", "graph_0_cpp_fused_add_0", "cpp_fused_addmm_relu_0"]
+    items = [WorkItem(name, 10.0 * i, [(10.0 * i, 10.0 * i + 5)], 0, "forward", T.classify(name) is not None,
+                      fusion=T.classify(name)) for i, name in enumerate(names)]
+    found = by_phase(items, 1)["forward"]
+    assert found["fused_per_step"] == 1.0 and found["one_op_generated_per_step"] == 3.0
+    assert [row["fuses"] for row in found["fusions"]] == ["addmm+relu"]
 
 
 def test_a_compiled_runs_fusions_set_against_ops_run_apart():

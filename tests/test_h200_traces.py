@@ -56,10 +56,11 @@ def test_every_kernel_lands_in_its_phase(eager, compiled):
     assert _per_phase(eager_work) == {("backward", False): 12.0, ("forward", False): 6.0,
                                       ("forward", True): 1.0, ("optimizer", False): 5.0}
     # Compiled: Inductor's Triton kernels in forward (3) and backward (5), and the epilogue of
-    # the mm Inductor left to cuBLASLt.
-    assert _per_phase(compiled_work) == {("backward", False): 9.0, ("backward", True): 5.0,
-                                         ("forward", False): 6.0, ("forward", True): 4.0,
-                                         ("optimizer", False): 5.0}
+    # the mm Inductor left to cuBLASLt. Fused of them: forward's addmm_relu and addmm_t, and the
+    # epilogue; addmm_2 and backward's threshold_backward and four sums hold one op each
+    # (generated kernels, no fusion: issue 45).
+    assert _per_phase(compiled_work) == {("backward", False): 14.0, ("forward", False): 7.0,
+                                         ("forward", True): 3.0, ("optimizer", False): 5.0}
 
 
 def test_the_cublaslt_epilogue_counts_as_fused_by_no_compiler(eager):
@@ -103,8 +104,9 @@ def test_the_fusion_check_on_the_real_pair(eager, compiled):
     check = C.triton_fusion(C.FusionFigures.of(compiled[1]), C.FusionFigures.of(eager[1]))
     assert check.status == C.PASS, check.detail
     # More kernels in all (29 against 24), fewer of ATen's own in the model (16 against 19).
+    # Fused share: Inductor's two kernels of two ops or more a step, of 29: 7 %.
     assert check.detail.startswith("forward and backward 8 Triton + 16 other kernels/step against "
-                                   "eager's 19; all phases 29 against 24; fused share 28 %")
+                                   "eager's 19; all phases 29 against 24; fused share 7 %")
     assert "top Triton kernel triton_" in check.detail
 
 

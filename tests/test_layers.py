@@ -232,7 +232,11 @@ def test_gemm_peak_keeps_the_fastest_and_layers_read_as_its_share(cnn_runs, tmp_
     assert again["gflops"] == max(first["gflops"], again["now_gflops"]) > 0
     assert json.loads((tmp_path / gemm_peak.CACHE_FILE).read_text()) == {key: again["gflops"]}
     # The CNN run measured one after its steps; each layer's share is its GFLOP/s over it.
-    layers = layer_breakdown(load_run(cnn_runs["torch"]))
+    # Marked quiet by hand: on a busy run no share is taken (the next test).
+    run = load_run(cnn_runs["torch"])
+    run.manifest["machine_load"] = {"others_cpu_pct": 1.0, "steal_pct": 0.0, "cores": 2}
+    layers = layer_breakdown(run)
+    assert layers.peak["theoretical"]["method"].startswith("theoretical: ")
     document = layers.to_json_dict()
     conv2 = next(r for r in document["layers"] if r["name"] == "conv2")
     assert layers.peak_gflops > 0
@@ -272,7 +276,7 @@ def test_compare_layers_table_fits(cnn_runs):
     assert "gapscope layers: cnn torch vs cnn keras" in result.output
     for name in _spec_names("cnn"):
         if name != "flatten":  # Keras' flatten is a reshape that runs no op of its own
-            assert f"│ {name} " in result.output
+            assert f"│ {name} " in result.output or f"│ {name}* " in result.output  # * fused
 
 
 def _side(label, conv4_bwd, other_bwd, outside=1.0):
@@ -439,3 +443,58 @@ def test_keras_scopes_that_differ_only_by_a_suffix_are_said_to_be_read_as_one_la
     # Its two dense layers likewise: scope dense_1 the hidden one, dense_1_2 the logits (README).
     assert said == ["layer scopes conv2d_1, conv2d_1_2, conv2d_2_1, conv2d_3_1 read as one layer 'conv2d'",
                     "layer scopes dense_1, dense_1_2 read as one layer 'dense'"]
+
+
+def test_compare_layers_gives_the_work_and_both_runs_gflops_in_each_phase():
+    """Issue 45: `compare --layers` had no GFLOP column, no forward GFLOP/s and never its fused
+    mark. Hand-made: conv3 0.5 GFLOP forward and 1.0 backward a step, ours 2 and 4 ms, theirs
+    1 and 2 ms with its forward fused: 250 vs 500 GFLOP/s in both phases."""
+    from analysis.renderers.layers_render import render_compare_markdown, render_compare_table
+    ours = LayerBreakdown(None, "ours", [LayerRow("conv3", 2.0, 4.0, 0.5, 1.0)],
+                          {"forward": 3.0, "backward": 5.0}, 4)
+    theirs = LayerBreakdown(None, "theirs", [LayerRow("conv3", 1.0, 2.0, 0.5, 1.0,
+                                                      fused={"forward": ["conv+bias+ReLU"]})],
+                            {"forward": 2.0, "backward": 3.0}, 4)
+    text = render_compare_table([(ours, theirs)])
+    assert max(len(line) for line in text.splitlines()) <= 80
+    (work,) = [line for line in text.splitlines() if line.startswith("│ conv3*") and "0.500" in line]
+    assert [c.strip() for c in work.split("│")[1:-1]] == ["conv3*", "0.500", "1.000", "250.0", "500.0",
+                                                          "250.0", "500.0"]
+    assert "theirs: * fused ops (one op for several): conv3 fwd conv+bias+ReLU" in " ".join(text.split())
+    markdown = render_compare_markdown([(ours, theirs)])
+    assert "| conv3* | 0.500 | 1.000 | 250.0 | 500.0 | 250.0 | 500.0 |" in markdown
+
+
+def test_the_theoretical_peak_is_cores_lanes_fma_and_clock_by_hand():
+    from workloads.runners.gemm_peak import theoretical_peak
+    avx512 = "cpu MHz\t\t: 1999.5\nflags\t\t: sse avx2 fma avx512f\ncpu MHz\t\t: 2000.0\n"
+    # 2 CPUs x 16 lanes x 2 (FMA) x 2.0 GHz = 128 GFLOP/s; AVX2 with FMA, 4 x 8 x 2 x 3.0 = 192;
+    # SSE without FMA, 2 x 4 x 1 x 2.5 = 20.
+    assert theoretical_peak(avx512, 2)["gflops"] == 128.0
+    assert theoretical_peak("flags : avx2 fma\ncpu MHz : 3000\n", 4)["gflops"] == 192.0
+    sse = theoretical_peak("flags : sse sse2\ncpu MHz : 2500\n", 2)
+    assert sse["gflops"] == 20.0 and sse["method"] == (
+        "theoretical: 2 CPUs × 4 fp32 lanes (SSE) × 1 (no FMA) × 2500 MHz, one vector unit a core, "
+        "from /proc/cpuinfo")
+    assert theoretical_peak("flags : avx2\n", 2) is None  # no clock reported
+
+
+def test_a_busy_run_gets_no_share_of_a_peak_measured_quiet():
+    """Issue 45: '3 % of a 108.3 GFLOP/s peak' set a loaded run against a quiet peak (a torch.mm
+    under the same load: 9.5 GFLOP/s). Quiet: conv 1 GFLOP forward in 20 ms = 50 GFLOP/s, 46 %
+    of 108.3, with the theoretical peak beside it; busy: no share."""
+    from analysis.renderers.layers_render import _peak
+    theory = {"gflops": 128.0, "method": "theoretical: 2 CPUs × 16 fp32 lanes (AVX-512) × 2 (FMA) "
+                                         "× 2000 MHz, one vector unit a core, from /proc/cpuinfo"}
+    peak = {"gflops": 108.3, "method": "the fastest fp32 1024x1024 torch.mm", "theoretical": theory}
+    quiet = LayerBreakdown(None, "cnn torch", [LayerRow("conv", 20.0, 40.0, 1.0, 2.0)],
+                           {"forward": 20.0, "backward": 40.0}, 4, peak=peak)
+    assert _peak(quiet) == ["cnn torch: of a 108.3 GFLOP/s measured peak (the fastest fp32 1024x1024 "
+                            "torch.mm): forward 46 %, backward 46 %; 128.0 GFLOP/s " + theory["method"]]
+    busy = LayerBreakdown(None, "cnn torch", quiet.rows, quiet.phase_ms, 4,
+                          peak={**peak, "busy": "busy machine (other processes used 84 % of the cores)"})
+    assert busy.peak_gflops is None and busy.peak_share(50.0) is None
+    (line,) = _peak(busy)
+    assert line.startswith("cnn torch: no share of a peak: busy machine (other processes used 84 % "
+                           "of the cores) while the layers ran") and "128.0 GFLOP/s theoretical" in line
+    assert "%" not in line.split("while")[1].replace("84 %", "")

@@ -449,3 +449,148 @@ def test_a_step_whose_phases_change_nothing_says_so_not_an_empty_list():
     (line,) = MemoryFigures("torch profiler (profile_memory)", "cpu", [step]).lines()
     assert line == ("memory (cpu, torch profiler (profile_memory)): step peak 2.00 MB; no phase changes "
                     "the level a step; 1.00 MB freed and allocated again a step")
+
+
+def _rss_rows(levels: dict[int, float], traced: range) -> list[dict]:
+    return [{"step": s, "traced": s in traced, "rss_mb": mb} for s, mb in levels.items()]
+
+
+def test_resident_memory_is_fitted_outside_the_traced_window_a_level_each_side():
+    """Steps 5-9 flat at 300 MB, the window 10-14 (the profiler's buffers), then 15-29 flat at
+    320 MB: fitted across the window as one line that jump read as creep; a level a stretch
+    gives a slope of exactly 0. The same with +1 MB a step throughout: 1 MB a step."""
+    from analysis.measures.memory.rss import rss_figures
+    from analysis.results.memory.figures import MemoryFigures
+    wiggle = {s: 0.05 * (-1) ** s for s in range(30)}   # a page or so either way
+    flat = {s: (300.0 if s < 10 else 320.0) + wiggle[s] for s in range(30)}
+    found = rss_figures(_rss_rows(flat, range(10, 15)), 5)
+    assert found["trend_steps"] == 20 and found["trend_unknown"] is None
+    assert abs(found["creep"].per_step) < 0.01 and not found["creep"].significant
+    assert MemoryFigures(None, None, rss=found).creep_line() is None
+    # The old fit, one line through all 20 unprofiled steps: +1.06 MB a step "beyond noise".
+    from analysis.measures.memory.creep import creep
+    steps = [s for s in range(5, 30) if not 10 <= s < 15]
+    assert creep(steps, [flat[s] for s in steps]).significant
+    leak = {s: v + 1.0 * s for s, v in flat.items()}
+    leaking = rss_figures(_rss_rows(leak, range(10, 15)), 5)
+    assert leaking["creep"].per_step == pytest.approx(1.0, abs=0.02) and leaking["level_change"] is None
+    assert MemoryFigures(None, None, rss=leaking).creep_line().startswith(
+        "memory creeps: resident memory +1.00 MB a step")
+
+
+def test_a_one_off_allocation_is_a_level_change_not_creep():
+    """300 MB flat, 350 MB from step 22 on (one 50 MB buffer kept): as one line +2.1 MB a step;
+    split at the step times' least-squares change point, each side flat: a level change."""
+    from analysis.measures.memory.rss import rss_figures
+    from analysis.results.memory.figures import MemoryFigures
+    levels = {s: (350.0 if s >= 22 else 300.0 if s < 10 else 310.0) + 0.05 * (-1) ** s for s in range(40)}
+    found = rss_figures(_rss_rows(levels, range(10, 15)), 5)
+    change = found["level_change"]
+    assert change.step == 22 and change.before == pytest.approx(310.0, abs=0.1)
+    assert change.after == pytest.approx(350.0, abs=0.1)
+    memory = MemoryFigures(None, None, rss=found)
+    assert memory.creep_line() is None
+    # Steps 15-21: four at 309.95 and three at 310.05, median 309.95 (printed 309.9).
+    assert ("resident memory changed level once: 309.9 to 350.0 MB at step 22, flat before and "
+            "after (a one-off, not creep)") in memory.lines()
+    assert memory.to_json_dict()["rss"]["creep"]["level_change"]["step"] == 22
+
+
+def test_too_few_steps_outside_the_window_tell_no_trend(leak_run):
+    """The planted leak's loop: 12 steps, warm-up 2, the profiler on for steps 2-9 (its own
+    warm-up included): two unprofiled steps after it, too few for a slope beside a level; its
+    allocator's trend inside the window still says the leak."""
+    rss = leak_run.memory.rss
+    too_few = "too few steps outside the traced window to tell (0 steps)"
+    assert rss["creep"] is None and rss["trend_unknown"] == too_few
+    assert f"resident memory trend: {too_few}" in leak_run.memory.lines()
+    assert leak_run.memory.creep_line().startswith(f"memory creeps: {LEAK_BYTES / MB:+.2f} MB a step")
+
+
+def _readme_loop(out: Path, name: str, batches: int = 30, plant=None) -> Path:
+    """The README's own loop (its model, data and default window), with `plant(step, kept)`
+    called after each step to keep memory on purpose."""
+    import torch
+
+    import gapscope
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = [(torch.randn(64, 100), torch.randint(0, 10, (64,))) for _ in range(batches)]
+    kept = []
+    with gapscope.capture(name, out=out) as cap:
+        for step, (inputs, targets) in enumerate(cap.data(data)):
+            with cap.phase("forward"):
+                loss = torch.nn.functional.cross_entropy(model(inputs), targets)
+            with cap.phase("backward"):
+                loss.backward()
+            with cap.phase("optimizer"):
+                optimizer.step()
+                optimizer.zero_grad()
+            if plant:
+                plant(step, kept)
+            cap.step(loss)
+    return cap.run_dir
+
+
+@pytest.fixture(scope="module")
+def readme_loops(tmp_path_factory):
+    import torch
+    out = tmp_path_factory.mktemp("readme_loops")
+
+    def one_off(step, kept):   # 50 MB once, written so that its pages are resident
+        if step == 22:
+            kept.append(torch.ones(50_000_000 // 4))
+
+    def leak(step, kept):      # 1 MiB a step, written
+        kept.append(torch.ones(1 << 18))
+    return {name: breakdown(load_run(_readme_loop(out, name, *args)))
+            for name, args in (("readme", ()), ("one-off", (40, one_off)), ("leak", (40, leak)))}
+
+
+def test_the_readme_loop_prints_no_creep_and_the_planted_ones_are_told_apart(readme_loops):
+    readme, one_off, leak = readme_loops["readme"], readme_loops["one-off"], readme_loops["leak"]
+    # 30 steps, warm-up 5, the profiler on around 10-14: some 18 unprofiled steps either side.
+    assert readme.memory.rss["trend_unknown"] is None and readme.memory.rss["creep"] is not None
+    assert not any(n.startswith("memory creeps") for n in readme.notes), readme.notes
+    # 50 MB once from step 22 (its pages written in the step before step 23's row): a level change.
+    change = one_off.memory.rss["level_change"]
+    assert change is not None and change.after - change.before == pytest.approx(50.0, abs=5.0)
+    assert not any(n.startswith("memory creeps") for n in one_off.notes), one_off.notes
+    # 1 MiB (1.049 MB) a step, written: resident memory creeps by up to that (less where malloc
+    # hands out pages the test process freed earlier: 0.92 MB a step in one run here).
+    rss = leak.memory.rss
+    assert rss["level_change"] is None and rss["creep"].significant
+    assert 0.5 <= rss["creep"].per_step <= 1.049 * 1.1
+    assert any(n.startswith("memory creeps: ") and "; resident memory +" in n for n in leak.notes), leak.notes
+
+
+def test_compare_memory_keeps_the_frameworks_footprint_apart():
+    """Issue 45: "keras holds 1.9x more RSS, 1282 vs 662 MB" was mostly library size. By hand:
+    torch 300 MB after its import, keras 656 (356 more): the model and data hold 362 vs 626 MB,
+    1.7x, and the footprint is said apart."""
+    from analysis.results.memory.figures import MemoryFigures
+    from analysis.results.memory.gap import memory_gap
+    from analysis.results.records import Breakdown, PhaseSource
+
+    def side(label, mean, after_import):
+        return Breakdown(PhaseSource.TIMERS, [], [1.0], {}, label=label, memory=MemoryFigures(
+            None, None, rss={"mean_mb": mean, "after_import_mb": after_import, "creep": None}))
+    gap = memory_gap(side("mlp torch", 662.0, 300.0), side("mlp keras", 1282.0, 656.0))
+    assert gap["figure"] == "rss_model_mb" and gap["ratio"] == pytest.approx(626 / 362, abs=1e-4)
+    assert gap["line"] == ("mlp keras holds 1.7x more for the model and data in resident memory "
+                           "(RSS less the framework's footprint after import): 626.0 vs 362.0 MB; "
+                           "framework footprint apart (RSS after import, before the model): 300.0 "
+                           "vs 656.0 MB")
+    # Runs recorded before the footprint was kept: the whole process, as before.
+    old = memory_gap(side("a", 662.0, None), side("b", 1282.0, None))
+    assert old["figure"] == "rss_mb"
+
+
+def test_a_run_records_its_footprint_after_the_frameworks_import(torch_run):
+    """The runner reads its RSS right after `import torch`, before the model and data exist:
+    less than the steps' RSS, and kept in the memory figures."""
+    manifest = json.loads((torch_run / "manifest.json").read_text())
+    after_import = manifest["rss_after_import_mb"]
+    rss = breakdown(load_run(torch_run)).memory.rss
+    assert 50 < after_import < rss["mean_mb"] and rss["after_import_mb"] == after_import

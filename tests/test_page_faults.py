@@ -14,7 +14,7 @@ import pytest
 
 from analysis.measures import page_faults
 from analysis.readers import step_rows
-from analysis.results.compare import EvidenceKind, _page_faults
+from analysis.results.evidence.builders import EvidenceKind, page_fault_evidence
 from analysis.results.records import Breakdown, PhaseSource
 from analysis.renderers import evidence_text
 from profilers.timers import StepTimer
@@ -95,7 +95,7 @@ def _breakdown(faults: float | None, step_ms: float = 100.0) -> Breakdown:
 
 
 def test_compare_says_the_faults_of_each_side_with_the_spread_of_its_repeats():
-    evidence = _page_faults([_breakdown(1000.0), _breakdown(1200.0)],
+    evidence = page_fault_evidence([_breakdown(1000.0), _breakdown(1200.0)],
                             [_breakdown(3000.0), _breakdown(15000.0)])
     assert evidence.kind == EvidenceKind.PAGE_FAULTS
     assert evidence.a["minor_faults_per_step"] == 1100.0 and evidence.b["minor_faults_per_step"] == 9000.0
@@ -105,8 +105,8 @@ def test_compare_says_the_faults_of_each_side_with_the_spread_of_its_repeats():
     assert text.startswith("page faults per unprofiled step: A 1,100 vs B 9,000 (repeats 3,000 to "
                            "15,000), about +11.850 ms")
     # Few faults on both sides, or a side not counted (an older run): nothing to say.
-    assert _page_faults([_breakdown(500.0)], [_breakdown(900.0)]) is None
-    assert _page_faults([_breakdown(None)], [_breakdown(15000.0)]) is None
+    assert page_fault_evidence([_breakdown(500.0)], [_breakdown(900.0)]) is None
+    assert page_fault_evidence([_breakdown(None)], [_breakdown(15000.0)]) is None
 
 
 def test_costly_faults_get_a_breakdown_note_and_a_suggestion(torch_explained_copy):

@@ -131,3 +131,62 @@ def test_three_agreeing_pairs_within_noise_say_how_often_chance_does_that():
     assert pairs_line(pair) == ("pair ratios 1.42, 1.75, 1.22 (3/3 pairs agree: slower), as 3 coin "
                                 "flips would 1 time in 4; about 4 repeats a side would tell a gap "
                                 "this size from noise")
+
+
+def _repeat_breakdowns(means: list[float], steps: int = 20, spread: float = 0.01) -> list:
+    """One Breakdown per process: `steps` unprofiled step times around `means[i]`, +-spread."""
+    from analysis.results.records import Breakdown, PhaseFigure, PhaseSource
+    from profilers.phases import PHASES
+    offsets = np.linspace(-1.0, 1.0, steps)
+    return [Breakdown(PhaseSource.TIMERS, [], [m * (1 + spread * x) for x in offsets],
+                      {p: PhaseFigure(m / 5, PhaseSource.TIMERS) for p in PHASES}, unprofiled=True)
+            for m in means]
+
+
+def test_the_gap_interval_carries_the_baselines_spread_too():
+    """The busy mlp:torch vs mlp:keras A/B of issue 45: pair gaps -1091.5, -225.2, -287.8 ms
+    (torch's three processes 1100, 235, 300 ms a step; keras' 8.5, 9.8, 12.2). The old interval
+    mapped the ratio's into ms at torch's mean, [-552.5, -390.7]. By hand, Welch on the ms means:
+    gap -534.833; var 232075 (torch) and 3.5233 (keras) over 3 each: se 278.13, dof 2.00 ->
+    t(2) 4.303, half 1196.8: [-1731.6, +661.9]."""
+    from analysis.renderers.compare_columns import gap_text
+    from analysis.results.compare import PairComparison, PhaseGap, _repeat_intervals
+    a, b = [1100.0, 235.0, 300.0], [8.5, 9.8, 12.2]
+    assert [y - x for x, y in zip(a, b)] == pytest.approx([-1091.5, -225.2, -287.8])
+    pair = PairComparison("a", "b", "mlp:torch", "mlp:keras", 545.0, 10.1667, -534.833,
+                          [PhaseGap("forward", 1, 1, 0, 1, 0)], [], False, repeats=3)
+    _repeat_intervals(pair, _repeat_breakdowns(a), _repeat_breakdowns(b))
+    half = 4.303 * math.sqrt(232075 / 3 + 3.52333 / 3)
+    hand = (-534.8333 - half, -534.8333 + half)
+    low, high = pair.gap_ci95
+    width = hand[1] - hand[0]
+    assert low <= hand[0] + 1e-3 and high >= hand[1] - 1e-3   # hand figures to 1 us
+    assert hand[0] - low <= 0.05 * width and high - hand[1] <= 0.05 * width
+    assert pair.within_noise
+    assert gap_text(pair) == "-534.833 ±1196.819 ~"
+
+
+def test_a_gap_whose_ratio_holds_no_change_is_within_noise_in_ms_too():
+    """Two models (ms and logs) may disagree at the edge: the pair is within noise where
+    either holds no change, and its gap is marked so."""
+    from analysis.renderers.compare_columns import gap_text
+    from analysis.results.compare import PairComparison, PhaseGap
+    pair = PairComparison("a", "b", "A", "B", 100.0, 130.0, 30.0, [PhaseGap("forward", 1, 1, 0, 1, 0)],
+                          [], False, ratio=1.3, ratio_ci95=(0.9, 1.8), gap_ci95=(2.0, 58.0))
+    assert pair.within_noise and gap_text(pair).endswith(" ~")
+
+
+def test_the_kernel_evidence_says_the_time_the_cause_and_the_json_say():
+    """Issue 45: the CNN's cause line said 'time in them 2680.002 vs 1106.275 ms' (the phase's
+    traced time) where the JSON's cause said 1888.4 (its kernels' time). By hand: 12 and 9 ops
+    a step of 100 and 50 us: 1.2 and 0.45 ms in them, whatever else the phase took."""
+    from analysis.renderers.evidence_text import sentence
+    from analysis.results.compare import PairComparison, PhaseGap
+    from analysis.results.evidence.builders import Evidence, EvidenceKind
+    facts = [{"kernels_per_step": n, "kernel_source": "cpu ops", "mean_kernel_us": us,
+              "kernel_ms": n * us / 1000, "device_ms": device, "host_ms": 0.0}
+             for n, us, device in ((12.0, 100.0, 2.680), (9.0, 50.0, 1.106))]
+    e = Evidence(EvidenceKind.KERNELS, "backward", *facts, delta_ms=-1.0, share_of_gap=1.0)
+    pair = PairComparison("a", "b", "A", "B", 5.0, 4.0, -1.0, [PhaseGap("backward", 3, 2, -1, 0.67, 1.0)],
+                          [e], False)
+    assert "time in them 1.200 vs 0.450 ms" in sentence(e, pair)

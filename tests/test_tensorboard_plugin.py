@@ -42,6 +42,11 @@ def logdir(tmp_path_factory, torch_run, keras_run):
     (failed / "manifest.json").write_text(json.dumps(manifest))
     (root / "broken-matrix").mkdir()
     (root / "broken-matrix" / "matrix.json").write_text("{not json")
+    other = root / "other-model"   # the torch run, said to run another workload
+    shutil.copytree(torch_run, other)
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["workload"] = "cnn"
+    (other / "manifest.json").write_text(json.dumps(manifest))
     return root
 
 
@@ -58,7 +63,7 @@ def get(plugin, route, **query):
 def test_finds_every_kind_of_run_by_its_path_under_the_logdir(logdir, torch_run, keras_run):
     found = find_runs(logdir)
     assert sorted(found) == sorted([torch_run.name, keras_run.name, "foreign/profile",
-                                    "failed-run", "broken-matrix"])
+                                    "failed-run", "broken-matrix", "other-model"])
     assert found["broken-matrix"].path is None and "corrupt matrix state" in found["broken-matrix"].problem
 
 
@@ -110,6 +115,29 @@ def test_compare_route_is_the_clis_comparison(plugin, logdir, torch_run, keras_r
     assert doc["verdicts"] and doc["baseline"] == want.a
 
 
+def test_runs_of_different_workloads_are_refused_in_the_tabs_words(plugin, torch_run, keras_run):
+    """Issue 45: the tab refused a later pick with the CLI's --different-workloads, a flag it
+    lacks, and without naming the ticked runs out of view. It names each workload's runs."""
+    status, doc = get(plugin, "/compare", run=[torch_run.name, keras_run.name, "other-model"])
+    assert status == 200 and "--different-workloads" not in doc["error"]
+    assert doc["error"] == (f"the ticked runs run different workloads (mlp: {torch_run.name}, "
+                            f"{keras_run.name}; cnn: other-model): a gap between different models "
+                            "is no framework's; untick the runs of all workloads but one")
+
+
+def test_the_compare_route_gives_the_clis_cells(plugin, logdir, torch_run, keras_run):
+    """The tab's Δ cells and verdicts are the CLI table's (compare_columns.phase_rows)."""
+    from analysis.renderers.compare_columns import phase_rows
+    status, doc = get(plugin, "/compare", run=[torch_run.name, keras_run.name])
+    expected = compare([explain(load_run(logdir / n)) for n in (torch_run.name, keras_run.name)])
+    cells = doc["cells"][0]
+    rows = phase_rows(expected)
+    assert [cells["phases"][p]["delta"] for p in PHASES] + [cells["step"]["delta"]] == \
+        [r[3] for r in rows[:len(PHASES) + 1]]
+    if expected.pairs[0].inconclusive:
+        assert {c["verdict"] for c in cells["phases"].values()} == {"no verdict"}
+
+
 def test_details_route_is_explains_evidence_for_one_run(plugin, logdir, keras_run):
     status, doc = get(plugin, "/details", run=keras_run.name)
     assert status == 200 and doc["problem"] is None, doc
@@ -139,7 +167,7 @@ def test_page_is_served_by_the_plugin_and_requests_nothing_outside_it(plugin):
     apps = plugin.get_plugin_apps()
     module = plugin.frontend_metadata().es_module_path
     assert module in apps and "/static/style.css" in apps
-    for name in ("index.js", "style.css"):
+    for name in sorted(path.name for path in STATIC.iterdir()):  # every script, dom.js included
         text = (STATIC / name).read_text()
         assert Client(apps[f"/static/{name}"]).get("/").get_data(as_text=True) == text
         # Only the SVG namespace (an identifier, never fetched) may look like a URL.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.measures.fusion_table import apart_part, part
+from analysis.measures.fusion_table import apart_part, one_op_kernel, part
 from profilers.phases import PHASES
 
 # Names listed per fusion kind and per part run apart: enough to recognise, short to read.
@@ -34,6 +34,8 @@ def by_phase(kernels, steps: int) -> dict[str, dict]:
                              ("fuses", "by", "source")),
             "apart": _rows([k for k in items if k.fusion is None and apart_part(k.name)], steps,
                            lambda k: (apart_part(k.name),), ("part",)),
+            # Generated kernels of one op each: a compiler's, but no fusion (fusion_table).
+            "one_op_generated_per_step": round(sum(one_op_kernel(k.name) for k in items) / steps, 3),
         }
     return found
 

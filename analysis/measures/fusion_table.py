@@ -118,8 +118,54 @@ class Fused:
         return tuple(self.fuses.split("+")) if self.fuses else ()
 
 
+# Inductor's generated kernels list the ATen ops they hold, joined by "_": cpp_fused_relu_1 holds
+# one, triton_poi_fused_addmm_relu_0 two. ATen ops whose own names have words joined by "_" are
+# read whole (threshold_backward is one op: ReLU's gradient), longest first.
+_GENERATED_OPS = re.compile(r"(?:cpp_|triton_(?:poi|red|per|tem)_)fused_(_*[a-z][a-z0-9_]*?)(?:_\d+)?$")
+_ATEN_OPS = tuple(sorted((
+    "threshold_backward", "native_batch_norm", "native_batch_norm_backward", "native_layer_norm",
+    "native_layer_norm_backward", "max_pool2d_with_indices", "max_pool2d_with_indices_backward",
+    "avg_pool2d", "avg_pool2d_backward", "adaptive_avg_pool2d", "convolution_backward",
+    "nll_loss_forward", "nll_loss_backward", "_log_softmax", "_log_softmax_backward_data",
+    "_softmax", "_softmax_backward_data", "embedding_dense_backward", "native_dropout",
+    "native_dropout_backward", "gelu_backward", "sigmoid_backward", "tanh_backward", "silu_backward",
+    "hardtanh_backward", "leaky_relu", "leaky_relu_backward", "mse_loss", "mse_loss_backward",
+    "clamp_min", "clamp_max", "var_mean", "scatter_add", "index_put", "new_zeros", "zeros_like",
+    "ones_like", "full_like", "_to_copy",
+), key=len, reverse=True))
+
+
+def generated_ops(name: str) -> list[str] | None:
+    """The ATen ops a generated kernel's name lists, in order; None for a name that lists none
+    (torch 2.0's triton__0d1d2d3de, an XLA fusion)."""
+    found = _GENERATED_OPS.search(name)
+    if found is None:
+        return None
+    rest, ops = found.group(1), []
+    while rest:
+        whole = next((op for op in _ATEN_OPS if rest == op or rest.startswith(op + "_")), None)
+        word = whole or ("_" + rest.lstrip("_").split("_")[0] if rest.startswith("_")
+                         else rest.split("_")[0])
+        ops.append(word)
+        rest = rest[len(word):]
+        rest = rest[1:] if rest.startswith("_") else rest  # the "_" between two ops, not a private op's
+    return ops
+
+
+def one_op_kernel(name: str) -> bool:
+    """A generated kernel of one op (cpp_fused_relu_1, triton_per_fused_sum_0,
+    triton_poi_fused_threshold_backward_2): Inductor names every kernel it generates `fused_`,
+    but a fusion needs two ops or more, so this one is a generated kernel, not a fusion (4-5 of
+    a compiled CNN's 13 cpp_fused_* kernels are so)."""
+    ops = generated_ops(name)
+    return ops is not None and len(ops) == 1
+
+
 def classify(name: str) -> Fused | None:
-    """The fused kind of an op or kernel name (or an HLO op's), None if it is no fused one."""
+    """The fused kind of an op or kernel name (or an HLO op's), None if it is no fused one
+    (one_op_kernel: a generated kernel of one op)."""
+    if one_op_kernel(name):
+        return None
     for kind in TABLE:
         if kind.pattern.search(name):
             return Fused(kind, _what(name, kind))
@@ -147,6 +193,9 @@ def _what(name: str, kind: FusedKind) -> str:
         return kind.fuses
     # Generated names list their ops: triton_poi_fused_addmm_relu_0, cpp_fused_relu_0,
     # subtract_exponential_fusion, _convolution_pointwise.
+    ops = generated_ops(name)
+    if ops:
+        return "+".join(op.lstrip("_") for op in ops)
     found = re.search(r"fused_(\w+?)(?:_\d+)?$", name) or re.search(r"(\w+?)_fusion", name)
     if found:
         return "+".join(p for p in found.group(1).strip("_").split("_") if p)

@@ -76,6 +76,14 @@ def load_words(loads: list[dict]) -> str:
     return " and ".join(words)
 
 
+def busy_warning(named: list[str], loads: list[dict]) -> str:
+    """The one warning of a comparison (compare, sweep) whose `named` runs ran while other
+    processes took the cores (`loads`: their busy loads): no verdict is drawn from them."""
+    return (f"busy machine while {', '.join(named)} ran: {load_words(loads)}, so those step times, "
+            f"and every ratio, cause and suggestion drawn from them, are no fact about the "
+            f"configurations; measure on a quiet machine ({THREADS_ADVICE})")
+
+
 def _load_warnings(load) -> list[str]:
     if not isinstance(load, dict):
         return []
@@ -114,27 +122,40 @@ def two_levels(times: list[float]) -> tuple[tuple[int, float], tuple[int, float]
 def level_shift(times: list[float]) -> tuple[int, float, float] | None:
     """(index, median before, median after) where the steps, in time order, change level for
     good: the two stretches LEVEL_RATIO apart and hardly overlapping; None otherwise."""
-    least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(times)))
-    if len(times) < 2 * least or min(times) <= 0:
+    if not times or min(times) <= 0:
         return None
-    logs = np.log(np.asarray(times, dtype=float))
-    # The cut that explains most of the spread (largest between-stretch sum of squares, the
-    # least-squares change point), on logs so a 2x step change counts alike at any speed; the
-    # stretches' means from running sums, so every cut is tried in linear time.
-    n = len(logs)
-    cuts = np.arange(least, n - least + 1)
-    sums = np.cumsum(logs)
-    before = sums[cuts - 1] / cuts
-    after = (sums[-1] - sums[cuts - 1]) / (n - cuts)
-    cut = int(cuts[np.argmax(cuts * (n - cuts) * (before - after) ** 2)])
+    # On logs so a 2x step change counts alike at any speed.
+    cut = change_point([math.log(t) for t in times])
+    if cut is None:
+        return None
     before, after = statistics.median(times[:cut]), statistics.median(times[cut:])
     if abs(math.log(after / before)) < math.log(LEVEL_RATIO):
         return None
-    slow, fast = (times[:cut], times[cut:]) if before > after else (times[cut:], times[:cut])
-    # Most of the slow stretch above most of the fast one: a step change, not a drift.
-    if _quantile(fast, 0.9) >= _quantile(slow, 0.1):
+    if not apart(times[:cut], times[cut:]):
         return None
     return cut, before, after
+
+
+def change_point(values: list[float]) -> int | None:
+    """The cut that explains most of the spread of `values` in time order (largest
+    between-stretch sum of squares: the least-squares change point), each stretch at least
+    LEVEL_MIN_STEPS long and a LEVEL_MIN_SHARE of them; None where they are too few."""
+    least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(values)))
+    if len(values) < 2 * least:
+        return None
+    # The stretches' means from running sums, so every cut is tried in linear time.
+    n = len(values)
+    cuts = np.arange(least, n - least + 1)
+    sums = np.cumsum(np.asarray(values, dtype=float))
+    before = sums[cuts - 1] / cuts
+    after = (sums[-1] - sums[cuts - 1]) / (n - cuts)
+    return int(cuts[np.argmax(cuts * (n - cuts) * (before - after) ** 2)])
+
+
+def apart(before: list[float], after: list[float]) -> bool:
+    """Most of the higher stretch above most of the lower one: a step change, not a drift."""
+    high, low = (before, after) if statistics.median(before) > statistics.median(after) else (after, before)
+    return _quantile(low, 0.9) < _quantile(high, 0.1)
 
 
 def _quantile(values: list[float], q: float) -> float:

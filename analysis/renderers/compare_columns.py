@@ -1,8 +1,9 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
-from analysis.results.amortisation import compile_behind_line
+from analysis.results.amortisation import amortisation_line, compile_behind_line
 from analysis.results.compare import Comparison, IntervalMethod
+from analysis.results.evidence.builders import EvidenceKind
 from analysis.renderers import evidence_text
 from analysis.renderers.columns import plus_minus, ratio_interval
 from analysis.results.suggestions import config_of
@@ -29,6 +30,39 @@ def delta(value: float, interval) -> str:
     return text + (" ~" if interval is not None and interval[0] <= 0.0 <= interval[1] else "")
 
 
+def gap_text(pair) -> str:
+    """The step gap and its interval, '~' where the pair is within noise: by its ms interval
+    or its ratio's, whichever holds no change (PairComparison.within_noise)."""
+    return plus_minus(pair.gap_ms, pair.gap_ci95, sign="+") + (" ~" if pair.within_noise else "")
+
+
+def phase_verdict(pair, g) -> str:
+    """A phase's word in the tab's table: none drawn from step times that are no fact."""
+    if pair.inconclusive:
+        return "no verdict"
+    if g.within_noise:
+        return "within noise"
+    word = "slower" if g.delta_ms > 0 else "faster" if g.delta_ms < 0 else ""
+    return f"{word} (no interval)" if g.delta_ci95 is None and word else word
+
+
+def step_verdict(pair) -> str:
+    if pair.inconclusive:
+        return "no verdict"
+    if pair.within_noise:
+        return GAP_WITHIN_NOISE
+    return "slower" if pair.gap_ms > 0 else "faster" if pair.gap_ms < 0 else ""
+
+
+def table_cells(pair) -> dict:
+    """The Δ cells and verdicts of a pair as the CLI's table writes them, for the tab: one
+    answer in every view (the tab once showed its own '±' where the CLI's interval was lopsided,
+    and a phase 'faster' under an INCONCLUSIVE headline)."""
+    return {"phases": {g.phase: {"delta": delta(g.delta_ms, g.delta_ci95), "verdict": phase_verdict(pair, g)}
+                       for g in pair.phases},
+            "step": {"delta": gap_text(pair), "verdict": step_verdict(pair)}}
+
+
 def ratio_text(pair) -> str:
     return ratio_interval(pair.ratio, pair.ratio_ci95)
 
@@ -52,24 +86,33 @@ def verdict_lines(comparison: Comparison) -> list[str]:
         if pair.inconclusive:
             # No "x faster" here, not even qualified: that figure is what gets quoted.
             lines.append(f"INCONCLUSIVE: {pair.b_label} vs {pair.a_label}, {pair.inconclusive}: "
-                         f"its gap ({delta(pair.gap_ms, pair.gap_ci95)} ms per step) is no verdict")
+                         f"its gap ({gap_text(pair)} ms per step) is no verdict")
         elif pair.within_noise:
             lines.append(f"{pair.b_label} vs {pair.a_label}: within noise "
-                         f"(ratio {ratio_text(pair)}; gap {delta(pair.gap_ms, pair.gap_ci95)} ms)")
+                         f"(ratio {ratio_text(pair)}; gap {gap_text(pair)} ms)")
         else:
             slower = pair.ratio > 1
             lines.append(f"{pair.b_label} is {_factor_text(pair)} {'slower' if slower else 'faster'} "
-                         f"than {pair.a_label} (gap {delta(pair.gap_ms, pair.gap_ci95)} ms per step)"
+                         f"than {pair.a_label} (gap {gap_text(pair)} ms per step)"
                          f"{_where(pair)}")
         pairs = evidence_text.pairs_line(pair)
         if pairs:
             lines.append(f"  {pairs}")
+        pays = _amortisation(pair)
+        if pays:
+            lines.append(f"  {amortisation_line(pays)}")
     caveat = _one_process(comparison)
     if caveat:
         lines.append(f"  {caveat}")
     for pair in comparison.pairs[:1]:
         lines.append(f"intervals: {evidence_text.interval_method(pair)}")
     return lines
+
+
+def _amortisation(pair) -> dict | None:
+    """The pair's amortisation facts, where one side compiles and the other does not."""
+    found = next((e for e in pair.evidence if e.kind == EvidenceKind.COMPILE), None)
+    return found and found.a.get("amortisation")
 
 
 def _one_process(comparison: Comparison) -> str | None:
@@ -134,7 +177,7 @@ def phase_rows(comparison: Comparison) -> list[list[str]]:
         rows.append(row)
     step = ["step", f"{pairs[0].a_step_ms:.3f}"]
     for pair in pairs:
-        step += [f"{pair.b_step_ms:.3f}", delta(pair.gap_ms, pair.gap_ci95), ratio_text(pair),
+        step += [f"{pair.b_step_ms:.3f}", gap_text(pair), ratio_text(pair),
                  GAP_WITHIN_NOISE if pair.within_noise else "100%" if pair.gap_ms else "n/a"]
     rows.append(step)
     compile_row = ["compile (once)"]

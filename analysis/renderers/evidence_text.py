@@ -1,9 +1,9 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
-from analysis.results.amortisation import amortisation_line
 from analysis.results.cause import Cause, CauseKind
-from analysis.results.compare import Evidence, EvidenceKind, IntervalMethod, PairComparison
+from analysis.results.compare import IntervalMethod, PairComparison
+from analysis.results.evidence.builders import Evidence, EvidenceKind
 from analysis.measures.kernels import WorkSource
 from analysis.measures.page_faults import FAULT_COST_US, states_apart
 from analysis.measures.stats import REPEAT_METHOD
@@ -125,7 +125,7 @@ def _kernels(e: Evidence, a_label: str, b_label: str) -> str:
             else "ops/kernels")
     text = (f"{e.phase} {_signed(e.delta_ms)} ms{_share(e)}: {_n(fa['kernels_per_step'])} vs "
             f"{_n(fb['kernels_per_step'])} {unit} per step, mean {_us(fa['mean_kernel_us'])} vs "
-            f"{_us(fb['mean_kernel_us'])}; time in them {fa['device_ms']:.3f} vs {fb['device_ms']:.3f} ms")
+            f"{_us(fb['mean_kernel_us'])}; time in them {fa['kernel_ms']:.3f} vs {fb['kernel_ms']:.3f} ms")
     # The phase's copies, launches and syncs (GPU), where either run has any.
     for way in sorted(set(fa.get("transfers") or {}) | set(fb.get("transfers") or {})):
         ta, tb = (f.get("transfers", {}).get(way, _NONE) for f in (fa, fb))
@@ -238,8 +238,8 @@ def _compile(e: Evidence, a_label: str, b_label: str) -> str:
         return f"{label} {once}" + (f" ({'; '.join(details)})" if details else "")
     text = f"compile: {say(a_label, e.a)} vs {say(b_label, e.b)}; excluded from steps"
     why = [f"{label}: {c['why']['line']}" for label, c in ((a_label, e.a), (b_label, e.b)) if c.get("why")]
-    pays = e.a.get("amortisation")
-    return "; ".join([text, *why, *([amortisation_line(pays)] if pays else [])])
+    # The amortisation point is a verdict line of its own (compare_columns.verdict_lines).
+    return "; ".join([text, *why])
 
 
 def _mixed(e: Evidence, a_label: str, b_label: str) -> str:

@@ -48,15 +48,20 @@ def _breakdown_rows(lb: LayerBreakdown) -> list[list[str]]:
     return rows
 
 
+def _pair_marked(ra: LayerRow, rb: LayerRow) -> str:
+    """The pair's name, marked where either side fused ops (each side's line says what)."""
+    name = pair_name(ra, rb)
+    return f"{name}{FUSED_MARK}" if ra.fused_text() or rb.fused_text() else name
+
+
 def _compare_rows(a: LayerBreakdown, b: LayerBreakdown) -> list[list[str]]:
     rows = []
     for ra, rb in layer_pairs(a, b)[0]:
-        rows.append([pair_name(ra, rb), *_pair_cells(a, b, "forward", ra.forward_ms, rb.forward_ms),
-                     *_pair_cells(a, b, "backward", ra.backward_ms, rb.backward_ms),
-                     _num(ra.gflops("backward"), 1), _num(rb.gflops("backward"), 1)])
+        rows.append([_pair_marked(ra, rb), *_pair_cells(a, b, "forward", ra.forward_ms, rb.forward_ms),
+                     *_pair_cells(a, b, "backward", ra.backward_ms, rb.backward_ms)])
     rows.append(["outside layers",
                  *_pair_cells(a, b, "forward", a.outside_ms("forward"), b.outside_ms("forward")),
-                 *_pair_cells(a, b, "backward", a.outside_ms("backward"), b.outside_ms("backward")), "", ""])
+                 *_pair_cells(a, b, "backward", a.outside_ms("backward"), b.outside_ms("backward"))])
     return rows
 
 
@@ -67,10 +72,33 @@ def _pair_cells(a: LayerBreakdown, b: LayerBreakdown, phase: str, ms_a: float, m
     return [_num(shown_a), _num(shown_b), delta]
 
 
+def _gflop(ra: LayerRow, rb: LayerRow, phase: str) -> str:
+    """One count where both sides count the same work (one model), both where they differ."""
+    x, y = _num(ra.gflop(phase)), _num(rb.gflop(phase))
+    return x if x == y else f"{x}/{y}"
+
+
+def _work_rows(a: LayerBreakdown, b: LayerBreakdown) -> list[list[str]]:
+    """The work beside the time: GFLOP a step by phase, and each run's GFLOP/s in it."""
+    return [[_pair_marked(ra, rb), _gflop(ra, rb, "forward"), _gflop(ra, rb, "backward"),
+             _num(ra.gflops("forward"), 1), _num(rb.gflops("forward"), 1),
+             _num(ra.gflops("backward"), 1), _num(rb.gflops("backward"), 1)]
+            for ra, rb in layer_pairs(a, b)[0]]
+
+
 def _compare_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
     return ["layer", f"{a.label}{sep}fwd ms", f"{b.label}{sep}fwd ms", "Δ fwd\nms",
-            f"{a.label}{sep}bwd ms", f"{b.label}{sep}bwd ms", "Δ bwd\nms",
-            f"{a.label}{sep}bwd GFLOP/s", f"{b.label}{sep}bwd GFLOP/s"]
+            f"{a.label}{sep}bwd ms", f"{b.label}{sep}bwd ms", "Δ bwd\nms"]
+
+
+def _work_head(a: LayerBreakdown, b: LayerBreakdown, sep: str) -> list[str]:
+    """GFLOP/s said once, in the title: four such columns fit 80 characters only so."""
+    return ["layer", "fwd\nGFLOP", "bwd\nGFLOP", f"{a.label}{sep}fwd", f"{b.label}{sep}fwd",
+            f"{a.label}{sep}bwd", f"{b.label}{sep}bwd"]
+
+
+def _work_title(a: LayerBreakdown, b: LayerBreakdown) -> str:
+    return f"gapscope layers' work: {b.label} vs {a.label} (GFLOP a step; GFLOP/s by run and phase)"
 
 
 def _notes(lb: LayerBreakdown) -> list[str]:
@@ -147,15 +175,23 @@ def _kernel_name(name: str) -> str:
 
 
 def _peak(lb: LayerBreakdown) -> list[str]:
-    """The phases' share of the measured peak, where the run measured one (CPU runs)."""
-    if lb.peak_gflops is None or not lb.rows:
+    """The phases' share of the measured peak, where the run measured one (CPU runs) on a quiet
+    machine; on a busy one no share, since the layers ran under a load the peak was not
+    measured under. The theoretical peak beside it, named as such."""
+    peak = lb.peak or {}
+    if not peak or not lb.rows:
         return []
+    theory = peak.get("theoretical")
+    beside = f"; {theory['gflops']:.1f} GFLOP/s {theory['method']}" if theory else ""
+    if peak.get("busy"):
+        return [f"{lb.label}: no share of a peak: {peak['busy']} while the layers ran, and the "
+                f"measured {peak['gflops']:.1f} GFLOP/s peak was not taken under that load{beside}"]
     shares = [f"{p} {100 * share:.0f} %" for p in ("forward", "backward")
               if (share := lb.peak_share(lb.phase_gflops(p))) is not None]
-    if not shares:
+    if not shares or lb.peak_gflops is None:
         return []
-    return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s peak ({lb.peak.get('method')}): "
-            + ", ".join(shares)]
+    return [f"{lb.label}: of a {lb.peak_gflops:.1f} GFLOP/s measured peak ({peak.get('method')}): "
+            + ", ".join(shares) + beside]
 
 
 def _matched_by(a: LayerBreakdown, b: LayerBreakdown, by: str) -> str:
@@ -196,7 +232,9 @@ def render_compare_table(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) -> 
         pairs, by = layer_pairs(a, b)
         if pairs:
             page.table(Grid(f"gapscope layers: {b.label} vs {a.label}", _compare_head(a, b, "\n"),
-                            _compare_rows(a, b), [3, 3, 2]))
+                            _compare_rows(a, b), [3, 3]))
+            page.table(Grid(_work_title(a, b), _work_head(a, b, "\n"),
+                            _work_rows(a, b), [2, 2, 2]))
             if by != BY_NAME:
                 page.line(_matched_by(a, b, by))
         else:
@@ -236,6 +274,7 @@ def render_compare_markdown(pairs: list[tuple[LayerBreakdown, LayerBreakdown]]) 
         pairs, by = layer_pairs(a, b)
         if pairs:
             lines += _markdown(_compare_head(a, b, " "), _compare_rows(a, b)) + [""]
+            lines += [f"{_work_title(a, b)}:", ""] + _markdown(_work_head(a, b, " "), _work_rows(a, b)) + [""]
             if by != BY_NAME:
                 lines.append(f"- {_matched_by(a, b, by)}")
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from analysis.measures.stats import contains_one
 from analysis.renderers.columns import ratio_interval
 from analysis.renderers.fit import Grid, Page
 from analysis.results.sweep_results import SweepResult
@@ -23,7 +24,8 @@ def _speed_grid(result: SweepResult) -> tuple[list[str], list[list[str]], list[i
         for i, c in enumerate(point.configs):
             row += [f"{c.step_ms:.3f}", f"{c.samples_per_s:,.0f}"]
             if i:
-                row.append(ratio_interval(c.ratio, c.ratio_ci95))
+                row.append(ratio_interval(c.ratio, c.ratio_ci95)
+                           + (" ~" if contains_one(c.ratio_ci95) else ""))
         rows.append(row)
     return head, rows, units
 
@@ -41,6 +43,9 @@ def gap_lines(result: SweepResult) -> list[str]:
 
 def crossover_lines(result: SweepResult) -> list[str]:
     lines = gap_lines(result)
+    if result.inconclusive:  # compare's gate: no winner, crossover or "at every size" then
+        return lines + [f"no verdict on who is faster at any {result.axis_name}: busy machine "
+                        "(above)"]
     for c in result.crossovers:
         sure = "" if c.certain else " (a neighbour's interval holds 1: not told apart from noise)"
         lines.append(f"crossover: {c.label} against {result.labels[0]} passes 1x between "
@@ -48,7 +53,12 @@ def crossover_lines(result: SweepResult) -> list[str]:
                      f"{_value(c.at)}{sure}")
     for label in result.labels[1:]:
         if not any(c.label == label for c in result.crossovers):
-            ratios = [p.configs[result.labels.index(label)].ratio for p in result.points]
+            index = result.labels.index(label)
+            noise = [p for p in result.points if contains_one(p.configs[index].ratio_ci95)]
+            if noise:
+                lines.append(_noise_line(result, index, noise))
+                continue
+            ratios = [p.configs[index].ratio for p in result.points]
             side = "slower" if all(r > 1 for r in ratios) else "faster"
             if result.gaps:  # nothing is concluded over points that have no figures
                 measured = ", ".join(_value(p.value) for p in result.points)
@@ -59,6 +69,18 @@ def crossover_lines(result: SweepResult) -> list[str]:
                 lines.append(f"no crossover in the range: {label} is {side} than "
                              f"{result.labels[0]} at every {result.axis_name} swept")
     return lines
+
+
+def _noise_line(result: SweepResult, index: int, noise: list) -> str:
+    """A configuration whose ratio's interval holds 1 somewhere: not told apart from noise
+    there, and the side it is on said only at the points that tell it."""
+    label, first = result.labels[index], result.labels[0]
+    where = ", ".join(_value(p.value) for p in noise)
+    told = [p for p in result.points if p not in noise]
+    sides = "; ".join(f"{'slower' if p.configs[index].ratio > 1 else 'faster'} at "
+                      f"{_value(p.value)}" for p in told)
+    return (f"no crossover told: {label} against {first} is not told apart from noise at "
+            f"{result.axis_name} {where} (its ratio's interval holds 1)" + (f"; {sides}" if sides else ""))
 
 
 def compile_lines(result: SweepResult) -> list[str]:
@@ -72,26 +94,32 @@ def compile_lines(result: SweepResult) -> list[str]:
             c = point.configs[index]
             where = f"{result.axis_name} {_value(point.value)}"
             if c.pays_back == "after":
-                said.append(f"after {c.pays_after_steps:,} steps at {where}")
+                said.append(f"after {c.pays_after_steps:,}{_steps_interval(c)} steps at {where}")
             elif c.pays_back == "never":
                 said.append(f"never at {where} (its steps are slower)")
+            elif c.pays_back == "not known":
+                why = "a busy machine" if result.inconclusive else "the step gap is within noise"
+                said.append(f"not known at {where} ({why})")
         if said:
             lines.append(f"compile: {label} pays back its extra warm-up against "
                          f"{result.labels[0]} " + ", ".join(said))
     if result.over_steps is None:
         return lines
     n = f"{result.over_steps:,} steps"
-    for c in result.crossovers_over_steps:
+    for c in ([] if result.inconclusive else result.crossovers_over_steps):
         lines.append(f"over {n}, compile included: {c.label} against {result.labels[0]} passes 1x "
                      f"between {result.axis_name} {_value(c.low)} and {_value(c.high)}, at about "
                      f"{_value(c.at)}")
     for index, label in enumerate(result.labels[1:], start=1):
         ratios = [p.configs[index].ratio_over_steps for p in result.points]
-        if any(c.label == label for c in result.crossovers_over_steps):
+        if not result.inconclusive and any(c.label == label for c in result.crossovers_over_steps):
             continue
         if None in ratios:
             lines.append(f"over {n}, compile included: no figure for {label} (a run kept no "
                          "warm-up to take its compile from)")
+        elif result.inconclusive:
+            lines.append(f"over {n}, compile included: {label} against {result.labels[0]} "
+                         + ", ".join(f"{r:.2f}x" for r in ratios) + ": no verdict (busy machine)")
         else:
             side = "slower" if all(r > 1 for r in ratios) else "faster"
             lines.append(f"over {n}, compile included: {label} is {side} than {result.labels[0]} "
@@ -100,16 +128,27 @@ def compile_lines(result: SweepResult) -> list[str]:
     return lines
 
 
+def _steps_interval(c) -> str:
+    return f" [{c.pays_after_ci95[0]:,}, {c.pays_after_ci95[1]:,}]" if c.pays_after_ci95 else ""
+
+
 def footer(result: SweepResult) -> str:
-    noise = (f"[95 % t-interval over {result.repeats} interleaved repeats]" if result.repeats > 1
-             else "one repeat: no interval")
+    noise = (f"[95 % t-interval over {result.repeats} interleaved repeats], '~' where it holds 1 "
+             "(not told apart from noise)" if result.repeats > 1 else "one repeat: no interval")
     return (f"steady step from unprofiled steps, mean over {result.repeats} repeat(s); ratio = "
             f"step time / {result.labels[0]}'s at the same point (> 1 slower) {noise}; samples/s "
             "= batch / step")
 
 
+def inconclusive_line(result: SweepResult) -> str | None:
+    """compare's first line where a side ran on a busy machine: said before any figure."""
+    return f"INCONCLUSIVE: {result.inconclusive}" if result.inconclusive else None
+
+
 def render_table(result: SweepResult) -> str:
     page = Page()
+    if result.inconclusive:
+        page.line(inconclusive_line(result))
     head, rows, units = _speed_grid(result)
     page.table(Grid(f"gapscope sweep {result.workload} over {result.axis_name}", head, rows, units))
     page.line(footer(result))
@@ -124,6 +163,7 @@ def render_table(result: SweepResult) -> str:
 def render_markdown(result: SweepResult) -> str:
     head, rows, _ = _speed_grid(result)
     lines = [f"### gapscope sweep {result.workload} over {result.axis_name}", "",
+             *([f"**{inconclusive_line(result)}**", ""] if result.inconclusive else []),
              _md_row([h.replace("\n", " ") for h in head]), "|" + "---|" * len(head)]
     lines += [_md_row(r) for r in rows]
     lines += ["", f"_{footer(result)}_", "",

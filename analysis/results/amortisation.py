@@ -22,12 +22,34 @@ def is_compiled(b: Breakdown) -> bool:
             or (why is not None and bool(why.graphs or why.tf_traces)))
 
 
-def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.0, 0.0)) -> dict | None:
+def payback(extra_ms: float, gain_ms: float, gain_ci95: tuple[float, float] | None) -> dict:
+    """Steps after which `extra_ms` once is paid back by `gain_ms` a step, with the interval the
+    gain's (`gain_ci95`, eager − compiled) gives: a gain of 6 ms whose interval holds 0 pays back
+    after anything from a few steps to never, so no figure is given then. steps: the point
+    estimate (None: never); steps_ci95: [fewest, most] steps; not_known: why no figure is given."""
+    if extra_ms <= 0:
+        return {"steps": 0, "steps_ci95": None, "not_known": None}
+    steps = math.ceil(extra_ms / gain_ms) if gain_ms > 0 else None
+    if gain_ci95 is None:   # one process a side and no steps to resample: the estimate alone
+        return {"steps": steps, "steps_ci95": None, "not_known": None}
+    low, high = gain_ci95
+    if low > 0:
+        return {"steps": steps, "steps_ci95": [math.ceil(extra_ms / high), math.ceil(extra_ms / low)],
+                "not_known": None}
+    if high < 0:
+        return {"steps": None, "steps_ci95": None, "not_known": None}
+    return {"steps": None, "steps_ci95": None, "not_known": "the step gap is within noise"}
+
+
+def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.0, 0.0),
+                 gap_ci95: tuple[float, float] | None = None, untrusted: bool = False) -> dict | None:
     """Facts for a pair where one side compiles and the other does not; None otherwise.
     extra_ms: the compiled side's warm-up excess beyond the eager side's own; gain_ms: eager
     step − compiled step (means of the steady steps); steps: ceil(extra ÷ gain), None when the
-    compiled step is not faster (never at this size). `guard_ms`: each side's Dynamo guard time
-    a step (compile_overhead), named where compiling does not pay."""
+    compiled step is not faster (never at this size) or where that is not known; steps_ci95:
+    from the gap's interval (`gap_ci95`: b − a); not_known: why no figure is given (the gap
+    within noise, or `untrusted`: a side's step time is no fact). `guard_ms`: each side's
+    Dynamo guard time a step (compile_overhead), named where compiling does not pay."""
     if is_compiled(a) == is_compiled(b):
         return None
     eager, compiled = (b, a) if is_compiled(a) else (a, b)
@@ -36,10 +58,14 @@ def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.
         return None
     extra = max(compiled.compile_ms - (eager.compile_ms or 0.0), 0.0)
     gain = eager.step_stats()["mean"] - compiled.step_stats()["mean"]
+    # gain = a − b where b compiles: the gap's interval turned round.
+    gain_ci95 = gap_ci95 and ((-gap_ci95[1], -gap_ci95[0]) if compiled is b else tuple(gap_ci95))
+    found = payback(extra, gain, gain_ci95)
+    if untrusted and extra > 0:
+        found = {"steps": None, "steps_ci95": None, "not_known": "a side ran on a busy machine"}
     why = compiled.compile_why
     return {"compiled": compiled.name, "eager": eager.name, "extra_ms": round(extra, 3),
-            "gain_ms_per_step": round(gain, 6),
-            "steps": math.ceil(extra / gain) if gain > 0 else None,
+            "gain_ms_per_step": round(gain, 6), **found,
             "graph_breaks": [f"{b.reason} at {b.place}" for b in why.graph_breaks] if why else [],
             "graphs": len(why.graphs) if why else None,
             "recompiles": [f"{r.guard} in {r.function}" for r in why.recompiles] if why else [],
@@ -47,14 +73,21 @@ def amortisation(a: Breakdown, b: Breakdown, guard_ms: tuple[float, float] = (0.
 
 
 def amortisation_line(f: dict) -> str:
-    """"compile pays after 1,234 steps (9.98 s once ÷ 8.09 ms a step)", or "never at this size"
-    with the graph breaks and recompiles of the compiled side."""
-    once = f"{f['extra_ms'] / 1000:.2f} s once"
+    """"compile: 144 s once; pays back after 2,250 [1,800, 3,000] steps (4.000 ms gained a
+    step)", or "not known" with why, or "never at this size" with the graph breaks and
+    recompiles of the compiled side: one line in compare's default output."""
+    once = f"compile: {_seconds(f['extra_ms'])} once ({f['compiled']})"
+    if f.get("not_known"):
+        return f"{once}; pays back: not known: {f['not_known']}"
+    if f["steps"] == 0:
+        return f"{once}; nothing to pay back (no extra warm-up over {f['eager']})"
     if f["steps"] is not None:
-        return (f"amortisation: {f['compiled']} pays for compiling after {f['steps']:,} steps "
-                f"({once} ÷ {f['gain_ms_per_step']:.3f} ms gained a step)")
-    text = (f"amortisation: never at this size: {f['compiled']} is {-f['gain_ms_per_step']:.3f} ms a "
-            f"step slower than {f['eager']} ({once} never paid back)")
+        interval = f.get("steps_ci95")
+        span = f" [{interval[0]:,}, {interval[1]:,}]" if interval else ""
+        return (f"{once}; pays back after {f['steps']:,}{span} steps "
+                f"({f['gain_ms_per_step']:.3f} ms gained a step)")
+    text = (f"{once}; never at this size: {f['compiled']} is {-f['gain_ms_per_step']:.3f} ms a "
+            f"step slower than {f['eager']}")
     reasons = []
     if f["graph_breaks"]:
         reasons.append(f"{len(f['graph_breaks'])} graph break{'s' if len(f['graph_breaks']) > 1 else ''} "
@@ -65,6 +98,11 @@ def amortisation_line(f: dict) -> str:
     if f.get("guard_ms_per_step"):
         reasons.append(f"Dynamo guards {f['guard_ms_per_step']:.3f} ms a step")
     return text + (": " + ", ".join(reasons) if reasons else "")
+
+
+def _seconds(ms: float) -> str:
+    """'144 s', '9.98 s': three figures."""
+    return f"{ms / 1000:.3g} s"
 
 
 def compile_behind(a: Breakdown, b: Breakdown, gap_ms: float) -> dict | None:

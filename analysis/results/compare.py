@@ -1,5 +1,5 @@
-"""Attributes the step-time gap between runs to phases, and explains the biggest deltas with
-evidence from the per-run analyzers (kernels, fusion, transfers, dispatch, compile)."""
+"""Attributes the step-time gap between runs to phases, with its interval, and sets the evidence
+behind the biggest deltas beside it (evidence.builders) with the cause the headline names."""
 from __future__ import annotations
 
 import enum
@@ -9,27 +9,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from analysis.measures import page_faults
-from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
-from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.measures.fusion import fused_apart, summary as fusion_summary
-from analysis.results.amortisation import amortisation, compile_behind
+from analysis.measures.reliability import busy_warning, is_load_warning
+from analysis.results.amortisation import compile_behind
 from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
+from analysis.results.evidence.builders import (EVIDENCE_SHARE, Evidence, EvidenceKind, build_evidence,
+                                              explains, page_fault_evidence)
 from analysis.results.layers import LayerCause, layer_cause
 from analysis.results.explain import RunExplanation
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from analysis.events.step_windows import single_window_warnings
 from analysis.results.records import Breakdown
 from analysis.model.run import unique_labels
-from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
-                            repeat_ratio, welch_difference)
+from analysis.measures.stats import (Interval, RepeatRatio, contains_one, contains_zero, mean_variance,
+                                     percentile_interval, repeat_ratio, welch_difference)
 from analysis.results.suggestions import Suggestion, config_of, same_config, suggest
 from profilers.errors import GapscopeInputError
 from profilers.phases import MARKED_PHASES, PHASES
 
 _DIGITS = 6
-# Phases whose delta is explained line by line: the biggest, down to this share of the gap.
-_EVIDENCE_SHARE = 0.10
-_EVIDENCE_PHASES = 3
 # A step-level finding (page faults) named in the headline beside the leading phase: a quarter
 # of the gap is as much as a phase's cause usually carries there.
 _HEADLINE_SHARE = 0.25
@@ -53,30 +49,6 @@ class PhaseGap:
 class IntervalMethod(enum.StrEnum):
     BOOTSTRAP = "bootstrap over steps"      # one run a side: its steps resampled
     REPEATS = "two-level t over interleaved repeats"  # fresh processes: their spread included
-
-
-class EvidenceKind(enum.StrEnum):
-    KERNELS = "kernels"            # ops/kernels of the phase with the delta
-    TRANSFERS = "transfers"        # host<->device copies
-    DISPATCH = "dispatch"          # host time not overlapped by kernel work (other)
-    COMPILE = "compile"            # one-time warm-up cost
-    FUSION = "fusion"              # kernels per step and their fused share
-    FUSED_OPS = "fused_ops"        # a phase's fused ops in the faster run, run apart in the slower
-    MIXED_FUSION = "mixed_fusion"  # fused ops spanning phases, counted in none
-    UNATTRIBUTED = "unattributed"  # kernels from no phase scope
-    PAGE_FAULTS = "page_faults"    # fresh pages the steps took from the kernel (steps.csv)
-
-
-@dataclass
-class Evidence:
-    """One finding behind a delta: what was measured in each run (the renderers say it)."""
-
-    kind: EvidenceKind
-    phase: str | None
-    a: dict
-    b: dict
-    delta_ms: float | None = None
-    share_of_gap: float | None = None
 
 
 @dataclass
@@ -134,7 +106,9 @@ class PairComparison:
 
     @property
     def within_noise(self) -> bool:
-        return contains_zero(self.gap_ci95)
+        """The gap in ms or the ratio may hold no change: one verdict, the weaker of the two
+        (over repeats they come from two models, ms and logs, and may disagree at the edge)."""
+        return contains_zero(self.gap_ci95) or contains_one(self.ratio_ci95)
 
     @property
     def fusion_behind_gap(self) -> Evidence | None:
@@ -149,7 +123,7 @@ class PairComparison:
     def faults_behind_gap(self) -> Evidence | None:
         """The page faults, where their estimated cost carries a headline's share of the gap."""
         return next((e for e in self.evidence if e.kind == EvidenceKind.PAGE_FAULTS
-                     and _explains(e, _HEADLINE_SHARE)), None)
+                     and explains(e, _HEADLINE_SHARE)), None)
 
     @property
     def layer_leads(self) -> bool:
@@ -305,15 +279,12 @@ def _busy_machine(runs: list[RunExplanation], sides: list[list[Breakdown]],
             named.append(f"{run.breakdown.name}{many}")
     if not named:
         return None
-    words = load_words([x for side_loads in loads for x in side_loads if x])
     for i, pair in enumerate(pairs, start=1):
         which = [n for n, side_loads in ((pair.a_label, loads[0]), (pair.b_label, loads[i]))
                  if any(side_loads)]
         if which:
             pair.inconclusive = f"busy machine while {' and '.join(which)} ran"
-    return (f"busy machine while {', '.join(named)} ran: {words}, so those step times, and every "
-            f"ratio, cause and suggestion drawn from them, are no fact about the configurations; "
-            f"measure on a quiet machine ({THREADS_ADVICE})")
+    return busy_warning(named, [x for side_loads in loads for x in side_loads if x])
 
 
 def _allocator_states(runs: list[RunExplanation], repeats: list[list[Breakdown]] | None) -> list[str]:
@@ -338,15 +309,8 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
                            _ratio(db["other"], da["other"]), None))
     for g in phases:
         g.share_of_gap = round(g.delta_ms / gap, 4) if gap else None
-    evidence = _evidence(a, b, phases, gap)
-    faults = _page_faults(*sides)
-    if faults is not None:
-        faults.share_of_gap = round(faults.delta_ms / gap, 4) if gap else None
-        # Faults that carry a share of the gap come first: they are why the ops below them
-        # took longer (a fault lands inside whichever op touches the fresh page).
-        evidence.insert(0 if _explains(faults, _EVIDENCE_SHARE) else len(evidence), faults)
     pair = PairComparison(a.breakdown.run_id, b.breakdown.run_id, a.breakdown.name, b.breakdown.name,
-                          a_step, b_step, gap, phases, evidence,
+                          a_step, b_step, gap, phases, [],
                           _devices_differ(a, b), ratio=_ratio(b_step, a_step),
                           repeats=len(sides[0]),
                           unprofiled=all(x.unprofiled for side in sides for x in side))
@@ -355,6 +319,14 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     else:
         _bootstrap_intervals(pair, a.breakdown, b.breakdown)
     pair.untrusted = any(x.reliability_warnings or x.busy_load for side in sides for x in side)
+    # The evidence after the intervals: the amortisation point takes the gap's.
+    pair.evidence = build_evidence(a, b, pair)
+    faults = page_fault_evidence(*sides)
+    if faults is not None:
+        faults.share_of_gap = round(faults.delta_ms / gap, 4) if gap else None
+        # Faults that carry a share of the gap come first: they are why the ops below them
+        # took longer (a fault lands inside whichever op touches the fresh page).
+        pair.evidence.insert(0 if explains(faults, EVIDENCE_SHARE) else len(pair.evidence), faults)
     pair.suggestions = _suggestions(pair, a, b)
     if not (pair.untrusted or pair.within_noise):  # "slower" is a fact only then
         pair.compile_behind = compile_behind(a.breakdown, b.breakdown, gap)
@@ -429,9 +401,11 @@ def _bootstrap_intervals(pair: PairComparison, a: Breakdown, b: Breakdown) -> No
 
 
 def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: list[Breakdown]) -> None:
-    """Interleaved repeats A B B A ...: each a fresh process. The step ratio takes both levels
-    of noise (processes, and steps within them: stats.repeat_ratio); the ms deltas take the
-    spread of the processes' means (Welch)."""
+    """Interleaved repeats A B B A ...: each a fresh process. The step ratio and every ms
+    delta, the gap's too, take both sides' noise at both levels (the processes, and the steps
+    within them: stats.repeat_ratio, stats.welch_difference). The gap's interval is no map of
+    the ratio's with the baseline's mean held fixed: that drops the baseline's own spread,
+    which on a busy machine was +-1000 ms beside a printed interval of 160."""
     a_means = [_mean_figures([x]) for x in side_a]
     b_means = [_mean_figures([x]) for x in side_b]
     result = repeat_ratio([f["step"] for f in a_means], [f["step"] for f in b_means],
@@ -439,9 +413,9 @@ def _repeat_intervals(pair: PairComparison, side_a: list[Breakdown], side_b: lis
                           [mean_variance(x.step_times_ms) for x in side_b])
     pair.repeat_ratio = result
     pair.ratio, pair.ratio_ci95 = round(result.ratio, 4), result.ci95
-    # The gap's interval is the ratio's, in ms of the baseline step: one verdict, not two.
-    if result.ci95 is not None:
-        pair.gap_ci95 = (pair.a_step_ms * (result.ci95[0] - 1), pair.a_step_ms * (result.ci95[1] - 1))
+    pair.gap_ci95 = welch_difference([f["step"] for f in a_means], [f["step"] for f in b_means],
+                                     [mean_variance(x.step_times_ms) for x in side_a],
+                                     [mean_variance(x.step_times_ms) for x in side_b])
     for column, g in enumerate(pair.phases, start=1):
         g.delta_ci95 = welch_difference([f[g.phase] for f in a_means], [f[g.phase] for f in b_means],
                                         _within(side_a, column), _within(side_b, column))
@@ -458,139 +432,6 @@ def _within(side: list[Breakdown], column: int) -> list[float] | None:
 
 def _rounded(interval: Interval | None, digits: int = _DIGITS) -> list[float] | None:
     return None if interval is None else [round(interval[0], digits), round(interval[1], digits)]
-
-
-def _evidence(a: RunExplanation, b: RunExplanation, phases: list[PhaseGap], gap: float) -> list[Evidence]:
-    found = []
-    ranked = sorted(phases, key=lambda g: -abs(g.delta_ms))
-    chosen = [g for g in ranked[:_EVIDENCE_PHASES]
-              if g.share_of_gap is None or abs(g.share_of_gap) >= _EVIDENCE_SHARE] or ranked[:1]
-    for g in chosen:
-        if g.phase == "other":
-            found.append(_dispatch(a, b, g))
-        else:
-            found.append(_phase_kernels(a, b, g))
-            found += [e for e in [_fused_ops(a, b, g, gap)] if e]
-        if g.phase == "data_load":
-            found.append(_transfers(a, b, g))
-    found.append(_fusion(a, b))
-    found.append(_compile(a, b))
-    found += [e for e in (_mixed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
-    found += [e for e in (_unattributed(run, side) for run, side in ((a, "a"), (b, "b"))) if e]
-    if not any(e.kind == EvidenceKind.TRANSFERS for e in found):
-        found.append(_transfers(a, b, None))
-    return found
-
-
-def _explains(e: Evidence, share: float) -> bool:
-    """Whether a finding's time moves with the gap and carries at least `share` of it."""
-    return e.share_of_gap is not None and e.share_of_gap >= share
-
-
-def _page_faults(side_a: list[Breakdown], side_b: list[Breakdown]) -> Evidence | None:
-    """Each side's page faults per step (mean over its repeats, with their range): said where
-    either side takes enough to cost time. A process's allocator state decides how many it
-    takes, so repeats that differ in them differ in speed for that reason."""
-    def facts(side):
-        counts = [b.minor_faults_per_step for b in side]
-        if any(c is None for c in counts):
-            return None
-        return {"minor_faults_per_step": round(statistics.fmean(counts), 1),
-                "min": round(min(counts), 1), "max": round(max(counts), 1), "repeats": len(counts),
-                "estimated_ms": round(page_faults.estimated_cost_ms(statistics.fmean(counts)), 3)}
-    fa, fb = facts(side_a), facts(side_b)
-    if (fa is None or fb is None
-            or max(fa["minor_faults_per_step"], fb["minor_faults_per_step"]) < page_faults.MANY_PER_STEP):
-        return None
-    return Evidence(EvidenceKind.PAGE_FAULTS, None, fa, fb,
-                    round(fb["estimated_ms"] - fa["estimated_ms"], _DIGITS))
-
-
-def _phase_kernels(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:
-    def facts(run):
-        k = run.kernels
-        count = k.per_phase.get(g.phase, 0.0)
-        time_ms = k.time_ms_per_phase.get(g.phase, 0.0)
-        calls = run.attribution.calls_by_phase.get(g.phase, {})
-        return {"kernels_per_step": round(count, 3), "kernel_source": k.source,
-                "mean_kernel_us": round(1000.0 * time_ms / count, 3) if count else None,
-                "device_ms": round(run.attribution.device_ms.get(g.phase, 0.0), _DIGITS),
-                "host_ms": round(run.attribution.host_ms.get(g.phase, 0.0), _DIGITS),
-                # What else the phase's host code put on the device, or waited for (GPU).
-                "transfers": run.transfers.by_phase.get(g.phase, {}),
-                "launches": calls.get(LAUNCH), "syncs": calls.get(SYNC)}
-    return Evidence(EvidenceKind.KERNELS, g.phase, facts(a), facts(b), g.delta_ms, g.share_of_gap)
-
-
-def _dispatch(a: RunExplanation, b: RunExplanation, g: PhaseGap) -> Evidence:
-    def facts(run):
-        at = run.attribution
-        return {"dispatch_ms": round(at.dispatch_ms, _DIGITS), "device_busy_ms": round(at.device_busy_ms, _DIGITS),
-                "launches_per_step": at.launches_per_step,
-                "launch_ms": None if at.launch_ms is None else round(at.launch_ms, _DIGITS),
-                "device_kind": at.device_kind}
-    return Evidence(EvidenceKind.DISPATCH, "other", facts(a), facts(b), g.delta_ms, g.share_of_gap)
-
-
-def _transfers(a: RunExplanation, b: RunExplanation, g: PhaseGap | None) -> Evidence:
-    return Evidence(EvidenceKind.TRANSFERS, g.phase if g else None, a.transfers.to_json_dict(),
-                    b.transfers.to_json_dict(), g.delta_ms if g else None,
-                    g.share_of_gap if g else None)
-
-
-def _fusion(a: RunExplanation, b: RunExplanation) -> Evidence:
-    def facts(run):
-        k = run.kernels
-        return {"kernels_per_step": round(k.per_step, 3), "fused_share": k.fused_share,
-                "fused_time_share": k.fused_time_share, "mean_kernel_us": k.mean_us,
-                "kernel_ms_per_step": round(k.time_ms_per_step, _DIGITS),
-                "busy_ms_per_step": round(run.attribution.device_busy_ms, _DIGITS), "source": k.source,
-                "by_phase": fusion_summary(k.fusion_by_phase)}
-    return Evidence(EvidenceKind.FUSION, None, facts(a), facts(b))
-
-
-def _fused_ops(a: RunExplanation, b: RunExplanation, g: PhaseGap, gap: float) -> Evidence | None:
-    """The faster run's fused ops in the phase against the slower's ops of the same parts run
-    apart; delta_ms: the time of the slower's apart bias and activation ops (+ when b is slower)."""
-    slower_b = g.delta_ms > 0
-    fast, slow = (a, b) if slower_b else (b, a)
-    found = fused_apart(fast.kernels.fusion_by_phase, slow.kernels.fusion_by_phase, g.phase)
-    if found is None:
-        return None
-    fast_facts, slow_facts, extra = found
-    delta = extra if slower_b else -extra
-    facts_a, facts_b = (fast_facts, slow_facts) if slower_b else (slow_facts, fast_facts)
-    return Evidence(EvidenceKind.FUSED_OPS, g.phase, facts_a, facts_b, round(delta, _DIGITS),
-                    round(delta / gap, 4) if gap else None)
-
-
-def _compile(a: RunExplanation, b: RunExplanation) -> Evidence:
-    # Each side's compile record (compile_why) and the pair's amortisation point, on both sides.
-    pays = amortisation(a.breakdown, b.breakdown, (a.compile.guard_ms_per_step, b.compile.guard_ms_per_step))
-    return Evidence(EvidenceKind.COMPILE, None, *(
-        {**run.compile.to_json_dict(), "amortisation": pays,
-         **({"why": run.breakdown.compile_why.to_json_dict()} if run.breakdown.compile_why else {})}
-        for run in (a, b)))
-
-
-def _mixed(run: RunExplanation, side: str) -> Evidence | None:
-    mixed = run.kernels.mixed_ops
-    if not mixed:
-        return None
-    facts = {"mixed_ops": mixed, "ms_per_step": round(run.attribution.device_ms.get(MIXED, 0.0), _DIGITS)}
-    return Evidence(EvidenceKind.MIXED_FUSION, None, facts if side == "a" else {},
-                    facts if side == "b" else {})
-
-
-def _unattributed(run: RunExplanation, side: str) -> Evidence | None:
-    count = run.kernels.per_phase.get(UNATTRIBUTED, 0.0)
-    if not count:
-        return None
-    facts = {"kernels_per_step": round(count, 3),
-             "ms_per_step": round(run.attribution.device_ms.get(UNATTRIBUTED, 0.0), _DIGITS),
-             "framework": run.breakdown.framework}
-    return Evidence(EvidenceKind.UNATTRIBUTED, None, facts if side == "a" else {},
-                    facts if side == "b" else {})
 
 
 def _devices_differ(a: RunExplanation, b: RunExplanation) -> bool:

@@ -95,6 +95,8 @@ class CompileWhy:
         stages = [f"{STAGE_NAMES[s]} {_s(ms)}" for s, ms in self.stages_ms.items() if ms > 0]
         if self.unattributed_ms is not None:
             stages.append(f"unattributed {_s(self.unattributed_ms)}")
+        if self._cached():  # beside the stages: such graphs had no code generation to time
+            stages.append(self._cached())
         breaks = ", ".join(f"{short_reason(b)} at {b.place}" for b in self.graph_breaks)
         guards = ", ".join(f"{r.guard} in {r.function}" for r in self.recompiles[:3]) + \
             (", …" if len(self.recompiles) > 3 else "")
@@ -109,14 +111,16 @@ class CompileWhy:
                 f"{_count(len(self.graph_breaks), 'graph break')}{f' ({breaks})' if breaks else ''}, "
                 f"{_count(len(self.recompiles), 'recompile')}{f' ({guards})' if guards else ''}"
                 + (f"; {_s(self.later_compile_ms)} more compiling after the warm-up"
-                   if self.later_compile_ms else "") + self._cached() + self._left_out())
+                   if self.later_compile_ms else "") + self._left_out())
 
     def _cached(self) -> str:
+        """"3 graphs from Inductor's FX graph cache and 1 graph from AOT autograd's cache (no code
+        generation timed)", or "" where the caches served none."""
         hits = {cache: n for cache, n in self.cache_hits.items() if n}
         if not hits:
             return ""
-        return "; served from the compile cache: " + ", ".join(
-            f"{_count(n, 'graph')} ({CACHE_NAMES[cache]})" for cache, n in hits.items())
+        return " and ".join(f"{_count(n, 'graph')} from {CACHE_NAMES[cache]}"
+                            for cache, n in hits.items()) + " (no code generation timed)"
 
     def _left_out(self) -> str:
         steps = sorted(self.steady_events)
@@ -303,7 +307,7 @@ def graph_breaks(logged: list[dict]) -> list[GraphBreak]:
 def unseen_lines(compiles: list[dict], records: dict) -> list[str]:
     lines = list(records.get("unavailable") or [])
     forward = [c for c in compiles if c.get("is_forward") is not False]
-    hits = sum(_int(c.get("inductor_fx_local_cache_hit_count"), 0) for c in compiles)
+    hits = _cache_hits(compiles)
     if forward and not any(isinstance(c.get("inductor_cumulative_compile_time_us"), (int, float))
                            for c in compiles):
         lines.append("Inductor stages not recorded: the backend is not Inductor, or its graphs came "
@@ -317,6 +321,10 @@ def unseen_lines(compiles: list[dict], records: dict) -> list[str]:
         lines.append("C++/Triton compile is not separable from Inductor's code generation: torch "
                      "times it inside code generation, so the two are one stage")
     return lines
+
+
+def _cache_hits(compiles: list[dict]) -> int:
+    return sum(_int(c.get("inductor_fx_local_cache_hit_count"), 0) for c in compiles)
 
 
 def short_reason(b: GraphBreak) -> str:

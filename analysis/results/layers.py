@@ -10,6 +10,7 @@ from analysis.measures.hardware import hardware
 from analysis.measures.kernel_layers import kernel_layers
 from analysis.measures.kernels import Work
 from analysis.measures.layer_flops import has_rule, layer_params, spec_flops
+from analysis.measures.reliability import busy_machine, busy_reason
 from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from analysis.measures.optimizer_layers import optimizer_layers
 from analysis.model.run import Run
@@ -85,7 +86,12 @@ class LayerBreakdown:
 
     @property
     def peak_gflops(self) -> float | None:
+        """The measured peak a share is taken of; None on a busy run, whose layers ran under a
+        load the peak was not measured under (a torch.mm under the same load: 9.5 GFLOP/s
+        against a quiet 108.3)."""
         value = (self.peak or {}).get("gflops")
+        if (self.peak or {}).get("busy"):
+            return None
         return value if isinstance(value, (int, float)) and value > 0 else None
 
     def peak_share(self, gflops: float | None) -> float | None:
@@ -226,7 +232,14 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
 def _measured_peak(manifest: dict) -> dict | None:
     """The CPU's measured GEMM peak the run keeps (gemm_peak): gflops and method."""
     peak = manifest.get("gemm_peak") if isinstance(manifest.get("gemm_peak"), dict) else None
-    return peak and {"gflops": peak.get("gflops"), "method": peak.get("method")}
+    if not peak:
+        return None
+    theory = peak.get("theoretical") if isinstance(peak.get("theoretical"), dict) else None
+    return {"gflops": peak.get("gflops"), "method": peak.get("method"),
+            **({"theoretical": {"gflops": theory.get("gflops"), "method": theory.get("method")}}
+               if theory else {}),
+            # A busy run's layers are set against no peak (LayerBreakdown.peak_gflops).
+            **({"busy": busy_reason(manifest)} if busy_machine(manifest) else {})}
 
 
 def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None) -> dict | None:
@@ -243,7 +256,8 @@ def _kernel_layers(run: Run, specs: list[dict] | None, batch, work: Work | None)
         peak = peak_gflops(hardware(run.manifest, run.trace).device)
     else:  # CPU ops: the CPU's measured GEMM peak, where the run has one
         peak = _measured_peak(run.manifest)
-        peak = peak if peak and isinstance(peak["gflops"], (int, float)) and peak["gflops"] > 0 else None
+        peak = (peak if peak and not peak.get("busy") and isinstance(peak["gflops"], (int, float))
+                and peak["gflops"] > 0 else None)
     for row in table["layers"]:
         spec = by_name.get(row["name"])
         flops = spec_flops(spec, batch)

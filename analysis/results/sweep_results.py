@@ -9,7 +9,9 @@ from pathlib import Path
 
 from analysis.results.breakdown import breakdown
 from analysis.model.run import load_measurement
-from analysis.measures.stats import contains_one, paired_ratio
+from analysis.measures.reliability import busy_warning
+from analysis.measures.stats import contains_one, mean_variance, paired_ratio, welch_difference
+from analysis.results.amortisation import payback
 from profilers import state_json
 from profilers.errors import GapscopeInputError
 from profilers.phases import PHASES
@@ -35,7 +37,11 @@ class ConfigPoint:
     # compile beyond the first's) is paid back by its faster steps; None: it is not faster,
     # or costs nothing extra (pays_back says which).
     pays_after_steps: int | None = None
-    pays_back: str | None = None                # "after", "never" (slower) or "free" (no extra cost)
+    pays_after_ci95: list[int] | None = None    # [fewest, most] steps, from the gain's interval
+    # "after", "never" (slower beyond noise), "free" (no extra cost) or "not known" (the step
+    # gap within noise, or a busy machine: no verdict either way)
+    pays_back: str | None = None
+    busy_loads: list[dict] = field(default_factory=list)  # its repeats' loads, where busy
     ratio_over_steps: float | None = None       # (compile + N steps) / the first's, with --over-steps N
 
 
@@ -81,6 +87,8 @@ class SweepResult:
     status: str = "complete"               # the sweep's own: complete | failed | running
     error: str | None = None
     gaps: list[Gap] = field(default_factory=list)
+    # Why no verdict is drawn (runs measured on a busy machine: compare's gate), else None.
+    inconclusive: str | None = None
 
     @property
     def axis_name(self) -> str:
@@ -127,6 +135,12 @@ def sweep_result(folder: str | Path, over_steps: int | None = None) -> SweepResu
                                  + "; ".join(f"{g.value:g}: {g.reason}" for g in gaps))
     result = SweepResult(workload, axis, labels, repeats, measured, folder=str(folder),
                          status=status, error=error, gaps=sorted(gaps, key=lambda g: g.value))
+    result.inconclusive = _busy(result)
+    if result.inconclusive:  # no pay-back figure, nor "never", from step times that are no fact
+        for point in measured:
+            for c in point.configs[1:]:
+                if c.pays_back in ("after", "never"):
+                    c.pays_back, c.pays_after_steps, c.pays_after_ci95 = "not known", None, None
     result.crossovers = crossovers(result)
     if over_steps is not None:
         result.over_steps = over_steps
@@ -136,11 +150,26 @@ def sweep_result(folder: str | Path, over_steps: int | None = None) -> SweepResu
     return result
 
 
+def _busy(result: SweepResult) -> str | None:
+    """compare's busy gate over the whole sweep: the configurations (and how many of their runs)
+    measured while other processes took the cores, in one warning; None on a quiet machine."""
+    named, loads = [], []
+    for index, label in enumerate(result.labels):
+        busy = [x for p in result.points for x in p.configs[index].busy_loads]
+        if busy:
+            runs = sum(len(p.configs[index].step_ms_repeats) for p in result.points)
+            named.append(f"{label} ({len(busy)} of {runs} runs)")
+            loads += busy
+    return busy_warning(named, loads) if named else None
+
+
 def _point(value, ab_folder: Path, labels: list[str]) -> SweepPoint:
     per_config = load_measurement(ab_folder)
-    figures = []
+    figures, variances = [], []
     for label, runs in zip(labels, per_config):
-        docs = [breakdown(r).to_json_dict() for r in runs]
+        results = [breakdown(r) for r in runs]
+        docs = [b.to_json_dict() for b in results]
+        variances.append([mean_variance(b.step_times_ms) for b in results])
         steps = [d["step_ms"]["mean"] for d in docs]
         batch = runs[0].manifest.get("workload_spec", {}).get("batch_size")
         step = statistics.fmean(steps)
@@ -149,30 +178,29 @@ def _point(value, ab_folder: Path, labels: list[str]) -> SweepPoint:
             label, round(step, 6), steps, round(1000.0 * batch / step, 1) if batch and step else 0.0,
             {p: round(statistics.fmean(d["phases"][p]["share"] for d in docs), 4) for p in PHASES},
             runs[0].manifest.get("parameters"),
-            compile_ms=round(statistics.fmean(compiles), 3) if len(compiles) == len(docs) else None))
+            compile_ms=round(statistics.fmean(compiles), 3) if len(compiles) == len(docs) else None,
+            busy_loads=[b.busy_load for b in results if b.busy_load]))
     first = figures[0]
-    for other in figures[1:]:
+    for other, within in zip(figures[1:], variances[1:]):
         ratio, interval = paired_ratio(first.step_ms_repeats, other.step_ms_repeats)
         other.ratio = round(ratio, 4)
         other.ratio_ci95 = None if interval is None else (round(interval[0], 4), round(interval[1], 4))
-        _pays_back(first, other)
+        # The gain a step (first − other) over repeats, both sides' noise at both levels.
+        gap = welch_difference(other.step_ms_repeats, first.step_ms_repeats, within, variances[0])
+        _pays_back(first, other, gap)
     first.ratio = 1.0
     return SweepPoint(value, figures)
 
 
-def _pays_back(first: ConfigPoint, other: ConfigPoint) -> None:
-    """other's one-time extra (its compile beyond the first's) ÷ its gain a step, as
-    amortisation does for a pair of runs."""
+def _pays_back(first: ConfigPoint, other: ConfigPoint, gain_ci95=None) -> None:
+    """other's one-time extra (its compile beyond the first's) ÷ its gain a step, with the
+    interval the gain's gives (`gain_ci95`: first − other), as amortisation does for a pair."""
     if first.compile_ms is None or other.compile_ms is None:
         return
-    extra = other.compile_ms - first.compile_ms
-    gain = first.step_ms - other.step_ms
-    if extra <= 0:
-        other.pays_back = "free"
-    elif gain <= 0:
-        other.pays_back = "never"
-    else:
-        other.pays_back, other.pays_after_steps = "after", math.ceil(extra / gain)
+    found = payback(other.compile_ms - first.compile_ms, first.step_ms - other.step_ms, gain_ci95)
+    other.pays_after_steps, other.pays_after_ci95 = found["steps"] or None, found["steps_ci95"]
+    other.pays_back = ("free" if found["steps"] == 0 else "not known" if found["not_known"]
+                       else "after" if found["steps"] else "never")
 
 
 def _over_steps(point: SweepPoint, steps: int) -> None:

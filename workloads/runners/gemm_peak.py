@@ -59,6 +59,42 @@ def measured_peak(framework: str) -> dict:
                       f"OMP_NUM_THREADS {omp_num_threads()}", "cache": str(path)}
 
 
+def theoretical_peak(cpuinfo: str, cpus: int) -> dict | None:
+    """The CPU's theoretical fp32 peak from what the machine reports (/proc/cpuinfo): CPUs ×
+    fp32 lanes of its widest vector unit (AVX-512 16, AVX2 8, else SSE 4) × 2 where it has FMA
+    × its clock. One vector unit a core is assumed (many cores have two: their peak is twice
+    this); a logical CPU counts as a core. None where the file gives no clock or no flags."""
+    flags, clocks = set(), []
+    for line in cpuinfo.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "flags":
+            flags |= set(value.split())
+        elif key == "cpu MHz":
+            try:
+                clocks.append(float(value))
+            except ValueError:
+                continue
+    if not flags or not clocks or cpus < 1:
+        return None
+    lanes, unit = (16, "AVX-512") if "avx512f" in flags else (8, "AVX2") if "avx2" in flags else (4, "SSE")
+    fma = 2 if "fma" in flags else 1
+    mhz = max(clocks)
+    return {"gflops": round(cpus * lanes * fma * mhz / 1000.0, 1),
+            "method": f"theoretical: {cpus} CPUs × {lanes} fp32 lanes ({unit}) × {fma} "
+                      f"({'FMA' if fma == 2 else 'no FMA'}) × {mhz:.0f} MHz, one vector unit a "
+                      "core, from /proc/cpuinfo"}
+
+
+def machine_theoretical_peak() -> dict | None:
+    """theoretical_peak of this machine; None where /proc/cpuinfo cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    return theoretical_peak(text, len(os.sched_getaffinity(0)))
+
+
 def _timed(run) -> float:
     start = time.perf_counter()
     run()

@@ -10,7 +10,7 @@ from profilers.environment import tf_device_name, torch_device_name
 from profilers.errors import GapscopeInputError
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
-from profilers.timers import CudaEventClock, HostClock, StepTimer
+from profilers.timers import CudaEventClock, HostClock, StepTimer, resident_mb
 from profilers.trace_window import TraceWindow
 from workloads.runners.tf_traces import TraceLog
 from workloads.datasets import dataset_for
@@ -32,6 +32,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     _prepare_environment(settings, run_dir, on_torch)
     import keras
 
+    after_import = resident_mb()  # the framework's footprint, before the model and data
     if keras.backend.backend() != ("torch" if on_torch else "tensorflow"):
         raise RuntimeError(f"keras was already imported with backend {keras.backend.backend()}")
     # MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: first thing.
@@ -106,7 +107,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     mark_rows(rows, settings.warmup_steps, set(callback.traced_calls), "execution_first_step")
     facts = {"device": (torch_device_name(device) if on_torch
                         else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
-             "steps_per_epoch": updates_per_epoch, "steps_run": steps,
+             "steps_per_epoch": updates_per_epoch, "steps_run": steps, "rss_after_import_mb": after_import,
              "jit_compile_resolved": getattr(model, "jit_compile", None),
              "trace_window": [window.first, window.last] if traced else None}
     if strategy is not None:

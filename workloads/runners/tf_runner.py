@@ -10,7 +10,7 @@ from profilers.environment import tf_device_name
 from profilers.errors import GapscopeInputError
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
-from profilers.timers import StepTimer
+from profilers.timers import StepTimer, resident_mb
 from profilers.trace_window import TraceWindow
 from workloads.runners.tf_traces import TraceLog
 from workloads.datasets import dataset_for
@@ -33,6 +33,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
         dump_xla_hlo(run_dir)
     import keras
     import tensorflow as tf
+
+    after_import = resident_mb()  # the framework's footprint, before the model and data
     from profilers.step_sessions import TfStepSession
     from profilers.tf_marks import TfPhases
     from workloads.devices import tf_device
@@ -123,7 +125,8 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     mark_rows(rows, settings.warmup_steps, session.traced_steps(steps))
     facts = {"device": tf_device_name(gpu=device != "/CPU:0"),
              "parameters": keras_parameters(model), "steps_per_epoch": updates_per_epoch,
-             "steps_run": steps, "trace_window": session.recorded_window(steps)}
+             "steps_run": steps, "trace_window": session.recorded_window(steps),
+             "rss_after_import_mb": after_import}
     if strategy is not None:
         facts.update(distributed_facts(model.weights, spec.batch_size, world, rank, settings.trace))
     return rows, facts

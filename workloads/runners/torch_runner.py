@@ -11,7 +11,7 @@ from workloads.runners.dynamo_records import DynamoRecorder
 from profilers.environment import torch_device_name
 from profilers.marks import PhaseMarks
 from profilers.run_dir import mark_rows
-from profilers.timers import CudaEventClock, HostClock, StepTimer
+from profilers.timers import CudaEventClock, HostClock, StepTimer, resident_mb
 from profilers.torch_session import torch_profiler
 from profilers.trace_window import TraceWindow
 from workloads.datasets import dataset_for
@@ -28,6 +28,7 @@ from workloads.runners.torchscript import LazyTorchScript
 def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
     import torch
 
+    after_import = resident_mb()  # the framework's footprint, before the model and data
     torch.manual_seed(spec.seed)
     _apply_global_settings(settings)
     device = torch_device(settings.device)
@@ -98,6 +99,7 @@ def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     mark_rows(rows, settings.warmup_steps,
               range(window.first - 1, window.last + 1) if profiler else None)
     return rows, {"device": torch_device_name(device), "parameters": torch_parameters(model),
+                  "rss_after_import_mb": after_import,
                   "steps_per_epoch": len(batches), "steps_run": steps,
                   "trace_window": [window.first, window.last] if profiler else None,
                   **(script.facts if script is not None else {}),

@@ -5,7 +5,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from analysis.events.memory_event import MemoryEvent
-from analysis.measures.memory.creep import Creep, creep
+from analysis.measures.memory.creep import Creep, LevelChange, trend
 from analysis.measures.memory.layer_memory import kept_by_layer, layer_of_events
 from analysis.measures.memory.levels import Levels, main_device
 from analysis.measures.memory.phase_memory import StepMemory, step_memory
@@ -39,6 +39,8 @@ class MemoryFigures:
     curve: dict | None = None
     # Per layer, bytes allocated in forward and still held when forward ended (a step's mean).
     layers: dict[str, float] = field(default_factory=dict)
+    # The traced steps' level stepped once and stayed (creep.trend), bytes: no creep then.
+    level_change: LevelChange | None = None
 
     def phase_high_water_mb(self) -> dict[str, float | None]:
         """Each phase's high-water mark, the highest over the traced steps."""
@@ -73,6 +75,23 @@ class MemoryFigures:
                          f"{rss.ci95[0]:+.2f} to {rss.ci95[1]:+.2f}, {rss.steps} steps)")
         return "memory creeps: " + "; ".join(lines) if lines else None
 
+    def level_lines(self) -> list[str]:
+        """A one-off level change where a line would have read as creep, and where RSS is too
+        short outside the traced window to tell a trend."""
+        found = []
+        if self.level_change is not None:
+            c = self.level_change
+            found.append(f"memory level changed once: {(c.after - c.before) / MB:+.2f} MB kept from "
+                         f"step {c.step:.0f} on, flat before and after (a one-off, not creep)")
+        rss = self.rss or {}
+        change = rss.get("level_change")
+        if change is not None:
+            found.append(f"resident memory changed level once: {change.before:.1f} to {change.after:.1f} MB "
+                         f"at step {change.step:.0f}, flat before and after (a one-off, not creep)")
+        if rss.get("trend_unknown"):
+            found.append(f"resident memory trend: {rss['trend_unknown']}")
+        return found
+
     def lines(self) -> list[str]:
         """The figures as notes: peak, per-phase net change, creep, churn, top sites, RSS."""
         found = []
@@ -94,7 +113,7 @@ class MemoryFigures:
         creeping = self.creep_line()
         if creeping:
             found.append(creeping)
-        return found + self.notes
+        return found + self.level_lines() + self.notes
 
     def churn_mb(self) -> float:
         return statistics.fmean(s.churn for s in self.steps) / MB if self.steps else 0.0
@@ -110,7 +129,7 @@ class MemoryFigures:
             "phases": {p: {"high_water_mb": _round(self.phase_high_water_mb()[p]),
                            "net_mb": _round(self.phase_net_mb()[p])} for p in PHASES} if steps else None,
             "churn_mb_per_step": _round(self.churn_mb()) if steps else None,
-            "creep": _creep_json(self.creep, MB),
+            "creep": _creep_json(self.creep, MB, self.level_change),
             "top_sites": [{**s, "mb_per_step": _round(s["bytes_per_step"] / MB),
                            "bytes_per_step": round(s["bytes_per_step"]),
                            "allocations_per_step": round(s["allocations_per_step"], 2)} for s in self.sites],
@@ -121,8 +140,11 @@ class MemoryFigures:
                           "high_water_mb": {p: _round(v / MB) for p, v in s.high_water.items()},
                           "net_mb": {p: _round(v / MB) for p, v in s.net.items()}} for s in steps],
             "rss": None if self.rss is None else {
-                **{k: _round(v) for k, v in self.rss.items() if k not in ("creep", "steps")},
-                "steps": self.rss["steps"], "creep": _creep_json(self.rss["creep"], 1.0)},
+                **{k: _round(self.rss[k]) for k in ("mean_mb", "peak_mb", "first_mb", "last_mb")},
+                "steps": self.rss["steps"], "after_import_mb": _round(self.rss.get("after_import_mb")),
+                "creep": _creep_json(self.rss["creep"], 1.0, self.rss.get("level_change")),
+                # Unprofiled steps outside the traced window the trend is fitted on, or why none.
+                "trend_steps": self.rss.get("trend_steps"), "trend_unknown": self.rss.get("trend_unknown")},
             "creep_line": self.creep_line(),
             "layers_kept_mb": {name: _round(b / MB) for name, b in self.layers.items()},
             "step_curve": self.curve,
@@ -134,6 +156,9 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
     """The run's memory figures; None where it has neither allocator events nor RSS per step.
     `trace` False: the RSS only (a timers breakdown reads no trace)."""
     rss = rss_figures(run.rows, run.warmup_steps)
+    after_import = run.manifest.get("rss_after_import_mb")
+    if rss is not None and isinstance(after_import, (int, float)) and not isinstance(after_import, bool):
+        rss["after_import_mb"] = float(after_import)  # the framework's footprint (the runner's)
     events, source, notes = allocator_events(run) if trace else ([], None, [])
     if not events:
         if rss is None:
@@ -149,7 +174,7 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
         around = enclosing_ops(levels.events, run.trace)
         names = [n if n is not None else a for n, a in zip(names, around)]
     sites = top_sites(levels.events, names, timeline) if timeline is not None else []
-    ends = creep([float(s.step) for s in steps], [float(s.end) for s in steps])
+    ends, change = trend([float(s.step) for s in steps], [float(s.end) for s in steps])
     if run.trace.source_format == "torch" and device == "cpu":
         notes.append("memory levels count the bytes allocated since the profiler started (torch's "
                      "CPU allocator reports no earlier blocks): net changes are exact, levels relative")
@@ -164,7 +189,7 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
                      "(its allocator's blocks may be larger): net changes exact, levels relative")
     curve = step_curve(levels, timeline, len(timeline.steps) - 1) if steps else None
     layers = _layers_kept(run, levels, timeline) if steps else {}
-    return MemoryFigures(source, device, steps, sites, ends, rss, notes, curve, layers)
+    return MemoryFigures(source, device, steps, sites, ends, rss, notes, curve, layers, change)
 
 
 def _layers_kept(run: Run, levels: Levels, timeline) -> dict[str, float]:
@@ -240,9 +265,13 @@ def _ci_mb(interval) -> str:
     return f"{interval[0] / MB:+.2f} to {interval[1] / MB:+.2f} MB"
 
 
-def _creep_json(found: Creep | None, unit: float) -> dict | None:
+def _creep_json(found: Creep | None, unit: float, change: LevelChange | None = None) -> dict | None:
     if found is None:
         return None
     return {"mb_per_step": _round(found.per_step / unit),
             "ci95": None if found.ci95 is None else [_round(found.ci95[0] / unit), _round(found.ci95[1] / unit)],
-            "steps": found.steps, "grows": found.significant and found.ci95[0] > 0}
+            "steps": found.steps, "grows": found.significant and found.ci95[0] > 0,
+            # A one-off level change where the figure stepped once and stayed: no creep.
+            "level_change": None if change is None else {
+                "step": change.step, "before_mb": _round(change.before / unit),
+                "after_mb": _round(change.after / unit)}}

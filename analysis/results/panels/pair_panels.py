@@ -2,7 +2,8 @@
 compile record, and where compiling pays."""
 from __future__ import annotations
 
-from analysis.results.compare import Comparison, EvidenceKind
+from analysis.results.compare import Comparison
+from analysis.results.evidence.builders import EvidenceKind
 from analysis.results.panels.compile_panel import compile_panel, pair_compile_panel
 from analysis.results.panels.layer_panel import layer_panel
 

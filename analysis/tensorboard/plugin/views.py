@@ -19,7 +19,7 @@ from analysis.results.panels.compile_panel import compile_panel
 from analysis.results.panels.layer_panel import layer_panel
 from analysis.results.panels.pair_panels import pair_panels
 from analysis.renderers import compare_json
-from analysis.renderers.compare_columns import verdict_lines
+from analysis.renderers.compare_columns import table_cells, verdict_lines
 from analysis.renderers.plots import PHASE_COLOURS
 from analysis.results.records import Breakdown
 from analysis.model.run import RunEntry, is_measurement, load_run, repeats_by_name
@@ -248,6 +248,9 @@ class Views:
                 explanations[-1].breakdown = copy.copy(a.explanation.breakdown)
                 # Named as the runs list names it, so compare() has no two alike to tell apart.
                 explanations[-1].breakdown.label = labels.get(name, a.label)
+        mixed = _workloads_apart(names, explanations)
+        if mixed:
+            return {"error": mixed}
         try:
             comparison = compare(explanations)
         except GapscopeInputError as exc:
@@ -291,10 +294,26 @@ class Views:
         return a
 
 
+def _workloads_apart(names: list[str], explanations) -> str | None:
+    """compare's refusal of runs of different models, in the tab's words: each workload with
+    its ticked runs (some may sit out of view) and what to untick; the CLI's flag for it
+    (--different-workloads) is no choice the tab offers."""
+    by_workload: dict[str, list[str]] = {}
+    for name, e in zip(names, explanations):
+        if e.breakdown.workload:
+            by_workload.setdefault(e.breakdown.workload, []).append(name)
+    if len(by_workload) < 2:
+        return None
+    ticked = "; ".join(f"{w}: {', '.join(runs)}" for w, runs in by_workload.items())
+    return (f"the ticked runs run different workloads ({ticked}): a gap between different models "
+            "is no framework's; untick the runs of all workloads but one")
+
+
 def _compared(comparison) -> dict:
     """The compare JSON, the CLI's own verdict lines ("... is 1.30x slower ...", "within noise")
     and each pair's layers and compile views."""
     return {**compare_json.document(comparison), "verdicts": verdict_lines(comparison),
+            "cells": [table_cells(pair) for pair in comparison.pairs],
             "panels": pair_panels(comparison)}
 
 

@@ -2,9 +2,10 @@
 // compare: the CLI's analysers, serialised on the server) as tables and hand-written SVG.
 // No library and no request outside the plugin, so it renders on a machine without internet.
 
+import {button, getJson, halfWidth, html, legend, ms, notes, originMark, section, signed, svgEl, swatch,
+        table, withInterval} from './dom.js';
 import {pairPanels, panelSections} from './panels.js';
 
-const SVG_NS = 'http://www.w3.org/2000/svg';
 const KIND_COLOURS = {'warm-up': '#999999', 'traced': '#D55E00', 'unprofiled': '#0072B2'};
 const state = {doc: null, selected: null, compared: [], root: null, scale: null, pendingTimer: null};
 // Above this ratio of the slowest run's step to the fastest's, bars to scale leave the fast runs
@@ -359,25 +360,25 @@ function compareSection() {
 function comparison(doc) {
   const parts = [html('ul', {class: 'verdicts'}, ...doc.verdicts.map((line) => html('li', {}, line)))];
   for (const [i, pair] of doc.comparisons.entries()) {
+    // The Δ cells and verdicts as the CLI's table writes them (views.table_cells): one answer.
+    const cells = doc.cells[i];
     const rows = Object.entries(pair.phases).map(([phase, g]) => html('tr', {},
         html('td', {}, swatch(state.doc.colours[phase]), phase),
         html('td', {class: 'num'}, ms(g.a_ms)), html('td', {class: 'num'}, ms(g.b_ms)),
-        html('td', {class: 'num'}, signed(g.delta_ms, 3)),
-        html('td', {class: 'num'}, halfWidth(g.delta_ms, g.delta_ci95)),
+        html('td', {class: 'num'}, cells.phases[phase].delta),
         html('td', {class: 'num'}, g.share_of_gap == null ? '' : `${(100 * g.share_of_gap).toFixed(0)} %`),
-        html('td', {}, verdict(g.within_noise, g.delta_ci95, g.delta_ms))));
+        html('td', {}, cells.phases[phase].verdict)));
     const sum = Object.values(pair.phases).reduce((total, g) => total + g.delta_ms, 0);
     rows.push(html('tr', {class: 'total'},
         html('td', {}, 'step (the gap)'), html('td', {class: 'num'}, ms(pair.a_step_ms)),
         html('td', {class: 'num'}, ms(pair.b_step_ms)),
-        html('td', {class: 'num gap'}, signed(pair.gap_ms, 3)),
-        html('td', {class: 'num'}, halfWidth(pair.gap_ms, pair.gap_ci95)),
+        html('td', {class: 'num gap'}, cells.step.delta),
         html('td', {class: 'num'}, pair.gap_ms ? '100 %' : ''),
-        html('td', {}, pair.within_noise ? 'gap within noise' : verdict(false, pair.gap_ci95, pair.gap_ms))));
+        html('td', {}, cells.step.verdict)));
     parts.push(html('h3', {}, `${pair.b_label} against ${pair.a_label} (baseline)`),
         deltaChart(pair),
-        table(['phase', `${pair.a_label} ms`, `${pair.b_label} ms`, 'Δ ms', '±95 %', '% of gap',
-               'verdict'], rows),
+        table(['phase', `${pair.a_label} ms`, `${pair.b_label} ms`,
+               'Δ ms ± 95 % ([low, high] where lopsided; ~ within noise)', '% of gap', 'verdict'], rows),
         html('p', {class: 'facts'}, `the phase Δs add up to ${signed(sum, 3)} ms = the gap; ` +
              `ratio ${pair.ratio == null ? 'n/a' : pair.ratio.toFixed(3)}× (run / baseline); ` +
              `intervals: ${pair.interval_method}`),
@@ -392,12 +393,6 @@ function comparison(doc) {
     parts.push(...pairPanels(doc.panels && doc.panels[i]));
   }
   return parts.concat(notes(doc.warnings.map((w) => `warning: ${w}`)));
-}
-
-function verdict(withinNoise, interval, delta) {
-  if (withinNoise) return 'within noise';
-  if (interval == null) return delta > 0 ? 'slower (no interval)' : 'faster (no interval)';
-  return delta > 0 ? 'slower' : delta < 0 ? 'faster' : '';
 }
 
 // Each phase's delta as a bar from zero with its interval as a whisker; the gap below them.
@@ -487,81 +482,4 @@ function details(doc, d) {
     html('h4', {}, 'resources'), html('p', {class: 'facts resources'}, [...resources, r.note].filter(Boolean).join(' · ')),
     notes([...k.notes, ...at.notes, ...c.notes]),
   ];
-}
-
-// ---- small parts ------------------------------------------------------------------------
-
-export async function getJson(route) {
-  const response = await fetch(route);
-  const doc = await response.json();
-  if (!response.ok) throw new Error(doc.error || `${route}: HTTP ${response.status}`);
-  return doc;
-}
-
-export function ms(value) {
-  return value == null ? 'n/a' : value.toFixed(3);
-}
-
-export function signed(value, digits) {
-  return value == null ? 'n/a' : (value > 0 ? '+' : '') + value.toFixed(digits);
-}
-
-function halfWidth(value, interval) {
-  if (interval == null) return '';
-  return `±${Math.max(value - interval[0], interval[1] - value).toFixed(3)}`;
-}
-
-function withInterval(value, interval) {
-  const half = halfWidth(value, interval);
-  return half ? `${ms(value)} ${half}` : ms(value);
-}
-
-function originMark(origin) {
-  return {'inferred': ' (inferred)', 'not identified': ' (not identified: in other)',
-          'not applicable': ' (not applicable)', 'annotated': ' (annotated)'}[origin] || '';
-}
-
-export function notes(lines) {
-  return html('ul', {class: 'notes'}, ...lines.map((line) => html('li', {}, line)));
-}
-
-function legend(items) {
-  return html('div', {class: 'legend'},
-      ...items.map(([name, colour]) => html('span', {}, swatch(colour), name)));
-}
-
-function swatch(colour) {
-  const box = html('span', {class: 'swatch'});
-  box.style.background = colour;
-  return box;
-}
-
-export function section(name, title, ...children) {
-  return html('section', {'data-view': name}, html('h2', {}, title), ...children);
-}
-
-export function table(head, rows) {
-  return html('table', {},
-      html('thead', {}, html('tr', {}, ...head.map((cell) => html('th', {}, cell)))),
-      html('tbody', {}, ...rows));
-}
-
-function button(text, onClick) {
-  const b = html('button', {type: 'button'}, text);
-  b.addEventListener('click', onClick);
-  return b;
-}
-
-export function html(tag, attrs = {}, ...children) {
-  return build(document.createElement(tag), attrs, children);
-}
-
-export function svgEl(tag, attrs = {}, ...children) {
-  return build(document.createElementNS(SVG_NS, tag), attrs, children);
-}
-
-function build(node, attrs, children) {
-  for (const [key, value] of Object.entries(attrs)) node.setAttribute(key, String(value));
-  node.append(...children.filter((child) => child != null && child !== ''));
-  return node;
 }

@@ -3,7 +3,7 @@
 // the high-water mark and the net change, creep, churn, what layers keep and where it is
 // allocated); this only draws them.
 
-import {html, notes, signed, svgEl, table} from './index.js';
+import {html, notes, signed, svgEl, table} from './dom.js';
 
 export function memoryView(m, colours) {
   if (!m) {

@@ -1,7 +1,7 @@
 // gapscope's Layers and Compile views (and where the Memory view goes). The figures come computed from the plugin's routes
 // (analysis/results/panels: one run's in /details, a pair's in /compare); this only draws them.
 
-import {getJson, html, ms, notes, section, signed, table} from './index.js';
+import {getJson, html, ms, notes, section, signed, table} from './dom.js';
 import {memoryView} from './memory.js';
 
 // Per run: its layers, its compile record and its memory, from the run's /details document.

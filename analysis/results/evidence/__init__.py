@@ -1,0 +1,1 @@
+"""The evidence behind a compared pair's deltas: what each run measured, side by side."""
