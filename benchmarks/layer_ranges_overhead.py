@@ -8,8 +8,8 @@ import statistics
 import sys
 
 from benchmarks.marks_overhead import build_loop, slowdown_pct
-from workloads.registry import get_workload
-from workloads.runners.layer_ranges import LayerRanges
+from gapscope.workloads.registry import get_workload
+from gapscope.workloads.runners.layer_ranges import LayerRanges
 
 MAX_SLOWDOWN_PCT = 1.0
 

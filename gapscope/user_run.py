@@ -11,13 +11,13 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
+from gapscope.profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
-from profilers.machine_load import load_between, load_snapshot
-from profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
-from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
-from profilers.trace_window import TraceWindow
-from workloads.runners.after_run import RunWithViews
+from gapscope.profilers.machine_load import load_between, load_snapshot
+from gapscope.profilers.run_dir import MANIFEST, create_run_dir, ensure_out_dir
+from gapscope.profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.workloads.runners.after_run import RunWithViews
 
 USER_VARIANT = "user"
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")

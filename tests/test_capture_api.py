@@ -13,9 +13,9 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
-from analysis.results.distributed_breakdown import breakdown_of
-from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
-from cli import cli
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.readers.run_dir import EXPORTED_XSPACE_DIR
+from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKED = ("data_load", "forward", "backward", "optimizer")

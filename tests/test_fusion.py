@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures import fusion_table as T
-from analysis.measures.kernels import find_work
-from analysis.model.run import load_run
-from analysis.renderers import compare_columns, compare_json, evidence_text
-from analysis.results.compare import EvidenceKind, _fused_apart_figures, compare
-from analysis.results.explain import explain
-from analysis.results.suggestions import Rule, suggest
+from gapscope.analysis.measures import fusion_table as T
+from gapscope.analysis.measures.kernels import find_work
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.renderers import compare_columns, compare_json, evidence_text
+from gapscope.analysis.results.compare import EvidenceKind, _fused_apart_figures, compare
+from gapscope.analysis.results.explain import explain
+from gapscope.analysis.results.suggestions import Rule, suggest
 
 CNN = Path(__file__).resolve().parent / "fixtures" / "cnn_cpu"
 
@@ -62,7 +62,7 @@ def test_a_compiled_runs_fusions_set_against_ops_run_apart():
     slow = {"forward": {"fusions": [], "apart": [
         {"part": "dense", "per_step": 2.0, "ms_per_step": 3.0}, {"part": "ReLU", "per_step": 2.0, "ms_per_step": 1.25},
         {"part": "conv", "per_step": 4.0, "ms_per_step": 9.0}]}}
-    from analysis.measures.fusion import fused_apart
+    from gapscope.analysis.measures.fusion import fused_apart
     fast_facts, slow_facts, extra = fused_apart(fast, slow, "forward")
     # dense is the anchor (it runs in both); the separate ReLUs are what the fusion saves.
     assert extra == 1.25 and slow_facts["apart_per_step"] == 4.0 and slow_facts["extra_parts"] == ["ReLU"]

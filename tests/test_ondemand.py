@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.distributed_breakdown import breakdown_of
-from cli import cli
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.cli import cli
 from gapscope.ondemand.registry import REQUEST, RUNTIME_ENV
 
 ROOT = Path(__file__).resolve().parent.parent

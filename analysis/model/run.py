@@ -9,19 +9,19 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
-from analysis.readers import step_rows
-from analysis.model.locate import JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate, unfinished
-from analysis.readers import run_dir as run_files
-from analysis.readers.run_dir import Located, read_steps
-from analysis.events.timeline import PhaseTimeline, phase_timeline
-from analysis.events.trace import Trace
-from analysis.events.trace_rules import TraceRules
-from profilers import state_json
-from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.executions import warmup_updates
-from profilers.phases import MARKED_PHASES
-from profilers.run_dir import AB_STATE, MATRIX_STATE, effective_status, inside
+from gapscope.analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
+from gapscope.analysis.readers import step_rows
+from gapscope.analysis.model.locate import JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate, unfinished
+from gapscope.analysis.readers import run_dir as run_files
+from gapscope.analysis.readers.run_dir import Located, read_steps
+from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
+from gapscope.analysis.events.trace import Trace
+from gapscope.analysis.events.trace_rules import TraceRules
+from gapscope.profilers import state_json
+from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
+from gapscope.profilers.executions import warmup_updates
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.run_dir import AB_STATE, MATRIX_STATE, effective_status, inside
 
 XLA_DUMP_DIR = "xla_dump"
 # What the command line says about the traces' own names (--phase, --step-marker): set once
@@ -129,7 +129,7 @@ class Run:
             self.notes.append(f"skipped {len(unreadable)} file(s) named like traces that cannot "
                               f"be read: " + ", ".join(f"{p.name} ({why})" for p, why in unreadable[:3]))
         if self.located.combined:
-            from analysis.readers.sessions import read_combined
+            from gapscope.analysis.readers.sessions import read_combined
             trace, note = read_combined(self.located.torch_traces, read_trace)
             self.notes.append(note)
             return trace
@@ -153,7 +153,7 @@ class Run:
             return trace.metadata["hlo_modules"]
         dump = self.path / XLA_DUMP_DIR
         if self.path.is_dir() and dump.is_dir():
-            from analysis.readers.hlo_text import read_hlo_dump_dir
+            from gapscope.analysis.readers.hlo_text import read_hlo_dump_dir
             return read_hlo_dump_dir(dump)
         return None
 
@@ -166,9 +166,9 @@ class Run:
 def read_trace(path: Path) -> Trace:
     """The reader for the file's format: the only place that picks one."""
     if path.name.endswith(".xplane.pb"):
-        from analysis.readers.xplane import read_xplane
+        from gapscope.analysis.readers.xplane import read_xplane
         return read_xplane(path)
-    from analysis.readers.torch_trace import read_torch_trace
+    from gapscope.analysis.readers.torch_trace import read_torch_trace
     return read_torch_trace(path)
 
 

@@ -7,8 +7,8 @@ import io
 import os
 from pathlib import Path
 
-from analysis.readers.step_rows import checked_rows
-from profilers.errors import TraceFormatError
+from gapscope.analysis.readers.step_rows import checked_rows
+from gapscope.profilers.errors import TraceFormatError
 
 
 class StepsFollower:

@@ -8,23 +8,23 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.measures import page_faults
-from analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
-from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.measures.fusion import fused_apart, summary as fusion_summary
-from analysis.results.amortisation import amortisation, compile_behind
-from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
-from analysis.results.layers import LayerCause, layer_cause
-from analysis.results.explain import RunExplanation
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.events.step_windows import single_window_warnings
-from analysis.results.records import Breakdown
-from analysis.model.run import unique_labels
-from analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
+from gapscope.analysis.measures import page_faults
+from gapscope.analysis.measures.reliability import THREADS_ADVICE, is_load_warning, load_words
+from gapscope.analysis.measures.runtime_calls import LAUNCH, SYNC
+from gapscope.analysis.measures.fusion import fused_apart, summary as fusion_summary
+from gapscope.analysis.results.amortisation import amortisation, compile_behind
+from gapscope.analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
+from gapscope.analysis.results.layers import LayerCause, layer_cause
+from gapscope.analysis.results.explain import RunExplanation
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.events.step_windows import single_window_warnings
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.model.run import unique_labels
+from gapscope.analysis.measures.stats import (Interval, RepeatRatio, contains_zero, mean_variance, percentile_interval,
                             repeat_ratio, welch_difference)
-from analysis.results.suggestions import Suggestion, config_of, same_config, suggest
-from profilers.errors import GapscopeInputError
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.results.suggestions import Suggestion, config_of, same_config, suggest
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 _DIGITS = 6
 # Phases whose delta is explained line by line: the biggest, down to this share of the gap.
@@ -205,7 +205,7 @@ class Comparison:
         return any(p.inconclusive for p in self.pairs)
 
     def to_json_dict(self) -> dict:
-        from analysis.results.memory.gap import memory_gap
+        from gapscope.analysis.results.memory.gap import memory_gap
         comparisons = [p.to_json_dict() for p in self.pairs]
         for run, doc in zip(self.runs[1:], comparisons):  # where both runs have memory figures
             gap = memory_gap(self.runs[0].breakdown, run.breakdown)

@@ -7,13 +7,13 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.results.breakdown import breakdown
-from analysis.model.run import load_measurement
-from analysis.measures.stats import contains_one, paired_ratio
-from profilers import state_json
-from profilers.errors import GapscopeInputError
-from profilers.phases import PHASES
-from profilers.run_dir import SWEEP_STATE, inside
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.model.run import load_measurement
+from gapscope.analysis.measures.stats import contains_one, paired_ratio
+from gapscope.profilers import state_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import PHASES
+from gapscope.profilers.run_dir import SWEEP_STATE, inside
 
 AXIS_NAMES = {"batch_size": "batch size", "width": "width"}
 

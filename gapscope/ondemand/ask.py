@@ -7,9 +7,9 @@ import time
 from pathlib import Path
 
 from gapscope.ondemand.registry import REQUEST, TRIGGER, read_entry, runtime_dir
-from profilers import strict_json
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import status_of
+from gapscope.profilers import strict_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import status_of
 
 
 class WindowNotTraced(Exception):

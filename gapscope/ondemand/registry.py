@@ -7,8 +7,8 @@ import signal
 import tempfile
 from pathlib import Path
 
-from profilers import state_json, strict_json
-from profilers.run_dir import write_atomic
+from gapscope.profilers import state_json, strict_json
+from gapscope.profilers.run_dir import write_atomic
 
 TRIGGER = signal.SIGUSR2  # SIGUSR1 is often the job's own (checkpoint-now in several launchers)
 REQUEST = "ondemand-request.json"  # in the job's run directory, while a window is asked for

@@ -2,7 +2,7 @@
 calls, attached only for the traced window so that unprofiled steps run without any hook."""
 from __future__ import annotations
 
-from profilers.phases import LAYER_RANGE_PREFIX
+from gapscope.profilers.phases import LAYER_RANGE_PREFIX
 
 
 class LayerRanges:

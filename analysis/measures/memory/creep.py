@@ -4,7 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from analysis.measures.stats import Interval, _t_quantile
+from gapscope.analysis.measures.stats import Interval, _t_quantile
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis.results.engines.interface import Engine, one_line
-from analysis.results.engines.local import worker_count
-from analysis.results.engines.probe import PACKAGES, ROOT, check_workers, make_probe, reachable
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.engines.interface import Engine, one_line
+from gapscope.analysis.results.engines.local import worker_count
+from gapscope.analysis.results.engines.probe import check_workers, make_probe, reachable, shipped_sources
+from gapscope.profilers.errors import GapscopeInputError
 
 CONNECT_TIMEOUT_S = 10
 
@@ -133,7 +133,6 @@ class DaskEngine(Engine):
 
 def _zip_packages(path: Path) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in PACKAGES:
-            for source in sorted((ROOT / package).rglob("*.py")):
-                archive.write(source, source.relative_to(ROOT).as_posix())
+        for source, name in shipped_sources():
+            archive.write(source, name)
     return path
