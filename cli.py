@@ -84,7 +84,7 @@ class _Group(click.Group):
             raise _ShortUsageError(exc) from None
 
     def invoke(self, ctx):
-        from profilers.run_lifecycle import exit_code_of, signals_interrupt
+        from gapscope.profilers.run_lifecycle import exit_code_of, signals_interrupt
         try:
             with signals_interrupt() as request:
                 try:
@@ -130,7 +130,7 @@ def format_option(renderers: dict = registry.BREAKDOWN):
 def wide_option(command):
     """--wide: tables side by side at their natural width, lines unwrapped (default: 80 columns)."""
     def set_width(ctx, param, wide):
-        from analysis.renderers import fit
+        from gapscope.analysis.renderers import fit
         fit.WIDTH = None if wide else fit.DEFAULT_WIDTH  # set each time: tests invoke many commands
         return wide
     return click.option("--wide", is_flag=True, expose_value=False, callback=set_width,
@@ -160,8 +160,8 @@ def session_option(command):
 
 def _session_entries(paths, session: str):
     """The one folder --session chooses in, as the entry the command reads."""
-    from analysis.model.locate import locate
-    from analysis.model.run import RunEntry
+    from gapscope.analysis.model.locate import locate
+    from gapscope.analysis.model.run import RunEntry
     if len(paths) != 1:
         raise GapscopeInputError(f"--session {session}: give one folder, not {len(paths)} paths")
     return [RunEntry(None, Path(paths[0]), place=locate(paths[0], session=session))]
@@ -203,8 +203,8 @@ def engine_options(command):
     analyses the ranks (analysis.results.engines.choose), started only if a job needs it."""
     @functools.wraps(command)
     def with_engine(*args, engine=None, rank_retries=0, **kwargs):
-        from analysis.results.engines.choose import using_engine
-        from workloads.progress import rank_progress
+        from gapscope.analysis.results.engines.choose import using_engine
+        from gapscope.workloads.progress import rank_progress
         with using_engine(engine, rank_retries, rank_progress()):
             return command(*args, **kwargs)
     options = [
@@ -267,8 +267,8 @@ def list_command(fmt, no_parameters):
     Example:
       gapscope list --format json
     """
-    from analysis.renderers.fit import Page
-    from workloads.catalog import catalog
+    from gapscope.analysis.renderers.fit import Page
+    from gapscope.workloads.catalog import catalog
     # Counting parameters imports torch and TensorFlow: only the JSON, which carries them, pays.
     entries = catalog(count_parameters=fmt == "json" and not no_parameters,
                       progress=lambda message: click.echo(f"{message}...", err=True))
@@ -336,7 +336,7 @@ def run_options(command):
 def _check_lengths(settings: dict) -> None:
     """Refuses contradictory step counts before anything runs (one line, exit 2). A trace
     window the user asked for is never cut short; only the default one is fitted to --steps."""
-    from workloads.settings import RunSettings
+    from gapscope.workloads.settings import RunSettings
     ctx = click.get_current_context()
     if (ctx.get_parameter_source("trace_steps") == click.core.ParameterSource.DEFAULT
             and settings.get("epochs") is None):
@@ -377,7 +377,7 @@ def run(workload, framework, fmt, quiet, no_legend, **settings):
       gapscope run mlp --framework keras --steps 100 --trace-steps 30
       gapscope run cnn --framework torch --nproc 2
     """
-    from workloads.registry import FRAMEWORKS, get_workload
+    from gapscope.workloads.registry import FRAMEWORKS, get_workload
     get_workload(workload)  # 'unknown workload' first: a missing --framework is the lesser news
     if framework is None:
         raise GapscopeInputError(f"--framework is required: {', '.join(FRAMEWORKS)}")
@@ -408,12 +408,12 @@ def demo(fmt, quiet, no_legend, **settings):
 
 
 def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
-    from profilers.nvml import gpu_count
-    from profilers.run_dir import ensure_out_dir
-    from workloads.launch import launch
-    from workloads.progress import run_progress
-    from workloads.registry import get_workload
-    from workloads.settings import RunSettings
+    from gapscope.profilers.nvml import gpu_count
+    from gapscope.profilers.run_dir import ensure_out_dir
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.progress import run_progress
+    from gapscope.workloads.registry import get_workload
+    from gapscope.workloads.settings import RunSettings
     get_workload(workload)  # refuse an unknown name before any progress message
     all_settings = [RunSettings(workload=workload, framework=framework,
                                 **{k: v for k, v in settings.items() if k != "out_dir"})
@@ -441,9 +441,9 @@ def _run_all(workload: str, frameworks: list[str], quiet: bool, settings: dict):
 
 
 def _print_breakdowns(outcomes, fmt: str, no_legend: bool = False) -> None:
-    from analysis.results.distributed_breakdown import breakdown_of
-    from analysis.model.job import is_job
-    from analysis.model.locate import locate
+    from gapscope.analysis.results.distributed_breakdown import breakdown_of
+    from gapscope.analysis.model.job import is_job
+    from gapscope.analysis.model.locate import locate
     complete = [o for o in outcomes if o.status == "complete"]
     places = [locate(o.run_dir) for o in complete]
     runs = [p for p in places if not is_job(p)]
@@ -499,22 +499,22 @@ def matrix(name, matrix_file, list_matrices, baseline, repeats, out_dir, quiet, 
       gapscope matrix --file my-matrix.toml --steps 20
       gapscope matrix seed-examples --steps 40 --repeats 3
     """
-    from workloads.matrix import load_matrix, load_matrix_file, matrix_names
+    from gapscope.workloads.matrix import load_matrix, load_matrix_file, matrix_names
     if name and matrix_file:
         raise GapscopeInputError("give a matrix NAME or --file PATH, not both")
     if list_matrices or not (name or matrix_file):
-        from analysis.renderers.fit import Page
+        from gapscope.analysis.renderers.fit import Page
         page = Page()  # descriptions wrap under themselves, within 80 columns
         for matrix_name in matrix_names():
             loaded = load_matrix(matrix_name)
             page.line(f"{matrix_name:<20} {len(loaded.rows):>3} rows  {loaded.description}", hang=30)
         click.echo(page.text(), nl=False)
         return
-    from analysis.results.matrix_results import UNANALYSABLE, matrix_result
-    from profilers.run_dir import ensure_out_dir
-    from workloads.matrix import record_row_failures, run_matrix
-    from workloads.progress import matrix_progress
-    from workloads.settings import RunSettings
+    from gapscope.analysis.results.matrix_results import UNANALYSABLE, matrix_result
+    from gapscope.profilers.run_dir import ensure_out_dir
+    from gapscope.workloads.matrix import record_row_failures, run_matrix
+    from gapscope.workloads.progress import matrix_progress
+    from gapscope.workloads.settings import RunSettings
     _check_lengths(settings)
     loaded = load_matrix_file(matrix_file) if matrix_file else load_matrix(name)
     if baseline is not None and baseline not in {row.id for row in loaded.rows}:
@@ -561,12 +561,12 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
     Example:
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
-    from analysis.results.breakdown import breakdown as breakdown_run
-    from analysis.results.distributed_breakdown import breakdown_of
-    from analysis.model.job import is_job
-    from analysis.model.locate import nested_folders
-    from analysis.model.run import Runs, expand_runs
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.results.breakdown import breakdown as breakdown_run
+    from gapscope.analysis.results.distributed_breakdown import breakdown_of
+    from gapscope.analysis.model.job import is_job
+    from gapscope.analysis.model.locate import nested_folders
+    from gapscope.analysis.model.run import Runs, expand_runs
+    from gapscope.analysis.results.layers import layer_breakdown
     _check_layers_format(layers, fmt)
     entries = expand_runs(paths) if session is None else _session_entries(paths, session)
     runs = Runs()
@@ -756,19 +756,19 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
       gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
-    from analysis.results.compare import compare as compare_runs
-    from analysis.results.explain import explain_all
-    from analysis.results.measured import compare_measurement
-    from analysis.model.job import is_job
-    from analysis.model.locate import locate
-    from analysis.model.run import Runs, is_measurement
+    from gapscope.analysis.results.compare import compare as compare_runs
+    from gapscope.analysis.results.explain import explain_all
+    from gapscope.analysis.results.measured import compare_measurement
+    from gapscope.analysis.model.job import is_job
+    from gapscope.analysis.model.locate import locate
+    from gapscope.analysis.model.run import Runs, is_measurement
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
     if budget is not None and precision is None:
         raise GapscopeInputError("--budget goes with --precision (a budget for reaching it)")
     budget = 10.0 if budget is None else budget
     _check_layers_format(layers, fmt)
-    from workloads.ab import DEFAULT_REPEATS
+    from gapscope.workloads.ab import DEFAULT_REPEATS
     repeats = repeats or (50 if precision is not None else DEFAULT_REPEATS)
     stopped: list[str] = []
     if measure:
@@ -794,7 +794,7 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all
     if memory and fmt in ("table", "markdown"):
-        from analysis.results.memory.gap import memory_lines
+        from gapscope.analysis.results.memory.gap import memory_lines
         click.echo("\n".join(memory_lines(comparison)) + "\n")
     click.echo(registry.COMPARE[fmt].render(comparison, **options), nl=False)
     if layers and fmt != "json":  # the JSON holds each run's layers and the cause's layer
@@ -815,11 +815,11 @@ def _check_layers_format(layers: bool, fmt: str) -> None:
 
 def _compare_scaling(paths, fmt: str) -> None:
     """A run (or job) against a job: scaling efficiency and where the step gap went."""
-    from analysis.results.breakdown import breakdown as breakdown_run
-    from analysis.results.distributed_breakdown import job_breakdown
-    from analysis.model.job import batch_size, is_job, load_job
-    from analysis.model.run import load_run
-    from analysis.results.scaling import job_side, run_side, scaling
+    from gapscope.analysis.results.breakdown import breakdown as breakdown_run
+    from gapscope.analysis.results.distributed_breakdown import job_breakdown
+    from gapscope.analysis.model.job import batch_size, is_job, load_job
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.scaling import job_side, run_side, scaling
     if len(paths) != 2:
         raise GapscopeInputError("compare of a distributed job takes two: the baseline "
                                  "(e.g. the 1-process run) and the job")
@@ -845,7 +845,7 @@ def _compare_scaling(paths, fmt: str) -> None:
 def _check_suggestions(comparison, repeats: int, out_dir: str, quiet: bool, settings: dict) -> None:
     """Each suggestion is a hypothesis: measured as an A/B of its current configuration against
     the suggested one. One that cannot run here (a GPU variant on a CPU) is said, not fatal."""
-    from analysis.results.suggestions import measured
+    from gapscope.analysis.results.suggestions import measured
     _check_lengths(settings)
     for pair in comparison.pairs:
         for suggestion in pair.suggestions:
@@ -871,10 +871,10 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
     its reason is said and appended to `stopped`."""
     import time
 
-    from analysis.model.run import is_measurement
-    from workloads.ab import Config, RunFailed, measure, planned_repeats, resume
-    from workloads.launch import RunInterrupted
-    from workloads.settings import RunSettings
+    from gapscope.analysis.model.run import is_measurement
+    from gapscope.workloads.ab import Config, RunFailed, measure, planned_repeats, resume
+    from gapscope.workloads.launch import RunInterrupted
+    from gapscope.workloads.settings import RunSettings
     resuming = len(specs) == 1 and is_measurement(specs[0])
     configs = [] if resuming else [Config.parse(spec) for spec in specs]
     repeats = planned_repeats(specs[0]) if resuming else repeats
@@ -888,7 +888,7 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
     started = time.monotonic()
 
     def after_round(runs, rounds):
-        from analysis.results.precision import progress_of, stop_reason
+        from gapscope.analysis.results.precision import progress_of, stop_reason
         try:
             progress = progress_of(runs, time.monotonic() - started)
         except GapscopeInputError as exc:
@@ -965,8 +965,8 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
       gapscope check cnn:torch --baseline ci/cnn-torch.json --threshold 5%
       gapscope check traces/ab-cnn-20261125-1015-1a2b --baseline ci/cnn-torch.json
     """
-    from analysis.measures.reliability import busy_machine
-    from analysis.results.regression import Baseline, check as check_against, read_baseline
+    from gapscope.analysis.measures.reliability import busy_machine
+    from gapscope.analysis.results.regression import Baseline, check as check_against, read_baseline
     baseline_path = Path(baseline_file)
     if save_busy and not save:
         raise GapscopeInputError("--save-busy goes with --save")
@@ -1031,7 +1031,7 @@ def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quie
                 settings: dict):
     """(configuration label, its runs, the settings they ran with) for a check:
     from an A/B folder, or measured now (no profiler: only the step time is wanted)."""
-    from analysis.model.run import is_measurement, load_measurement
+    from gapscope.analysis.model.run import is_measurement, load_measurement
     if is_measurement(target):
         per_config = load_measurement(target)
         labels = [runs[0].label for runs in per_config]
@@ -1040,8 +1040,8 @@ def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quie
             raise GapscopeInputError(f"{target}: measures {', '.join(labels)}, not {label}")
         runs = per_config[labels.index(label)]
         return label, runs, runs[0].settings
-    from workloads.ab import Config, RunFailed, measure
-    from workloads.settings import RunSettings
+    from gapscope.workloads.ab import Config, RunFailed, measure
+    from gapscope.workloads.settings import RunSettings
     config = Config.parse(target)
     base = RunSettings(workload="", framework="", trace=False, **settings)
     base.check_lengths()
@@ -1061,8 +1061,8 @@ def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quie
 def _process_means(runs) -> tuple[list[float], list[float], list[str]]:
     """Each run's mean unprofiled steady step, the variance of that mean from its steps, and
     the reasons not to trust a run's figure (a busy machine), named by repeat."""
-    from analysis.results.breakdown import Source, breakdown
-    from analysis.measures.stats import mean_variance
+    from gapscope.analysis.results.breakdown import Source, breakdown
+    from gapscope.analysis.measures.stats import mean_variance
     results = [breakdown(r, Source.TIMERS) for r in runs]
     warnings = [f"repeat {i}: {w}" for i, b in enumerate(results, start=1)
                 for w in b.reliability_warnings]
@@ -1071,7 +1071,7 @@ def _process_means(runs) -> tuple[list[float], list[float], list[str]]:
 
 
 def _machine() -> dict:
-    from profilers.environment import cpu_name, host, omp_num_threads, versions
+    from gapscope.profilers.environment import cpu_name, host, omp_num_threads, versions
     found = versions()
     return {"host": host(), "cpu": cpu_name(), "cores": os.cpu_count(),
             "torch": found.get("torch"), "tensorflow": found.get("tensorflow"),
@@ -1117,9 +1117,9 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, over_steps, 
       gapscope sweep mlp --framework torch,torch:compile --batch-size 16,256 \\
           --over-steps 1000
     """
-    from analysis.renderers.sweep_render import plot
-    from analysis.results.sweep_results import sweep_result
-    from profilers.run_dir import SWEEP_STATE
+    from gapscope.analysis.renderers.sweep_render import plot
+    from gapscope.analysis.results.sweep_results import sweep_result
+    from gapscope.profilers.run_dir import SWEEP_STATE
     if (Path(workload) / SWEEP_STATE).is_file():
         folder = Path(workload)
     else:
@@ -1138,11 +1138,11 @@ def sweep(workload, configs, batch_sizes, widths, repeats, out_dir, over_steps, 
 
 
 def _sweep(workload, configs, batch_sizes, widths, repeats, out_dir, quiet, settings) -> Path:
-    from profilers.run_dir import ensure_out_dir
-    from workloads.ab import RunFailed
-    from workloads.registry import get_workload
-    from workloads.settings import RunSettings
-    from workloads.sweep import parse_values, sweep as run_sweep
+    from gapscope.profilers.run_dir import ensure_out_dir
+    from gapscope.workloads.ab import RunFailed
+    from gapscope.workloads.registry import get_workload
+    from gapscope.workloads.settings import RunSettings
+    from gapscope.workloads.sweep import parse_values, sweep as run_sweep
     get_workload(workload)
     if (batch_sizes is None) == (widths is None):
         raise GapscopeInputError("sweep one axis: give --batch-size VALUES or --width VALUES")
@@ -1185,7 +1185,7 @@ def tensorboard(logdir, host, port, torch_tb_profiler):
     Example:
       gapscope tensorboard traces --port 6007
     """
-    from analysis.tensorboard.server import check_address, serve_forever
+    from gapscope.analysis.tensorboard.server import check_address, serve_forever
     if not Path(logdir).is_dir():
         raise GapscopeInputError(f"{logdir}: no such directory")
     check_address(host, port)
@@ -1220,10 +1220,10 @@ def trace(run, out_file, force, session):
     """
     import gzip
 
-    from analysis.renderers.traces import trace_events, xspace
-    from analysis.model.run import load_run
-    from analysis.results.layers import run_layer_spans
-    from profilers.run_dir import ensure_out_dir, write_atomic, write_new
+    from gapscope.analysis.renderers.traces import trace_events, xspace
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.layers import run_layer_spans
+    from gapscope.profilers.run_dir import ensure_out_dir, write_atomic, write_new
     if out_file:
         _refuse_existing(Path(out_file), force)  # before the work, not after it
     loaded = load_run(run if session is None else _session_entries([run], session)[0].place)
@@ -1238,7 +1238,7 @@ def trace(run, out_file, force, session):
         data = xspace.render(loaded.trace, loaded.timeline, out.name[:-len(".xplane.pb")],
                              run_layer_spans(loaded))
     else:
-        from analysis.results.memory.figures import allocator_events
+        from gapscope.analysis.results.memory.figures import allocator_events
         text = trace_events.render(loaded.trace, loaded.timeline, loaded.label, run_layer_spans(loaded),
                                    allocator_events(loaded)[0])  # counter tracks of memory
         data = gzip.compress(text.encode()) if out.name.endswith(".gz") else text.encode()
@@ -1280,7 +1280,7 @@ def report(runs, out_file, source, baseline, quiet):
     """
     from rich.console import Console
 
-    from analysis.report import write_report
+    from gapscope.analysis.report import write_report
     console = Console(stderr=True, quiet=quiet, highlight=False)
     files = write_report(runs, out_file, source, baseline,
                          progress=lambda message: console.print(f"{message}...", markup=False))

@@ -7,20 +7,20 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from analysis.results.breakdown import breakdown
-from analysis.results.distributed_breakdown import job_breakdown
-from analysis.model.job import is_job, load_job
-from analysis.model.locate import RunPlace
-from analysis.readers.run_dir import find_files
-from analysis.renderers import plots, report_html, report_markdown
-from analysis.renderers.memory import report_section, timeline_plot
-from analysis.report_views import report_views
-from analysis.renderers.report_markdown import ReportContent, ReportRun
-from analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, repeats_by_name, run_label,
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.distributed_breakdown import job_breakdown
+from gapscope.analysis.model.job import is_job, load_job
+from gapscope.analysis.model.locate import RunPlace
+from gapscope.analysis.readers.run_dir import find_files
+from gapscope.analysis.renderers import plots, report_html, report_markdown
+from gapscope.analysis.renderers.memory import report_section, timeline_plot
+from gapscope.analysis.report_views import report_views
+from gapscope.analysis.renderers.report_markdown import ReportContent, ReportRun
+from gapscope.analysis.model.run import (RunEntry, Runs, expand_runs, is_measurement, repeats_by_name, run_label,
                                 unfinished, unique_labels)
-from profilers.environment import threads_of
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import ensure_out_dir, write_atomic
+from gapscope.profilers.environment import threads_of
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import ensure_out_dir, write_atomic
 
 # A comparison table grows four columns per run: beyond this it is no longer readable.
 MAX_COMPARED_RUNS = 6
@@ -127,9 +127,9 @@ def write_report(paths: list[str | Path], out: str | Path, source: str = "auto",
 def _jobs_markdown(jobs: list, complete: list[ReportRun], loaded: list) -> list[str]:
     """Each job's per-rank tables, and its scaling against the first complete one-process run
     of the same workload."""
-    from analysis.model.job import batch_size
-    from analysis.renderers import job_render, scaling_render
-    from analysis.results.scaling import job_side, run_side, scaling
+    from gapscope.analysis.model.job import batch_size
+    from gapscope.analysis.renderers import job_render, scaling_render
+    from gapscope.analysis.results.scaling import job_side, run_side, scaling
     texts = []
     for jb in jobs:
         text = job_render.render_markdown([jb])
@@ -176,9 +176,9 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
                                    f"{MAX_COMPARED_RUNS}; run `gapscope compare` on the runs of interest")
         return
     try:
-        from analysis.results.compare import compare
-        from analysis.results.explain import explain_all
-        from analysis.renderers import compare_markdown
+        from gapscope.analysis.results.compare import compare
+        from gapscope.analysis.results.explain import explain_all
+        from gapscope.analysis.renderers import compare_markdown
     except ImportError as exc:
         content.comparison_note = f"no comparison: the compare analyzer is not available ({exc})"
         return
@@ -205,8 +205,8 @@ def _compare(content: ReportContent, loaded: list, complete: list[ReportRun], ba
 
 
 def _compare_measurement(content: ReportContent, folder):
-    from analysis.renderers import compare_markdown
-    from analysis.results.measured import compare_measurement
+    from gapscope.analysis.renderers import compare_markdown
+    from gapscope.analysis.results.measured import compare_measurement
     try:
         comparison = compare_measurement(folder)
     except GapscopeInputError as exc:

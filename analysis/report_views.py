@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from analysis.renderers.panels.layer_plot import layer_bars
-from analysis.renderers.panels.report_sections import compile_markdown, layers_markdown
-from analysis.results.layers import layer_breakdown
-from analysis.results.panels.compile_panel import compile_panel
-from analysis.results.panels.layer_panel import layer_panel
-from analysis.results.panels.pair_panels import pair_panels
+from gapscope.analysis.renderers.panels.layer_plot import layer_bars
+from gapscope.analysis.renderers.panels.report_sections import compile_markdown, layers_markdown
+from gapscope.analysis.results.layers import layer_breakdown
+from gapscope.analysis.results.panels.compile_panel import compile_panel
+from gapscope.analysis.results.panels.layer_panel import layer_panel
+from gapscope.analysis.results.panels.pair_panels import pair_panels
 
 
 @dataclass

@@ -11,11 +11,11 @@ import argparse
 import sys
 import tempfile
 
-from analysis.results.breakdown import breakdown
-from analysis.model.run import load_run
-from profilers.phases import PHASES
-from workloads.launch import launch
-from workloads.settings import RunSettings
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.model.run import load_run
+from gapscope.profilers.phases import PHASES
+from gapscope.workloads.launch import launch
+from gapscope.workloads.settings import RunSettings
 
 # Eager loops whose host timers see all four phases: torch eager and the raw TF eager loop.
 CONFIGS = {"mlp:torch": ("mlp", "torch", "default", 120), "cnn:torch": ("cnn", "torch", "default", 60),

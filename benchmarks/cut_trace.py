@@ -14,10 +14,10 @@ import json
 import sys
 from pathlib import Path
 
-from analysis.readers.safe_files import open_stream, read_block
-from analysis.readers.torch_trace import DEVICE_CATEGORIES as _DEVICE
-from profilers.errors import EXIT_BAD_INPUT, GapscopeInputError
-from profilers.run_dir import write_atomic
+from gapscope.analysis.readers.safe_files import open_stream, read_block
+from gapscope.analysis.readers.torch_trace import DEVICE_CATEGORIES as _DEVICE
+from gapscope.profilers.errors import EXIT_BAD_INPUT, GapscopeInputError
+from gapscope.profilers.run_dir import write_atomic
 
 
 def _number(value) -> bool:

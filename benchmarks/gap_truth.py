@@ -122,7 +122,7 @@ def run_plain(config: Config, steps: int) -> dict:
 
 def run_gapscope(pair: Pair, repeats: int, steps: int, extra: list[str]) -> dict:
     """One A/B measurement by gapscope: its first comparison of B against A."""
-    command = [sys.executable, "-m", "cli", "compare", "--measure", pair.a.spec, pair.b.spec,
+    command = [sys.executable, "-m", "gapscope.cli", "compare", "--measure", pair.a.spec, pair.b.spec,
                "--repeats", str(repeats), "--steps", str(steps), "--format", "json",
                "--out", str(GAPSCOPE_OUT), *extra]
     started = time.perf_counter()
@@ -151,7 +151,7 @@ def check_parameters(pairs: list[Pair]) -> dict:
     """gapscope's parameter counts (`gapscope list`), so that a plain model that drifted from
     gapscope's is caught before anything is timed. Empty when they cannot be had."""
     log("checking parameter counts with `gapscope list` ...")
-    done = subprocess.run([sys.executable, "-m", "cli", "list", "--format", "json"], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "gapscope.cli", "list", "--format", "json"], cwd=ROOT,
                           env=child_env(), capture_output=True, text=True, timeout=600)
     if done.returncode != 0:
         log(f"  gapscope list failed ({tail(done.stdout + done.stderr)}): counts not checked")

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from benchmarks import gpu_check_plan as P
 from benchmarks import gpu_checks as C
-from profilers.phases import MARKED_PHASES
+from gapscope.profilers.phases import MARKED_PHASES
 
 NO_CUDA = "no CUDA device: nothing to check"
 # Not 0: a CI job whose runner lost its GPU must not pass green with nothing checked.
@@ -118,8 +118,8 @@ class Session:
         if self.left_s() <= 0:
             return {**entry, "status": "skipped", "error": "time budget spent before it started",
                     "checks": [], "kernels": None}
-        from workloads.distributed_launch import launch_job
-        from workloads.launch import launch
+        from gapscope.workloads.distributed_launch import launch_job
+        from gapscope.workloads.launch import launch
         started = time.monotonic()
         try:
             if planned.capture:
@@ -263,8 +263,8 @@ def main(argv=None) -> int:
         print(NO_CUDA)
         return 0 if args.no_gpu_ok else EXIT_NO_DEVICE
     from benchmarks.gpu_check_report import write_reports
-    from profilers.errors import GapscopeInputError
-    from profilers.run_dir import ensure_out_dir
+    from gapscope.profilers.errors import GapscopeInputError
+    from gapscope.profilers.run_dir import ensure_out_dir
     try:
         out = ensure_out_dir(args.out)
         report_dir = ensure_out_dir(args.report_dir or args.out)

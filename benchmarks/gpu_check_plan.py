@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import gpu_checks as C
-from profilers.phases import MARKED_PHASES
+from gapscope.profilers.phases import MARKED_PHASES
 
 # Short runs: enough steady steps after warm-up and the trace window to compare timers with.
 STEPS, WARMUP, TRACE_STEPS = 30, 5, 10
@@ -64,7 +64,7 @@ def plan() -> list[Planned]:
 
 def seed_rows() -> list[Planned]:
     """seed-4060ti's torch rows that need a GPU (cnn max-autotune and AMP among them)."""
-    from workloads.matrix import load_matrix
+    from gapscope.workloads.matrix import load_matrix
     rows = []
     for row in load_matrix(SEED_MATRIX).rows:
         if row.framework != "torch" or row.needs != "cuda":
@@ -90,7 +90,7 @@ def _eager_of(compiled: Planned, seeds: list[Planned]) -> str | None:
 
 
 def settings_of(planned: Planned):
-    from workloads.settings import RunSettings
+    from gapscope.workloads.settings import RunSettings
     return RunSettings(workload=planned.workload, framework="torch", variant=planned.variant,
                        steps=STEPS, warmup_steps=WARMUP, trace_steps=TRACE_STEPS, device="cuda",
                        nproc=max(planned.nproc, 1))
@@ -99,7 +99,7 @@ def settings_of(planned: Planned):
 def analysed_dir(run_dir: Path, planned: Planned) -> Path:
     """A job's checks read its one rank's run directory."""
     if planned.nproc:
-        from profilers.job_dir import rank_dir
+        from gapscope.profilers.job_dir import rank_dir
         return rank_dir(run_dir, 0)
     return run_dir
 
@@ -107,12 +107,12 @@ def analysed_dir(run_dir: Path, planned: Planned) -> Path:
 def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     """(checks, gpu_checks.FusionFigures or None) of one complete run, each check from gapscope's
     analyzers."""
-    from analysis.results.breakdown import breakdown
-    from analysis.measures.kernels import find_work
-    from analysis.measures.reliability import busy_reason
-    from analysis.measures.resources import resource_stats
-    from analysis.model.run import load_run
-    from analysis.tensorboard.xspace_export import write_xspace
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.measures.kernels import find_work
+    from gapscope.analysis.measures.reliability import busy_reason
+    from gapscope.analysis.measures.resources import resource_stats
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.tensorboard.xspace_export import write_xspace
     run = load_run(analysed_dir(run_dir, planned))
     checks = []
     if planned.nproc:
@@ -138,11 +138,11 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
     if cuda and planned.variant == "eager" and not planned.nproc:
         checks.append(C.framework_fusion(work, planned.workload))
     if planned.variant == "eager" and not planned.nproc and not inference and run.manifest.get("layers"):
-        from analysis.results.layers import layer_breakdown
+        from gapscope.analysis.results.layers import layer_breakdown
         checks.append(C.layers_add_up(layer_breakdown(run).to_json_dict(), breakdown(run, "trace").to_json_dict(),
                                       [layer["name"] for layer in run.manifest["layers"]]))
     if cuda and not planned.nproc and not inference and run.manifest.get("layers"):
-        from analysis.results.layers import layer_breakdown
+        from gapscope.analysis.results.layers import layer_breakdown
         checks.append(C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), work.steps,
                                          [layer["name"] for layer in run.manifest["layers"]]))
     if planned.capture and cuda:
@@ -173,6 +173,6 @@ def ncu_command(phase: str, out_dir: Path, python: str) -> list[str]:
     regex, since the range name itself holds the '/' that separates nested ranges in ncu's syntax."""
     return ["ncu", "--target-processes", "all", "--nvtx", "--nvtx-include",
             f"regex:gapscope@gapscope.{phase}/", "--launch-count", "1", "--section", "LaunchStats",
-            python, "-m", "cli", "run", "mlp", "--framework", "torch", "--variant", "preload",
+            python, "-m", "gapscope.cli", "run", "mlp", "--framework", "torch", "--variant", "preload",
             "--steps", "12", "--warmup", "2", "--no-trace", "--device", "cuda", "-q",
             "--out", str(out_dir / f"ncu-{phase}")]

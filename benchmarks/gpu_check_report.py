@@ -4,8 +4,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.gpu_checks import STATUSES
-from profilers import strict_json
-from profilers.run_dir import write_atomic
+from gapscope.profilers import strict_json
+from gapscope.profilers.run_dir import write_atomic
 
 REPORT_JSON, REPORT_MD = "gpu_check.json", "gpu_check.md"
 

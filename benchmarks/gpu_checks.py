@@ -6,7 +6,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from profilers.phases import MARKED_PHASES, torch_range_name
+from gapscope.profilers.phases import MARKED_PHASES, torch_range_name
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # A figure that other processes' load can distort, read on a busy machine: neither broken nor fine.
@@ -120,9 +120,9 @@ def transfers_in_data_load(work, expect_memory: str | None) -> Check:
     """Every host-to-device copy of the traced steps is attributed (through its launching call)
     to data_load, in the host memory the pipeline promises; device-to-host copies are listed
     with the phase that launched them (the loop's own are the GradScaler's inf check)."""
-    from analysis.measures.kernels import DEVICE_KERNELS
-    from analysis.events.trace import MEMCPY
-    from analysis.measures.transfers import direction, host_memory
+    from gapscope.analysis.measures.kernels import DEVICE_KERNELS
+    from gapscope.analysis.events.trace import MEMCPY
+    from gapscope.analysis.measures.transfers import direction, host_memory
     name = "H2D/D2H attributed"
     if work.source != DEVICE_KERNELS:
         return Check(name, FAIL, "no device events in the trace: CPU-only run or no CUPTI")
@@ -228,7 +228,7 @@ def framework_fusion(work, workload: str) -> Check:
     cuBLASLt epilogues and cuDNN fused convolutions, each counted as fused and placed in a
     phase. The mlp must show its epilogue in forward; elsewhere the counts are figures (the
     eager cnn adds its convolutions' bias in cuDNN's own kernels, fused or not by its choice)."""
-    from analysis.measures.fusion_table import FRAMEWORK
+    from gapscope.analysis.measures.fusion_table import FRAMEWORK
     name = "framework fused kernels"
     found = [k for k in work.kernels() if k.fusion is not None and k.fusion.kind.by == FRAMEWORK]
     steps = max(work.steps, 1)

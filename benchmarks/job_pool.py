@@ -39,8 +39,8 @@ def measure(folder: Path, workers: int) -> dict:
     """In this process: the job breakdown, timed, with the tree's peak RSS sampled."""
     import psutil
     sys.path.insert(0, str(ROOT))
-    from analysis.results.distributed_breakdown import job_breakdown
-    from analysis.model.job import load_job
+    from gapscope.analysis.results.distributed_breakdown import job_breakdown
+    from gapscope.analysis.model.job import load_job
 
     me = psutil.Process()
     peak = [0]

@@ -92,17 +92,17 @@ def _worker_peak(stop: threading.Event, peak: list) -> None:
 
 
 def _warm() -> int:
-    import analysis.results.rank_summary  # noqa: F401 - what a rank's task imports first
+    import gapscope.analysis.results.rank_summary  # noqa: F401 - what a rank's task imports first
     return os.getpid()
 
 
 def measure(folder: Path, engine_name: str) -> dict:
     """In this process: start the engine, break the job down through it, with the peaks."""
     sys.path.insert(0, str(ROOT))
-    from analysis.model.job import load_job
-    from analysis.results.distributed_breakdown import job_breakdown
-    from analysis.results.engines.choose import _open_cluster, parse_engine, using_engine
-    from analysis.results.engines.local import LocalEngine, worker_count
+    from gapscope.analysis.model.job import load_job
+    from gapscope.analysis.results.distributed_breakdown import job_breakdown
+    from gapscope.analysis.results.engines.choose import _open_cluster, parse_engine, using_engine
+    from gapscope.analysis.results.engines.local import LocalEngine, worker_count
 
     job = load_job(folder)
     megabytes = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6

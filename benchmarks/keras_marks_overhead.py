@@ -20,10 +20,10 @@ import statistics
 import sys
 
 from benchmarks.plain_loops import step_times_callback
-from profilers.keras_marks import mark_keras_phases, step_callback
-from profilers.marks import PhaseMarks
-from profilers.timers import HostClock, StepTimer
-from workloads.registry import get_workload
+from gapscope.profilers.keras_marks import mark_keras_phases, step_callback
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.timers import HostClock, StepTimer
+from gapscope.workloads.registry import get_workload
 
 ARMS = ("bare", "step", "gapscope")
 MAX_SLOWDOWN_PCT = 2.0
@@ -34,7 +34,7 @@ class Arm:
 
     def __init__(self, name: str, jit: bool, spec):
         import keras
-        from workloads.runners.keras_runner import keras_loss, keras_optimizer
+        from gapscope.workloads.runners.keras_runner import keras_loss, keras_optimizer
 
         self.name = name
         self.model = spec.builders().build_keras(spec)
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     os.environ["KERAS_BACKEND"] = "tensorflow"  # fixed when Keras is first imported
     import keras
-    from workloads.data import synthetic_classification
+    from gapscope.workloads.data import synthetic_classification
 
     spec = get_workload("mlp")
     keras.utils.set_random_seed(spec.seed)

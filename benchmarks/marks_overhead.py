@@ -7,11 +7,11 @@ import sys
 import time
 from dataclasses import dataclass
 
-from profilers.marks import PhaseMarks
-from profilers.phases import torch_range_name
-from profilers.timers import HostClock, StepTimer
-from workloads.data import synthetic_classification
-from workloads.registry import get_workload
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.phases import torch_range_name
+from gapscope.profilers.timers import HostClock, StepTimer
+from gapscope.workloads.data import synthetic_classification
+from gapscope.workloads.registry import get_workload
 
 MAX_SLOWDOWN_PCT = 2.0
 TIGHT_LOOP_CALLS = 200_000

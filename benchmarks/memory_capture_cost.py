@@ -8,9 +8,9 @@ import time
 from contextlib import contextmanager
 
 from benchmarks.marks_overhead import TrainingLoop, build_loop, per_call_us, slowdown_pct
-from profilers import timers
-from profilers.marks import PhaseMarks
-from profilers.timers import HostClock, StepTimer
+from gapscope.profilers import timers
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.timers import HostClock, StepTimer
 
 MAX_UNPROFILED_PCT = 1.0  # the bound on the unprofiled step
 

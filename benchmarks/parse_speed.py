@@ -14,8 +14,8 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.readers.torch_trace import read_torch_trace
 from benchmarks.synthetic_trace import TraceShape, write_synthetic_trace
 
 TARGET_S = 1.0

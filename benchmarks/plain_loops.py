@@ -48,11 +48,11 @@ def training_data(workload: str, steps: int, full_epoch: bool = False, cached: b
 
     shape, classes, _, epoch = WORKLOADS[workload]
     if cached:
-        from workloads.data import load_dataset
-        from workloads.registry import get_workload
+        from gapscope.workloads.data import load_dataset
+        from gapscope.workloads.registry import get_workload
         x, y = load_dataset(get_workload(workload))
     elif workload == "cnn":
-        from workloads.digits import synthetic_digits
+        from gapscope.workloads.digits import synthetic_digits
         pixels, y = synthetic_digits(epoch, SEED)
         # The same operations in the same order as workloads.data.normalize_images (same bits).
         x = pixels.astype(np.float32)
@@ -60,7 +60,7 @@ def training_data(workload: str, steps: int, full_epoch: bool = False, cached: b
         x -= MNIST_MEAN
         x *= 1.0 / MNIST_STD
     else:
-        from workloads.data import synthetic_classification
+        from gapscope.workloads.data import synthetic_classification
         x, y = synthetic_classification(epoch, shape, classes, SEED)
     samples = max(BATCH_SIZE * steps, len(x) if full_epoch else 0)
     if samples > len(x):
@@ -180,9 +180,9 @@ def run_keras(workload: str, variant: str, steps: int, device_name: str,
     x, y = training_data(workload, steps)
     model = keras_model(workload)
     if gapscope_step:
-        from profilers.keras_marks import mark_keras_phases, step_callback
-        from profilers.marks import PhaseMarks
-        from profilers.timers import HostClock, StepTimer
+        from gapscope.profilers.keras_marks import mark_keras_phases, step_callback
+        from gapscope.profilers.marks import PhaseMarks
+        from gapscope.profilers.timers import HostClock, StepTimer
         step_timer = StepTimer(HostClock())
         mark_keras_phases(model, PhaseMarks(step_timer, uses_torch=False))
     model.compile(optimizer=keras.optimizers.RMSprop(learning_rate=LEARNING_RATE),

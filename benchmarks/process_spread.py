@@ -53,8 +53,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchmarks.gap_truth import OUT_DIR, ROOT, WARMUP_STEPS, child_env, last_json_object, log, tail
-from profilers.machine_load import load_snapshot
-from workloads.runners.malloc_keep import SETTINGS as MALLOC_KEEP
+from gapscope.profilers.machine_load import load_snapshot
+from gapscope.workloads.runners.malloc_keep import SETTINGS as MALLOC_KEEP
 
 KINDS = ("plain", "run", "child")
 KNOBS = ("no-trace", "no-sampler", "omp1", "omp2", "mmap-fixed", "arena1", "malloc-kept",
@@ -121,7 +121,7 @@ def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: i
         raise ValueError(f"{', '.join(PLAIN_FLAGS)} go with the plain kind only")
     out = Path(tempfile.mkdtemp(prefix=f"{arm.kind}-", dir=scratch))
     if arm.kind == "run":
-        command = [sys.executable, "-m", "cli", "run", workload, "--framework", framework,
+        command = [sys.executable, "-m", "gapscope.cli", "run", workload, "--framework", framework,
                    "--variant", variant, "--steps", str(steps), "--warmup", str(WARMUP_STEPS), "--quiet", "--out", str(out)]
         if "no-trace" in arm.knobs:
             command.append("--no-trace")
@@ -132,13 +132,13 @@ def steady_times(arm: Arm, workload: str, framework: str, variant: str, steps: i
     else:
         if variant != "default":  # a variant's settings come from workloads.variants, as the CLI resolves them
             raise ValueError("the child kind runs the default variant only; use the run kind")
-        from workloads.settings import RunSettings
+        from gapscope.workloads.settings import RunSettings
         settings = RunSettings(workload=workload, framework=framework, variant=variant, steps=steps,
                                warmup_steps=WARMUP_STEPS, trace="no-trace" not in arm.knobs,
                                sample_resources="no-sampler" not in arm.knobs)
         run_dir = out / "run"
         run_dir.mkdir()
-        _run([sys.executable, "-m", "workloads.runners.execute", str(run_dir),
+        _run([sys.executable, "-m", "gapscope.workloads.runners.execute", str(run_dir),
               json.dumps(settings.to_dict())], arm)
     return _unprofiled_steady(run_dir / "steps.csv")
 

@@ -22,7 +22,7 @@ path, what = sys.argv[1], sys.argv[2]
 if what == "json":
     load = lambda p: json.load(open(p, "rb"))
 else:
-    from analysis.readers.torch_trace import read_torch_trace as load
+    from gapscope.analysis.readers.torch_trace import read_torch_trace as load
 def children_cpu():
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
@@ -31,7 +31,7 @@ load(path)
 wall = time.perf_counter() - wall
 workers_rss = 0
 try:  # this tree's chunk workers: their peak RSS, then stopped so that their CPU time is counted
-    from analysis.readers import chunk_pool
+    from gapscope.analysis.readers import chunk_pool
     for worker in chunk_pool._workers:
         status = open(f"/proc/{worker.process.pid}/status").read()
         workers_rss = max(workers_rss, int(status.split("VmHWM:")[1].split()[0]) / 1024)

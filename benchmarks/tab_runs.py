@@ -19,7 +19,7 @@ _CHILD = r"""
 import json, sys, time
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
-from analysis.tensorboard.plugin.plugin import GapscopePlugin
+from gapscope.analysis.tensorboard.plugin.plugin import GapscopePlugin
 
 def rss_mb():
     return int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0]) / 1024

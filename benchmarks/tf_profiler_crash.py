@@ -35,8 +35,8 @@ def worker(mode: str, logdir: str, profiler_ports: list[int], steps: int = 60) -
     import keras
     from tensorflow.python.profiler.internal import _pywrap_traceme
 
-    from profilers.keras_marks import mark_keras_phases
-    from workloads.runners.tf_distribute import build_from_local_batch
+    from gapscope.profilers.keras_marks import mark_keras_phases
+    from gapscope.workloads.runners.tf_distribute import build_from_local_batch
 
     rank = int(os.environ["RANK"])
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -84,7 +84,7 @@ def worker(mode: str, logdir: str, profiler_ports: list[int], steps: int = 60) -
 
 
 def run_once(mode: str) -> list[int]:
-    from workloads.runners.tf_cluster import free_ports, tf_config_env
+    from gapscope.workloads.runners.tf_cluster import free_ports, tf_config_env
     ports = free_ports(4)
     with tempfile.TemporaryDirectory(prefix="gapscope-tf-crash-") as logdir:
         procs = [subprocess.Popen(

@@ -88,17 +88,17 @@ def child(command: str, paths: list[str]) -> None:
     import contextlib
     import io
 
-    import analysis.model.run
-    from cli import cli
+    from gapscope.analysis.model import run as model_run
+    from gapscope.cli import cli
     reads = 0
-    read_trace = analysis.model.run.read_trace
+    read_trace = model_run.read_trace
 
     def counted(path):
         nonlocal reads
         reads += 1
         return read_trace(path)
-    analysis.model.run.read_trace = counted
-    import analysis.results.breakdown, analysis.results.compare, analysis.results.explain  # noqa: E401,F401 - imports are not the read
+    model_run.read_trace = counted
+    import gapscope.analysis.results.breakdown, gapscope.analysis.results.compare, gapscope.analysis.results.explain  # noqa: E401,F401 - imports are not the read
     started, cpu_started = time.perf_counter(), time.process_time()
     with contextlib.redirect_stdout(io.StringIO()):
         try:

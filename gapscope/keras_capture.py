@@ -36,7 +36,7 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     (TensorFlow traces the step for any batch size where the samples do not fill whole batches)."""
     import keras
 
-    from profilers.keras_marks import mark_keras_phases
+    from gapscope.profilers.keras_marks import mark_keras_phases
 
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
@@ -48,8 +48,8 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     # A model that was fit before caches its train function, built from the old train_step.
     model.train_function = None
     if not on_torch:
-        from profilers.tf_marks import multi_worker
-        from workloads.runners.tf_distribute import build_from_local_batch
+        from gapscope.profilers.tf_marks import multi_worker
+        from gapscope.workloads.runners.tf_distribute import build_from_local_batch
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
     model._gapscope_batch = batch_size
@@ -83,7 +83,7 @@ def _callback_class():
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
-            from profilers.keras_marks import step_callback
+            from gapscope.profilers.keras_marks import step_callback
             model = self._model_marked
             cuda = self._on_torch and _torch_cuda()
             self._timer = StepTimer(CudaEventClock() if cuda else HostClock())
@@ -101,14 +101,14 @@ def _callback_class():
             place = getattr(self._run, "place", None)
             self._traced_ranks = None
             if place is not None:
-                from workloads.runners.tf_distribute import traces_rank
+                from gapscope.workloads.runners.tf_distribute import traces_rank
                 self._traced_ranks = [r for r in range(place.world_size)
                                       if self._window is not None and traces_rank(r)]
                 if not traces_rank(place.rank):
                     self._window = None  # timers only: TF's profiler crashes non-chief workers
             self._profiler = None
             if self._on_torch and self._window is not None:
-                from profilers.torch_session import torch_profiler
+                from gapscope.profilers.torch_session import torch_profiler
                 self._profiler = torch_profiler(self.run_dir, self._window, cuda)
                 self._profiler.start()
             self._steps = step_callback(
@@ -215,9 +215,9 @@ def _user_run(model, name: str, framework: str, out, settings: dict, warmup: int
     """A plain run, or under a multi-worker strategy this worker's rank of the job: the ranks
     agree on the job directory's name over the strategy itself (rank 0's, by a TF collective)."""
     if framework == "keras":
-        from profilers.tf_marks import multi_worker
-        from workloads.runners.tf_cluster import cluster_place
-        from workloads.runners.tf_distribute import BACKEND, tf_share
+        from gapscope.profilers.tf_marks import multi_worker
+        from gapscope.workloads.runners.tf_cluster import cluster_place
+        from gapscope.workloads.runners.tf_distribute import BACKEND, tf_share
         place = cluster_place() if multi_worker(model.distribute_strategy) else None
         if place is not None:
             from gapscope.user_run import RankPlace

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profilers.step_sessions import TfStepSession, TorchStepSession
+from gapscope.profilers.step_sessions import TfStepSession, TorchStepSession
 from contextlib import ExitStack
 
 from gapscope.model_layers import own_layers

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
+from gapscope.profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
 from profilers.machine_load import load_between, load_snapshot
 from profilers.run_dir import INTERRUPTED_STATUS, MANIFEST, USER_VARIANT, create_run_dir, ensure_out_dir

@@ -6,11 +6,11 @@ from __future__ import annotations
 import types
 from pathlib import Path
 
-from profilers.marks import PhaseMarks
-from profilers.tf_marks import multi_worker, tf_phase_scope
-from profilers.timers import StepTimer
-from profilers.trace_window import TraceWindow
-from profilers.written_traces import stop_tf_profiler
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.tf_marks import multi_worker, tf_phase_scope
+from gapscope.profilers.timers import StepTimer
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.profilers.written_traces import stop_tf_profiler
 
 LOSS_LOG = "loss"
 

@@ -6,8 +6,8 @@ import importlib
 
 import nvtx
 
-from profilers.phases import check_phase, torch_range_name
-from profilers.timers import StepTimer
+from gapscope.profilers.phases import check_phase, torch_range_name
+from gapscope.profilers.timers import StepTimer
 
 NVTX_DOMAIN = "gapscope"
 

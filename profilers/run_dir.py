@@ -13,9 +13,9 @@ from collections.abc import Container
 from datetime import datetime, timezone
 from pathlib import Path
 
-from profilers import state_json, strict_json
-from profilers.errors import GapscopeInputError
-from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
+from gapscope.profilers import state_json, strict_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
 MANIFEST = "manifest.json"
 STEPS_CSV = "steps.csv"

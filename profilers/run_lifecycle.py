@@ -11,10 +11,10 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 
-from profilers import environment
-from profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
-from profilers.run_dir import Manifest, create_run_dir, mark_failed, write_steps_csv
-from profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
+from gapscope.profilers import environment
+from gapscope.profilers.errors import EXIT_BAD_INPUT, EXIT_RUN_FAILED, GapscopeInputError
+from gapscope.profilers.run_dir import Manifest, create_run_dir, mark_failed, write_steps_csv
+from gapscope.profilers.written_traces import TF_PROFILER_ABORT, died_stopping_tf_profiler
 
 INTERRUPTED = "interrupted"
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

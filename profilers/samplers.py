@@ -9,7 +9,7 @@ from pathlib import Path
 
 import psutil
 
-from profilers.nvml import nvml
+from gapscope.profilers.nvml import nvml
 
 RESOURCES_CSV = "resources.csv"
 COLUMNS = ("t_s", "cpu_percent", "gpu_util_percent", "gpu_mem_mib", "gpu_power_w")

@@ -7,7 +7,7 @@ import os
 import stat
 from pathlib import Path
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 # A manifest is a few kB and a matrix state of a thousand rows under a MB: far above both.
 MAX_BYTES = 64 << 20

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profilers.phases import tf_eager_event_name
-from profilers.torch_session import torch_profiler
-from profilers.trace_window import TraceWindow
-from profilers.written_traces import stop_tf_profiler
+from gapscope.profilers.phases import tf_eager_event_name
+from gapscope.profilers.torch_session import torch_profiler
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.profilers.written_traces import stop_tf_profiler
 
 
 class TorchStepSession:

@@ -2,7 +2,7 @@
 names (and HLO metadata), where Python-side timers and NVTX ranges would only run at trace time."""
 from __future__ import annotations
 
-from profilers.phases import check_phase, tf_eager_event_name, tf_scope_name
+from gapscope.profilers.phases import check_phase, tf_eager_event_name, tf_scope_name
 
 
 def tf_phase_scope(phase: str):

@@ -5,7 +5,7 @@ import os
 import resource
 import time
 
-from profilers.phases import MARKED_PHASES
+from gapscope.profilers.phases import MARKED_PHASES
 
 
 class HostClock:

@@ -5,8 +5,8 @@ import os
 import socket
 from pathlib import Path
 
-from profilers.trace_window import TraceWindow
-from profilers.written_traces import checked_writes, whole_json
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.profilers.written_traces import checked_writes, whole_json
 
 
 PROFILE_MEMORY_ENV = "GAPSCOPE_PROFILE_MEMORY"

@@ -24,8 +24,8 @@ def runs_dir(tmp_path_factory) -> Path:
 
 
 def _launch(framework: str, out_dir: Path, **overrides):
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     outcome = launch(RunSettings("mlp", framework, **{**SMALL_RUN, **overrides}), out_dir)
     assert outcome.status == "complete", (outcome.error, (outcome.run_dir / "run.log").read_text())
     return outcome.run_dir
@@ -44,7 +44,7 @@ def keras_run(runs_dir) -> Path:
 def tf_profile(run_dir: Path) -> Path:
     """The TF profiler's own XSpace of a Keras/TF run: not gapscope's `gapscope` session beside
     it, which holds the same profile with the phase lines added for XProf."""
-    from analysis.readers.run_dir import find_files
+    from gapscope.analysis.readers.run_dir import find_files
     (path,) = find_files(run_dir).xplanes  # the reader's own finder leaves gapscope's session out
     return path
 
@@ -54,7 +54,7 @@ def compare_exit_code(*run_dirs: Path) -> int:
     work (the suite under load), else 0. The load is the machine's, not the feature's."""
     import json
 
-    from analysis.measures.reliability import busy_machine
+    from gapscope.analysis.measures.reliability import busy_machine
     busy = any(busy_machine(json.loads((Path(d) / "manifest.json").read_text())) for d in run_dirs)
     return 3 if busy else 0
 
@@ -64,7 +64,7 @@ def ab_folder(tmp_path_factory) -> Path:
     """A small finished A/B measurement: linreg in torch against its preloaded data, 2 repeats."""
     from click.testing import CliRunner
 
-    from cli import cli
+    from gapscope.cli import cli
     out = tmp_path_factory.mktemp("ab")
     result = CliRunner().invoke(cli, ["compare", "--measure", "linreg:torch", "linreg:torch:preload",
                                       "--repeats", "2", "--steps", "10", "--warmup", "2",

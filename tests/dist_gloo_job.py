@@ -8,7 +8,7 @@ import torch.distributed as dist
 from torch import nn
 from torch.profiler import ProfilerActivity, profile, record_function, schedule
 
-from profilers.phases import torch_range_name
+from gapscope.profilers.phases import torch_range_name
 
 WIDTHS = (256, 512, 512, 10)  # Linear(256, 512), ReLU, Linear(512, 512), ReLU, Linear(512, 10)
 

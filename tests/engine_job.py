@@ -22,7 +22,7 @@ def make_job(folder: Path, world: int = WORLD) -> Path:
 
 def job_json(job) -> str:
     """The job's JSON as `breakdown --format json` writes it, less the engine that made it."""
-    from analysis.renderers import registry
+    from gapscope.analysis.renderers import registry
     job.engine = None
     return registry.JOB_BREAKDOWN["json"].render([job])
 
@@ -66,7 +66,7 @@ def ctrl_c_while_a_rank_hangs(job: Path, marker: Path, *engine_args: str) -> tup
 
     import psutil
 
-    from analysis.results.engines.faults import FAULT_ENV
+    from gapscope.analysis.results.engines.faults import FAULT_ENV
     env = {**os.environ, FAULT_ENV: f"1=hang:{marker}", "GAPSCOPE_JOB_WORKERS": "2"}
     command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
                                 str(job), *engine_args], env=env, cwd=Path(__file__).parent.parent,

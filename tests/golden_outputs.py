@@ -40,7 +40,7 @@ def outputs(root: Path, names: list[str]) -> dict[str, str]:
     """Every output by a file name that says what made it; `root` written as <root>."""
     from click.testing import CliRunner
 
-    from cli import cli
+    from gapscope.cli import cli
     found, runner = {}, CliRunner()
 
     def invoke(key: str, args: list[str]) -> None:
@@ -84,7 +84,7 @@ def _plugin_routes(root: Path, runs: list[str]) -> dict[str, str]:
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    from analysis.tensorboard.plugin.plugin import GapscopePlugin
+    from gapscope.analysis.tensorboard.plugin.plugin import GapscopePlugin
     apps = GapscopePlugin(base_plugin.TBContext(logdir=str(root))).get_plugin_apps()
 
     def get(route: str, **query) -> str:

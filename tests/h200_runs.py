@@ -6,7 +6,7 @@ import json
 import shutil
 from pathlib import Path
 
-from workloads.registry import get_workload
+from gapscope.workloads.registry import get_workload
 
 H200 = Path(__file__).resolve().parent / "fixtures" / "h200"
 SPECS = [layer.to_dict() for layer in get_workload("mlp").layers()]  # dense1 (ReLU), logits, loss

@@ -5,9 +5,9 @@ import shutil
 
 from click.testing import CliRunner
 
-from cli import cli
-from profilers import environment
-from profilers.run_dir import utc_now
+from gapscope.cli import cli
+from gapscope.profilers import environment
+from gapscope.profilers.run_dir import utc_now
 
 
 def _stopped_copy(ab_folder, tmp_path):

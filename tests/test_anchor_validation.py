@@ -7,14 +7,14 @@ import statistics
 
 import pytest
 
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.results.explain import explain_run
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.readers.hlo_proto import read_hlo_protos
-from analysis.readers.hlo_text import read_hlo_dump_dir
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.readers.xplane import read_xplane
-from analysis.events.trace import Trace
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.results.explain import explain_run
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.readers.hlo_proto import read_hlo_protos
+from gapscope.analysis.readers.hlo_text import read_hlo_dump_dir
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.readers.xplane import read_xplane
+from gapscope.analysis.events.trace import Trace
 from conftest import SMALL_RUN, _launch, compare_exit_code, tf_profile
 
 DATALOADER = "enumerate(DataLoader)#"
@@ -128,7 +128,7 @@ def test_real_xla_run_maps_every_hlo_op(keras_jit_run):
 
 def test_compare_real_torch_and_keras_runs(torch_run, keras_jit_run):
     from click.testing import CliRunner
-    from cli import cli
+    from gapscope.cli import cli
     result = CliRunner().invoke(cli, ["compare", str(torch_run), str(keras_jit_run), "--format", "json"])
     assert result.exit_code == compare_exit_code(torch_run, keras_jit_run), result.output
     (pair,) = json.loads(result.stdout)["comparisons"]

@@ -19,6 +19,8 @@ LAYERS = ("profilers", "analysis.events", "analysis.readers", "analysis.model", 
           "analysis.results", "analysis.renderers", "analysis.tensorboard", "analysis", "workloads",
           "gapscope", "cli")
 MAX_MODULES = 20
+# Installed as gapscope.analysis, ... (linked into gapscope/ in the repository): always imported so.
+LINKED = ("analysis", "profilers", "workloads", "cli")
 
 
 def modules(root: Path) -> dict[str, Path]:
@@ -27,6 +29,8 @@ def modules(root: Path) -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
         for path in sorted((root / package).rglob("*.py")):
+            if path.is_symlink():  # gapscope/cli.py: the top-level cli.py under its package name
+                continue
             parts = list(path.relative_to(root).with_suffix("").parts)
             if parts[-1] == "__init__":
                 if _docstring_only(path):
@@ -57,13 +61,34 @@ def imports(root: Path) -> dict[str, set[str]]:
                 candidates = [f"{node.module}.{alias.name}" for alias in node.names]
             else:
                 continue
-            for candidate in candidates:
+            for candidate in map(_unlinked, candidates):
                 while candidate and candidate not in found:
                     candidate = candidate.rpartition(".")[0]
                 if candidate and candidate != name:
                     targets.add(candidate)
         graph[name] = targets
     return graph
+
+
+def _unlinked(name: str) -> str:
+    """gapscope.analysis.x -> analysis.x: a linked package's modules go by their folder's name."""
+    head, _, rest = name.partition(".")
+    return rest if head == "gapscope" and rest.split(".")[0] in LINKED else name
+
+
+def top_level_imports(root: Path) -> list[str]:
+    """Imports of a linked package by its bare name (`from analysis...`): in an installed gapscope
+    that name is the user's own package, or nothing."""
+    found = []
+    for path in sorted(p for p in root.rglob("*.py") if ".venv" not in p.parts
+                       and not p.is_symlink() and "fixtures" not in p.parts):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0
+                     and node.module else [])
+            found += [f"{path.relative_to(root)}:{node.lineno} {n}" for n in names
+                      if n.split(".")[0] in LINKED]
+    return found
 
 
 def layer(module: str) -> int:
@@ -133,7 +158,8 @@ def upward(graph: dict[str, set[str]]) -> list[str]:
 def crowded(root: Path) -> dict[str, int]:
     """Folder levels of the package code holding more than MAX_MODULES modules."""
     counts = Counter(str(path.parent.relative_to(root)) for package in PACKAGES
-                     for path in (root / package).rglob("*.py") if path.name != "__init__.py")
+                     for path in (root / package).rglob("*.py")
+                     if path.name != "__init__.py" and not path.is_symlink())
     return {folder: n for folder, n in counts.items() if n > MAX_MODULES}
 
 
@@ -149,6 +175,10 @@ def test_the_tabs_javascript_has_no_import_circle():
 
 def test_no_module_imports_from_a_layer_above_its_own():
     assert upward(imports(ROOT)) == []
+
+
+def test_gapscopes_own_packages_are_imported_by_the_gapscope_name_only():
+    assert top_level_imports(ROOT) == []
 
 
 def test_no_folder_level_holds_more_than_20_modules():
@@ -177,8 +207,8 @@ def tree(tmp_path):
 
 
 def test_a_circle_is_found_lazy_imports_included(tree):
-    root = tree({"analysis/model/a.py": "from analysis.model.b import x\n",
-                 "analysis/model/b.py": "def f():\n    from analysis.model import a\n"})
+    root = tree({"analysis/model/a.py": "from gapscope.analysis.model.b import x\n",
+                 "analysis/model/b.py": "def f():\n    from gapscope.analysis.model import a\n"})
     assert circles(imports(root)) == [["analysis.model.a", "analysis.model.b"]]
 
 
@@ -194,8 +224,9 @@ def test_a_javascript_circle_is_found(tree):
 
 
 def test_an_upward_import_is_found_and_a_downward_one_is_not(tree):
-    root = tree({"profilers/low.py": "def f():\n    from analysis.results.high import g\n",
-                 "analysis/results/high.py": "from profilers import low\nfrom analysis.events import e\n",
+    root = tree({"profilers/low.py": "def f():\n    from gapscope.analysis.results.high import g\n",
+                 "analysis/results/high.py": "from gapscope.profilers import low\n"
+                                             "from gapscope.analysis.events import e\n",
                  "analysis/events/e.py": "",
                  "analysis/__init__.py": '"""Only a docstring: no module of its own."""\n'})
     assert upward(imports(root)) == ["profilers.low -> analysis.results.high"]
@@ -206,3 +237,9 @@ def test_a_folder_of_21_modules_is_crowded_and_one_of_20_is_not(tree):
                  **{f"analysis/readers/r{i}.py": "" for i in range(20)},
                  "analysis/readers/__init__.py": '"""Not counted."""\n'})
     assert crowded(root) == {"workloads": 21}
+
+
+def test_a_bare_import_of_a_linked_package_is_found(tree):
+    root = tree({"gapscope/a.py": "import analysis.model\nfrom gapscope.profilers import x\n",
+                 "tests/t.py": "def f():\n    from cli import main\n"})
+    assert top_level_imports(root) == ["gapscope/a.py:1 analysis.model", "tests/t.py:2 cli"]

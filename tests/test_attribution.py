@@ -12,12 +12,12 @@ The fixture, in µs (host 1000-1200, one device stream):
 """
 import pytest
 
-from analysis.results.attribution import attribute
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.measures.kernels import DEVICE_KERNELS, find_work, kernel_stats
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.events.timeline import phase_timeline
-from analysis.measures.transfers import transfer_stats
+from gapscope.analysis.results.attribution import attribute
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, find_work, kernel_stats
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.events.timeline import phase_timeline
+from gapscope.analysis.measures.transfers import transfer_stats
 
 FIXTURE = "async_gpu_two_steps.pt.trace.json"
 

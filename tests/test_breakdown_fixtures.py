@@ -3,13 +3,13 @@ import json
 
 import pytest
 
-from analysis.results.breakdown import breakdown_from_timers, breakdown_from_trace
+from gapscope.analysis.results.breakdown import breakdown_from_timers, breakdown_from_trace
 
-from analysis.results.distributed_breakdown import breakdown_of
-from analysis.events.timeline import PRIORITY
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.events.trace import HOST_OP, STEP, Event, Trace
-from profilers.phases import PHASES
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.events.timeline import PRIORITY
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.events.trace import HOST_OP, STEP, Event, Trace
+from gapscope.profilers.phases import PHASES
 
 
 def test_marked_torch_trace_two_steps(fixtures_dir):
@@ -92,8 +92,8 @@ def test_json_contract_keys_and_sum(fixtures_dir):
 
 
 def test_the_step_after_the_trace_window_is_not_an_unprofiled_step():
-    from analysis.results.breakdown import recorded_rows
-    from profilers.run_dir import mark_rows
+    from gapscope.analysis.results.breakdown import recorded_rows
+    from gapscope.profilers.run_dir import mark_rows
     rows = mark_rows([{"step": i} for i in range(8)], 1, range(2, 5))
     assert [r["step"] for r in rows if r["traced"]] == [2, 3, 4, 5]
     # Only the window's steps are the ones the trace holds.
@@ -107,8 +107,8 @@ def test_the_step_after_the_trace_window_is_not_an_unprofiled_step():
 
 def test_steps_that_hold_none_of_the_work_are_said(fixtures_dir, tmp_path):
     """Hardening: ProfilerStep spans of 1 ns gave 'step 0.000 ms', exit 0 and no note."""
-    from analysis.events.timeline import phase_timeline
-    from analysis.results.breakdown import outside_steps
+    from gapscope.analysis.events.timeline import phase_timeline
+    from gapscope.analysis.results.breakdown import outside_steps
     trace = Trace("torch", "hand-made", [
         Event("ProfilerStep#1", STEP, 0, 0.001, "host/1/1", step_num=1),
         Event("ProfilerStep#2", STEP, 100, 0.001, "host/1/1", step_num=2),
@@ -130,6 +130,6 @@ def test_steps_that_hold_none_of_the_work_are_said(fixtures_dir, tmp_path):
     (tmp_path / "ns.pt.trace.json").write_text(json.dumps(doc))
     from click.testing import CliRunner
 
-    from cli import cli
+    from gapscope.cli import cli
     out = CliRunner().invoke(cli, ["breakdown", str(tmp_path / "ns.pt.trace.json"), "--format", "json"])
     assert any("lies outside every step" in n for n in json.loads(out.stdout)["notes"])

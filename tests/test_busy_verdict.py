@@ -7,7 +7,7 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 
 LOAD = {"others_cpu_pct": 96.0, "steal_pct": 0.0, "cores": 2}
 
@@ -75,7 +75,7 @@ def test_two_quiet_runs_keep_their_verdict_and_exit_0(quiet_and_busy, keras_run,
 
 
 def test_the_profilers_cost_is_no_figure_where_the_machine_made_it(quiet_and_busy):
-    from analysis.results.breakdown import _overhead_unmeasured
+    from gapscope.analysis.results.breakdown import _overhead_unmeasured
     quiet = {"machine_load": {"others_cpu_pct": 1.0}}
     assert _overhead_unmeasured(27.0, quiet) is None
     assert _overhead_unmeasured(-4.0, quiet) is None            # within the steps' own spread

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 import keras_user_models
 import user_loops
-from analysis.results.distributed_breakdown import breakdown_of
-from analysis.readers.run_dir import EXPORTED_XSPACE_DIR
-from cli import cli
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.readers.run_dir import EXPORTED_XSPACE_DIR
+from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 MARKED = ("data_load", "forward", "backward", "optimizer")

@@ -4,9 +4,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.regression import Baseline, Verdict, check, read_baseline
-from cli import cli
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.regression import Baseline, Verdict, check, read_baseline
+from gapscope.cli import cli
+from gapscope.profilers.errors import GapscopeInputError
 
 _RUN = ["--steps", "16", "--warmup", "3", "--repeats", "3", "--quiet"]
 
@@ -98,7 +98,7 @@ def _verdict_or_busy(result, doc: dict, verdict: str, exit_code: int) -> bool:
 
 
 def _measured_busy(folder) -> bool:
-    from analysis.measures.reliability import busy_machine
+    from gapscope.analysis.measures.reliability import busy_machine
     return any(busy_machine(json.loads(m.read_text())) for m in folder.glob("*/manifest.json"))
 
 

@@ -8,8 +8,8 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from analysis.renderers import registry
-from cli import cli
+from gapscope.analysis.renderers import registry
+from gapscope.cli import cli
 
 
 @pytest.fixture
@@ -167,7 +167,7 @@ def test_list_json_says_its_progress_on_stderr_and_nothing_from_tensorflow():
     own: the frameworks' start-up chatter is only said once per process."""
     import subprocess
     import sys
-    done = subprocess.run([sys.executable, "-m", "cli", "list", "--format", "json"],
+    done = subprocess.run([sys.executable, "-m", "gapscope.cli", "list", "--format", "json"],
                           capture_output=True, text=True, timeout=600,
                           cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     assert done.returncode == 0, done.stderr

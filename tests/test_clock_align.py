@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures.clock_align import clock_alignment, clock_offsets
-from analysis.measures.collectives import Collective, find_collectives
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.events.timeline import phase_timeline
+from gapscope.analysis.measures.clock_align import clock_alignment, clock_offsets
+from gapscope.analysis.measures.collectives import Collective, find_collectives
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.events.timeline import phase_timeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "distributed"
 

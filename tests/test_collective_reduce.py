@@ -9,9 +9,9 @@ import itertools
 
 import pytest
 
-from analysis.measures.clock_align import clock_offsets
-from analysis.measures.collectives import Collective
-from analysis.results.engines.collective_reduce import CollectiveReduction, digest
+from gapscope.analysis.measures.clock_align import clock_offsets
+from gapscope.analysis.measures.collectives import Collective
+from gapscope.analysis.results.engines.collective_reduce import CollectiveReduction, digest
 
 HOSTS = {0: "a", 1: "a", 2: "b", 3: "b"}
 ARRIVES = {0: 10.0, 1: 20.0, 2: 30.0, 3: 25.0}

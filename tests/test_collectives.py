@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures.collectives import Collective, communication, find_collectives
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.events.timeline import phase_timeline
+from gapscope.analysis.measures.collectives import Collective, communication, find_collectives
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.events.timeline import phase_timeline
 
 FIXTURES = Path(__file__).parent / "fixtures" / "distributed"
 ROOT = Path(__file__).resolve().parent.parent
@@ -200,7 +200,7 @@ def test_tf_multi_worker_collectives_from_a_real_xplane():
     # scope, 4 traced steps). TF packs the gradients into one tensor (ConcatV2), runs one
     # CollectiveReduceV2 on a collective_ops thread, and splits the result: the optimizer
     # waits on it, so none of it overlaps compute.
-    from analysis.readers.xplane import read_xplane
+    from gapscope.analysis.readers.xplane import read_xplane
     trace = read_xplane(FIXTURES / "tf_mwms_worker0_four_steps.xplane.pb")
     timeline = phase_timeline(trace)
     found = find_collectives(trace, timeline)
@@ -221,7 +221,7 @@ def test_tf_multi_worker_collectives_from_a_real_xplane():
 def test_comm_args_survive_any_chunking_of_the_trace(monkeypatch, chunk):
     # The reader decodes a chunk of events at a time, with the shapes only where the chunk
     # holds a gloo range: cut anywhere, the same collectives keep the same bytes.
-    from analysis.readers import torch_trace
+    from gapscope.analysis.readers import torch_trace
     whole = find_collectives(*_read(GLOO[1]))
     nccl = find_collectives(*_read(NCCL_RANK0))
     monkeypatch.setattr(torch_trace, "_CHUNK", chunk)
@@ -253,5 +253,5 @@ def test_comm_args_survive_any_chunking_of_the_trace(monkeypatch, chunk):
     ("CollectiveOpV2Kernel::Run", None), ("aten::mm", None),
 ])
 def test_collective_names_normalise_to_one_kind(name, expected):
-    from analysis.measures.collectives import _classify
+    from gapscope.analysis.measures.collectives import _classify
     assert _classify(name) == expected

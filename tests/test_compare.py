@@ -8,12 +8,12 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.compare import compare
-from analysis.results.explain import explain_run
-from analysis.renderers import compare_markdown, compare_table, evidence_text
-from cli import cli
-from profilers.errors import GapscopeInputError
-from profilers.phases import PHASES
+from gapscope.analysis.results.compare import compare
+from gapscope.analysis.results.explain import explain_run
+from gapscope.analysis.renderers import compare_markdown, compare_table, evidence_text
+from gapscope.cli import cli
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import PHASES
 
 
 def _run_dir(root, name, trace, fixtures_dir, workload="mlp", device="Hand-made CPU", framework="torch"):
@@ -134,8 +134,8 @@ def test_resources_csv_is_summarised(runs):
 
 def test_a_lopsided_interval_is_printed_as_low_high_not_plus_minus():
     """Issue 23 item 2: '+1.452 ±7.964' called slower; the interval is [1.273, 9.416]."""
-    from analysis.renderers.columns import plus_minus
-    from analysis.renderers.compare_columns import delta
+    from gapscope.analysis.renderers.columns import plus_minus
+    from gapscope.analysis.renderers.compare_columns import delta
     assert delta(1.452, (1.273, 9.416)) == "+1.452 [+1.273, +9.416]"
     assert delta(-0.2, (-1.5, 0.1)) == "-0.200 [-1.500, +0.100] ~"
     assert delta(1.0, (0.9, 1.1)) == "+1.000 ±0.100"

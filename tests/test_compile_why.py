@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from analysis.results.compile_why import compile_why, failed_guard, stage_split
+from gapscope.analysis.results.compile_why import compile_why, failed_guard, stage_split
 
 # Fast real compiles: the aot_eager backend runs Dynamo and AOT autograd without Inductor's
 # C++ compile (seconds, not the ~30 s of a first Inductor step here).
@@ -45,8 +45,8 @@ def planted(tmp_path_factory):
     import torch
     import torch._dynamo
 
-    from analysis.readers.compile_records import read_compile_records
-    from workloads.runners.dynamo_records import DynamoRecorder
+    from gapscope.analysis.readers.compile_records import read_compile_records
+    from gapscope.workloads.runners.dynamo_records import DynamoRecorder
     run_dir = tmp_path_factory.mktemp("planted")
     torch._dynamo.reset()
     model = torch.compile(_planted_model(), backend="aot_eager")
@@ -132,13 +132,13 @@ def test_failed_guard_drops_the_compile_id_and_the_source_comment():
 
 
 def _hand_breakdown(step_ms: float, compile_ms: float, variant: str):
-    from analysis.results.records import Breakdown, PhaseSource
+    from gapscope.analysis.results.records import Breakdown, PhaseSource
     return Breakdown(source=PhaseSource.TIMERS, steps=[], step_times_ms=[step_ms] * 4, phases={},
                      compile_ms=compile_ms, variant=variant, label=variant)
 
 
 def test_amortisation_point_by_hand():
-    from analysis.results.amortisation import amortisation, amortisation_line
+    from gapscope.analysis.results.amortisation import amortisation, amortisation_line
     eager, compiled = _hand_breakdown(10.0, 100.0, "default"), _hand_breakdown(6.0, 9100.0, "compile")
     pays = amortisation(eager, compiled)
     # (9100 − 100) ms extra once ÷ (10 − 6) ms gained a step = 2250 steps.
@@ -155,8 +155,8 @@ def test_amortisation_point_by_hand():
 @pytest.fixture(scope="module")
 def dynamic_runs(tmp_path_factory):
     """The `dynamic` workload traced, compiled (Inductor) and eager: one real pair."""
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     out = tmp_path_factory.mktemp("dynamic")
     runs = {}
     for name, variant in (("compiled", "compile"), ("eager", "default")):
@@ -170,8 +170,8 @@ def dynamic_runs(tmp_path_factory):
 def test_dynamic_under_compile_names_its_data_dependent_branch(dynamic_runs):
     from click.testing import CliRunner
 
-    from cli import cli
-    from workloads.models import dynamic
+    from gapscope.cli import cli
+    from gapscope.workloads.models import dynamic
     result = CliRunner().invoke(cli, ["breakdown", str(dynamic_runs["compiled"]), "--format", "json"])
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
@@ -198,8 +198,8 @@ def test_dynamic_under_compile_names_its_data_dependent_branch(dynamic_runs):
 def test_compare_eager_against_compiled_gives_the_amortisation_point_of_the_two_runs(dynamic_runs):
     from click.testing import CliRunner
 
-    from cli import cli
-    from profilers.errors import EXIT_INCONCLUSIVE
+    from gapscope.cli import cli
+    from gapscope.profilers.errors import EXIT_INCONCLUSIVE
     runner = CliRunner()
     figures = {}
     for name, path in dynamic_runs.items():
@@ -233,8 +233,8 @@ def test_a_tf_function_called_with_a_new_python_scalar_retraces_with_its_reason(
     """A real tf.function: the framework's own tracing count and the recorded traces agree."""
     import tensorflow as tf
 
-    from analysis.readers.compile_records import read_compile_records
-    from workloads.runners.tf_traces import TraceLog
+    from gapscope.analysis.readers.compile_records import read_compile_records
+    from gapscope.workloads.runners.tf_traces import TraceLog
     log = TraceLog()
 
     def scale(x, factor):
@@ -259,8 +259,8 @@ def test_a_tf_function_called_with_a_new_python_scalar_retraces_with_its_reason(
 def test_the_gpu_days_compile_check_passes_on_the_real_compiled_run_and_fails_without_records(dynamic_runs):
     from benchmarks import gpu_checks as C
     from benchmarks.gpu_check_plan import Planned, evaluate
-    from analysis.model.run import load_run
-    from analysis.results.breakdown import breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.breakdown import breakdown
     doc = breakdown(load_run(dynamic_runs["compiled"])).to_json_dict()
     check = C.compile_recorded(doc)
     assert check.status == C.PASS, check.detail
@@ -297,7 +297,7 @@ def test_the_amortisation_point_carries_the_gaps_interval_or_says_it_is_not_know
 
 
 def test_where_compiling_never_pays_the_line_names_the_dynamo_guard_time():
-    from analysis.results.amortisation import amortisation, amortisation_line
+    from gapscope.analysis.results.amortisation import amortisation, amortisation_line
     eager, compiled = _hand_breakdown(10.0, 100.0, "default"), _hand_breakdown(11.0, 9100.0, "compile")
     pays = amortisation(compiled, eager, guard_ms=(0.4, 0.0))
     assert pays["guard_ms_per_step"] == 0.4 and pays["gain_ms_per_step"] == -1.0
@@ -306,8 +306,8 @@ def test_where_compiling_never_pays_the_line_names_the_dynamo_guard_time():
 
 def test_a_keras_run_keeps_each_trace_of_its_train_step_with_the_input_signature(keras_run):
     """The session's Keras run (shared with other tests): fit traced the marked train_step."""
-    from analysis.readers.compile_records import read_compile_records
-    from workloads.registry import get_workload
+    from gapscope.analysis.readers.compile_records import read_compile_records
+    from gapscope.workloads.registry import get_workload
     records = read_compile_records(keras_run)
     first = records["tf_traces"][0]
     assert first["function"] == "train_step" and first["step"] == 0
@@ -319,8 +319,8 @@ def test_a_keras_run_keeps_each_trace_of_its_train_step_with_the_input_signature
 
 
 def test_a_compile_suggestion_already_measured_names_where_that_run_breaks_its_graph():
-    from analysis.renderers.evidence_text import suggestion
-    from analysis.results.suggestions import Rule, Suggestion
+    from gapscope.analysis.renderers.evidence_text import suggestion
+    from gapscope.analysis.results.suggestions import Rule, Suggestion
     s = Suggestion(Rule.DISPATCH, "dynamic torch", "dynamic:torch", "dynamic:torch:compile",
                    {"other_ms": 2.0, "other_share": 0.5},
                    already={"run": "dynamic torch compile", "ratio": 2.5,
@@ -335,9 +335,9 @@ def test_the_compile_view_lists_each_break_and_recompile_with_its_place_and_the_
     """The compile panel (the tab's and the report's figures) and the report's section from it:
     the planted breaks with reason and line, the recompile with its guard, and a hand-made
     pair's amortisation point."""
-    from analysis.renderers.panels.report_sections import compile_markdown
-    from analysis.results.amortisation import amortisation
-    from analysis.results.panels.compile_panel import compile_panel, pair_compile_panel
+    from gapscope.analysis.renderers.panels.report_sections import compile_markdown
+    from gapscope.analysis.results.amortisation import amortisation
+    from gapscope.analysis.results.panels.compile_panel import compile_panel, pair_compile_panel
     panel = compile_panel(compile_why(planted, None, warmup_steps=3))
     places = {b["place"] for b in panel["graph_breaks"]}
     assert places == {f"test_compile_why.py:{_line_of(text)}"
@@ -361,12 +361,12 @@ def test_compare_leads_with_the_graph_break_where_the_compiled_run_is_slower(dyn
     replicates are set to the eager run's x 1.5 (by hand, so that "slower" does not hang on
     the machine's load) and the busy marks dropped. The verdict line and the suggestions lead with its one graph break, its reason and
     line; the JSON holds the counts; with compiled faster, nothing of it is said."""
-    from analysis.model.run import load_run
-    from analysis.renderers import compare_json
-    from analysis.renderers.compare_columns import lead_lines, verdict_lines
-    from analysis.results.compare import compare
-    from analysis.results.explain import explain
-    from workloads.models import dynamic
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.renderers import compare_json
+    from gapscope.analysis.renderers.compare_columns import lead_lines, verdict_lines
+    from gapscope.analysis.results.compare import compare
+    from gapscope.analysis.results.explain import explain
+    from gapscope.workloads.models import dynamic
     lines, first = inspect.getsourcelines(dynamic.build_torch)
     branch = first + next(i for i, line in enumerate(lines) if "if torch.mean(x) > THRESHOLD" in line)
 

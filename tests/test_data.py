@@ -8,10 +8,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from profilers.errors import GapscopeInputError
-from workloads import data
-from workloads.data import load_dataset
-from workloads.registry import WORKLOADS
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.workloads import data
+from gapscope.workloads.data import load_dataset
+from gapscope.workloads.registry import WORKLOADS
 
 SMALL = 512
 CNN = WORKLOADS["cnn"]

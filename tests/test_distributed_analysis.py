@@ -17,13 +17,13 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from analysis.results.distributed_breakdown import WaitSource, job_breakdown  # noqa: E402
-from analysis.model.job import is_job, load_job  # noqa: E402
-from analysis.model.locate import rank_from_name  # noqa: E402
-from analysis.results.rank_summary import summarize_ranks  # noqa: E402
-from analysis.model.run import expand_runs  # noqa: E402
-from profilers.errors import GapscopeInputError  # noqa: E402
-from profilers.phases import PHASES  # noqa: E402
+from gapscope.analysis.results.distributed_breakdown import WaitSource, job_breakdown  # noqa: E402
+from gapscope.analysis.model.job import is_job, load_job  # noqa: E402
+from gapscope.analysis.model.locate import rank_from_name  # noqa: E402
+from gapscope.analysis.results.rank_summary import summarize_ranks  # noqa: E402
+from gapscope.analysis.model.run import expand_runs  # noqa: E402
+from gapscope.profilers.errors import GapscopeInputError  # noqa: E402
+from gapscope.profilers.phases import PHASES  # noqa: E402
 
 import dist_job_loop  # noqa: E402
 
@@ -88,7 +88,7 @@ def _data_load_gap_ms(job: Path) -> float:
 
 
 def test_cli_breakdown_of_a_job(jobs):
-    from cli import cli
+    from gapscope.cli import cli
     res = CliRunner().invoke(cli, ["breakdown", str(jobs["slow"])])
     assert res.exit_code == 0, res.output
     assert "rank0" in res.output and "rank1" in res.output
@@ -108,7 +108,7 @@ def test_cli_breakdown_of_a_job(jobs):
 def test_failed_rank_refused_with_its_number(jobs):
     with pytest.raises(GapscopeInputError, match=r"job .* failed: rank 1: .*broke on purpose"):
         load_job(jobs["failed"])
-    from cli import cli
+    from gapscope.cli import cli
     res = CliRunner().invoke(cli, ["breakdown", str(jobs["failed"])])
     assert res.exit_code == 2 and "rank 1" in res.output and "Traceback" not in res.output
 
@@ -210,11 +210,11 @@ def single(tmp_path_factory):
 
 
 def test_compare_one_process_against_the_job(jobs, single):
-    from analysis.results.breakdown import breakdown
-    from analysis.model.job import batch_size
-    from analysis.model.run import load_run
-    from analysis.results.scaling import PARTS, job_side, run_side, scaling
-    from cli import cli
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.model.job import batch_size
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.scaling import PARTS, job_side, run_side, scaling
+    from gapscope.cli import cli
     run = load_run(single)
     base = breakdown(run)
     job = load_job(jobs["slow"])
@@ -303,7 +303,7 @@ def test_gapscope_run_nproc_breakdown_and_compare(tmp_path):
 
 
 def test_report_lists_the_job_with_its_ranks_and_scaling(jobs, single, tmp_path):
-    from analysis.report import write_report
+    from gapscope.analysis.report import write_report
     files = write_report([single, jobs["slow"]], tmp_path / "r" / "report.md")
     text = files.markdown.read_text()
     assert "## Distributed jobs" in text
@@ -313,7 +313,7 @@ def test_report_lists_the_job_with_its_ranks_and_scaling(jobs, single, tmp_path)
 
 
 def test_tensorboard_plugin_lists_the_job_ranks(jobs, tmp_path):
-    from analysis.tensorboard.plugin.views import Views
+    from gapscope.analysis.tensorboard.plugin.views import Views
     logdir = tmp_path / "logdir"
     logdir.mkdir()
     for kind in ("slow", "failed"):
@@ -354,7 +354,7 @@ def test_clock_offsets_across_hosts(jobs, tmp_path):
 
 def test_tensorboard_page_shows_the_job(jobs, tmp_path):
     """The gapscope tab draws the job: a row per rank, the straggler marked, the CLI's lines."""
-    from analysis.tensorboard.server import TensorBoardServer
+    from gapscope.analysis.tensorboard.server import TensorBoardServer
     from browser import HeadlessChromium, ensure_chromium
     from test_tensorboard_browser import assert_offline_and_clean, open_fresh, wait_in_gapscope
     chromium = ensure_chromium()

@@ -16,8 +16,8 @@ import numpy as np
 import psutil
 import pytest
 
-from profilers.job_dir import root_cause
-from workloads.settings import RunSettings
+from gapscope.profilers.job_dir import root_cause
+from gapscope.workloads.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 # Tiny ranks: a 2-core machine runs both ranks and their torchrun agent at once.
@@ -130,8 +130,8 @@ def test_each_rank_trace_says_its_rank_and_shows_ddp_allreduces(job):
 
 
 def test_ranks_train_on_disjoint_shards_of_the_job_data():
-    from workloads.registry import get_workload
-    from workloads.shards import rank_shard
+    from gapscope.workloads.registry import get_workload
+    from gapscope.workloads.shards import rank_shard
     settings = RunSettings("mlp", "torch", steps=6, batch_size=8)
     spec = get_workload("mlp").sized(8, None)
     shards = [rank_shard(spec, settings, rank, 3) for rank in range(3)]
@@ -269,8 +269,8 @@ def test_two_nodes_on_localhost_write_one_job_directory(tmp_path):
 
 
 def test_ranks_whose_files_are_not_visible_fail_the_job_saying_so(tmp_path):
-    from profilers.job_dir import finish_job, start_job
-    from profilers.run_lifecycle import RunLifecycle
+    from gapscope.profilers.job_dir import finish_job, start_job
+    from gapscope.profilers.run_lifecycle import RunLifecycle
     job = tmp_path / "job"
     job.mkdir()
     start_job(job, {"workload": "mlp"}, {"world_size": 2})
@@ -299,7 +299,7 @@ def test_local_agent_gives_each_worker_its_place_and_stops_the_rest_when_one_fai
               "len(set(config['cluster']['worker'])), flush=True); "
               "time.sleep(0.5 if rank == 0 else 120); sys.exit(3)")
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "workloads.runners.local_agent", "2", "--",
+    done = subprocess.run([sys.executable, "-m", "gapscope.workloads.runners.local_agent", "2", "--",
                            sys.executable, "-c", worker], cwd=ROOT, capture_output=True,
                           text=True, timeout=60)
     assert time.monotonic() - started < 30  # rank 1 did not sleep its 120 s
@@ -338,7 +338,7 @@ _HOLD_RANK0_IN_STOP = """
 import os
 if os.environ.get("RANK") == "0":
     import time
-    import profilers.written_traces as written
+    import gapscope.profilers.written_traces as written
     _checked_writes = written.checked_writes
 
     def _held(*args, **kwargs):
@@ -373,7 +373,7 @@ def test_a_tf_worker_crashing_in_its_profiler_stop_fails_the_job_naming_it(tmp_p
     # What TensorFlow 2.21 did to non-chief workers (which no longer trace), done on purpose to
     # the chief: SIGABRT while its profiler stops. The job names the crash and the rank; the
     # peer, whose collective broke or who was told to stop, is not blamed.
-    from profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
+    from gapscope.profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
     process, stderr, out = _abort_in_profiler_stop(tmp_path, TF_PROFILER_STOPPING)
     job = _job(out)
     assert process.returncode == 1
@@ -389,7 +389,7 @@ def test_a_rank_torchrun_had_to_kill_is_not_blamed_for_the_rank_that_failed_firs
     # Seen on a loaded machine: rank 1 killed (-9) while rank 0 still waited in the process
     # group's start-up, where Python cannot take torchrun's SIGTERM; 30 s later torchrun killed
     # it too. Both ended -9 without a word, and the job blamed rank 0, the lower rank.
-    from workloads.distributed_launch import _record
+    from gapscope.workloads.distributed_launch import _record
     job = tmp_path / "job"
     for rank, pid in ((0, 4100), (1, 4101)):
         (job / f"rank{rank}").mkdir(parents=True)
@@ -415,8 +415,8 @@ def test_a_rank_torchrun_had_to_kill_is_not_blamed_for_the_rank_that_failed_firs
 def test_a_worker_tensorflow_aborted_in_its_profiler_stop_is_named_so(tmp_path):
     # What a TF 2.21 worker leaves when TensorFlow aborts it inside the profiler's stop: its
     # manifest `running` with a pid that is gone, and the marker stop_tf_profiler had set.
-    from profilers.job_dir import finish_job
-    from profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
+    from gapscope.profilers.job_dir import finish_job
+    from gapscope.profilers.written_traces import TF_PROFILER_ABORT, TF_PROFILER_STOPPING
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     job = tmp_path / "job"

@@ -5,7 +5,7 @@ import statistics
 
 import pytest
 
-from analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
 from conftest import SMALL_RUN
 
 # Steady steps outside the trace window and the step after it (the profiler's teardown).

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.model.job import load_job
-from analysis.results.distributed_breakdown import job_breakdown
-from analysis.results.engines.batches import call_batch, group
-from analysis.results.engines.choose import using_engine
-from analysis.results.engines.faults import FAULT_ENV
-from analysis.results.engines.local import LocalEngine, SerialEngine
+from gapscope.analysis.model.job import load_job
+from gapscope.analysis.results.distributed_breakdown import job_breakdown
+from gapscope.analysis.results.engines.batches import call_batch, group
+from gapscope.analysis.results.engines.choose import using_engine
+from gapscope.analysis.results.engines.faults import FAULT_ENV
+from gapscope.analysis.results.engines.local import LocalEngine, SerialEngine
 from engine_job import job_json, make_job
 
 MB = 1_000_000

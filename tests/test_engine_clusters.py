@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.model.job import load_job
-from analysis.results.distributed_breakdown import job_breakdown
-from analysis.results.engines.choose import using_engine
-from analysis.results.engines.faults import FAULT_ENV
-from analysis.results.engines.local import LocalEngine
+from gapscope.analysis.model.job import load_job
+from gapscope.analysis.results.distributed_breakdown import job_breakdown
+from gapscope.analysis.results.engines.choose import using_engine
+from gapscope.analysis.results.engines.faults import FAULT_ENV
+from gapscope.analysis.results.engines.local import LocalEngine
 from engine_job import ctrl_c_while_a_rank_hangs, job_json, make_job
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,10 +48,10 @@ def cluster(request):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("GAPSCOPE_JOB_WORKERS", "2")  # two workers, as on a 2-core CI machine
         if request.param == "dask":
-            from analysis.results.engines.dask_engine import DaskEngine
+            from gapscope.analysis.results.engines.dask_engine import DaskEngine
             engine = DaskEngine.open(None)
         else:
-            from analysis.results.engines.ray_engine import RayEngine
+            from gapscope.analysis.results.engines.ray_engine import RayEngine
             engine = RayEngine.open(None)
     with engine:
         yield engine
@@ -75,7 +75,7 @@ def test_dasks_workers_keep_glibcs_own_trim_threshold(cluster):
     assert len(found) == 2 and set(found.values()) == {None}
     # Its workers' stack sampler is off and their loops tick rarely (dask_engine.QUIET).
     import dask
-    from analysis.results.engines.dask_engine import QUIET
+    from gapscope.analysis.results.engines.dask_engine import QUIET
     settings = cluster.client.run(lambda: {key: dask.config.get(key) for key in QUIET})
     assert list(settings.values()) == [QUIET, QUIET]
 
@@ -120,9 +120,12 @@ def _cluster_apart(code: Path):
 def skewed_scheduler(tmp_path_factory):
     """Workers whose gapscope is another version: a copy of this code with one line added."""
     code = tmp_path_factory.mktemp("other_gapscope")
+    shutil.copy(ROOT / "gapscope" / "__init__.py", code / "gapscope" / "__init__.py") \
+        if (code / "gapscope").mkdir() is None else None
     for package in ("analysis", "profilers"):
-        shutil.copytree(ROOT / package, code / package, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(code / "profilers" / "errors.py", "a") as f:
+        shutil.copytree(ROOT / package, code / "gapscope" / package,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    with open(code / "gapscope" / "profilers" / "errors.py", "a") as f:
         f.write("# another version\n")
     with _cluster_apart(code) as address:
         yield address
@@ -143,8 +146,8 @@ def bare_scheduler(tmp_path_factory):
 def test_workers_without_gapscope_get_its_code_and_give_the_same_json(job, pooled, bare_scheduler):
     from distributed import Client
 
-    from analysis.results.engines.probe import make_probe
-    from cli import cli
+    from gapscope.analysis.results.engines.probe import make_probe
+    from gapscope.cli import cli
     with Client(bare_scheduler, timeout=60) as client:
         assert [w["gapscope"] for w in client.run(make_probe()).values()] == [None]
     result = CliRunner().invoke(cli, ["breakdown", str(job), "--format", "json",
@@ -160,7 +163,7 @@ def test_workers_without_gapscope_get_its_code_and_give_the_same_json(job, poole
 
 
 def test_a_cluster_running_other_gapscope_code_is_refused_in_one_line(job, skewed_scheduler):
-    from cli import cli
+    from gapscope.cli import cli
     result = CliRunner().invoke(cli, ["breakdown", str(job), "--engine", skewed_scheduler])
     lines = result.stderr.strip().splitlines()
     assert result.exit_code == 2 and len(lines) == 1, result.output
@@ -169,7 +172,7 @@ def test_a_cluster_running_other_gapscope_code_is_refused_in_one_line(job, skewe
 
 def test_gapscope_engine_starts_dask_for_the_command_and_stops_it(job, pooled, monkeypatch):
     pytest.importorskip("distributed", reason="the dask extra is not installed")
-    from cli import cli
+    from gapscope.cli import cli
     monkeypatch.setenv("GAPSCOPE_ENGINE", "dask")
     monkeypatch.setenv("GAPSCOPE_JOB_WORKERS", "2")
     result = CliRunner().invoke(cli, ["breakdown", str(job), "--format", "json"])
@@ -182,9 +185,9 @@ def test_gapscope_engine_starts_dask_for_the_command_and_stops_it(job, pooled, m
 
 
 def test_a_cluster_runs_small_ranks_in_batches_with_the_same_json(cluster, tmp_path):
-    from analysis.results.engines.batches import group
-    from analysis.results.engines.local import SerialEngine
-    from analysis.results.rank_summary import _rank_bytes
+    from gapscope.analysis.results.engines.batches import group
+    from gapscope.analysis.results.engines.local import SerialEngine
+    from gapscope.analysis.results.rank_summary import _rank_bytes
     job = make_job(tmp_path / "job16", world=16)
     sizes = _rank_bytes(load_job(job))  # what gather_ranks hands the batching
     assert group(range(16), sizes, cluster.batch_bytes, cluster.workers) == [

@@ -10,15 +10,15 @@ import socket
 import pytest
 from click.testing import CliRunner
 
-from analysis.model.job import load_job, without_failed
-from analysis.results.distributed_breakdown import job_breakdown
-from analysis.results.engines.choose import parse_engine, using_engine
-from analysis.results.engines.faults import FAULT_ENV
-from analysis.results.engines.interface import stream
-from analysis.results.engines.local import LocalEngine, SerialEngine
-from cli import cli
+from gapscope.analysis.model.job import load_job, without_failed
+from gapscope.analysis.results.distributed_breakdown import job_breakdown
+from gapscope.analysis.results.engines.choose import parse_engine, using_engine
+from gapscope.analysis.results.engines.faults import FAULT_ENV
+from gapscope.analysis.results.engines.interface import stream
+from gapscope.analysis.results.engines.local import LocalEngine, SerialEngine
+from gapscope.cli import cli
 from engine_job import ctrl_c_while_a_rank_hangs, job_json, make_job
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 
 @pytest.fixture(scope="module")
@@ -140,9 +140,9 @@ def test_summaries_travel_without_replicates_and_the_figures_equal_the_kept_ones
 
     import numpy as np
 
-    from analysis.results.distributed_breakdown import combine
-    from analysis.results.rank_summary import _slim, summarize_rank
-    from analysis.results.scaling import job_side
+    from gapscope.analysis.results.distributed_breakdown import combine
+    from gapscope.analysis.results.rank_summary import _slim, summarize_rank
+    from gapscope.analysis.results.scaling import job_side
     from engine_job import make_timed_job
     job = load_job(make_timed_job(tmp_path / "job"))
     kept = [summarize_rank(r, run.place, run.label, "auto", job.hosts.get(r))
@@ -175,7 +175,7 @@ def test_the_progress_callback_counts_ranks_and_the_megabytes_read(job, monkeypa
 
 
 def test_workers_without_the_dependencies_or_with_other_code_are_refused_in_one_line():
-    from analysis.results.engines.probe import check_workers, make_probe
+    from gapscope.analysis.results.engines.probe import check_workers, make_probe
     mine = make_probe()()
     assert mine["numpy"] and mine["msgspec"] and len(mine["gapscope"]) == 16
     check_workers("tcp://s:8786", mine, [dict(mine), dict(mine)])  # the same: accepted

@@ -17,9 +17,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
-from profilers import run_dir as run_dir_module
-from profilers.run_dir import create_run_dir, effective_status, write_atomic
+from gapscope.cli import cli
+from gapscope.profilers import run_dir as run_dir_module
+from gapscope.profilers.run_dir import create_run_dir, effective_status, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -266,8 +266,8 @@ def test_stale_running_run_reads_as_interrupted_in_report_and_matrix_resume(torc
     text = (tmp_path / "report" / "r.md").read_text()
     assert "| running |" not in text and "| failed |" in text  # the environment table's status
 
-    from workloads.matrix import Matrix, MatrixRow, run_matrix
-    from workloads.settings import RunSettings
+    from gapscope.workloads.matrix import Matrix, MatrixRow, run_matrix
+    from gapscope.workloads.settings import RunSettings
     matrix = Matrix("stale", "one row", "", "row", (MatrixRow("row", "mlp", "torch"),))
     folder = tmp_path / "matrices" / "stale"
     folder.mkdir(parents=True)
@@ -281,7 +281,7 @@ def test_stale_running_run_reads_as_interrupted_in_report_and_matrix_resume(torc
 
 
 def test_an_error_that_follows_a_stop_signal_is_the_interruption():
-    from profilers.run_lifecycle import Interrupted, signals_interrupt
+    from gapscope.profilers.run_lifecycle import Interrupted, signals_interrupt
     with signals_interrupt() as request:
         failure = RuntimeError("not asked to stop")
         assert request.behind(failure) is failure

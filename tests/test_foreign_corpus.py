@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 
 CORPUS = Path(__file__).parent / "fixtures" / "foreign"
 FIXTURES = sorted(p.parent for p in CORPUS.glob("*/expected.json"))

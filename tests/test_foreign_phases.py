@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.events.phase_rules import annotation_phase
-from analysis.events.timeline import phase_timeline
-from analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, MEMCPY, RUNTIME, STEP, Event, Trace
-from analysis.events.trace_rules import TraceRules, name_pattern, parse_phase
-from analysis.measures.blocking import blocking_calls, blocking_notes
-from analysis.model.run import load_run, reading_rules
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.results.breakdown import breakdown, breakdown_from_trace
-from cli import cli
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.events.phase_rules import annotation_phase
+from gapscope.analysis.events.timeline import phase_timeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, MEMCPY, RUNTIME, STEP, Event, Trace
+from gapscope.analysis.events.trace_rules import TraceRules, name_pattern, parse_phase
+from gapscope.analysis.measures.blocking import blocking_calls, blocking_notes
+from gapscope.analysis.model.run import load_run, reading_rules
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.results.breakdown import breakdown, breakdown_from_trace
+from gapscope.cli import cli
+from gapscope.profilers.errors import GapscopeInputError
 
 FOREIGN = Path(__file__).parent / "fixtures" / "foreign"
 ANNOTATED = FOREIGN / "annotated"        # README.md beside each says how it was made
@@ -251,7 +251,7 @@ def test_copy_that_launches_no_h2d_is_not_data_load():
 def test_ops_that_start_together_are_ordered_outer_first():
     import numpy as np
 
-    from analysis.events.tracks import outer_first
+    from gapscope.analysis.events.tracks import outer_first
     starts, durs = np.array([5.0, 1.0, 5.0, 3.0, 5.0]), np.array([1.0, 9.0, 4.0, 2.0, 2.0])
     assert outer_first(starts, durs).tolist() == [1, 3, 2, 4, 0]
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.measures.collectives import find_collectives
-from analysis.model.job import is_job, load_job, rank_ranges
-from analysis.model.run import load_run
-from analysis.results.breakdown import breakdown
-from analysis.results.distributed_breakdown import JobBreakdown, breakdown_of, job_breakdown
-from cli import cli
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.measures.collectives import find_collectives
+from gapscope.analysis.model.job import is_job, load_job, rank_ranges
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.distributed_breakdown import JobBreakdown, breakdown_of, job_breakdown
+from gapscope.cli import cli
+from gapscope.profilers.errors import GapscopeInputError
 
 FOREIGN = Path(__file__).parent / "fixtures" / "foreign"
 SAMPLED = FOREIGN / "sampled_ranks"

@@ -10,20 +10,20 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.events.phase_rules import framework_phase
-from analysis.events.event import Event
-from analysis.events.timeline import PhaseTimeline, phase_timeline
-from analysis.events.trace import KERNEL, MEMCPY, RUNTIME, STEP
-from analysis.measures.kernels import find_work, kernel_stats
-from analysis.measures.transfers import direction, transfer_stats
-from analysis.model.locate import ForeignRanks, ForeignTrace, locate
-from analysis.model.run import load_run
-from analysis.readers.run_dir import find_files
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.results.breakdown import breakdown
-from analysis.results.distributed_breakdown import breakdown_of
-from cli import cli
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.events.phase_rules import framework_phase
+from gapscope.analysis.events.event import Event
+from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
+from gapscope.analysis.events.trace import KERNEL, MEMCPY, RUNTIME, STEP
+from gapscope.analysis.measures.kernels import find_work, kernel_stats
+from gapscope.analysis.measures.transfers import direction, transfer_stats
+from gapscope.analysis.model.locate import ForeignRanks, ForeignTrace, locate
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.readers.run_dir import find_files
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.cli import cli
+from gapscope.profilers.errors import GapscopeInputError
 
 # Hand-made in torch 1.9's schema: categories Operator, Runtime, Kernel, Memcpy and Trace;
 # ProfilerStep#5 at 1000-2000 us and #6 at 2000-3000 us, each: the DataLoader range (200 us,
@@ -307,7 +307,7 @@ def test_the_tensorboard_tab_lists_foreign_traces_by_content(tmp_path):
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    from analysis.tensorboard.plugin.plugin import GapscopePlugin
+    from gapscope.analysis.tensorboard.plugin.plugin import GapscopePlugin
     logdir = tmp_path / "logdir"
     (logdir / "hta").mkdir(parents=True)
     shutil.copy(TORCH19_TRACE, logdir / "hta" / "worker0.1629000000000.json")

@@ -2,7 +2,7 @@
 import pytest
 
 import user_loops
-from analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
 
 
 @pytest.fixture(scope="module")

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
-from profilers.run_dir import FAILED_MARKER, UNRECORDED_FAILURE, Manifest, status_of
-from profilers.run_lifecycle import RunLifecycle
+from gapscope.cli import cli
+from gapscope.profilers.run_dir import FAILED_MARKER, UNRECORDED_FAILURE, Manifest, status_of
+from gapscope.profilers.run_lifecycle import RunLifecycle
 
 
 def _running_run(folder: Path) -> RunLifecycle:

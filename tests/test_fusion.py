@@ -81,7 +81,7 @@ def test_a_compiled_runs_fusions_set_against_ops_run_apart():
     slow = {"forward": {"fusions": [], "apart": [
         {"part": "dense", "per_step": 2.0, "ms_per_step": 3.0}, {"part": "ReLU", "per_step": 2.0, "ms_per_step": 1.25},
         {"part": "conv", "per_step": 4.0, "ms_per_step": 9.0}]}}
-    from analysis.measures.fusion import fused_apart
+    from gapscope.analysis.measures.fusion import fused_apart
     fast_facts, slow_facts, extra = fused_apart(fast, slow, "forward")
     # dense is the anchor (it runs in both); the separate ReLUs are what the fusion saves.
     assert extra == 1.25 and slow_facts["apart_per_step"] == 4.0 and slow_facts["extra_parts"] == ["ReLU"]

@@ -6,10 +6,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.readers.torch_trace import read_torch_trace
-from cli import cli
-from profilers.errors import TraceFormatError
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.cli import cli
+from gapscope.profilers.errors import TraceFormatError
 
 CORPUS = Path(__file__).parent / "fuzz"
 EXPECTED = tomllib.loads((CORPUS / "expected.toml").read_text())
@@ -18,7 +18,7 @@ EXPECTED = tomllib.loads((CORPUS / "expected.toml").read_text())
 def _read(path: Path):
     if path.name.endswith(".xplane.pb"):
         pytest.importorskip("tensorflow")
-        from analysis.readers.xplane import read_xplane
+        from gapscope.analysis.readers.xplane import read_xplane
         return read_xplane(path)
     return read_torch_trace(path)
 

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures.kernels import find_work
-from analysis.measures.reliability import busy_reason
-from analysis.measures.resources import resource_stats
-from analysis.model.run import load_run
+from gapscope.analysis.measures.kernels import find_work
+from gapscope.analysis.measures.reliability import busy_reason
+from gapscope.analysis.measures.resources import resource_stats
+from gapscope.analysis.model.run import load_run
 from benchmarks import gpu_check, gpu_check_plan as P, gpu_check_report, gpu_checks as C
-from profilers.errors import UnsupportedVariantError
-from workloads.settings import RunSettings
+from gapscope.profilers.errors import UnsupportedVariantError
+from gapscope.workloads.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -107,7 +107,7 @@ def _without_tensorflow(folder: Path) -> str:
 def cpu_run(tmp_path_factory):
     """One real mlp run on this CPU, with gapscope's own launcher and the check's settings,
     its process unable to import TensorFlow."""
-    from workloads.launch import launch
+    from gapscope.workloads.launch import launch
     planned = P.Planned("mlp-eager", "mlp", "eager", "test")
     settings = dataclasses.replace(P.settings_of(planned), device="cpu")
     with pytest.MonkeyPatch.context() as patch:
@@ -294,7 +294,7 @@ def test_ncu_output_is_read_for_a_profiled_kernel():
 def test_one_rank_job_is_checked_on_its_rank(tmp_path, monkeypatch):
     """--nproc 1 through torchrun (no TensorFlow in any of its processes): gloo here, NCCL on a
     GPU; the rank's run gets every check."""
-    from workloads.distributed_launch import launch_job
+    from gapscope.workloads.distributed_launch import launch_job
     planned = P.Planned("mlp-x1", "mlp", "eager", "test", nproc=1)
     settings = dataclasses.replace(P.settings_of(planned), device="cpu")
     monkeypatch.setenv("PYTHONPATH", _without_tensorflow(tmp_path / "block"))
@@ -340,8 +340,8 @@ import sys
 sys.modules['tensorflow'] = None; sys.modules['keras'] = None  # any import of them now fails
 from pathlib import Path
 from benchmarks import gpu_check, gpu_check_plan as P
-from workloads.runners.execute import execute
-from workloads.settings import RunSettings
+from gapscope.workloads.runners.execute import execute
+from gapscope.workloads.settings import RunSettings
 checks, _ = P.evaluate(Path({str(run_dir)!r}), P.Planned('mlp-eager', 'mlp', 'eager', 'x'), cuda=False)
 fresh = Path({str(run_dir.parent / 'no-tf')!r}); fresh.mkdir()
 code = execute(fresh, RunSettings('mlp', 'torch', steps=4, warmup_steps=1, trace_steps=2, device='cpu'))
@@ -357,16 +357,16 @@ print(code, len(checks))
 def test_xplane_schema_without_tensorflow_is_tensorflows(fixtures_dir, tmp_path):
     """The device has no TensorFlow: gapscope's own copy of the XSpace schema must be the same
     schema, and a file written with it must read back with TensorFlow's."""
-    from analysis.readers import xplane_proto
-    from analysis.renderers.traces import xspace
+    from gapscope.analysis.readers import xplane_proto
+    from gapscope.analysis.renderers.traces import xspace
     own = xplane_proto._own_schema()
     theirs = xplane_proto.xplane_pb2()
     assert own.XSpace.DESCRIPTOR.file.serialized_pb == theirs.XSpace.DESCRIPTOR.file.serialized_pb
     code = f"""
 import sys
 sys.modules['tensorflow'] = None
-from analysis.renderers.traces import xspace
-from analysis.model.run import load_run
+from gapscope.analysis.renderers.traces import xspace
+from gapscope.analysis.model.run import load_run
 run = load_run({str(fixtures_dir / 'async_gpu_two_steps.pt.trace.json')!r})
 open({str(tmp_path / 'h.xplane.pb')!r}, 'wb').write(xspace.render(run.trace, run.timeline, 'h'))
 """
@@ -488,7 +488,7 @@ def test_the_watchdog_stops_runs_and_spares_the_launcher(tmp_path):
 def test_kernels_by_layer_check_passes_on_the_h200_runs(tmp_path, name):
     """The GPU day's kernels-by-layer check, on the two real H200 traces as run folders."""
     import h200_runs
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.results.layers import layer_breakdown
     run = load_run(h200_runs.run_folder(tmp_path, name))
     work = find_work(run.trace, run.timeline)
     check = C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), len(run.timeline.steps),
@@ -498,7 +498,7 @@ def test_kernels_by_layer_check_passes_on_the_h200_runs(tmp_path, name):
 
 
 def test_kernels_by_layer_check_fails_where_a_layer_or_a_kernel_is_missing():
-    from analysis.measures.kernels import WorkItem
+    from gapscope.analysis.measures.kernels import WorkItem
     group = {"kernels": 0, "ms": 0.0}
     table = {"layers": [{"name": "dense1", "forward": {"kernels": 1, "ms": 0.01}, "backward": group}],
              "mixed": {p: {**group, "fits": {}} for p in ("forward", "backward")},

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures.kernels import DEVICE_KERNELS, find_work, kernel_stats
-from analysis.model.run import load_run
-from analysis.results.breakdown import breakdown
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, find_work, kernel_stats
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.breakdown import breakdown
 from benchmarks import cut_trace, gpu_checks as C
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -6,15 +6,15 @@ into backward's ReluGrad: mixed), copy.1 (no metadata: unattributed), subtract_f
 (optimizer). Two `train` steps of 100 µs run the four thunks at 10-40, 40-50, 50-55, 60-70."""
 import pytest
 
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.results.explain import explain_run
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.measures.kernels import XLA_THUNKS, find_work, kernel_stats
-from analysis.readers.hlo_proto import read_hlo_protos
-from analysis.readers.hlo_text import read_hlo_dump_dir
-from analysis.readers.xplane import read_xplane
-from analysis.model.run import load_run
-from analysis.events.timeline import phase_timeline
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.results.explain import explain_run
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.measures.kernels import XLA_THUNKS, find_work, kernel_stats
+from gapscope.analysis.readers.hlo_proto import read_hlo_protos
+from gapscope.analysis.readers.hlo_text import read_hlo_dump_dir
+from gapscope.analysis.readers.xplane import read_xplane
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.events.timeline import phase_timeline
 from xspace_builder import PlaneBuilder, new_space
 
 MODULE = "tiny_step.1"
@@ -160,8 +160,8 @@ def test_xla_on_gpu_kernels_take_the_phase_of_their_hlo_op(tmp_path):
 
 
 def test_broken_hlo_inputs_say_what_is_wrong(tmp_path):
-    from profilers.errors import TraceFormatError
-    from analysis.readers.hlo_text import read_hlo_text
+    from gapscope.profilers.errors import TraceFormatError
+    from gapscope.analysis.readers.hlo_text import read_hlo_text
     bad = tmp_path / "module_0000.x.cpu_after_optimizations.txt"
     bad.write_text("not an HLO module\n")
     with pytest.raises(TraceFormatError, match="not an HLO text dump"):
@@ -190,7 +190,7 @@ def test_xla_ops_find_their_keras_layer_through_the_hlo_metadata(tmp_path):
     """The same thunks, compiled from a Keras model's scopes: MatMul.1 from dense1's forward
     (30 µs a step), select_fusion from logits' backward alone (10 µs), subtract_fusion fuses a
     dense1 and a logits op (no one layer: outside layers, said), copy.1 has no metadata."""
-    from analysis.measures.layer_times import layer_times
+    from gapscope.analysis.measures.layer_times import layer_times
     dense1_relu = "gapscope_forward/mlp_1/dense1/Relu"
     logits_grad = "gradient_tape/gapscope_forward/mlp_1/logits_1/MatMul/MatMul_1"
     grad_fused = _computation("fused_computation", 1, [

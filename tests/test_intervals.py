@@ -1,5 +1,5 @@
 """Interval algebra on literal lists."""
-from analysis.events import intervals
+from gapscope.analysis.events import intervals
 
 
 def test_merge_joins_overlapping_and_touching_and_drops_empty():

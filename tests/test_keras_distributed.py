@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 from tests.tf_workers import run_script_workers, run_workers, start_workers, wait_workers
-from workloads.settings import RunSettings
-from workloads.runners.tf_cluster import cluster_place, free_ports, tf_config_env, worker_envs
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.runners.tf_cluster import cluster_place, free_ports, tf_config_env, worker_envs
 from conftest import tf_profile
 
 TINY = dict(workload="mlp", steps=12, warmup_steps=2, trace_steps=4, batch_size=32, nproc=2)
@@ -197,22 +197,22 @@ def test_tf_config_for_local_workers():
     ("keras", {"pipeline": "dataloader"}, "pipeline"),
 ])
 def test_unsupported_distributed_keras_is_refused(framework, options, refused):
-    from workloads.runners.keras_runner import refuse_distributed
+    from gapscope.workloads.runners.keras_runner import refuse_distributed
     settings = RunSettings("mlp", framework, **options)
     with pytest.raises(GapscopeInputError, match=refused):
         refuse_distributed(settings, framework == "keras-torch", 2)
 
 
 def test_nproc_without_tf_config_is_refused(monkeypatch):
-    from workloads.runners.tf_distribute import check_cluster
+    from gapscope.workloads.runners.tf_distribute import check_cluster
     monkeypatch.delenv("TF_CONFIG", raising=False)
     with pytest.raises(GapscopeInputError, match="needs a TF_CONFIG naming 2 workers"):
         check_cluster(2)
 
 
 def test_distributed_raw_tf_under_xla_is_refused(tmp_path):
-    from workloads.registry import get_workload
-    from workloads.runners.tf_runner import run_tf
+    from gapscope.workloads.registry import get_workload
+    from gapscope.workloads.runners.tf_runner import run_tf
     settings = RunSettings("mlp", "tf", tf_mode="xla", nproc=2)
     with pytest.raises(GapscopeInputError, match="tf mode xla is not supported"):
         run_tf(get_workload("mlp"), settings, tmp_path)
@@ -225,6 +225,6 @@ def test_distributed_raw_tf_under_xla_is_refused(tmp_path):
     ({"rank": 1}, None),                            # a torch rank, or one from before traced_ranks
 ])
 def test_an_untraced_rank_says_why(manifest, reason):
-    from analysis.results.breakdown import untraced_rank_reason
+    from gapscope.analysis.results.breakdown import untraced_rank_reason
     found = untraced_rank_reason(manifest)
     assert found == reason if reason is None else found.startswith(reason)

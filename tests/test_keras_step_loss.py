@@ -16,9 +16,9 @@ def _fit(steps_per_execution: int) -> tuple[list[dict], list[float]]:
     """The timer's rows of a 2-epoch fit, and the loss of each batch of one epoch."""
     import keras
 
-    from profilers.keras_marks import mark_keras_phases, step_callback
-    from profilers.marks import PhaseMarks
-    from profilers.timers import StepTimer
+    from gapscope.profilers.keras_marks import mark_keras_phases, step_callback
+    from gapscope.profilers.marks import PhaseMarks
+    from gapscope.profilers.timers import StepTimer
 
     keras.utils.set_random_seed(0)
     rng = np.random.default_rng(0)

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures.device_peaks import device_peak, peak_gflops
-from analysis.measures.kernel_layers import kernel_layers, op_kinds
-from analysis.measures.kernels import find_work
-from analysis.model.run import load_run
-from analysis.results.layers import layer_breakdown
+from gapscope.analysis.measures.device_peaks import device_peak, peak_gflops
+from gapscope.analysis.measures.kernel_layers import kernel_layers, op_kinds
+from gapscope.analysis.measures.kernels import find_work
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.layers import layer_breakdown
 from h200_runs import H200, SPECS, run_folder
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -156,8 +156,8 @@ def test_a_compiled_cpu_graphs_itemised_kernels_are_placed_by_the_same_rules():
     the eager loss (cross_entropy_loss 8 µs around _log_softmax 3 µs); backward graph: graph_0_cpp_fused_threshold_backward_1
     2 µs (dense1), aten::mm 5 + 6 + 7 µs (GEMMs of a compiled backward: dense1 or logits),
     graph_0_cpp_fused_sum_2 1 µs (mixed)."""
-    from analysis.events.timeline import phase_timeline
-    from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+    from gapscope.analysis.events.timeline import phase_timeline
+    from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 
     def op(name, start, end, kind=HOST_OP):
         return Event(name, kind, start, end - start, "host/1/1")

@@ -3,12 +3,12 @@ its own; views and wrappers do not; an Inductor graph without kernel profiling i
 fused kernel; host/device attribution on the CPU; compile and guard figures."""
 import pytest
 
-from analysis.results.attribution import attribute
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.results.compile_overhead import compile_stats
-from analysis.measures.kernels import HOST_OPS, find_work, kernel_stats
-from analysis.events.timeline import phase_timeline
-from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
+from gapscope.analysis.results.attribution import attribute
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.results.compile_overhead import compile_stats
+from gapscope.analysis.measures.kernels import HOST_OPS, find_work, kernel_stats
+from gapscope.analysis.events.timeline import phase_timeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
 
 GRAPH = "## Call CompiledFxGraph abcdefgh12345 ##"
 
@@ -90,7 +90,7 @@ def test_ops_side_by_side_sum_above_their_busy_time():
     """TF runs ops on several threads at once: summed op time (50 µs) exceeds the time any op
     ran (40 µs, threads merged); the compare shows both and their ratio, 1.25x."""
     from types import SimpleNamespace
-    from analysis.renderers.compare_columns import parallelism
+    from gapscope.analysis.renderers.compare_columns import parallelism
     trace = Trace("xplane", "hand-made", [
         Event("train", STEP, 0, 100, "host/1/0", step_num=3),
         _op("StatefulPartitionedCall/gapscope_forward/dense/MatMul:_MklMatMul", 10, 30, track="host/1/2"),

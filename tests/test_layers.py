@@ -9,12 +9,12 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from analysis.measures.layer_flops import layer_flops
-from analysis.model.run import load_run
-from analysis.results.breakdown import breakdown
-from analysis.results.layers import LayerBreakdown, LayerRow, layer_breakdown, layer_cause
-from cli import cli
-from workloads.registry import WORKLOADS
+from gapscope.analysis.measures.layer_flops import layer_flops
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.layers import LayerBreakdown, LayerRow, layer_breakdown, layer_cause
+from gapscope.cli import cli
+from gapscope.workloads.registry import WORKLOADS
 
 CNN_RUN = dict(steps=8, warmup_steps=3, trace_steps=2, batch_size=32)
 LSTM_RUN = dict(steps=7, warmup_steps=3, trace_steps=2, batch_size=32)
@@ -94,8 +94,8 @@ def test_flops_agree_with_torchs_profiler():
 
 
 def _runs(workload, runs_dir, settings):
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     found = {}
     for framework in ("torch", "keras"):
         outcome = launch(RunSettings(workload, framework, **settings), runs_dir / "layers")
@@ -200,8 +200,8 @@ def test_lstm_layers_add_up_to_the_phases(lstm_runs, framework):
 
 def test_raw_tf_loop_layers_add_up_to_the_phases(runs_dir):
     """gapscope's raw TF loop: the Keras layers' scopes, and its loss in the gapscope_loss scope."""
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     outcome = launch(RunSettings("mlp", "tf", steps=8, warmup_steps=3, trace_steps=2), runs_dir / "layers")
     assert outcome.status == "complete", outcome.error
     _check_adds_up(outcome.run_dir, _spec_names("mlp"), True)
@@ -209,8 +209,8 @@ def test_raw_tf_loop_layers_add_up_to_the_phases(runs_dir):
 
 def test_keras_steps_per_execution_gives_layers_per_update(runs_dir):
     """spe4: one traced call runs 4 updates; the layers are per update, as the breakdown's phases."""
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     outcome = launch(RunSettings("mlp", "keras", variant="spe4", steps=24, warmup_steps=8,
                                  trace_steps=8), runs_dir / "layers")
     assert outcome.status == "complete", outcome.error
@@ -224,7 +224,7 @@ def test_keras_steps_per_execution_gives_layers_per_update(runs_dir):
 
 
 def test_gemm_peak_keeps_the_fastest_and_layers_read_as_its_share(cnn_runs, tmp_path, monkeypatch):
-    from workloads.runners import gemm_peak
+    from gapscope.workloads.runners import gemm_peak
     monkeypatch.setenv("GAPSCOPE_CACHE", str(tmp_path))
     first = gemm_peak.measured_peak("torch")
     (key,) = json.loads((tmp_path / gemm_peak.CACHE_FILE).read_text())
@@ -288,7 +288,7 @@ def _side(label, conv4_bwd, other_bwd, outside=1.0):
 def test_layer_cause_names_the_layer_that_carries_the_phase():
     """keras: conv4 backward 5 ms, torch 15 ms; conv3 4 vs 6 ms; outside 1 vs 2 ms. The traced
     backward delta is (15+6+2) - (5+4+1) = 13 ms, conv4 carries 10 of it: 77 %."""
-    from analysis.renderers.evidence_text import layer_cause as text
+    from gapscope.analysis.renderers.evidence_text import layer_cause as text
     a, b = _side("keras", 5.0, 4.0), _side("torch", 15.0, 6.0, outside=2.0)
     cause = layer_cause(a, b, "backward", 20.0)
     assert (cause.layer, cause.delta_ms, cause.share) == ("conv4", 10.0, round(10 / 13, 4))
@@ -310,8 +310,8 @@ def test_layer_cause_names_the_layer_that_carries_the_phase():
 
 @pytest.fixture(scope="module")
 def wide_mlp_run(runs_dir):
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     outcome = launch(RunSettings("mlp", "torch", steps=12, warmup_steps=3, trace_steps=4, width=16),
                      runs_dir / "layers")
     assert outcome.status == "complete", outcome.error
@@ -369,7 +369,7 @@ def test_foreign_trace_layers_from_module_ranges_or_one_line(tmp_path, fixtures_
 
 
 def test_a_compiled_torch_run_says_why_it_has_no_layers(tmp_path, fixtures_dir):
-    from analysis.results.layers import COMPILED
+    from gapscope.analysis.results.layers import COMPILED
     run = tmp_path / "mlp-torch-compile-20260101-000000-aaaa"
     run.mkdir()
     shutil.copy(fixtures_dir / "marked_two_steps.pt.trace.json", run)
@@ -400,10 +400,10 @@ def test_layers_named_differently_line_up_by_order_and_parameter_counts():
     """Issue 31 item 1: two runs of one model whose layers carry other names (hand-made: 100 ->
     64 -> 10, dense 100·64 + 64 = 6,464 and 64·10 + 10 = 650 parameters) line up in order where
     the parameter counts agree one by one, and say so; a count that differs lines up nothing."""
-    from analysis.measures.layer_flops import layer_params
-    from analysis.renderers.layers_render import render_compare_table
-    from analysis.results.layers import BY_ORDER, NO_LINEUP, layer_pairs
-    from analysis.results.panels.layer_panel import layer_panel
+    from gapscope.analysis.measures.layer_flops import layer_params
+    from gapscope.analysis.renderers.layers_render import render_compare_table
+    from gapscope.analysis.results.layers import BY_ORDER, NO_LINEUP, layer_pairs
+    from gapscope.analysis.results.panels.layer_panel import layer_panel
     assert layer_params(_layer("dense", {"inputs": 100, "units": 64})) == 6464
     assert layer_params(_layer("conv2d", {"kernel": 3, "in_channels": 3, "out_channels": 8,
                                           "height": 8, "width": 8})) == 3 * 3 * 3 * 8 + 8

@@ -3,10 +3,10 @@ import json
 
 import pytest
 
-from analysis.results.matrix_results import matrix_result
-from workloads import matrix as matrix_module
-from workloads.matrix import Matrix, MatrixRow, load_matrix, matrix_outcomes, run_matrix
-from workloads.settings import RunSettings
+from gapscope.analysis.results.matrix_results import matrix_result
+from gapscope.workloads import matrix as matrix_module
+from gapscope.workloads.matrix import Matrix, MatrixRow, load_matrix, matrix_outcomes, run_matrix
+from gapscope.workloads.settings import RunSettings
 
 BASE = RunSettings(workload="", framework="", steps=10, warmup_steps=2, trace_steps=3)
 
@@ -72,13 +72,13 @@ def test_resume_runs_only_what_is_not_complete(tiny_matrix, matrix_run):
 
 def test_other_settings_refuse_to_mix_into_the_same_folder(tiny_matrix, matrix_run):
     out, _, _ = matrix_run
-    from profilers.errors import GapscopeInputError
+    from gapscope.profilers.errors import GapscopeInputError
     with pytest.raises(GapscopeInputError, match="other settings"):
         run_matrix(tiny_matrix, out, RunSettings(workload="", framework="", steps=11))
 
 
 def test_unknown_matrix_is_a_one_line_error():
-    from profilers.errors import GapscopeInputError
+    from gapscope.profilers.errors import GapscopeInputError
     with pytest.raises(GapscopeInputError, match="unknown matrix 'nope'; known: seed-4060ti"):
         load_matrix("nope")
 

@@ -10,11 +10,11 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.matrix_results import matrix_result
-from analysis.renderers.matrix_render import RATIO_HEADER, render_markdown, render_table
-from cli import cli
-from workloads.matrix import Matrix, MatrixRow, load_matrix, load_matrix_file, run_matrix
-from workloads.settings import RunSettings
+from gapscope.analysis.results.matrix_results import matrix_result
+from gapscope.analysis.renderers.matrix_render import RATIO_HEADER, render_markdown, render_table
+from gapscope.cli import cli
+from gapscope.workloads.matrix import Matrix, MatrixRow, load_matrix, load_matrix_file, run_matrix
+from gapscope.workloads.settings import RunSettings
 
 BASE = RunSettings(workload="", framework="", steps=10, warmup_steps=2, trace_steps=3)
 TOML = """\
@@ -129,7 +129,7 @@ def test_ratio_is_row_over_baseline_with_an_interval_over_repeats(repeated):
 def test_table_header_says_the_ratio_direction_and_shows_the_interval(repeated, tmp_path):
     folder, _ = repeated
     matrix = load_matrix_file(folder.parent.parent / "pair.toml")
-    from workloads.matrix import matrix_outcomes
+    from gapscope.workloads.matrix import matrix_outcomes
     result = matrix_result(matrix, matrix_outcomes(matrix, folder.parent))
     table, markdown = render_table(result), render_markdown(result)
     assert RATIO_HEADER == "run/base"
@@ -159,7 +159,7 @@ def test_state_naming_a_path_outside_is_read_by_name_only(tmp_path, repeated):
     name = state["rows"]["eager"]["run_dir"][0]
     state["rows"]["eager"]["run_dir"] = f"../../somewhere/{name}"
     (moved / "matrix.json").write_text(json.dumps(state))
-    from workloads.matrix import matrix_outcomes
+    from gapscope.workloads.matrix import matrix_outcomes
     matrix = load_matrix_file(folder.parent.parent / "pair.toml")
     eager = matrix_outcomes(matrix, tmp_path)[0]
     assert eager.run_dirs == [str(moved / name)]
@@ -167,7 +167,7 @@ def test_state_naming_a_path_outside_is_read_by_name_only(tmp_path, repeated):
 
 def test_interrupted_repeats_resume_where_they_stopped(tmp_path, monkeypatch):
     """A row's complete repeats are kept; a resume runs only the repeats still missing."""
-    from workloads import matrix as matrix_module
+    from gapscope.workloads import matrix as matrix_module
     monkeypatch.setattr(matrix_module, "gpu_count", lambda: 0)
     matrix = Matrix("resume", "one row", "", "row", (MatrixRow("row", "mlp", "torch"),))
     (first,) = run_matrix(matrix, tmp_path, BASE)

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
-from profilers.errors import GapscopeInputError
-from workloads.settings import RunSettings
+from gapscope.cli import cli
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.workloads.settings import RunSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 TOML = """\

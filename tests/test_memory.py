@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.events.memory_event import MemoryEvent
-from analysis.measures.memory.creep import creep
-from analysis.measures.memory.levels import Levels
-from analysis.model.run import load_run
-from analysis.results.breakdown import breakdown
-from analysis.results.memory.figures import MB
-from cli import cli
+from gapscope.analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.measures.memory.creep import creep
+from gapscope.analysis.measures.memory.levels import Levels
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.memory.figures import MB
+from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 KEPT_BYTES = 1 << 20            # the tensor forward allocates and backward frees: 1 MiB
@@ -171,8 +171,8 @@ def test_creep_is_the_least_squares_slope_with_a_t_interval():
 
 @pytest.fixture(scope="module")
 def cnn_run(tmp_path_factory):
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     outcome = launch(RunSettings("cnn", "torch", steps=10, warmup_steps=3, trace_steps=3),
                      tmp_path_factory.mktemp("memory_cnn"))
     assert outcome.status == "complete", outcome.error
@@ -282,7 +282,7 @@ def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path, a
 def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
     import gzip
 
-    from analysis.readers.torch_memory import read_torch_memory
+    from gapscope.analysis.readers.torch_memory import read_torch_memory
     # 40,000 events of ~250 bytes: 10 MB, so events straddle the reader's 4 MB blocks; an op
     # between them, and args before the name in some, as other writers order keys.
     events = []
@@ -306,7 +306,7 @@ def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
 
 
 def test_gapscope_trace_draws_the_allocators_level_as_a_counter_track(cnn_run, tmp_path):
-    from analysis.readers.torch_memory import read_torch_memory
+    from gapscope.analysis.readers.torch_memory import read_torch_memory
     (trace,) = cnn_run.glob("*.pt.trace.json.gz")
     events = read_torch_memory(trace)
     out = tmp_path / "cnn.trace.json"
@@ -319,7 +319,7 @@ def test_gapscope_trace_draws_the_allocators_level_as_a_counter_track(cnn_run, t
 
 
 def test_the_report_has_a_memory_section_with_the_steps_curve(cnn_run, tmp_path):
-    from analysis.report import write_report
+    from gapscope.analysis.report import write_report
     files = write_report([cnn_run], tmp_path / "report.md")
     text = files.markdown.read_text()
     memory = breakdown(load_run(cnn_run)).memory
@@ -378,10 +378,10 @@ def test_a_timers_breakdown_gives_the_rss_without_reading_the_trace(cnn_run):
 
 
 def test_the_memory_gap_names_the_layers_whose_kept_activations_differ_most():
-    from analysis.measures.memory.phase_memory import StepMemory
-    from analysis.results.memory.figures import MemoryFigures
-    from analysis.results.memory.gap import memory_gap
-    from analysis.results.records import Breakdown, PhaseSource
+    from gapscope.analysis.measures.memory.phase_memory import StepMemory
+    from gapscope.analysis.results.memory.figures import MemoryFigures
+    from gapscope.analysis.results.memory.gap import memory_gap
+    from gapscope.analysis.results.records import Breakdown, PhaseSource
 
     def run(label: str, forward: int, layers: dict[str, int]) -> Breakdown:
         step = StepMemory(0, 3 * forward, None, 0, 0, forward, forward,
@@ -401,7 +401,7 @@ def test_the_memory_gap_names_the_layers_whose_kept_activations_differ_most():
 
 
 def test_profile_memory_can_be_left_out_and_the_breakdown_says_so(tmp_path, monkeypatch):
-    from profilers.torch_session import PROFILE_MEMORY_ENV
+    from gapscope.profilers.torch_session import PROFILE_MEMORY_ENV
     monkeypatch.setenv(PROFILE_MEMORY_ENV, "0")
     run_dir = _known_tensor_loop(tmp_path)
     (trace,) = run_dir.glob("*.pt.trace.json.gz")
@@ -413,8 +413,8 @@ def test_profile_memory_can_be_left_out_and_the_breakdown_says_so(tmp_path, monk
 def test_resident_memory_creeps_only_past_a_tenth_of_a_megabyte_a_step():
     # A process warming up grows its RSS by arenas and pages (the demo's Keras MLP: +0.02 MB a
     # step, its interval clear of zero): no creep said; a real leak of 0.5 MB a step is.
-    from analysis.measures.memory.creep import Creep
-    from analysis.results.memory.figures import MemoryFigures
+    from gapscope.analysis.measures.memory.creep import Creep
+    from gapscope.analysis.results.memory.figures import MemoryFigures
     warming = MemoryFigures(None, None, rss={"creep": Creep(0.02, (0.01, 0.03), 44)})
     assert warming.creep_line() is None
     leaking = MemoryFigures(None, None, rss={"creep": Creep(0.5, (0.4, 0.6), 44)})
@@ -426,9 +426,9 @@ def test_a_trace_without_memory_events_is_not_read_a_second_time(fixtures_dir, m
     # The reader counts the [memory] instants it passes: where there are none, the memory
     # figures never scan the file again for them (a 1 GB trace's whole second pass).
     import shutil
-    from analysis.model.run import load_run
-    from analysis.readers import torch_memory
-    from analysis.results.memory.figures import allocator_events
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.readers import torch_memory
+    from gapscope.analysis.results.memory.figures import allocator_events
     run = tmp_path / "run"
     run.mkdir()
     shutil.copy(fixtures_dir / "marked_two_steps.pt.trace.json", run / "w.1.pt.trace.json")

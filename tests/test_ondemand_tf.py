@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 
 RUN = ["run", "mlp", "--framework", "torch"]
 
@@ -28,11 +28,10 @@ def nothing_runs(monkeypatch):
         raise AssertionError("a run was started")
     # Every module that binds `launch` by name is patched where it binds it; importing them
     # first keeps one imported during the test from binding the fake for the tests after it.
-    import workloads.ab
-    import workloads.matrix
-    monkeypatch.setattr("workloads.launch.launch", launched)
-    monkeypatch.setattr(workloads.matrix, "launch", launched)
-    monkeypatch.setattr(workloads.ab, "launch", launched)
+    from gapscope.workloads import ab, matrix
+    monkeypatch.setattr("gapscope.workloads.launch.launch", launched)
+    monkeypatch.setattr(matrix, "launch", launched)
+    monkeypatch.setattr(ab, "launch", launched)
 
 
 def _one_line(result, fragment: str, code: int = 2) -> None:
@@ -139,8 +138,8 @@ def test_tensorboard_port_in_use_or_bad_host_is_one_line(runner, tmp_path):
 
 def test_worker_count_is_bounded_wherever_settings_come_from():
     """Settings built by hand (the API, a settings JSON) meet the same bound as --variant."""
-    from profilers.errors import GapscopeInputError
-    from workloads.settings import RunSettings
+    from gapscope.profilers.errors import GapscopeInputError
+    from gapscope.workloads.settings import RunSettings
     with pytest.raises(GapscopeInputError, match="DataLoader workers"):
         RunSettings("mlp", "torch", num_workers=10**8).check_lengths()
 
@@ -155,7 +154,7 @@ def test_an_unknown_workload_is_named_before_a_missing_framework(runner, nothing
 def test_device_cuda_without_a_gpu_is_refused_up_front(runner, nothing_runs, monkeypatch,
                                                        tmp_path, command):
     """No progress bar and no failed run directory (issue 23 item 8): refused before either."""
-    monkeypatch.setattr("profilers.nvml.gpu_count", lambda: 0)
+    monkeypatch.setattr("gapscope.profilers.nvml.gpu_count", lambda: 0)
     out = tmp_path / "out"
     result = runner.invoke(cli, [*command, "--device", "cuda", "--out", str(out)])
     _one_line(result, "--device cuda: this machine has no CUDA GPU")

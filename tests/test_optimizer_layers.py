@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from analysis.events.timeline import phase_timeline
-from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
-from analysis.measures.optimizer_layers import OptimizerLayers, optimizer_layers
+from gapscope.analysis.events.timeline import phase_timeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from gapscope.analysis.measures.optimizer_layers import OptimizerLayers, optimizer_layers
 
 SPECS = [{"name": "dense1", "kind": "dense"}, {"name": "logits", "kind": "dense"},
          {"name": "loss", "kind": "loss"}]

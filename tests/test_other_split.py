@@ -8,12 +8,12 @@ import json
 
 import pytest
 
-from analysis.results.breakdown import breakdown, breakdown_from_trace
-from analysis.measures.other_split import OtherPart, other_shares, split_other
-from analysis.renderers import registry
-from analysis.model.run import load_run
-from analysis.events.timeline import phase_timeline
-from analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, OTHER, RUNTIME, STEP, Event, Trace
+from gapscope.analysis.results.breakdown import breakdown, breakdown_from_trace
+from gapscope.analysis.measures.other_split import OtherPart, other_shares, split_other
+from gapscope.analysis.renderers import registry
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.events.timeline import phase_timeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, KERNEL, OTHER, RUNTIME, STEP, Event, Trace
 
 
 def _e(name, start, end, kind, track="host/1/1"):

@@ -79,8 +79,8 @@ def test_a_keras_call_of_several_updates_shares_its_faults_out():
 
 
 def test_a_real_run_writes_its_faults_and_the_breakdown_reports_them(torch_run):
-    from analysis.results.breakdown import breakdown
-    from analysis.model.run import load_run
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.model.run import load_run
     header = (torch_run / "steps.csv").read_text().splitlines()[0].split(",")
     assert header[-2:] == ["minor_faults", "rss_mb"]
     run = load_run(torch_run)
@@ -110,7 +110,7 @@ def test_compare_says_the_faults_of_each_side_with_the_spread_of_its_repeats():
 
 
 def test_costly_faults_get_a_breakdown_note_and_a_suggestion(torch_explained_copy):
-    from analysis.results.suggestions import Rule, suggest
+    from gapscope.analysis.results.suggestions import Rule, suggest
     assert page_faults.costly(13000, 100.0)          # ~19.5 ms of a 100 ms step
     assert not page_faults.costly(13000, 1000.0)     # 2 % of a 1 s step
     assert not page_faults.costly(900, 10.0)         # few, though 13 % of a 10 ms step
@@ -139,8 +139,8 @@ def _repeats(run, step_ms: float, faults: list[float]) -> list[Breakdown]:
 
 
 def test_faults_that_carry_the_gap_lead_the_evidence_and_join_the_headline(torch_explained_copy):
-    from analysis.results.compare import Comparison, compare_pair
-    from analysis.renderers.compare_columns import verdict_lines
+    from gapscope.analysis.results.compare import Comparison, compare_pair
+    from gapscope.analysis.renderers.compare_columns import verdict_lines
     run = torch_explained_copy
     # B's steps average 100.45 ms against A's 80.36 (a 20.09 ms gap) and take 13,133.3 faults
     # against 300: 12,833.3 more, about 19.25 ms at 1.5 µs each, 96 % of the gap.
@@ -154,7 +154,7 @@ def test_faults_that_carry_the_gap_lead_the_evidence_and_join_the_headline(torch
     (headline, *_) = verdict_lines(Comparison([run, run], [pair], []))
     assert "12,833 more page faults per step (about +19.250 ms)" in headline
     # The JSON (and the TensorBoard tab, which shows it) says the same.
-    from analysis.renderers import compare_json
+    from gapscope.analysis.renderers import compare_json
     (doc,) = compare_json.document(Comparison([run, run], [pair], []))["comparisons"]
     assert doc["faults_behind_gap"]["text"] == "12,833 more page faults per step (about +19.250 ms)"
     assert doc["evidence"][0]["text"].startswith("page faults per unprofiled step:")
@@ -168,7 +168,7 @@ def test_faults_that_carry_the_gap_lead_the_evidence_and_join_the_headline(torch
 
 
 def test_repeats_in_different_allocator_states_are_warned_of(torch_explained_copy):
-    from analysis.results.compare import compare
+    from gapscope.analysis.results.compare import compare
     run = torch_explained_copy
     steady = _repeats(run, 100.0, [14400.0, 15200.0, 16000.0])   # within 1.5x of each other
     apart = _repeats(run, 120.0, [14400.0, 30200.0, 16000.0])    # the trial gap_truth met
@@ -185,8 +185,8 @@ def test_repeats_in_different_allocator_states_are_warned_of(torch_explained_cop
 
 @pytest.fixture
 def torch_explained_copy(torch_run):
-    from analysis.results.explain import explain
-    from analysis.model.run import load_run
+    from gapscope.analysis.results.explain import explain
+    from gapscope.analysis.model.run import load_run
     run = explain(load_run(torch_run))
     run.breakdown = copy.copy(run.breakdown)
     return run
@@ -206,7 +206,7 @@ def test_the_variant_resolves_to_its_setting_and_is_refused_off_glibc(monkeypatc
 _ALLOCATOR_STEPS = """
 import ctypes, json, resource, sys
 if sys.argv[1] == "keep":
-    from workloads.runners.malloc_keep import keep_freed_memory
+    from gapscope.workloads.runners.malloc_keep import keep_freed_memory
     keep_freed_memory()
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]

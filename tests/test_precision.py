@@ -5,9 +5,9 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.precision import Progress, half_width, stop_reason
-from analysis.measures.stats import RepeatRatio
-from cli import cli
+from gapscope.analysis.results.precision import Progress, half_width, stop_reason
+from gapscope.analysis.measures.stats import RepeatRatio
+from gapscope.cli import cli
 from conftest import compare_exit_code
 
 

@@ -7,11 +7,11 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.events import intervals
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.events.phase_rules import PhaseOrigin
-from analysis.events.timeline import _infer_forward
-from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from gapscope.analysis.events import intervals
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.events.phase_rules import PhaseOrigin
+from gapscope.analysis.events.timeline import _infer_forward
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 
 
 def _reference(ops, steps, by_phase):

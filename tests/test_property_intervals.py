@@ -3,7 +3,7 @@ same set of unit cells [k, k+1) as the set operation it stands for."""
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.events import intervals
+from gapscope.analysis.events import intervals
 
 _interval = st.tuples(st.integers(0, 60), st.integers(0, 15)).map(lambda t: (t[0], t[0] + t[1]))
 _lists = st.lists(_interval, max_size=12)

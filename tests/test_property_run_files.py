@@ -11,11 +11,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from analysis.results.breakdown import breakdown
-from analysis.model.run import expand_runs, load_measurement, load_run
-from analysis.results.sweep_results import sweep_result
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import STEP_COLUMNS
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.model.run import expand_runs, load_measurement, load_run
+from gapscope.analysis.results.sweep_results import sweep_result
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import STEP_COLUMNS
 
 ODD_CELLS = ["", "nan", "inf", "-inf", "-3", "0", "1e308", "1e300", "-0", "9" * 50, "abc",
              "1_000", " 5", "0x10", "1e-320", "NaN", "١٢"]

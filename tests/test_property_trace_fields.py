@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from analysis.readers import torch_trace, trace_chunks
-from analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.readers import torch_trace, trace_chunks
+from gapscope.analysis.readers.torch_trace import read_torch_trace
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 
@@ -146,7 +146,7 @@ def test_a_bad_header_field_before_the_events_is_left_out(tmp_path):
 
 
 def test_what_is_not_json_is_still_refused(tmp_path):
-    from profilers.errors import TraceFormatError
+    from gapscope.profilers.errors import TraceFormatError
     path = tmp_path / "w.pt.trace.json"
     path.write_text(json.dumps(_trace())[:-20])
     with pytest.raises(TraceFormatError, match="not a torch profiler trace"):

@@ -20,11 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.model.job import load_job
-from analysis.results.distributed_breakdown import job_breakdown
-from analysis.results.engines.choose import using_engine
-from analysis.results.engines.local import LocalEngine
-from analysis.renderers import registry
+from gapscope.analysis.model.job import load_job
+from gapscope.analysis.results.distributed_breakdown import job_breakdown
+from gapscope.analysis.results.engines.choose import using_engine
+from gapscope.analysis.results.engines.local import LocalEngine
+from gapscope.analysis.renderers import registry
 from engine_job import make_job
 
 pytest.importorskip("ray", reason="the ray extra is not installed")

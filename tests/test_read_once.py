@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import analysis.model.run
-from cli import cli
-from profilers import state_json
+from gapscope.analysis.model import run as model_run
+from gapscope.cli import cli
+from gapscope.profilers import state_json
 
 
 @pytest.fixture
 def reads(monkeypatch):
     counted = []
-    real = analysis.model.run.read_trace
-    monkeypatch.setattr(analysis.model.run, "read_trace", lambda path: counted.append(path) or real(path))
+    real = model_run.read_trace
+    monkeypatch.setattr(model_run, "read_trace", lambda path: counted.append(path) or real(path))
     return counted
 
 
@@ -114,7 +114,7 @@ def test_the_tensorboard_plugin_reads_each_manifest_once_per_request(manifest_re
     from tensorboard.plugins import base_plugin
     from werkzeug.test import Client
 
-    from analysis.tensorboard.plugin.plugin import GapscopePlugin
+    from gapscope.analysis.tensorboard.plugin.plugin import GapscopePlugin
     monkeypatch.setenv("GAPSCOPE_JOB_WORKERS", "1")
     apps = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir))).get_plugin_apps()
     response = Client(apps["/runs"]).get("/")

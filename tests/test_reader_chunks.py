@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from analysis.readers import chunk_pool, torch_trace
-from analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.readers import chunk_pool, torch_trace
+from gapscope.analysis.readers.torch_trace import read_torch_trace
 
 # Strings and nested values that look like the gap between two events, where the reader cuts.
 TRICKY_NAMES = ["aten::mm", 'x}, {"ph": "X"', "}, {", "},{", 'quote " and }\\n,{', "ünïcødé ✓", ""]
@@ -78,7 +78,7 @@ def test_garbage_after_the_array_is_refused(tmp_path, monkeypatch):
 
 _RSS_CHILD = """
 import sys
-from analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.readers.torch_trace import read_torch_trace
 
 def peak():  # VmHWM: this process's own peak RSS (ru_maxrss starts at the parent's at fork)
     status = open("/proc/self/status").read()

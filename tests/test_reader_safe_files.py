@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import analysis.tensorboard.server as tensorboard_server
-from analysis.results.breakdown import breakdown
-from analysis.readers import safe_files
-from analysis.readers.hlo_text import read_hlo_text
-from analysis.readers.resources_csv import read_resources_csv
-from analysis.readers.torch_trace import read_torch_trace
-from analysis.model.run import load_run
-from cli import cli
-from profilers.errors import TraceFormatError
+import gapscope.analysis.tensorboard.server as tensorboard_server
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.readers import safe_files
+from gapscope.analysis.readers.hlo_text import read_hlo_text
+from gapscope.analysis.readers.resources_csv import read_resources_csv
+from gapscope.analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.model.run import load_run
+from gapscope.cli import cli
+from gapscope.profilers.errors import TraceFormatError
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +71,7 @@ def test_non_regular_files_are_refused_at_once(odd_paths, kind, reader):
 
 @pytest.mark.parametrize("kind", ["fifo", "zero", "dangling", "loop"])
 def test_xplane_reader_refuses_them_before_loading_the_schema(odd_paths, kind, monkeypatch):
-    from analysis.readers import xplane
+    from gapscope.analysis.readers import xplane
     monkeypatch.setattr(xplane, "_xplane_pb2", lambda: pytest.fail("schema loaded"))
     path, fragment = odd_paths[kind]
     _refused_within(10, xplane.read_xplane, path, fragment)
@@ -115,7 +115,7 @@ def test_gzip_is_recognised_by_content_whatever_the_name(tmp_path):
 
 
 def test_an_event_larger_than_any_real_one_is_refused(tmp_path, monkeypatch):
-    from analysis.readers import torch_trace
+    from gapscope.analysis.readers import torch_trace
     monkeypatch.setattr(torch_trace, "_CHUNK", 1 << 10)
     monkeypatch.setattr(torch_trace, "_BLOCK", 1 << 10)
     monkeypatch.setattr(torch_trace, "_MAX_EVENT", 1 << 16)
@@ -139,7 +139,7 @@ _CLI_KINDS = ["fifo", "zero", "urandom", "dangling", "loop"]
 
 
 def _gapscope(*args, timeout=60):
-    return subprocess.run([sys.executable, "-m", "cli", *map(str, args)], cwd=ROOT, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "gapscope.cli", *map(str, args)], cwd=ROOT, timeout=timeout,
                           capture_output=True, text=True)
 
 

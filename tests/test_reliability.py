@@ -3,8 +3,8 @@ import json
 
 import pytest
 
-from analysis.measures.reliability import level_shift, reliability_warnings, two_levels
-from profilers.machine_load import load_between
+from gapscope.analysis.measures.reliability import level_shift, reliability_warnings, two_levels
+from gapscope.profilers.machine_load import load_between
 
 
 def test_quiet_steps_around_one_level_raise_nothing():
@@ -80,7 +80,7 @@ def busy_machine():
 def test_a_run_beside_busy_processes_is_marked_in_json_table_and_compare(busy_machine, tmp_path):
     from click.testing import CliRunner
 
-    from cli import cli
+    from gapscope.cli import cli
     runner = CliRunner()
     args = ["--steps", "16", "--warmup", "2", "--trace-steps", "4", "--out", str(tmp_path), "--quiet"]
     for framework in ("torch", "torch"):

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis.measures.stats import repeat_ratio, welch_difference
+from gapscope.analysis.measures.stats import repeat_ratio, welch_difference
 
 
 def _experiment(rng, ratio, repeats, steps, between_sd, within_sd):
@@ -106,7 +106,7 @@ def test_the_default_repeats_tell_a_20_percent_gap_at_this_machines_process_spre
     between gapscope's torch CNN processes here (CV 11.3 %): 3 repeats a side cannot tell a
     20 % gap from noise, 5 can. By hand: t(4) 2.776 * 0.113 * sqrt(2/3) = 0.256 > log 1.2 =
     0.182; t(8) 2.306 * 0.113 * sqrt(2/5) = 0.165 < 0.182."""
-    from workloads.ab import DEFAULT_REPEATS
+    from gapscope.workloads.ab import DEFAULT_REPEATS
     offsets = np.linspace(-1.0, 1.0, repeats)
     logs = 0.113 * offsets / np.std(offsets, ddof=1)  # sample sd exactly 0.113
     base = [100.0 * math.exp(x) for x in logs]
@@ -120,8 +120,8 @@ def test_the_default_repeats_tell_a_20_percent_gap_at_this_machines_process_spre
 def test_three_agreeing_pairs_within_noise_say_how_often_chance_does_that():
     """'Within noise' beside '3/3 pairs agree' read as a contradiction: the line says that
     three pairs agree by chance one time in four (both signs)."""
-    from analysis.renderers.evidence_text import pairs_line
-    from analysis.results.compare import PairComparison, PhaseGap
+    from gapscope.analysis.renderers.evidence_text import pairs_line
+    from gapscope.analysis.results.compare import PairComparison, PhaseGap
     result = repeat_ratio([100.0, 100.0, 100.0], [142.0, 175.0, 122.0])
     pair = PairComparison("a", "b", "A", "B", 100.0, 146.3, 46.3, [PhaseGap("forward", 1, 1, 0, 1, 0)],
                           [], False, ratio=result.ratio, ratio_ci95=result.ci95, repeats=3,

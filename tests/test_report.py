@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
-from cli import cli
+from gapscope.cli import cli
 
 
 def _png_size(path) -> tuple[int, int]:
@@ -110,8 +110,8 @@ def test_gapscope_run_directories_and_a_folder_of_runs(torch_run, keras_run, tmp
     text = out.read_text()
     assert "mlp keras (baseline)" in text and "| mlp torch |" in text
     # other's parts for each traced run, as its breakdown has them
-    from analysis.results.breakdown import breakdown
-    from analysis.model.run import load_run
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.model.run import load_run
     parts = breakdown(load_run(keras_run)).to_json_dict()["phases"]["other"]["parts"]
     assert parts and all(f"{part} {ms:.3f} ms" in text for part, ms in parts.items())
 
@@ -120,10 +120,10 @@ def test_layers_and_compile_sections_hold_the_panels_figures(torch_run, keras_ru
     """Issues 31 and 32: the report's layers table per run, the two runs' layers lined up by
     name with their deltas, the per-layer plot, and the Keras run's tf.function compile record
     (its stages against the measured warm-up), each figure as the panels hold it (the tab's)."""
-    from analysis.model.run import load_run
-    from analysis.results.breakdown import breakdown
-    from analysis.results.layers import layer_breakdown
-    from analysis.results.panels.compile_panel import compile_panel
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.results.layers import layer_breakdown
+    from gapscope.analysis.results.panels.compile_panel import compile_panel
     out = tmp_path / "r" / "report.md"
     result = CliRunner().invoke(cli, ["report", str(torch_run), str(keras_run), "--out", str(out), "-q"])
     assert result.exit_code == 0, result.output
@@ -202,7 +202,7 @@ def test_bad_input_exits_2(two_runs, tmp_path, args, fragment):
 def test_an_ab_folder_reports_the_clis_comparison(ab_folder, tmp_path):
     """One measurement, one answer: the report's verdict, interval and pair ratios are the
     ones `gapscope compare FOLDER` prints, its first configuration the baseline."""
-    from analysis.report import write_report
+    from gapscope.analysis.report import write_report
     printed = CliRunner().invoke(cli, ["compare", str(ab_folder), "--format", "markdown"]).stdout
     files = write_report([ab_folder], tmp_path / "ab.md")
     text = files.markdown.read_text()
@@ -215,8 +215,8 @@ def test_an_ab_folder_reports_the_clis_comparison(ab_folder, tmp_path):
 
 def test_a_run_100x_faster_keeps_a_visible_bar_in_the_phase_chart():
     """Issue 35: to scale, a 1 ms step beside a 100 ms one drew no bar at all."""
-    from analysis.renderers.plots import phase_bars
-    from analysis.results.breakdown import breakdown_from_timers
+    from gapscope.analysis.renderers.plots import phase_bars
+    from gapscope.analysis.results.breakdown import breakdown_from_timers
 
     def run(step_ms):
         rows = [{"step": i, "warmup": i < 1, "traced": False, "step_ms": step_ms,

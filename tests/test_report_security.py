@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import analysis.model.run
-from analysis.model.locate import Place
-from cli import cli
+from gapscope.analysis.model import run as model_run
+from gapscope.analysis.model.locate import Place
+from gapscope.cli import cli
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = "<img src=x onerror=alert(2)>"
@@ -87,8 +87,8 @@ def test_report_follows_matrix_entries_only_inside_the_matrix_folder(tmp_path, f
             "abs": {"status": "complete", "run_dir": str(tmp_path / "outside")}}
     (matrix / "matrix.json").write_text(json.dumps({"rows": rows}))
     located = []
-    real_locate = analysis.model.run.locate  # where every named path is located, once
-    monkeypatch.setattr(analysis.model.run, "locate", lambda p: located.append(p) or real_locate(p))
+    real_locate = model_run.locate  # where every named path is located, once
+    monkeypatch.setattr(model_run, "locate", lambda p: located.append(p) or real_locate(p))
     out = tmp_path / "report" / "r.md"
     result = CliRunner().invoke(cli, ["report", str(matrix), "--out", str(out)])
     assert result.exit_code == 1, result.output

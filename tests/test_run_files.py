@@ -13,11 +13,11 @@ from click.testing import CliRunner
 from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
-from analysis.tensorboard.plugin.plugin import GapscopePlugin
-from cli import cli
-from profilers.phases import MARKED_PHASES
-from profilers.run_dir import STEP_COLUMNS
-from profilers.state_json import MAX_DEPTH, StateFileError, loads
+from gapscope.analysis.tensorboard.plugin.plugin import GapscopePlugin
+from gapscope.cli import cli
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.run_dir import STEP_COLUMNS
+from gapscope.profilers.state_json import MAX_DEPTH, StateFileError, loads
 
 WARMUP, STEPS = 2, 12
 # Steady steps: 10 ms, phases 1, 2, 3, 1 ms, so other is 3 ms; warm-up steps 50 ms.

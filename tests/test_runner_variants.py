@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from analysis.results.distributed_breakdown import breakdown_of
-from workloads.launch import launch
-from workloads.settings import RunSettings
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.workloads.launch import launch
+from gapscope.workloads.settings import RunSettings
 
 SHORT = dict(steps=12, warmup_steps=3, trace_steps=4)
 # spe4 runs calls of 4 updates: warm-up 0-3, traced 4-7, the profiler's teardown call 8-11;
@@ -56,8 +56,8 @@ def test_keras_jit_leaves_hlo_dumps_for_phase_mapping(tmp_path):
     dumps = list((outcome.run_dir / "xla_dump").glob("*after_optimizations.txt"))
     assert dumps and any("gapscope_forward" in d.read_text() for d in dumps)
     # Its XLA ops find their layers through that metadata.
-    from analysis.model.run import load_run
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.layers import layer_breakdown
     layers = layer_breakdown(load_run(outcome.run_dir))
     assert layers.row("dense1").forward_ms > 0 and layers.row("logits").backward_ms > 0
 
@@ -74,8 +74,8 @@ def test_spe_warmup_ends_on_a_call_boundary(variant_runs):
 def test_keras_on_torch_layers_come_from_the_same_ranges_as_torchs(variant_runs):
     # A Keras layer is a torch module on the torch backend: the runner's layer ranges wrap it
     # in the traced window, and backward nodes link to it by sequence number.
-    from analysis.model.run import load_run
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.layers import layer_breakdown
     layers = layer_breakdown(load_run(variant_runs[("mlp", "keras-torch", "default")].run_dir))
     assert [r.name for r in layers.rows] == ["dense1", "logits"]
     assert all(r.forward_ms > 0 and r.backward_ms > 0 for r in layers.rows)

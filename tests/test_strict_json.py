@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
-from profilers import strict_json
-from profilers.run_dir import Manifest
+from gapscope.cli import cli
+from gapscope.profilers import strict_json
+from gapscope.profilers.run_dir import Manifest
 
 ROOT = Path(__file__).resolve().parent.parent
 CORPUS = Path(__file__).parent / "fuzz"

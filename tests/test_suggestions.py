@@ -11,13 +11,13 @@ import math
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.breakdown import breakdown
-from analysis.results.explain import explain
-from analysis.renderers import evidence_text
-from analysis.renderers.compare_columns import verdict_lines
-from analysis.model.run import load_measurement, load_run
-from analysis.results.suggestions import Rule, Suggestion, suggest
-from cli import cli
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.explain import explain
+from gapscope.analysis.renderers import evidence_text
+from gapscope.analysis.renderers.compare_columns import verdict_lines
+from gapscope.analysis.model.run import load_measurement, load_run
+from gapscope.analysis.results.suggestions import Rule, Suggestion, suggest
+from gapscope.cli import cli
 from conftest import compare_exit_code
 
 STEP = 10.0
@@ -109,8 +109,8 @@ def test_many_small_kernels_suggest_a_compiler(torch_explained):
 
 
 def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
-    from analysis.renderers import evidence_text
-    from analysis.results.compare import compare
+    from gapscope.analysis.renderers import evidence_text
+    from gapscope.analysis.results.compare import compare
     comparison = compare([explain(load_run(keras_run)), explain(load_run(torch_run))])
     pair = comparison.pairs[0]
     line = verdict_lines(comparison)[0]
@@ -128,7 +128,7 @@ def test_verdict_names_the_phase_that_carries_the_gap(torch_run, keras_run):
 
 
 def test_suggestions_of_a_real_pair_come_from_its_phases_beyond_noise(torch_run, keras_run):
-    from analysis.results.compare import compare
+    from gapscope.analysis.results.compare import compare
     pair = compare([explain(load_run(keras_run)), explain(load_run(torch_run))]).pairs[0]
     b_slower = pair.gap_ms > 0
     triggers = {Rule.DATA_LOAD: {"data_load"}, Rule.DISPATCH: {"other"},
@@ -148,7 +148,7 @@ def test_check_suggestions_measures_the_suggested_variant(torch_run, tmp_path, m
     def preload_for_b(pair, a, b):
         return [Suggestion(Rule.DATA_LOAD, pair.b_label, "mlp:torch", "mlp:torch:preload",
                            {"data_load_ms": 1.0, "data_load_share": 0.5})]
-    monkeypatch.setattr("analysis.results.compare._suggestions", preload_for_b)
+    monkeypatch.setattr("gapscope.analysis.results.compare._suggestions", preload_for_b)
     out = tmp_path / "runs"
     result = CliRunner().invoke(cli, [
         "compare", str(torch_run), str(torch_run), "--check-suggestions", "--repeats", "2",
@@ -176,8 +176,8 @@ def test_a_suggestion_that_cannot_run_here_is_said_not_fatal(torch_run, tmp_path
     def gpu_only(pair, a, b):
         return [Suggestion(Rule.FP32_GPU, pair.b_label, "mlp:torch", "mlp:torch:cudagraphs",
                            {"compute_share": 0.9})]
-    monkeypatch.setattr("analysis.results.compare._suggestions", gpu_only)
-    monkeypatch.setattr("workloads.ab.gpu_count", lambda: 0)
+    monkeypatch.setattr("gapscope.analysis.results.compare._suggestions", gpu_only)
+    monkeypatch.setattr("gapscope.workloads.ab.gpu_count", lambda: 0)
     result = CliRunner().invoke(cli, ["compare", str(torch_run), str(torch_run), "--check-suggestions",
                                       "--out", str(tmp_path / "runs"), "-q"])
     assert result.exit_code == compare_exit_code(torch_run), result.output
@@ -189,11 +189,11 @@ def test_a_suggestion_already_among_the_runs_gives_its_figure_not_a_try(torch_ex
                                                                          monkeypatch):
     """Issue 23 item 5: 'mlp torch compile is 1.11x slower than mlp torch', then 'try
     mlp:torch:compile' contradicts the table. The compiled run is there: its figure is said."""
-    from analysis.results.compare import compare
+    from gapscope.analysis.results.compare import compare
     def compile_for_b(pair, a, b):
         return [Suggestion(Rule.DISPATCH, pair.b_label, "mlp:torch", "mlp:torch:compile",
                            {"other_ms": 4.0, "other_share": 0.4})]
-    monkeypatch.setattr("analysis.results.compare._suggestions", compile_for_b)
+    monkeypatch.setattr("gapscope.analysis.results.compare._suggestions", compile_for_b)
     compiled = _with_variant(torch_explained, "compile")
     compiled.breakdown.step_times_ms = [1.11 * t for t in compiled.breakdown.step_times_ms]
     comparison = compare([compiled, _with_variant(torch_explained, "default")])

@@ -8,9 +8,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.util import tensor_util
 
 import user_loops
-from workloads.runners.after_run import write_after_run
-from analysis.tensorboard.summaries import SUFFIX, write_run_summaries
-from profilers.phases import PHASES
+from gapscope.workloads.runners.after_run import write_after_run
+from gapscope.analysis.tensorboard.summaries import SUFFIX, write_run_summaries
+from gapscope.profilers.phases import PHASES
 
 
 def _read(run_dir):

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.renderers.sweep_render import crossover_lines
-from analysis.results.sweep_results import ConfigPoint, SweepPoint, SweepResult, crossovers
-from cli import cli
-from workloads.registry import get_workload
+from gapscope.analysis.renderers.sweep_render import crossover_lines
+from gapscope.analysis.results.sweep_results import ConfigPoint, SweepPoint, SweepResult, crossovers
+from gapscope.cli import cli
+from gapscope.workloads.registry import get_workload
 
 
 def _result(ratios, intervals=None):
@@ -47,7 +47,7 @@ def test_no_crossover_says_who_wins_everywhere():
 
 
 def test_the_plots_ratio_axis_is_log_so_one_wide_whisker_does_not_flatten_the_rest():
-    from analysis.renderers.sweep_render import figure
+    from gapscope.analysis.renderers.sweep_render import figure
     fig = figure(_result([1.3, 0.5, 2.0, 1.05], [None, (0.1, 2.5), (1.5, 2.6), None]))
     speed, ratio = fig.axes
     assert ratio.get_yscale() == "log" and speed.get_xscale() == "log"
@@ -136,8 +136,8 @@ def test_where_compiling_pays_by_hand():
     from the start: 16: (3,100 + 1,500) / (100 + 2,000) = 2.1905; 64: (3,100 + 6,000) / (100 +
     5,000) = 1.7843; 256: (3,200 + 10,000) / (200 + 20,000) = 0.6535: the winner changes
     between 64 and 256."""
-    from analysis.results.sweep_results import _over_steps, _pays_back
-    from analysis.renderers.sweep_render import compile_lines
+    from gapscope.analysis.results.sweep_results import _over_steps, _pays_back
+    from gapscope.analysis.renderers.sweep_render import compile_lines
     figures = {16: ((2.0, 100.0), (1.5, 3100.0)), 64: ((5.0, 100.0), (6.0, 3100.0)),
                256: ((20.0, 200.0), (10.0, 3200.0))}
     points = []

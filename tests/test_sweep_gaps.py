@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RUN_LENGTHS = ["--steps", "6", "--warmup", "1", "--trace-steps", "2", "--repeats", "1"]

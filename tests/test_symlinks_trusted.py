@@ -12,10 +12,10 @@ from click.testing import CliRunner
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from analysis.model.job import load_job  # noqa: E402
-from analysis.model.run import expand_runs  # noqa: E402
-from cli import cli  # noqa: E402
-from profilers.errors import GapscopeInputError  # noqa: E402
+from gapscope.analysis.model.job import load_job  # noqa: E402
+from gapscope.analysis.model.run import expand_runs  # noqa: E402
+from gapscope.cli import cli  # noqa: E402
+from gapscope.profilers.errors import GapscopeInputError  # noqa: E402
 from test_run_files import make_run  # noqa: E402
 
 import dist_job_loop  # noqa: E402

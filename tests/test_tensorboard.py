@@ -14,10 +14,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.tensorboard.server import (TORCH_TB_PROFILER_OFF, TensorBoardError,
+from gapscope.analysis.tensorboard.server import (TORCH_TB_PROFILER_OFF, TensorBoardError,
                                          TensorBoardServer, _get_json, is_loopback, listed_runs,
                                          offline_note, serve_forever, tab_notes, wait_for_runs)
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -15,14 +15,14 @@ import pytest
 
 import h200_runs
 import user_loops
-from analysis.results.breakdown import breakdown
-from analysis.results.compare import compare
-from analysis.results.explain import explain
-from analysis.renderers import evidence_text
-from analysis.model.run import load_run
-from analysis.tensorboard.server import TensorBoardServer
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.compare import compare
+from gapscope.analysis.results.explain import explain
+from gapscope.analysis.renderers import evidence_text
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.tensorboard.server import TensorBoardServer
 from browser import HeadlessChromium, ensure_chromium
-from profilers.phases import PHASES
+from gapscope.profilers.phases import PHASES
 
 # A torch.profiler trace written by no gapscope code; named to sort after the gapscope runs, so
 # that torch-tb-profiler (which shows its first run) still opens on the torch run.
@@ -348,7 +348,7 @@ def test_the_printed_url_lands_on_the_gapscope_tab_and_the_chart_has_two_scales(
 
 
 def server_tab_notes() -> list[str]:
-    from analysis.tensorboard.server import tab_notes
+    from gapscope.analysis.tensorboard.server import tab_notes
     return tab_notes(True)
 
 
@@ -554,8 +554,8 @@ def test_layers_and_compile_views_render_the_figures_of_the_json(browser, tensor
     import shutil
     from urllib.parse import urlencode
 
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     url = tensorboard[0]
     views = logdir / "views"  # under its own folder, taken away after: the tests above count runs
     try:
@@ -661,8 +661,8 @@ def test_an_ab_folder_opens_as_the_clis_comparison(chromium, ab_folder, tmp_path
     itself. It ticks two configurations, and shows the verdict lines `compare FOLDER` prints."""
     import shutil
 
-    from analysis.renderers.compare_columns import verdict_lines
-    from analysis.results.measured import compare_measurement
+    from gapscope.analysis.renderers.compare_columns import verdict_lines
+    from gapscope.analysis.results.measured import compare_measurement
     shutil.copytree(ab_folder, tmp_path / ab_folder.name)
     from analysis.renderers.compare_columns import phase_rows
     measured = compare_measurement(ab_folder)

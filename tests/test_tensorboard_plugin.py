@@ -16,13 +16,13 @@ from tensorboard.plugins import base_plugin
 from werkzeug.test import Client
 
 import user_loops
-from analysis.results.breakdown import breakdown
-from analysis.results.compare import compare
-from analysis.results.explain import explain
-from analysis.model.run import load_run
-from analysis.tensorboard.plugin.plugin import PLUGIN_NAME, STATIC, GapscopePlugin
-from analysis.tensorboard.plugin.runs import find_runs
-from profilers.phases import PHASES
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.compare import compare
+from gapscope.analysis.results.explain import explain
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.tensorboard.plugin.plugin import PLUGIN_NAME, STATIC, GapscopePlugin
+from gapscope.analysis.tensorboard.plugin.runs import find_runs
+from gapscope.profilers.phases import PHASES
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -179,15 +179,15 @@ def test_is_registered_as_a_tensorboard_plugin_entry_point():
     config = configparser.ConfigParser()
     config.read(ROOT / "setup.cfg")
     lines = config["options.entry_points"]["tensorboard_plugins"].strip().splitlines()
-    assert lines == [f"{PLUGIN_NAME} = analysis.tensorboard.plugin.plugin:GapscopePlugin"]
+    assert lines == [f"{PLUGIN_NAME} = gapscope.analysis.tensorboard.plugin.plugin:GapscopePlugin"]
     module, _, name = lines[0].split(" = ")[1].partition(":")
     assert getattr(importlib.import_module(module), name) is GapscopePlugin
-    assert "static/*.js" in config["options.package_data"]["analysis.tensorboard.plugin"]
+    assert "static/*.js" in config["options.package_data"]["gapscope.analysis.tensorboard.plugin"]
 
 
 def test_launcher_loads_gapscopes_plugin_once_and_torch_tb_profiler_only_when_asked(monkeypatch):
-    from analysis.tensorboard.main import plugins
-    from analysis.tensorboard.server import TORCH_TB_PROFILER_ENV
+    from gapscope.analysis.tensorboard.main import plugins
+    from gapscope.analysis.tensorboard.server import TORCH_TB_PROFILER_ENV
     for asked in ("0", "1"):
         monkeypatch.setenv(TORCH_TB_PROFILER_ENV, asked)
         loaded = plugins()
@@ -199,7 +199,7 @@ def test_launcher_loads_gapscopes_plugin_once_and_torch_tb_profiler_only_when_as
 
 @pytest.mark.parametrize("asked", ["0", "1"])
 def test_the_tab_says_what_the_profiler_tabs_show_offline(monkeypatch, logdir, asked):
-    from analysis.tensorboard.server import TORCH_TB_PROFILER_ENV, TORCH_TB_PROFILER_OFF, XPROF_NOTE
+    from gapscope.analysis.tensorboard.server import TORCH_TB_PROFILER_ENV, TORCH_TB_PROFILER_OFF, XPROF_NOTE
     monkeypatch.setenv(TORCH_TB_PROFILER_ENV, asked)
     _, doc = get(GapscopePlugin(base_plugin.TBContext(logdir=str(logdir))), "/runs")
     torch_note, xprof_note = doc["tab_notes"]
@@ -242,8 +242,8 @@ def test_an_ab_folder_is_one_comparison_in_the_tab(ab_folder, tmp_path):
     """Its runs carry their A/B folder and configuration, and any two of its configurations
     compare as the measurement does in the CLI (verdict, interval, pair ratios), never as two
     single runs."""
-    from analysis.renderers.compare_columns import verdict_lines
-    from analysis.results.measured import compare_measurement
+    from gapscope.analysis.renderers.compare_columns import verdict_lines
+    from gapscope.analysis.results.measured import compare_measurement
     logdir = tmp_path / "logs"
     shutil.copytree(ab_folder, logdir / ab_folder.name)
     plugin = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))

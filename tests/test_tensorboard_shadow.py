@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from analysis.tensorboard.server import (MEMORY_ENV, TensorBoardServer, listed_runs,
+from gapscope.analysis.tensorboard.server import (MEMORY_ENV, TensorBoardServer, listed_runs,
                                          memory_limit_bytes, wait_for_runs)
-from analysis.tensorboard.shadow import ShadowLogdir
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.tensorboard.shadow import ShadowLogdir
+from gapscope.profilers.errors import GapscopeInputError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "marked_two_steps.pt.trace.json"
 RSS_LIMIT = 1 << 30

@@ -10,11 +10,11 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.distributed_breakdown import breakdown_of
-from analysis.results.matrix_results import MatrixResult, MatrixRowResult, matrix_result
-from analysis.renderers import fit, registry
-from analysis.model.run import unique_labels
-from cli import cli
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.results.matrix_results import MatrixResult, MatrixRowResult, matrix_result
+from gapscope.analysis.renderers import fit, registry
+from gapscope.analysis.model.run import unique_labels
+from gapscope.cli import cli
 from conftest import compare_exit_code
 
 WIDTH = 80
@@ -152,8 +152,8 @@ def test_list_fits_and_imports_no_framework():
 
 
 def test_run_reports_step_progress(tmp_path):
-    from workloads.launch import launch
-    from workloads.settings import RunSettings
+    from gapscope.workloads.launch import launch
+    from gapscope.workloads.settings import RunSettings
     seen = []
     outcome = launch(RunSettings("mlp", "torch", steps=12, warmup_steps=2, trace_steps=3), tmp_path,
                      seen.append)
@@ -174,7 +174,7 @@ def test_breakdown_to_dict_and_to_pandas(fixtures_dir, monkeypatch):
 
 
 def test_report_speed_is_per_workload():
-    from analysis.renderers.columns import workload_references
+    from gapscope.analysis.renderers.columns import workload_references
     runs = [SimpleNamespace(workload=w) for w in ("mlp", "lstm", "mlp", "lstm", None)]
     assert workload_references(runs, 0) == [0, 1, 0, 1, 0]
     assert workload_references(runs, 2) == [2, 1, 2, 1, 2]

@@ -6,15 +6,15 @@ import pytest
 import torch
 from torch import nn
 
-from analysis.results.distributed_breakdown import breakdown_of
-from analysis.readers.run_dir import read_steps_csv
-from analysis.measures.variant_notes import variant_notes
-from profilers.errors import UnsupportedVariantError
-from workloads.launch import launch
-from workloads.matrix import load_matrix
-from workloads.settings import RunSettings
-from workloads.runners.torchscript import LazyTorchScript, torchscript
-from workloads.variants import resolve
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.analysis.readers.run_dir import read_steps_csv
+from gapscope.analysis.measures.variant_notes import variant_notes
+from gapscope.profilers.errors import UnsupportedVariantError
+from gapscope.workloads.launch import launch
+from gapscope.workloads.matrix import load_matrix
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.runners.torchscript import LazyTorchScript, torchscript
+from gapscope.workloads.variants import resolve
 
 SHORT = dict(steps=12, warmup_steps=3, trace_steps=4)
 
@@ -160,8 +160,8 @@ def test_a_torchscript_runs_ops_are_placed_in_its_layers(runs):
     """No layer ranges in a scripted model: its forward's ops are placed by order (aten::linear
     #1 dense1, #2 logits; aten::relu the one layer with ReLU) and its loss by name, every
     forward op of the mlp's three layers; its kernels add up to the forward's own op time."""
-    from analysis.model.run import load_run
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.layers import layer_breakdown
     run = load_run(runs["torchscript"].run_dir)
     found = layer_breakdown(run)
     assert not found.rows and found.kernels["source"] == "host ops"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.readers.torch_trace import MAX_EVENTS_ENV, MIN_EVENTS, read_torch_trace
-from profilers.errors import GapscopeInputError, TraceFormatError
+from gapscope.analysis.readers.torch_trace import MAX_EVENTS_ENV, MIN_EVENTS, read_torch_trace
+from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "fixtures" / "marked_two_steps.pt.trace.json"

@@ -9,12 +9,12 @@ from collections import defaultdict
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.breakdown import breakdown
-from analysis.renderers.traces.trace_events import (GAPSCOPE_PID, LAYER_CATEGORY, PHASE_CATEGORY,
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.renderers.traces.trace_events import (GAPSCOPE_PID, LAYER_CATEGORY, PHASE_CATEGORY,
                                                    STEP_CATEGORY)
-from analysis.model.run import load_run
-from cli import cli
-from profilers.phases import PHASES
+from gapscope.analysis.model.run import load_run
+from gapscope.cli import cli
+from gapscope.profilers.phases import PHASES
 
 
 def export(path, out) -> dict:
@@ -75,7 +75,7 @@ def test_phase_tracks_add_up_to_the_steps_and_the_breakdowns_traced_phases(
 def _layer_track_is_the_layers_table(events: list, steps: dict, run) -> None:
     """Each layer's spans lie inside their step and its phase; per step they add up to what the
     layers table gives that layer in that phase (its mean over the traced steps)."""
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.results.layers import layer_breakdown
     table = layer_breakdown(run)
     spans = [e for e in events if e.get("cat") == LAYER_CATEGORY]
     assert {e["name"] for e in spans} == {r.name for r in table.rows} == {"dense1", "logits", "loss"}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 
 FIXTURE = Path(__file__).parent / "fixtures" / "marked_two_steps.pt.trace.json"
 
@@ -63,7 +63,7 @@ def test_more_ranks_than_cores_is_warned_about_before_anything_runs(monkeypatch,
 
     def launched(*args, **kwargs):
         raise RuntimeError("stop here: the warning must come first")
-    monkeypatch.setattr("workloads.launch.launch", launched)
+    monkeypatch.setattr("gapscope.workloads.launch.launch", launched)
     result = CliRunner().invoke(cli, ["run", "mlp", "--framework", "torch", "--nproc", "3",
                                       "--out", str(tmp_path / "runs")])
     assert isinstance(result.exception, RuntimeError)

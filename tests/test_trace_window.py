@@ -1,5 +1,5 @@
 """Which steps a run's profiler records, on literal step counts."""
-from profilers.trace_window import TraceWindow
+from gapscope.profilers.trace_window import TraceWindow
 
 
 def test_after_warmup_starts_right_after_the_warm_up():

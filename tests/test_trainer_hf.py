@@ -13,9 +13,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import trainer_fits  # noqa: E402
 from trainer_fits import MARKED, STEPS, TRACE, WARMUP, manifest_of, phase_ranges, steps_of  # noqa: E402
-from analysis.results.distributed_breakdown import breakdown_of  # noqa: E402
-from cli import cli  # noqa: E402
-from profilers.errors import EXIT_INCONCLUSIVE  # noqa: E402
+from gapscope.analysis.results.distributed_breakdown import breakdown_of  # noqa: E402
+from gapscope.cli import cli  # noqa: E402
+from gapscope.profilers.errors import EXIT_INCONCLUSIVE  # noqa: E402
 
 @pytest.fixture(scope="module")
 def plain(tmp_path_factory):

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 
 import trainer_fits
 from trainer_fits import MARKED, STEPS, TRACE, WARMUP, manifest_of, phase_ranges, steps_of
-from analysis.results.distributed_breakdown import breakdown_of
-from cli import cli
-from profilers.errors import EXIT_INCONCLUSIVE
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.cli import cli
+from gapscope.profilers.errors import EXIT_INCONCLUSIVE
 
 ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")

@@ -7,14 +7,14 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.breakdown import breakdown
-from analysis.results.compare import compare
-from analysis.results.explain import explain, explain_run
-from analysis.results.phase_estimate import PhaseSamples, estimate
-from analysis.results.records import PhaseSource
-from analysis.model.run import load_run
-from cli import cli
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.compare import compare
+from gapscope.analysis.results.explain import explain, explain_run
+from gapscope.analysis.results.phase_estimate import PhaseSamples, estimate
+from gapscope.analysis.results.records import PhaseSource
+from gapscope.analysis.model.run import load_run
+from gapscope.cli import cli
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 from conftest import compare_exit_code
 
 

@@ -1,11 +1,11 @@
 """Variant names, combinations and refusals: each refusal is one clear line, never a silent change."""
 import pytest
 
-from profilers.errors import UnsupportedVariantError
-from workloads.runners.execution_rows import expand_executions
-from workloads.matrix import load_matrix, matrix_names
-from workloads.settings import RunSettings
-from workloads.variants import names_for, resolve
+from gapscope.profilers.errors import UnsupportedVariantError
+from gapscope.workloads.runners.execution_rows import expand_executions
+from gapscope.workloads.matrix import load_matrix, matrix_names
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.variants import names_for, resolve
 
 
 def test_combination_sets_every_option_and_has_a_canonical_name():

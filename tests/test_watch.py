@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.readers.live_steps import StepsFollower
-from cli import cli
+from gapscope.analysis.readers.live_steps import StepsFollower
+from gapscope.cli import cli
 
 HEADER = "step,epoch,warmup,traced,step_ms,data_load_ms,forward_ms,backward_ms,optimizer_ms,loss,minor_faults\n"
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from workloads.registry import WORKLOADS
+from gapscope.workloads.registry import WORKLOADS
 
 # The blog's CNN "had around 563,000 parameters"; the issue allows 2 %.
 BLOG_CNN_PARAMETERS = 563_000
@@ -19,9 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 _KERAS_TORCH_PROBE = """
 import json
 import keras
-from workloads.data import load_dataset
-from workloads.models.params import keras_parameters
-from workloads.registry import WORKLOADS
+from gapscope.workloads.data import load_dataset
+from gapscope.workloads.models.params import keras_parameters
+from gapscope.workloads.registry import WORKLOADS
 assert keras.backend.backend() == "torch", keras.backend.backend()
 found = {}
 for spec in WORKLOADS.values():
@@ -56,7 +56,7 @@ def keras_tf():
 
 
 def _batch(spec):
-    from workloads.data import load_dataset
+    from gapscope.workloads.data import load_dataset
     return load_dataset(spec, samples=spec.batch_size)[0]
 
 
@@ -70,8 +70,8 @@ def _torch_model(spec):
 def torch_results():
     """Parameter count and output shape of every torch model, built once for all the tests."""
     import torch
-    from workloads.data import to_torch_layout
-    from workloads.models.params import torch_parameters
+    from gapscope.workloads.data import to_torch_layout
+    from gapscope.workloads.models.params import torch_parameters
     results = {}
     for spec in WORKLOADS.values():
         model = _torch_model(spec).eval()
@@ -83,7 +83,7 @@ def torch_results():
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_torch_and_keras_tf_agree(name, keras_tf, torch_results):
-    from workloads.models.params import keras_parameters
+    from gapscope.workloads.models.params import keras_parameters
     spec = WORKLOADS[name]
     model = spec.builders().build_keras(spec)
     out = model(_batch(spec))
@@ -121,8 +121,8 @@ def test_torch_lstm_keeps_one_bias_and_its_fused_kernel():
 def test_dynamic_model_takes_both_branches():
     """Batch means straddle the 0.5 threshold, so profiling sees both branches."""
     import numpy as np
-    from workloads.data import load_dataset
-    from workloads.models.dynamic import THRESHOLD
+    from gapscope.workloads.data import load_dataset
+    from gapscope.workloads.models.dynamic import THRESHOLD
     spec = WORKLOADS["dynamic"]
     x, _ = load_dataset(spec)
     means = [x[i:i + spec.batch_size].mean() for i in range(0, len(x), spec.batch_size)]

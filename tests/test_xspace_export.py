@@ -9,16 +9,16 @@ from collections import Counter
 
 import pytest
 
-from analysis.readers import xplane_proto
-from workloads.runners.after_run import write_after_run
-from analysis.results.breakdown import breakdown
-from analysis.readers.run_dir import EXPORTED_XSPACE_DIR, find_files
-from analysis.readers.xplane import read_xplane
-from analysis.renderers.traces import xspace
-from analysis.model.run import load_run
-from analysis.events.event import KERNEL, MEMCPY
-from analysis.tensorboard.xspace_export import write_xspace
-from profilers.phases import PHASES
+from gapscope.analysis.readers import xplane_proto
+from gapscope.workloads.runners.after_run import write_after_run
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.readers.run_dir import EXPORTED_XSPACE_DIR, find_files
+from gapscope.analysis.readers.xplane import read_xplane
+from gapscope.analysis.renderers.traces import xspace
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.events.event import KERNEL, MEMCPY
+from gapscope.analysis.tensorboard.xspace_export import write_xspace
+from gapscope.profilers.phases import PHASES
 from xspace_builder import PlaneBuilder, new_space
 
 PS = 1_000_000  # picoseconds per microsecond
@@ -296,7 +296,7 @@ def test_gapscope_trace_writes_one_for_any_trace(fixtures_dir, tmp_path):
     """A foreign torch trace too: `--out` ending in .xplane.pb picks the format."""
     from click.testing import CliRunner
 
-    from cli import cli
+    from gapscope.cli import cli
     out = tmp_path / "plugins" / "profile" / "gapscope" / "me.xplane.pb"
     result = CliRunner().invoke(cli, ["trace", str(fixtures_dir / "marked_two_steps.pt.trace.json"),
                                       "--out", str(out)])
@@ -313,7 +313,7 @@ def test_gapscope_trace_writes_one_for_any_trace(fixtures_dir, tmp_path):
 def test_a_layered_torch_run_has_a_layers_line_below_the_phases(torch_run, exported):
     """Issue 31: the MLP's layers on a line of their own, each layer's time per phase as the
     layers table counts it; the reader skips the line (layers are derived from the ops again)."""
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.results.layers import layer_breakdown
     run = load_run(torch_run)
     host = next(p for p in parse(exported).planes if p.name == "/host:CPU")
     lines = lines_of(host)

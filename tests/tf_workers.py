@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from workloads.runners.tf_cluster import free_ports, tf_config_env
+from gapscope.workloads.runners.tf_cluster import free_ports, tf_config_env
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,7 +27,7 @@ def start_workers(job_dir: Path, settings: dict, world: int, *, ports: list[int]
         child_env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2",
                      "PYTHONFAULTHANDLER": "1", **tf_config_env(world, rank, ports), **(env or {})}
         procs.append(subprocess.Popen(
-            [sys.executable, "-m", "workloads.runners.execute", str(rank_dir), json.dumps(settings)],
+            [sys.executable, "-m", "gapscope.workloads.runners.execute", str(rank_dir), json.dumps(settings)],
             cwd=ROOT, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
     return procs
 

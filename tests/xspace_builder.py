@@ -1,7 +1,7 @@
 """Builds tiny XSpace profiles by hand for reader tests, with TF's own protobuf schema."""
 from __future__ import annotations
 
-from analysis.readers import xplane_proto
+from gapscope.analysis.readers import xplane_proto
 
 US = 1_000_000  # picoseconds per microsecond
 

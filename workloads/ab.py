@@ -10,15 +10,15 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from profilers import environment, state_json, strict_json
-from profilers.errors import GapscopeInputError
-from profilers.nvml import gpu_count
-from profilers.run_dir import AB_STATE, create_run_dir, effective_status, utc_now, write_atomic
-from profilers.run_lifecycle import INTERRUPTED
-from workloads.launch import RunInterrupted, RunOutcome, launch
-from analysis.model.run import MAX_AB_REPEATS
-from workloads.registry import check_framework, get_workload
-from workloads.settings import RunSettings
+from gapscope.profilers import environment, state_json, strict_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.nvml import gpu_count
+from gapscope.profilers.run_dir import AB_STATE, create_run_dir, effective_status, utc_now, write_atomic
+from gapscope.profilers.run_lifecycle import INTERRUPTED
+from gapscope.workloads.launch import RunInterrupted, RunOutcome, launch
+from gapscope.analysis.model.run import MAX_AB_REPEATS
+from gapscope.workloads.registry import check_framework, get_workload
+from gapscope.workloads.settings import RunSettings
 
 # Repeats a side that `compare --measure` runs unless told: enough to tell a 20 % gap from noise
 # on this 2-core machine. gapscope's torch CNN processes spread 11.3 % (CV, issue 17); with that

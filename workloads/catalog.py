@@ -9,8 +9,8 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-from workloads.registry import FRAMEWORKS, WORKLOADS
-from workloads.variants import PATTERN_HELP, VARIANTS, names_for
+from gapscope.workloads.registry import FRAMEWORKS, WORKLOADS
+from gapscope.workloads.variants import PATTERN_HELP, VARIANTS, names_for
 
 
 def catalog(count_parameters: bool = True, progress=lambda message: None) -> dict:
@@ -28,7 +28,7 @@ def parameter_counts(progress=lambda message: None) -> dict[str, dict[str, int]]
     """Trainable parameters of every workload as each framework builds it. Keras on torch
     is counted in its own process: Keras fixes its backend at import. `progress` hears each
     step (seconds in all: the frameworks' imports and every model built)."""
-    from workloads.models.params import keras_parameters, torch_parameters
+    from gapscope.workloads.models.params import keras_parameters, torch_parameters
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     progress("counting parameters: importing Keras and TensorFlow")
     with _native_stderr_silenced():

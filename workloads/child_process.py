@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from profilers.run_lifecycle import LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted
-from workloads.runners.step_report import parse
+from gapscope.profilers.import_root import IMPORT_ROOT
+from gapscope.profilers.run_lifecycle import LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted
+from gapscope.workloads.runners.step_report import parse
 
-_PROJECT_ROOT = Path(__file__).resolve().parent.parent
 # After a forwarded signal the run process records its end (and torch.profiler may be writing
 # its trace); one that has not exited by then is killed, and the launcher records the end.
 GRACE_S = 30.0
@@ -42,7 +42,7 @@ def child_env() -> dict:
     """The environment of a run process (or of torchrun, which passes it on to its ranks)."""
     env = dict(os.environ)
     # The child imports the project's packages the same way this process did.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_PROJECT_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(IMPORT_ROOT), env.get("PYTHONPATH")]))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env[LAUNCHER_PID_ENV] = str(os.getpid())
     return env

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 # MNIST's per-pixel mean and standard deviation (torchvision's Normalize values): the one
 # standardisation used for real and synthetic images, ahead of time or per sample.
@@ -120,7 +120,7 @@ def mean_switch(samples: int, features: int, seed: int = 0) -> tuple[np.ndarray,
 
 def _generate(spec, n: int) -> tuple[np.ndarray, np.ndarray]:
     if spec.data == "mnist":
-        from workloads.digits import synthetic_digits
+        from gapscope.workloads.digits import synthetic_digits
         return synthetic_digits(n, spec.seed)
     if spec.data == "gaussian_teacher":
         return synthetic_classification(n, spec.input_shape, spec.num_classes, spec.seed)
@@ -166,6 +166,6 @@ def _write_atomically(path: Path, x: np.ndarray, y: np.ndarray) -> None:
 
 
 def _read_mnist(path: str) -> tuple[np.ndarray, np.ndarray]:
-    from workloads.mnist import load_mnist
+    from gapscope.workloads.mnist import load_mnist
     images, labels = load_mnist(path)
     return images[..., None], labels

@@ -3,15 +3,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.settings import RunSettings
-from workloads.spec import WorkloadSpec
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.spec import WorkloadSpec
 
 
 def dataset_for(spec: WorkloadSpec, settings: RunSettings, raw: bool = False):
     """(x, y) as NumPy arrays: the whole epoch for epoch runs; for a step count exactly the
     samples the steps consume, taken from the one cached epoch (and repeated if the steps
     need more), so that every framework runs exactly that many updates in one pass."""
-    from workloads.data import load_dataset
+    from gapscope.workloads.data import load_dataset
     x, y = load_dataset(spec, data_path=settings.data_path, raw=raw)
     if settings.epochs:
         return x, y

@@ -1,7 +1,7 @@
 """Resolving `--device` for each framework, refusing what the machine cannot run."""
 from __future__ import annotations
 
-from profilers.errors import UnsupportedVariantError
+from gapscope.profilers.errors import UnsupportedVariantError
 
 DEVICES = ("auto", "cpu", "cuda")
 

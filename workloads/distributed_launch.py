@@ -15,16 +15,16 @@ import tempfile
 from pathlib import Path
 from typing import Callable
 
-from profilers import strict_json
-from profilers.errors import GapscopeInputError
-from profilers.job_dir import (RANKS_WAIT_S, STOPPED_BY_TORCHRUN, create_job_dir, finish_job,
+from gapscope.profilers import strict_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.job_dir import (RANKS_WAIT_S, STOPPED_BY_TORCHRUN, create_job_dir, finish_job,
                                job_id_parts, rank_dir, start_job, wait_for_ranks)
-from profilers.nvml import gpu_count
-from profilers.run_lifecycle import INTERRUPTED, RunLifecycle
-from workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
-from workloads.registry import check_framework, get_workload
-from workloads.settings import RunSettings, split_endpoint
-from workloads.runners.step_report import parse
+from gapscope.profilers.nvml import gpu_count
+from gapscope.profilers.run_lifecycle import INTERRUPTED, RunLifecycle
+from gapscope.workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
+from gapscope.workloads.registry import check_framework, get_workload
+from gapscope.workloads.settings import RunSettings, split_endpoint
+from gapscope.workloads.runners.step_report import parse
 
 # torchrun --tee prefixes each line of a worker with its role and local rank: "[default1]:...".
 _TEE_LINE = re.compile(r"^\[default(\d+)\]:(.*)$", re.DOTALL)
@@ -71,10 +71,10 @@ def launch_job(settings: RunSettings, out_dir: str | Path,
         rank_args = [str(job_dir), strict_json.dumps(settings.to_dict()), backend]
         if use_torchrun:
             command = _torchrun(settings, endpoint, settings.job_id or job_dir.name, logs) + [
-                "-m", "workloads.runners.execute_rank", *rank_args]
+                "-m", "gapscope.workloads.runners.execute_rank", *rank_args]
         else:  # TensorFlow's workers: local_agent gives each its TF_CONFIG
-            command = [sys.executable, "-m", "workloads.runners.local_agent", str(settings.nproc), "--",
-                       sys.executable, "-m", "workloads.runners.execute_rank", *rank_args]
+            command = [sys.executable, "-m", "gapscope.workloads.runners.local_agent", str(settings.nproc), "--",
+                       sys.executable, "-m", "gapscope.workloads.runners.execute_rank", *rank_args]
         with _Forwarder() as forwarder:
             process = subprocess.Popen(command, env=child_env(), stdin=subprocess.DEVNULL,
                                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -203,7 +203,7 @@ def _record(job_dir: Path, settings: RunSettings, exit_code: int, output: str,
                                    note=f"torchrun exited with code {exit_code}: {_last_line(output)}")
         return RunOutcome(job_dir, status, error, exit_code)
     # Another node: its own ranks' outcome; node 0 records the job's.
-    from profilers.job_dir import rank_entries, root_cause
+    from gapscope.profilers.job_dir import rank_entries, root_cause
     mine = [e for e in rank_entries(job_dir, settings.world_size) if e["rank"] in local_ranks]
     cause = root_cause(mine)
     if cause is None:

@@ -8,13 +8,13 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from profilers import strict_json
-from profilers.nvml import gpu_count
-from profilers.run_dir import create_run_dir
-from profilers.run_lifecycle import INTERRUPTED, RunLifecycle
-from workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
-from workloads.registry import check_framework, get_workload
-from workloads.settings import RunSettings
+from gapscope.profilers import strict_json
+from gapscope.profilers.nvml import gpu_count
+from gapscope.profilers.run_dir import create_run_dir
+from gapscope.profilers.run_lifecycle import INTERRUPTED, RunLifecycle
+from gapscope.workloads.child_process import RunInterrupted, RunOutcome, _Forwarder, _last_line, child_env
+from gapscope.workloads.registry import check_framework, get_workload
+from gapscope.workloads.settings import RunSettings
 
 _INTERRUPTED_CODES = (128 + signal.SIGINT, 128 + signal.SIGTERM, -signal.SIGINT, -signal.SIGTERM)
 
@@ -26,7 +26,7 @@ def launch(settings: RunSettings, out_dir: str | Path,
     stops rather than go on (a matrix does not start its next row). `on_steps(done)`: called as
     the child reports its progress (a few times a second)."""
     if settings.distributed:
-        from workloads.distributed_launch import launch_job
+        from gapscope.workloads.distributed_launch import launch_job
         return launch_job(settings, out_dir, on_steps)
     # Refuse unknown names and impossible variants before creating anything.
     get_workload(settings.workload)
@@ -35,7 +35,7 @@ def launch(settings: RunSettings, out_dir: str | Path,
     run_dir = create_run_dir(out_dir, settings.workload, settings.framework,
                              settings.variant.replace(",", "+"))
     env = child_env()
-    command = [sys.executable, "-m", "workloads.runners.execute", str(run_dir),
+    command = [sys.executable, "-m", "gapscope.workloads.runners.execute", str(run_dir),
                strict_json.dumps(settings.to_dict())]
     with _Forwarder() as forwarder:
         # Its own process group: a terminal's Ctrl-C reaches the child once, through the

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Callable
 
-from profilers import environment, state_json, strict_json
-from profilers.errors import GapscopeInputError, UnsupportedVariantError
-from profilers.nvml import gpu_count
-from profilers.run_dir import (MATRIX_STATE, effective_status, ensure_out_dir, inside, status_of,
+from gapscope.profilers import environment, state_json, strict_json
+from gapscope.profilers.errors import GapscopeInputError, UnsupportedVariantError
+from gapscope.profilers.nvml import gpu_count
+from gapscope.profilers.run_dir import (MATRIX_STATE, effective_status, ensure_out_dir, inside, status_of,
                                utc_now, write_atomic)
-from workloads.launch import RunInterrupted, launch
-from workloads.registry import get_workload
-from workloads.settings import RunSettings
+from gapscope.workloads.launch import RunInterrupted, launch
+from gapscope.workloads.registry import get_workload
+from gapscope.workloads.settings import RunSettings
 
 MATRICES_DIR = Path(__file__).parent / "matrices"
 # A matrix name becomes a folder under --out: a name, never a path (no "/", no "..").

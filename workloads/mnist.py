@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 _IMAGES, _LABELS = "train-images-idx3-ubyte", "train-labels-idx1-ubyte"
 _IDX_UINT8 = 0x08

@@ -1,8 +1,8 @@
 """The workloads gapscope knows, by name, and the framework paths that can run them."""
 from __future__ import annotations
 
-from profilers.errors import GapscopeInputError
-from workloads.spec import WorkloadSpec
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.workloads.spec import WorkloadSpec
 
 FRAMEWORKS = ("torch", "keras", "keras-torch", "tf")
 
@@ -11,7 +11,7 @@ WORKLOADS = {
         WorkloadSpec(
             name="linreg",
             description="seeds 001/003: 1 -> 1 linear regression on y = 2x + 1 + noise, SGD 0.01, MSE",
-            model_module="workloads.models.linreg",
+            model_module="gapscope.workloads.models.linreg",
             input_shape=(1,),
             num_classes=0,
             task="regression",
@@ -26,7 +26,7 @@ WORKLOADS = {
         WorkloadSpec(
             name="mlp",
             description="seed 000 example 1: 100 -> 128 ReLU -> 10, RMSprop 1e-4, cross-entropy",
-            model_module="workloads.models.mlp",
+            model_module="gapscope.workloads.models.mlp",
             input_shape=(100,),
             num_classes=10,
             hidden=(128,),
@@ -35,7 +35,7 @@ WORKLOADS = {
             name="mlp_bn_dropout",
             description="seed 000 example 2: 100 -> 256 BN ReLU Dropout(0.5) -> 128 BN ReLU "
                         "Dropout(0.5) -> 10, RMSprop 1e-3, cross-entropy",
-            model_module="workloads.models.mlp_bn_dropout",
+            model_module="gapscope.workloads.models.mlp_bn_dropout",
             input_shape=(100,),
             num_classes=10,
             hidden=(256, 128),
@@ -46,7 +46,7 @@ WORKLOADS = {
             name="cnn",
             description="seed 002: the blog's MNIST CNN, Conv 32-32-pool-32-64 (3x3) -> Dense 128 "
                         "-> 10, 563,018 parameters, BS 256, RMSprop 1e-4, cross-entropy",
-            model_module="workloads.models.cnn",
+            model_module="gapscope.workloads.models.cnn",
             input_shape=(28, 28, 1),
             num_classes=10,
             hidden=(128,),
@@ -57,7 +57,7 @@ WORKLOADS = {
             name="lstm",
             description="seed 000's motivating case: LSTM(64) forecaster, 32 steps of a noisy sine "
                         "-> next value, RMSprop 1e-3, MSE",
-            model_module="workloads.models.lstm",
+            model_module="gapscope.workloads.models.lstm",
             input_shape=(32, 1),
             num_classes=0,
             hidden=(64,),
@@ -71,7 +71,7 @@ WORKLOADS = {
             name="dynamic",
             description="seed 001 example 3: Linear(10, 10) if mean(x) > 0.5 else ReLU, then "
                         "-> 1; data-dependent control flow, SGD 0.01, MSE",
-            model_module="workloads.models.dynamic",
+            model_module="gapscope.workloads.models.dynamic",
             input_shape=(10,),
             num_classes=0,
             task="regression",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass, fields, replace
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 # Far beyond any useful run, small enough that no count overflows a C integer on the way.
 MAX_STEPS = 10**7
@@ -90,7 +90,7 @@ class RunSettings:
         the end for PyTorch runs).
         Also the DataLoader worker count, bounded to the machine: a huge one forks until the
         machine gives out."""
-        from workloads.variants import max_workers
+        from gapscope.workloads.variants import max_workers
         _check_int("DataLoader workers (nw<N>)", self.num_workers, 0, max_workers())
         self.check_distributed()
         _check_int("steps", self.steps, 2, MAX_STEPS)
@@ -121,7 +121,7 @@ class RunSettings:
         spe = self.steps_per_execution
         if not isinstance(spe, int) or spe <= 1 or self.warmup_steps == 0:
             return
-        from profilers.executions import warmup_updates
+        from gapscope.profilers.executions import warmup_updates
         if self.steps > warmup_updates(self.warmup_steps, spe, self.steps, self.steps):
             return
         needed = warmup_updates(self.warmup_steps, spe, MAX_STEPS + spe, MAX_STEPS + spe) + 1
@@ -152,8 +152,8 @@ class RunSettings:
     def with_variant(self, cuda_available: bool) -> "RunSettings":
         """These settings with the variant combination resolved (or refused) for this machine,
         and their step counts checked."""
-        from profilers.errors import UnsupportedVariantError
-        from workloads.variants import resolve
+        from gapscope.profilers.errors import UnsupportedVariantError
+        from gapscope.workloads.variants import resolve
         self.check_lengths()
         if self.device == "cuda" and not cuda_available:  # before a run directory exists
             raise UnsupportedVariantError("--device cuda: this machine has no CUDA GPU "

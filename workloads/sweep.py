@@ -6,14 +6,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
-from profilers import strict_json
-from profilers.errors import GapscopeInputError
-from profilers.nvml import gpu_count
-from profilers.run_dir import SWEEP_STATE, create_run_dir, write_atomic
-from profilers.run_lifecycle import INTERRUPTED
-from workloads.ab import Config, RunFailed, measure
-from workloads.launch import RunInterrupted
-from workloads.settings import RunSettings
+from gapscope.profilers import strict_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.nvml import gpu_count
+from gapscope.profilers.run_dir import SWEEP_STATE, create_run_dir, write_atomic
+from gapscope.profilers.run_lifecycle import INTERRUPTED
+from gapscope.workloads.ab import Config, RunFailed, measure
+from gapscope.workloads.launch import RunInterrupted
+from gapscope.workloads.settings import RunSettings
 
 # The RunSettings field each axis sets, and its values' type.
 AXES = {"batch_size": int, "width": float}

@@ -10,7 +10,7 @@ import platform
 import re
 from dataclasses import dataclass, field
 
-from profilers.errors import UnsupportedVariantError
+from gapscope.profilers.errors import UnsupportedVariantError
 
 TORCH, KERAS, KERAS_TORCH, TF = "torch", "keras", "keras-torch", "tf"
 KERAS_PATHS = (KERAS, KERAS_TORCH)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from analysis.events.columns import NONE, code
-from analysis.events.intervals import Interval
-from analysis.events.trace import ANNOTATION, HOST_OP, MEMCPY, RUNTIME, Trace
-from analysis.events.tracks import outer_first, track_ids
+from gapscope.analysis.events.columns import NONE, code
+from gapscope.analysis.events.intervals import Interval
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, MEMCPY, RUNTIME, Trace
+from gapscope.analysis.events.tracks import outer_first, track_ids
 
 # The ops a `.to(device)` / `.cuda()` of the batch runs as.
 COPY_OPS = frozenset({"aten::to", "aten::_to_copy", "aten::copy_"})

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.events.event import STEP, Event, EventKind
+from gapscope.analysis.events.event import STEP, Event, EventKind
 
 NONE = -(1 << 63)  # an absent correlation id (the smallest int64)
 _KINDS = tuple(EventKind)

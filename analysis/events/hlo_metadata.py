@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from analysis.events.phase_rules import framework_phase, gapscope_phase
+from gapscope.analysis.events.phase_rules import framework_phase, gapscope_phase
 
 # A fused instruction's ops come from one phase, from several (a finding), or from none we know.
 MIXED = "mixed"

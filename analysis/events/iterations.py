@@ -6,10 +6,10 @@ import re
 
 import numpy as np
 
-from analysis.events.columns import code
-from analysis.events.phase_rules import annotation_phase, framework_phase
-from analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
-from analysis.events.tracks import outermost
+from gapscope.analysis.events.columns import code
+from gapscope.analysis.events.phase_rules import annotation_phase, framework_phase
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
+from gapscope.analysis.events.tracks import outermost
 
 ITERATION = "iteration"
 # One name per optimizer update, ending an iteration: torch's Optimizer.step#SGD.step,

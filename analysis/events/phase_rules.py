@@ -6,7 +6,7 @@ import enum
 import functools
 import re
 
-from profilers.phases import MARKED_PHASES, TF_SCOPE_PREFIX, TORCH_PREFIX
+from gapscope.profilers.phases import MARKED_PHASES, TF_SCOPE_PREFIX, TORCH_PREFIX
 
 
 class PhaseOrigin(enum.StrEnum):

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 # The event types are the model's too: readers and analyzers import them from here.
-from analysis.events.columns import EventColumns
-from analysis.events.event import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER,  # noqa: F401
+from gapscope.analysis.events.columns import EventColumns
+from gapscope.analysis.events.event import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER,  # noqa: F401
                                    RUNTIME, STEP, Event, EventKind)
 
 

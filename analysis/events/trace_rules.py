@@ -5,8 +5,8 @@ import functools
 import re
 from dataclasses import dataclass
 
-from profilers.errors import GapscopeInputError
-from profilers.phases import MARKED_PHASES
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import MARKED_PHASES
 
 
 @dataclass(frozen=True)

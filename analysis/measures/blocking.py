@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.events.batch_copy import COPY_OPS
-from analysis.events.columns import code
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import HOST_OP, RUNTIME, Trace
-from analysis.events.tracks import outermost, track_ids
-from analysis.measures.runtime_calls import waits_for_device
+from gapscope.analysis.events.batch_copy import COPY_OPS
+from gapscope.analysis.events.columns import code
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import HOST_OP, RUNTIME, Trace
+from gapscope.analysis.events.tracks import outermost, track_ids
+from gapscope.analysis.measures.runtime_calls import waits_for_device
 
 # The ops a wait is named after where it runs inside one: a copy (COPY_OPS), or a read of a
 # device scalar.

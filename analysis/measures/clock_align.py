@@ -4,7 +4,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from analysis.measures.collectives import Collective
+from gapscope.analysis.measures.collectives import Collective
 
 
 @dataclass(frozen=True)

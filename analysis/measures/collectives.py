@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.events import intervals
-from analysis.events.columns import NONE, code
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import HOST_OP, KERNEL, RUNTIME, Trace
-from profilers.phases import PHASES
+from gapscope.analysis.events import intervals
+from gapscope.analysis.events.columns import NONE, code
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import HOST_OP, KERNEL, RUNTIME, Trace
+from gapscope.profilers.phases import PHASES
 
 KINDS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "gather", "scatter",
          "all_to_all", "send", "recv", "barrier", "unnamed")

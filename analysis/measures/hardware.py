@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.events.trace import KERNEL, MEMCPY, MEMSET, Trace
+from gapscope.analysis.events.trace import KERNEL, MEMCPY, MEMSET, Trace
 
 _GIB = float(1 << 30)
 

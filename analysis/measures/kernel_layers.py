@@ -8,9 +8,9 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, RUNTIME, Event, Trace
-from analysis.measures.kernels import (COMPILED_GRAPH, DEVICE_KERNELS, HOST_OPS, INDUCTOR_KERNEL, Work,
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, RUNTIME, Event, Trace
+from gapscope.analysis.measures.kernels import (COMPILED_GRAPH, DEVICE_KERNELS, HOST_OPS, INDUCTOR_KERNEL, Work,
                                        find_work)
 from analysis.measures.layer_times import BACKWARD_NODE, LAYER_PHASES, layer_name, layer_ranges
 from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE, is_layer_range

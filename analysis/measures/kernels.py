@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.events import intervals
-from analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
-from analysis.events.phase_rules import framework_phase, gapscope_phase
-from analysis.events.timeline import PhaseTimeline
-from analysis.measures import fusion, fusion_table
-from analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Event, Trace
-from profilers.phases import PHASES
+from gapscope.analysis.events import intervals
+from gapscope.analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
+from gapscope.analysis.events.phase_rules import framework_phase, gapscope_phase
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.measures import fusion, fusion_table
+from gapscope.analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Event, Trace
+from gapscope.profilers.phases import PHASES
 
 class WorkSource(enum.StrEnum):
     """What a run's units of work are."""

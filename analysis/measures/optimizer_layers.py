@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import ANNOTATION, HOST_OP, Trace
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, Trace
 
 STEP_RANGE = "Optimizer.step#"  # torch's optimizer hook names its step range so while profiling
 # Parameter tensors per layer kind, as torch's modules hold them (nn.LSTM: weight_ih, weight_hh,

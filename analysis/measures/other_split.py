@@ -5,12 +5,12 @@ import enum
 
 import numpy as np
 
-from analysis.events import intervals
-from analysis.events.columns import code
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import HOST_OP, OTHER, RUNTIME, Trace
-from analysis.measures.collectives import is_collective_range
-from analysis.measures.runtime_calls import waits_for_device
+from gapscope.analysis.events import intervals
+from gapscope.analysis.events.columns import code
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import HOST_OP, OTHER, RUNTIME, Trace
+from gapscope.analysis.measures.collectives import is_collective_range
+from gapscope.analysis.measures.runtime_calls import waits_for_device
 
 
 class OtherPart(enum.StrEnum):

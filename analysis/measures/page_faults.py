@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import statistics
 
-from analysis.readers import step_rows
+from gapscope.analysis.readers import step_rows
 
 # The variant that keeps freed memory (workloads/variants.py), named in the notes and suggestions.
 VARIANT = "malloc-keep"

@@ -4,8 +4,8 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import Event
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import Event
 
 LAUNCH, COPY, SYNC = "launch", "copy", "sync"
 

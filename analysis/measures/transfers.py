@@ -6,8 +6,8 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from analysis.measures.kernels import DEVICE_KERNELS, Work, WorkItem
-from analysis.events.trace import MEMSET
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, Work, WorkItem
+from gapscope.analysis.events.trace import MEMSET
 
 CPU_ONLY = "no transfers: CPU-only run"
 NONE_RECORDED = "no host-device copies in the traced steps"

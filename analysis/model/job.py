@@ -6,12 +6,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.model.locate import (ForeignRanks, ForeignTrace, JobDir, JobPlace, RankDirs, RunPlace,
+from gapscope.analysis.model.locate import (ForeignRanks, ForeignTrace, JobDir, JobPlace, RankDirs, RunPlace,
                                    distributed_info, foreign_ranks, locate, unfinished)
-from analysis.model.run import Run, load_run
-from profilers.errors import GapscopeInputError
-from profilers.job_dir import rank_entries, root_cause
-from profilers.run_dir import MANIFEST, effective_status
+from gapscope.analysis.model.run import Run, load_run
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.job_dir import rank_entries, root_cause
+from gapscope.profilers.run_dir import MANIFEST, effective_status
 
 
 @dataclass
@@ -324,7 +324,7 @@ def _backend(trace: Path) -> str | None:
 
 def safe_child(folder: Path, name) -> Path:
     """A rank directory the manifest names, kept inside the job directory."""
-    from profilers.run_dir import inside
+    from gapscope.profilers.run_dir import inside
     try:
         return inside(folder, name)
     except Exception as exc:  # noqa: BLE001 - any refusal is the manifest's fault

@@ -131,7 +131,7 @@ class Run:
             self.notes.append(f"skipped {len(unreadable)} file(s) named like traces that cannot "
                               f"be read: " + ", ".join(f"{p.name} ({why})" for p, why in unreadable[:3]))
         if self.located.combined:
-            from analysis.readers.sessions import read_combined
+            from gapscope.analysis.readers.sessions import read_combined
             trace, note = read_combined(self.located.torch_traces, read_trace)
             self.notes.append(note)
             return trace
@@ -155,7 +155,7 @@ class Run:
             return trace.metadata["hlo_modules"]
         dump = self.path / XLA_DUMP_DIR
         if self.path.is_dir() and dump.is_dir():
-            from analysis.readers.hlo_text import read_hlo_dump_dir
+            from gapscope.analysis.readers.hlo_text import read_hlo_dump_dir
             return read_hlo_dump_dir(dump)
         return None
 
@@ -173,9 +173,9 @@ class Run:
 def read_trace(path: Path) -> Trace:
     """The reader for the file's format: the only place that picks one."""
     if path.name.endswith(".xplane.pb"):
-        from analysis.readers.xplane import read_xplane
+        from gapscope.analysis.readers.xplane import read_xplane
         return read_xplane(path)
-    from analysis.readers.torch_trace import read_torch_trace
+    from gapscope.analysis.readers.torch_trace import read_torch_trace
     return read_torch_trace(path)
 
 

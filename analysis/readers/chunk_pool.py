@@ -9,16 +9,15 @@ import pickle
 import struct
 import subprocess
 import sys
-from pathlib import Path
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.import_root import IMPORT_ROOT
 
 WORKERS_ENV = "GAPSCOPE_READ_WORKERS"  # how many processes decode a trace's chunks; 1: none
 MAX_WORKERS = 8  # past this the reading process, which cuts and merges, is the bottleneck
 # Set in the workers themselves: a worker that reads a trace (never, today) reads it alone.
 _IN_WORKER_ENV = "GAPSCOPE_CHUNK_WORKER"
 _LENGTH = struct.Struct("<Q")
-_ROOT = Path(__file__).resolve().parents[2]  # where the analysis package lies
 _workers: list["Worker"] = []
 _alone = 0  # depth of alone() blocks in this process
 _capped_noted = False  # the note on a WORKERS_ENV above the cores is given once a process
@@ -90,7 +89,7 @@ class Worker:
 
     def __init__(self):
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
+            [str(IMPORT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
             **{_IN_WORKER_ENV: "1"})
         # Its errors are answered as a lost worker (the reader then decodes the rest itself):
         # stderr is dropped, and a Ctrl-C that reaches the whole process group prints nothing.
@@ -146,7 +145,7 @@ def discard() -> None:
 
 
 def _serve() -> None:
-    from analysis.readers.trace_chunks import decode_chunk
+    from gapscope.analysis.readers.trace_chunks import decode_chunk
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
     while True:

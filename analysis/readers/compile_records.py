@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profilers import state_json
-from profilers.run_dir import COMPILE_JSON
-from profilers.errors import GapscopeInputError
+from gapscope.profilers import state_json
+from gapscope.profilers.run_dir import COMPILE_JSON
+from gapscope.profilers.errors import GapscopeInputError
 
 
 def read_compile_records(run_dir: str | Path) -> dict | None:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from profilers.errors import TraceFormatError
+from gapscope.profilers.errors import TraceFormatError
 
 _PIPE_BYTES = 1 << 20  # fewer wake-ups than the default 64 KiB pipe
 # The child: Python's gzip module (zlib), about three times as fast as gzip(1) here. Its last

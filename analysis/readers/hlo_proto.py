@@ -4,8 +4,8 @@ TF ships hlo_pb2 only inside the tensorflow package, whose import costs seconds 
 the five fields needed here are decoded directly from the wire format instead."""
 from __future__ import annotations
 
-from profilers.errors import TraceFormatError
-from analysis.events.hlo_metadata import HloModules, entry_ops
+from gapscope.profilers.errors import TraceFormatError
+from gapscope.analysis.events.hlo_metadata import HloModules, entry_ops
 
 # Field numbers from xla/service/hlo.proto and xla/xla_data.proto.
 _PROTO_MODULE = 1                                     # HloProto.hlo_module

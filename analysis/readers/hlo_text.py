@@ -4,9 +4,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from profilers.errors import TraceFormatError
-from analysis.readers import safe_files
-from analysis.events.hlo_metadata import HloModules, entry_ops
+from gapscope.profilers.errors import TraceFormatError
+from gapscope.analysis.readers import safe_files
+from gapscope.analysis.events.hlo_metadata import HloModules, entry_ops
 
 DUMP_GLOB = "*after_optimizations.txt"
 _MODULE = re.compile(r"^HloModule (\S+?),?\s")

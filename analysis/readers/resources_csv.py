@@ -6,8 +6,8 @@ import io
 import math
 from pathlib import Path
 
-from profilers.errors import TraceFormatError
-from analysis.readers import safe_files
+from gapscope.profilers.errors import TraceFormatError
+from gapscope.analysis.readers import safe_files
 
 RESOURCES_CSV = "resources.csv"
 COLUMNS = ("t_s", "cpu_percent", "gpu_util_percent", "gpu_mem_mib", "gpu_power_w")

@@ -12,8 +12,8 @@ import threading
 import zlib
 from pathlib import Path
 
-from analysis.readers.gunzip import ChildGunzip
-from profilers.errors import TraceFormatError
+from gapscope.analysis.readers.gunzip import ChildGunzip
+from gapscope.profilers.errors import TraceFormatError
 
 # A symlink to /dev/zero or /dev/urandom reads forever and a FIFO blocks forever: anything
 # but a regular file is refused. Sizes are capped well above the largest real trace (a few GB)

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.events.trace import STEP, Trace
-from analysis.readers import safe_files
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.events.trace import STEP, Trace
+from gapscope.analysis.readers import safe_files
+from gapscope.profilers.errors import GapscopeInputError
 
 # What `--session` takes besides a number or a file: every session, as one trace.
 ALL = "all"

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import msgspec
 
-from analysis.events.memory_event import MemoryEvent
-from analysis.readers import safe_files
-from profilers.errors import TraceFormatError
+from gapscope.analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.readers import safe_files
+from gapscope.profilers.errors import TraceFormatError
 
 _NAME = b'"[memory]"'
 _BLOCK = 4 << 20

@@ -17,8 +17,8 @@ from analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunk
 from analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
                                            ShapedRawEvent, describe)
-from profilers.phases import LAYER_RANGE_PREFIX
-from analysis.events.trace import KERNEL, MEMCPY, MEMSET, OTHER, STEP, Event, Trace
+from gapscope.profilers.phases import LAYER_RANGE_PREFIX
+from gapscope.analysis.events.trace import KERNEL, MEMCPY, MEMSET, OTHER, STEP, Event, Trace
 
 
 class _RawTrace(msgspec.Struct):

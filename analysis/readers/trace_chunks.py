@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from analysis.events.columns import NONE
-from analysis.events.event import ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP
-from analysis.readers import lenient_decode, validate
+from gapscope.analysis.events.columns import NONE
+from gapscope.analysis.events.event import ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP
+from gapscope.analysis.readers import lenient_decode, validate
 
 
 class _Args(msgspec.Struct, gc=False):

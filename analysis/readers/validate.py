@@ -4,8 +4,8 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 
-from profilers.errors import TraceFormatError
-from analysis.events.trace import STEP, Event
+from gapscope.profilers.errors import TraceFormatError
+from gapscope.analysis.events.trace import STEP, Event
 
 # A duration over a day or a time stamp past the year 2286 (in µs since the epoch) is no
 # measurement: a corrupt or hand-edited file. Below those, float µs keep sub-µs precision.

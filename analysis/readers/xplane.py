@@ -5,11 +5,11 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from profilers.errors import TraceFormatError
-from analysis.readers import safe_files, validate, xplane_memory
-from analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
+from gapscope.profilers.errors import TraceFormatError
+from gapscope.analysis.readers import safe_files, validate, xplane_memory
+from gapscope.analysis.events.trace import (ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP,
                             Event, Trace)
-from analysis.readers.xplane_proto import xplane_pb2 as _xplane_pb2
+from gapscope.analysis.readers.xplane_proto import xplane_pb2 as _xplane_pb2
 
 # A TF op event reads "<scope path>:<OpType>", e.g. "StatefulPartitionedCall/gapscope_forward/dense/MatMul:MatMul".
 _TF_OP = re.compile(r"^[\w.\-/]+:[A-Z_][A-Za-z0-9_]*$")
@@ -123,7 +123,7 @@ def _framework_ops_of_thunks(events: list[Event], hlo_protos: dict, metadata: di
     """Under XLA the trace names HLO ops, not the TF ops inside the name scopes that mark
     phases. The profile's own HloProto says which TF op each HLO op was compiled from: add
     that op (`<op_name>:<op_type>`, as TF op events read) as a range over each thunk."""
-    from analysis.readers.hlo_proto import read_hlo_protos
+    from gapscope.analysis.readers.hlo_proto import read_hlo_protos
     try:
         modules = read_hlo_protos(hlo_protos)
     except TraceFormatError as exc:

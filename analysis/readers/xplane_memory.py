@@ -1,7 +1,7 @@
 """TF's allocator events in an XSpace (MemoryAllocation / MemoryDeallocation host events) as MemoryEvents."""
 from __future__ import annotations
 
-from analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.events.memory_event import MemoryEvent
 
 NAMES = ("MemoryAllocation", "MemoryDeallocation")
 

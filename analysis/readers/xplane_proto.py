@@ -5,7 +5,7 @@ import functools
 import importlib.util
 from pathlib import Path
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 
 @functools.lru_cache(maxsize=1)
@@ -33,7 +33,7 @@ def _own_schema():
         from google.protobuf.internal import builder
     except ImportError:
         raise GapscopeInputError(".xplane.pb files need the protobuf package (or tensorflow)") from None
-    from analysis.readers.xplane_schema import SERIALIZED
+    from gapscope.analysis.readers.xplane_schema import SERIALIZED
     module = types.ModuleType("gapscope_xplane_pb2")
     descriptor = descriptor_pool.DescriptorPool().AddSerializedFile(SERIALIZED)
     builder.BuildMessageAndEnumDescriptors(descriptor, module.__dict__)

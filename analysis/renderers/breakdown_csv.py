@@ -4,8 +4,8 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.renderers.columns import phase_rows
-from analysis.results.records import Breakdown
+from gapscope.analysis.renderers.columns import phase_rows
+from gapscope.analysis.results.records import Breakdown
 
 COLUMNS = ("run_id", "workload", "framework", "variant", "device", "source", "steps", "phase",
            "time(ms)", "ci95_low(ms)", "ci95_high(ms)", "share", "measured_by", "phase_source",

@@ -1,8 +1,8 @@
 """Breakdowns as JSON: the stable contract of `gapscope breakdown --format json`."""
 from __future__ import annotations
 
-from analysis.results.records import Breakdown
-from profilers import strict_json
+from gapscope.analysis.results.records import Breakdown
+from gapscope.profilers import strict_json
 
 
 def render(breakdowns: list[Breakdown], layers: list | None = None) -> str:

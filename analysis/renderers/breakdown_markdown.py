@@ -1,8 +1,8 @@
 """Breakdowns as a Markdown table, for reports, issues and TensorBoard's Text dashboard."""
 from __future__ import annotations
 
-from analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
-from analysis.results.records import Breakdown
+from gapscope.analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
+from gapscope.analysis.results.records import Breakdown
 
 
 def render(breakdowns: list[Breakdown]) -> str:

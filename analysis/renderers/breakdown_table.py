@@ -2,10 +2,10 @@
 fit the width, else in blocks of as many runs as fit."""
 from __future__ import annotations
 
-from analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
-from analysis.renderers.fit import Grid, Page
-from analysis.renderers.memory import peak_column
-from analysis.results.records import Breakdown
+from gapscope.analysis.renderers.columns import origin_legend, run_names, side_by_side, unit_footer
+from gapscope.analysis.renderers.fit import Grid, Page
+from gapscope.analysis.renderers.memory import peak_column
+from gapscope.analysis.results.records import Breakdown
 
 
 def render(breakdowns: list[Breakdown], legend: bool = True) -> str:

@@ -1,11 +1,11 @@
 """What a breakdown table shows, shared by the table, Markdown and CSV renderers."""
 from __future__ import annotations
 
-from analysis.measures.other_split import OtherPart
-from analysis.events.phase_rules import PhaseOrigin
-from analysis.results.records import Breakdown, PhaseSource
-from analysis.model.run import unique_labels
-from profilers.phases import PHASES
+from gapscope.analysis.measures.other_split import OtherPart
+from gapscope.analysis.events.phase_rules import PhaseOrigin
+from gapscope.analysis.results.records import Breakdown, PhaseSource
+from gapscope.analysis.model.run import unique_labels
+from gapscope.profilers.phases import PHASES
 
 ORIGIN_MARKS = {PhaseOrigin.INFERRED: "~", PhaseOrigin.MISSING: "?", PhaseOrigin.NOT_APPLICABLE: "-",
                 PhaseOrigin.ANNOTATED: "a"}

@@ -1,10 +1,10 @@
 """A comparison as JSON: both breakdowns, the gap per phase and the evidence as structured fields."""
 from __future__ import annotations
 
-from analysis.results.amortisation import compile_behind_line
-from analysis.results.compare import Comparison
-from analysis.renderers import evidence_text
-from profilers import strict_json
+from gapscope.analysis.results.amortisation import compile_behind_line
+from gapscope.analysis.results.compare import Comparison
+from gapscope.analysis.renderers import evidence_text
+from gapscope.profilers import strict_json
 
 
 def render(comparison: Comparison) -> str:

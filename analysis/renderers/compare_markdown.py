@@ -1,8 +1,8 @@
 """A comparison as Markdown tables and an evidence list, for reports and issues."""
 from __future__ import annotations
 
-from analysis.results.compare import Comparison
-from analysis.renderers import compare_columns as cols
+from gapscope.analysis.results.compare import Comparison
+from gapscope.analysis.renderers import compare_columns as cols
 
 
 def _table(head: list[str], rows: list[list[str]]) -> list[str]:

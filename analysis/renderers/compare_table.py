@@ -2,9 +2,9 @@
 each table side by side where it fits the width, else in blocks of runs."""
 from __future__ import annotations
 
-from analysis.results.compare import Comparison
-from analysis.renderers import compare_columns as cols
-from analysis.renderers.fit import Grid, Page
+from gapscope.analysis.results.compare import Comparison
+from gapscope.analysis.renderers import compare_columns as cols
+from gapscope.analysis.renderers.fit import Grid, Page
 
 
 # The short view: per pair, the phases and the causes that carry most of the gap.

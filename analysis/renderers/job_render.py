@@ -5,12 +5,12 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.model.job import rank_ranges
-from analysis.results.distributed_breakdown import JobBreakdown, WaitSource
-from analysis.renderers import breakdown_csv, breakdown_markdown, breakdown_table
-from analysis.renderers.columns import format_ms, plus_minus
-from analysis.renderers.fit import Grid, Page
-from profilers import strict_json
+from gapscope.analysis.model.job import rank_ranges
+from gapscope.analysis.results.distributed_breakdown import JobBreakdown, WaitSource
+from gapscope.analysis.renderers import breakdown_csv, breakdown_markdown, breakdown_table
+from gapscope.analysis.renderers.columns import format_ms, plus_minus
+from gapscope.analysis.renderers.fit import Grid, Page
+from gapscope.profilers import strict_json
 
 WAIT_EXPLAINED = ("in synchronous training every rank waits for the slowest inside the collective, "
                   "so raw step times hide the straggler: skew and straggler are taken on each "

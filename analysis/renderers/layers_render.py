@@ -2,10 +2,10 @@
 GFLOP/s with the time outside layers; per compared pair, the layers side by side."""
 from __future__ import annotations
 
-from analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs,
+from gapscope.analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs,
                                      pair_name)
-from analysis.measures.kernel_layers import PLACED_BY
-from analysis.renderers.fit import Grid, Page
+from gapscope.analysis.measures.kernel_layers import PLACED_BY
+from gapscope.analysis.renderers.fit import Grid, Page
 
 UNIT_FOOTER = ("ms per traced step (profiler cost inside, as traced); GFLOP per step from the "
                "layer's shapes, or torch's FlopCounterMode for your own model (docs/reference.md, Layers)")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import csv
 import io
 
-from analysis.results.matrix_results import MatrixResult, MatrixRowResult
-from analysis.renderers.columns import ratio_interval
-from analysis.renderers.fit import Grid, Page, blocks
-from profilers import strict_json
-from profilers.phases import PHASES
+from gapscope.analysis.results.matrix_results import MatrixResult, MatrixRowResult
+from gapscope.analysis.renderers.columns import ratio_interval
+from gapscope.analysis.renderers.fit import Grid, Page, blocks
+from gapscope.profilers import strict_json
+from gapscope.profilers.phases import PHASES
 
 RATIO_HEADER = "run/base"
 HEADERS = ("row", "config", "input", "NW", "SPE", "time(s)", "compile(s)", RATIO_HEADER, "steps/s",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import io
 from dataclasses import dataclass
 
-from analysis.renderers.columns import workload_references
-from analysis.results.records import Breakdown
-from profilers.phases import PHASES
+from gapscope.analysis.renderers.columns import workload_references
+from gapscope.analysis.results.records import Breakdown
+from gapscope.profilers.phases import PHASES
 
 # One colour per phase in every plot, colour-blind safe (Okabe-Ito); `other` stays grey.
 PHASE_COLOURS = {"data_load": "#56B4E9", "forward": "#E69F00", "backward": "#009E73",

@@ -32,7 +32,7 @@ def _by_name(*renderers: Renderer) -> dict[str, Renderer]:
     return {r.name: r for r in renderers}
 
 
-_PKG = "analysis.renderers"
+_PKG = "gapscope.analysis.renderers"
 BREAKDOWN = _by_name(Renderer("table", ".txt", f"{_PKG}.breakdown_table"),
                      Renderer("json", ".json", f"{_PKG}.breakdown_json"),
                      Renderer("csv", ".csv", f"{_PKG}.breakdown_csv"),

@@ -2,10 +2,10 @@
 table, JSON and Markdown."""
 from __future__ import annotations
 
-from analysis.renderers.columns import plus_minus, ratio_interval
-from analysis.renderers.fit import Grid, Page
-from analysis.results.scaling import Scaling, Side
-from profilers import strict_json
+from gapscope.analysis.renderers.columns import plus_minus, ratio_interval
+from gapscope.analysis.renderers.fit import Grid, Page
+from gapscope.analysis.results.scaling import Scaling, Side
+from gapscope.profilers import strict_json
 
 PART_NAMES = {"communication": "exposed communication", "skew": "skew (slowest rank)"}
 FOOTER = ("ms per step. Phases: time each rank spends not waiting on communication, mean over "

@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 import os
 
-from analysis.results.compile_why import short_reason
-from analysis.results.records import Breakdown
+from gapscope.analysis.results.compile_why import short_reason
+from gapscope.analysis.results.records import Breakdown
 
 # Variants that compile the step (torch.compile, XLA for Keras and the raw TF loop, CUDA graphs,
 # tf.function): the other side of the pair is the one it is held against.

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from analysis.events import intervals
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.measures.kernels import DEVICE_KERNELS, Work
-from analysis.measures.runtime_calls import calls_by_phase, queued
-from analysis.results.records import Breakdown
-from analysis.events.timeline import PhaseTimeline
-from profilers.phases import PHASES
+from gapscope.analysis.events import intervals
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, Work
+from gapscope.analysis.measures.runtime_calls import calls_by_phase, queued
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.profilers.phases import PHASES
 
 
 @dataclass

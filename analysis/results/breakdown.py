@@ -8,27 +8,27 @@ import statistics
 
 import numpy as np
 
-from analysis.readers import step_rows
-from analysis.results.compile_why import run_compile_why
-from analysis.results.memory.figures import run_memory
-from analysis.results.phase_estimate import PhaseSamples, estimate
-from analysis.events.phase_rules import PhaseOrigin
-from analysis.results.records import Breakdown, PhaseSource, StepBreakdown
-from analysis.model.run import Run
-from analysis.measures.blocking import blocking_notes
-from analysis.measures.hardware import hardware
-from analysis.measures.other_split import other_shares
-from analysis.events.timeline import PhaseTimeline, phase_timeline
-from analysis.events.event import EventKind
-from analysis.events.columns import code
-from analysis.events.intervals import covered_within, merge, merged_arrays
-from analysis.events.trace import Trace
-from analysis.measures import page_faults
-from analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
-from analysis.measures.variant_notes import variant_notes
-from profilers.errors import GapscopeInputError
-from profilers.executions import updates_in_call
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.readers import step_rows
+from gapscope.analysis.results.compile_why import run_compile_why
+from gapscope.analysis.results.memory.figures import run_memory
+from gapscope.analysis.results.phase_estimate import PhaseSamples, estimate
+from gapscope.analysis.events.phase_rules import PhaseOrigin
+from gapscope.analysis.results.records import Breakdown, PhaseSource, StepBreakdown
+from gapscope.analysis.model.run import Run
+from gapscope.analysis.measures.blocking import blocking_notes
+from gapscope.analysis.measures.hardware import hardware
+from gapscope.analysis.measures.other_split import other_shares
+from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
+from gapscope.analysis.events.event import EventKind
+from gapscope.analysis.events.columns import code
+from gapscope.analysis.events.intervals import covered_within, merge, merged_arrays
+from gapscope.analysis.events.trace import Trace
+from gapscope.analysis.measures import page_faults
+from gapscope.analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
+from gapscope.analysis.measures.variant_notes import variant_notes
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.executions import updates_in_call
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 # Traced steps faster than unprofiled ones by more than this: the machine changed between them
 # (a quiet process's steps spread about 4 % here), since a profiler only adds work.
@@ -404,5 +404,5 @@ def _label(result: Breakdown, run: Run) -> None:
 def step_times_of(run) -> list[float]:
     """A run's (or run directory's) unprofiled steady step times (ms), from its step timers
     alone: the trace is not read, so a measurement can ask this between rounds."""
-    from analysis.model.run import load_run
+    from gapscope.analysis.model.run import load_run
     return breakdown(run if isinstance(run, Run) else load_run(run), Source.TIMERS).step_times_ms

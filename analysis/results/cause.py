@@ -4,9 +4,9 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from analysis.measures.kernels import WorkSource
-from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.results.explain import RunExplanation
+from gapscope.analysis.measures.kernels import WorkSource
+from gapscope.analysis.measures.runtime_calls import LAUNCH, SYNC
+from gapscope.analysis.results.explain import RunExplanation
 
 # A cause must carry at least this share of its phase's delta to be named: a candidate that
 # moved 1 % of it is not why the phase moved, and naming it would mislead.

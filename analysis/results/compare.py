@@ -179,7 +179,7 @@ class Comparison:
         return any(p.inconclusive for p in self.pairs)
 
     def to_json_dict(self) -> dict:
-        from analysis.results.memory.gap import memory_gap
+        from gapscope.analysis.results.memory.gap import memory_gap
         comparisons = [p.to_json_dict() for p in self.pairs]
         for run, doc in zip(self.runs[1:], comparisons):  # where both runs have memory figures
             gap = memory_gap(self.runs[0].breakdown, run.breakdown)

@@ -6,11 +6,11 @@ import re
 import statistics
 from dataclasses import dataclass, field
 
-from analysis.events import intervals
-from analysis.readers import step_rows
-from analysis.results.breakdown import compile_ms as warmup_excess_ms
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import Trace
+from gapscope.analysis.events import intervals
+from gapscope.analysis.readers import step_rows
+from gapscope.analysis.results.breakdown import compile_ms as warmup_excess_ms
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import Trace
 
 # Dynamo/Inductor compile work (dynamo_timed spans); nested ones are merged, never summed twice.
 _COMPILE_SPAN = re.compile(r"^(entire_frame_compile|entire_backward_compile|_compile\.compile_inner|"

@@ -235,7 +235,7 @@ def _job_steps(summaries: list[RankSummary], warmup: int) -> tuple[list[tuple[in
         numbers = sorted(set.intersection(*(set(p) for p in per_rank)))
         source = "traced steps (profiler cost inside)"
     if not numbers:
-        from profilers.errors import GapscopeInputError
+        from gapscope.profilers.errors import GapscopeInputError
         raise GapscopeInputError("the ranks share no step numbers: no job step to take")
     steps = []
     for n in numbers:

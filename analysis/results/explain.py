@@ -5,17 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from analysis.results.attribution import Attribution, attribute
-from analysis.results.breakdown import breakdown
-from analysis.results.compile_overhead import CompileStats, compile_stats
-from analysis.results.layers import LayerBreakdown, layer_breakdown
-from analysis.measures.hardware import Hardware, hardware
-from analysis.measures.kernels import KernelStats, find_work, kernel_stats
-from analysis.measures.resources import ResourceStats, resource_stats
-from analysis.results.records import Breakdown
-from analysis.model.run import Run, load_run
-from analysis.measures.transfers import TransferStats, transfer_stats
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.attribution import Attribution, attribute
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.compile_overhead import CompileStats, compile_stats
+from gapscope.analysis.results.layers import LayerBreakdown, layer_breakdown
+from gapscope.analysis.measures.hardware import Hardware, hardware
+from gapscope.analysis.measures.kernels import KernelStats, find_work, kernel_stats
+from gapscope.analysis.measures.resources import ResourceStats, resource_stats
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.model.run import Run, load_run
+from gapscope.analysis.measures.transfers import TransferStats, transfer_stats
+from gapscope.profilers.errors import GapscopeInputError
 
 
 @dataclass

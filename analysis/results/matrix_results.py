@@ -6,11 +6,11 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.results.breakdown import breakdown
-from analysis.model.run import load_run
-from analysis.measures.stats import paired_ratio
-from profilers.errors import GapscopeInputError
-from profilers.phases import PHASES
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.measures.stats import paired_ratio
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import PHASES
 
 RATIO_DIRECTION = "row / baseline"
 # The reason's prefix for a row whose runs completed but could not be analysed.

@@ -3,11 +3,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.model.run import load_measurement
-from analysis.results.breakdown import breakdown
-from analysis.results.compare import Comparison, compare
-from analysis.results.explain import explain
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.model.run import load_measurement
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.compare import Comparison, compare
+from gapscope.analysis.results.explain import explain
+from gapscope.profilers.errors import GapscopeInputError
 
 
 def compare_measurement(folder: str | Path) -> Comparison:

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis.measures import stats
-from analysis.results.records import Breakdown, PhaseFigure, PhaseSource
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.measures import stats
+from gapscope.analysis.results.records import Breakdown, PhaseFigure, PhaseSource
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 _OTHER = PHASES.index("other")
 

@@ -5,7 +5,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.measures.stats import RepeatRatio, mean_variance, repeat_ratio
+from gapscope.analysis.measures.stats import RepeatRatio, mean_variance, repeat_ratio
 
 # Fewer rounds give a spread from two processes a side: one lucky pair would stop it early.
 MIN_ROUNDS = 3
@@ -81,7 +81,7 @@ def _minutes(seconds: float) -> str:
 def progress_of(runs: dict[str, list[Path]], elapsed_s: float) -> Progress:
     """The ratios so far from the unprofiled steady steps of each finished run (timers only:
     the traces are not read between rounds)."""
-    from analysis.results.breakdown import step_times_of
+    from gapscope.analysis.results.breakdown import step_times_of
     times = {label: [step_times_of(path) for path in paths] for label, paths in runs.items()}
     labels = list(times)
     base = times[labels[0]]

@@ -5,15 +5,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from analysis.model.job import Job
-from analysis.model.locate import RunPlace
-from analysis.model.run import Run, current_rules, load_run, use_rules
-from analysis.readers import chunk_pool
-from analysis.results.engines.choose import current_choice
-from analysis.results.engines.collective_reduce import CollectiveReduction, digest
-from analysis.results.engines.interface import stream
-from analysis.results.engines.local import WORKERS_ENV, worker_count  # noqa: F401 - their old home
-from analysis.results.records import Breakdown
+from gapscope.analysis.model.job import Job
+from gapscope.analysis.model.locate import RunPlace
+from gapscope.analysis.model.run import Run, current_rules, load_run, use_rules
+from gapscope.analysis.readers import chunk_pool
+from gapscope.analysis.results.engines.choose import current_choice
+from gapscope.analysis.results.engines.collective_reduce import CollectiveReduction, digest
+from gapscope.analysis.results.engines.interface import stream
+from gapscope.analysis.results.engines.local import WORKERS_ENV, worker_count  # noqa: F401 - their old home
+from gapscope.analysis.results.records import Breakdown
 
 @dataclass
 class RankSummary:
@@ -43,7 +43,7 @@ def summarize_rank(rank: int, place: RunPlace, label: str, source: str, host: st
 
 
 def _summarize_rank(rank: int, place: RunPlace, label: str, source: str, host: str | None) -> RankSummary:
-    from analysis.results.breakdown import breakdown, breakdown_from_timers
+    from gapscope.analysis.results.breakdown import breakdown, breakdown_from_timers
     run = load_run(place, label=label)  # as located: its manifest is not read again
     result = breakdown(run, source)
     communication, collectives, traced, timers = None, [], None, None
@@ -77,7 +77,7 @@ def _ddp_bytes(communication, ddp) -> None:
 
 def _communication(run: Run):
     try:
-        from analysis.measures.collectives import communication, find_collectives
+        from gapscope.analysis.measures.collectives import communication, find_collectives
     except ImportError:  # the communication analyzer is not in this build
         return None, []
     return (communication(run.trace, run.timeline),

@@ -8,10 +8,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from analysis.measures.other_split import split_other
-from analysis.measures.stats import Interval, percentile
-from profilers.phases import MARKED_PHASES, PHASES
-from profilers.strict_json import finite
+from gapscope.analysis.measures.other_split import split_other
+from gapscope.analysis.measures.stats import Interval, percentile
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
+from gapscope.profilers.strict_json import finite
 
 # Rounding of figures written to JSON: 1 ns is far below timer resolution.
 _DIGITS = 6

@@ -6,11 +6,11 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.measures.stats import RepeatRatio, repeat_ratio
-from analysis.readers.step_rows import MAX_STEP_MS
-from profilers import state_json
-from profilers.errors import EXIT_INCONCLUSIVE, GapscopeInputError
-from profilers.state_json import StateFileError
+from gapscope.analysis.measures.stats import RepeatRatio, repeat_ratio
+from gapscope.analysis.readers.step_rows import MAX_STEP_MS
+from gapscope.profilers import state_json
+from gapscope.profilers.errors import EXIT_INCONCLUSIVE, GapscopeInputError
+from gapscope.profilers.state_json import StateFileError
 
 BASELINE_FORMAT = "gapscope-baseline/1"
 # A baseline is a few hundred bytes; anything far larger is not one.

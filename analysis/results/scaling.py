@@ -8,13 +8,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.results.compare import PhaseGap
-from analysis.results.distributed_breakdown import JobBreakdown, mean_of
-from analysis.results.phase_estimate import replicates_of
-from analysis.results.records import Breakdown
-from analysis.measures.stats import Interval, contains_one, percentile_interval
-from profilers.errors import GapscopeInputError
-from profilers.phases import PHASES
+from gapscope.analysis.results.compare import PhaseGap
+from gapscope.analysis.results.distributed_breakdown import JobBreakdown, mean_of
+from gapscope.analysis.results.phase_estimate import replicates_of
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.measures.stats import Interval, contains_one, percentile_interval
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import PHASES
 
 PARTS = PHASES + ("communication", "skew")
 _DIGITS = 6

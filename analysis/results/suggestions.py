@@ -5,7 +5,7 @@ import enum
 import re
 from dataclasses import dataclass, field
 
-from analysis.measures.page_faults import VARIANT as MALLOC_KEEP, costly, estimated_cost_ms
+from gapscope.analysis.measures.page_faults import VARIANT as MALLOC_KEEP, costly, estimated_cost_ms
 
 # Thresholds: a phase that is a fifth of the step is worth a variant that targets it; below
 # that the variant's own cost and the noise of one run usually hide what it saves.
@@ -140,9 +140,9 @@ def suggest(run, phase_ms: dict[str, float], gaps: dict[str, float],
 def measured(folder) -> SuggestionCheck:
     """The check of a suggestion from the A/B folder that ran its current configuration first
     and the suggested one second: the paired ratio of their unprofiled step times."""
-    from analysis.results.breakdown import breakdown
-    from analysis.model.run import load_measurement
-    from analysis.measures.stats import contains_one, paired_ratio
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.model.run import load_measurement
+    from gapscope.analysis.measures.stats import contains_one, paired_ratio
     current, suggested = ([breakdown(r).to_json_dict()["step_ms"]["mean"] for r in runs]
                           for runs in load_measurement(folder))
     ratio, interval = paired_ratio(current, suggested)

@@ -9,8 +9,8 @@ from absl import app
 from tensorboard import default, main_lib, program
 from tensorboard.plugins import base_plugin
 
-from analysis.tensorboard.plugin.plugin import PLUGIN_NAME, GapscopePlugin
-from analysis.tensorboard.server import TORCH_TB_PROFILER, TORCH_TB_PROFILER_ENV
+from gapscope.analysis.tensorboard.plugin.plugin import PLUGIN_NAME, GapscopePlugin
+from gapscope.analysis.tensorboard.server import TORCH_TB_PROFILER, TORCH_TB_PROFILER_ENV
 
 
 def plugins() -> list:

@@ -19,10 +19,10 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
-import analysis
-from analysis.readers.safe_files import unreadable_under
-from analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV, ShadowLogdir
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.readers.safe_files import unreadable_under
+from gapscope.analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV, ShadowLogdir
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.import_root import IMPORT_ROOT
 
 # Run-listing endpoint of each plugin gapscope writes traces for.
 PLUGIN_RUNS = {
@@ -123,7 +123,7 @@ class TensorBoardServer:
         # The child imports the gapscope this process runs (its plugin included), not another
         # copy an editable install or the working directory would find first.
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(Path(analysis.__file__).resolve().parents[1])]
+            [str(IMPORT_ROOT)]
             + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # A subprocess rather than tensorboard.program in-process: the plugins start threads
         # and worker processes that only a process-group kill can stop, and TensorFlow stays
@@ -135,7 +135,7 @@ class TensorBoardServer:
         self._shadow = ShadowLogdir(self.logdir).start()
         env[SOURCE_LOGDIR_ENV] = str(self.logdir)
         env[TORCH_TB_PROFILER_ENV] = "1" if self.torch_tb_profiler else "0"
-        command = [sys.executable, "-m", "analysis.tensorboard.main",
+        command = [sys.executable, "-m", "gapscope.analysis.tensorboard.main",
                    "--logdir", str(self._shadow.path),
                    "--host", self.host, "--port", str(self.port or 0), "--load_fast", "false"]
         limit = self.memory_limit

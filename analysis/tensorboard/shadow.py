@@ -7,7 +7,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from analysis.readers.safe_files import why_unreadable
+from gapscope.analysis.readers.safe_files import why_unreadable
 
 # torch-tb-profiler rescans its logdir every 10 s; a file added to the real logdir is served
 # within this many seconds, and a file that turned unsafe is withdrawn as fast.

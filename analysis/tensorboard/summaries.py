@@ -8,11 +8,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from analysis.model.locate import RunPlace, locate
-from analysis.readers.run_dir import read_steps_csv
-from analysis.tensorboard.summary_events import (BREAKDOWN_TAG, RUN_TAG, breakdown_text,
+from gapscope.analysis.model.locate import RunPlace, locate
+from gapscope.analysis.readers.run_dir import read_steps_csv
+from gapscope.analysis.tensorboard.summary_events import (BREAKDOWN_TAG, RUN_TAG, breakdown_text,
                                                       run_text, scalar_points, summary_events)
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
 
 # gapscope's own event files end in this suffix: rewriting replaces them and nothing else.
 SUFFIX = ".gapscope"
@@ -23,8 +23,8 @@ def write_run_summaries(run_dir: str | Path, run=None) -> Path:
     run there, loaded already, so that its trace is read once for every view written after it.
 
     Idempotent: an earlier gapscope event file of the run is replaced, never doubled."""
-    from analysis.results.breakdown import breakdown
-    from analysis.results.distributed_breakdown import breakdown_of
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.results.distributed_breakdown import breakdown_of
 
     place = locate(run_dir) if run is None else None
     found = run.located if run is not None else place.readable() if isinstance(place, RunPlace) else None

@@ -2,9 +2,9 @@
 and the breakdown as Markdown for the Text dashboard. Pure: the writer lives in analysis.tensorboard.summaries."""
 from __future__ import annotations
 
-from analysis.renderers import registry
-from analysis.results.records import Breakdown
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.renderers import registry
+from gapscope.analysis.results.records import Breakdown
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 # The same tags in every run, so TensorBoard overlays runs in one chart per tag.
 STEP_TAG = "step_ms"

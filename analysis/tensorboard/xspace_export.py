@@ -7,12 +7,12 @@ import re
 import socket
 from pathlib import Path
 
-from analysis.readers import safe_files
-from analysis.readers.run_dir import exported_xspace_dir
-from analysis.renderers.traces import xspace
-from analysis.model.run import Run
-from analysis.results.layers import run_layer_spans
-from profilers.run_dir import write_atomic
+from gapscope.analysis.readers import safe_files
+from gapscope.analysis.readers.run_dir import exported_xspace_dir
+from gapscope.analysis.renderers.traces import xspace
+from gapscope.analysis.model.run import Run
+from gapscope.analysis.results.layers import run_layer_spans
+from gapscope.profilers.run_dir import write_atomic
 
 
 def write_xspace(run: Run) -> Path | None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from profilers.phases import MARKED_PHASES
-from profilers.run_dir import STEPS_CSV, mark_rows, steps_csv_text
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.run_dir import STEPS_CSV, mark_rows, steps_csv_text
 
 FLUSH_S = 1.0
 

@@ -7,8 +7,8 @@ import re
 import time
 from pathlib import Path
 
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import ensure_out_dir
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import ensure_out_dir
 
 _ADDRESS = re.compile(r"(?:grpc://)?([A-Za-z0-9.\-\[\]:]+):(\d{1,5})")
 MAX_DURATION_S = 600.0

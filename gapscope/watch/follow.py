@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from analysis.readers.live_steps import StepsFollower
-from analysis.readers.run_dir import read_manifest
+from gapscope.analysis.readers.live_steps import StepsFollower
+from gapscope.analysis.readers.run_dir import read_manifest
 from gapscope.watch import render
 from gapscope.watch.state import StepWindow, watch_state
 from profilers.errors import GapscopeInputError

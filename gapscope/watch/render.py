@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 from gapscope.watch.state import WatchState
-from profilers import strict_json
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.profilers import strict_json
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 
 def table(state: WatchState):

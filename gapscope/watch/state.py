@@ -6,8 +6,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from analysis.measures.reliability import BUSY_OTHERS_PCT
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.measures.reliability import BUSY_OTHERS_PCT
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 LAST_STEPS = 8      # the latest steps shown one by one
 STEADY_WINDOW = 200  # the unprofiled steps the running means take

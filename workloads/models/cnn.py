@@ -10,7 +10,7 @@ Layers are named by `layers(spec)`: conv1 … conv4 (ReLU inside), pool, flatten
 logits, loss."""
 from __future__ import annotations
 
-from workloads.layer_specs import LayerSpec, dense_layers, loss_layer
+from gapscope.workloads.layer_specs import LayerSpec, dense_layers, loss_layer
 
 FILTERS = (32, 32, 32, 64)
 POOL_AFTER = 1          # index of the conv layer followed by 2x2 max pooling

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from workloads.layer_specs import LayerSpec, dense_layers, loss_layer
+from gapscope.workloads.layer_specs import LayerSpec, dense_layers, loss_layer
 
 
 def layers(spec) -> list[LayerSpec]:

@@ -2,7 +2,7 @@
 Layers are named by `layers(spec)`: dense1 … (ReLU inside), logits, loss."""
 from __future__ import annotations
 
-from workloads.layer_specs import LayerSpec, dense_layers, loss_layer
+from gapscope.workloads.layer_specs import LayerSpec, dense_layers, loss_layer
 
 
 def layers(spec) -> list[LayerSpec]:

@@ -3,7 +3,7 @@ Neither framework fuses any of them, so each is a layer of its own: dense1, bn1,
 dense2, …, logits, loss."""
 from __future__ import annotations
 
-from workloads.layer_specs import LayerSpec, loss_layer
+from gapscope.workloads.layer_specs import LayerSpec, loss_layer
 
 DROPOUT = 0.5
 # Keras' defaults differ from torch's (momentum 0.99 vs 0.9 in Keras' convention, eps 1e-3 vs

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from profilers.run_dir import Manifest
-from profilers.run_lifecycle import RunLifecycle
+from gapscope.profilers.run_dir import Manifest
+from gapscope.profilers.run_lifecycle import RunLifecycle
 
 
 def _views():
     """Each view of a loaded run, and the manifest field that says why it is missing. Imported
     when the run has ended: the run process does not load the analysis (nor TensorBoard's
     writer) while it is being timed."""
-    from analysis.tensorboard.summaries import write_run_summaries
-    from analysis.tensorboard.xspace_export import write_xspace
+    from gapscope.analysis.tensorboard.summaries import write_run_summaries
+    from gapscope.analysis.tensorboard.xspace_export import write_xspace
     return ((lambda run: write_run_summaries(run.path, run), "summaries_error"),
             (write_xspace, "trace_viewer_error"))
 
@@ -22,7 +22,7 @@ def _views():
 def write_after_run(run_dir: str | Path) -> str | None:
     """Every view of the run, from one reading of its files (the trace is read and segmented
     once for all of them); the problems, if any, as one line."""
-    from analysis.model.run import load_run
+    from gapscope.analysis.model.run import load_run
     problems = []
     run = None
     for write, field in _views():

@@ -9,8 +9,8 @@ import os
 import re
 from pathlib import Path
 
-from profilers import strict_json
-from profilers.run_dir import COMPILE_JSON, write_atomic
+from gapscope.profilers import strict_json
+from gapscope.profilers.run_dir import COMPILE_JSON, write_atomic
 
 FORMAT_VERSION = 1
 # Dynamo's per-compile timers (CompilationMetrics, torch 2.6+), each nested in the one before:

@@ -9,15 +9,15 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-from profilers.environment import omp_num_threads
-from profilers.machine_load import MachineLoad
-from profilers.run_lifecycle import exit_code_of, signals_interrupt, stop_with_parent
-from profilers.samplers import ResourceSampler
-from workloads.runners.after_run import RunWithViews
-from workloads.runners.malloc_keep import keep_freed_memory
-from workloads.registry import get_workload
-from workloads.settings import RunSettings
-from workloads.runners.step_report import StepReporter
+from gapscope.profilers.environment import omp_num_threads
+from gapscope.profilers.machine_load import MachineLoad
+from gapscope.profilers.run_lifecycle import exit_code_of, signals_interrupt, stop_with_parent
+from gapscope.profilers.samplers import ResourceSampler
+from gapscope.workloads.runners.after_run import RunWithViews
+from gapscope.workloads.runners.malloc_keep import keep_freed_memory
+from gapscope.workloads.registry import get_workload
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.runners.step_report import StepReporter
 
 
 def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = None,
@@ -75,12 +75,12 @@ def execute(run_dir: Path, settings: RunSettings, rank_fields: dict | None = Non
 def _runner(framework: str):
     """The framework's runner, imported only now: each imports its own framework."""
     if framework == "torch":
-        from workloads.runners.torch_runner import run_torch
+        from gapscope.workloads.runners.torch_runner import run_torch
         return run_torch
     if framework == "tf":
-        from workloads.runners.tf_runner import run_tf
+        from gapscope.workloads.runners.tf_runner import run_tf
         return run_tf
-    from workloads.runners.keras_runner import run_keras
+    from gapscope.workloads.runners.keras_runner import run_keras
     return run_keras
 
 
@@ -91,7 +91,7 @@ def _spec_fields(spec) -> dict:
 
 def _gemm_peak(settings: RunSettings) -> dict | None:
     """The CPU's measured GEMM peak, for the layers' share of it: traced CPU runs only."""
-    from profilers.nvml import gpu_count
+    from gapscope.profilers.nvml import gpu_count
     if not settings.trace or settings.distributed or settings.device == "cuda" or \
             (settings.device == "auto" and gpu_count() > 0):
         return None

@@ -13,10 +13,10 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from profilers.job_dir import rank_dir
-from profilers.run_lifecycle import LAUNCHER_PID_ENV
-from workloads.runners.execute import execute
-from workloads.settings import RunSettings
+from gapscope.profilers.job_dir import rank_dir
+from gapscope.profilers.run_lifecycle import LAUNCHER_PID_ENV
+from gapscope.workloads.runners.execute import execute
+from gapscope.workloads.settings import RunSettings
 
 # A collective waiting longer than this on a peer fails the rank instead of hanging the job
 # (torch's default is 30 minutes); torchrun stops the other ranks when one fails anyway.

@@ -4,7 +4,7 @@ With steps_per_execution = N, one call runs N optimizer updates and callbacks se
 call; each update is given an equal share of the call (the mean is what can be known)."""
 from __future__ import annotations
 
-from profilers.executions import updates_in_call
+from gapscope.profilers.executions import updates_in_call
 
 
 def expand_executions(rows: list[dict], steps_per_execution: int, updates_per_epoch: int,

@@ -6,9 +6,9 @@ import os
 import time
 from pathlib import Path
 
-from profilers import state_json, strict_json
-from profilers.environment import cpu_name, host, omp_num_threads
-from profilers.run_dir import write_atomic
+from gapscope.profilers import state_json, strict_json
+from gapscope.profilers.environment import cpu_name, host, omp_num_threads
+from gapscope.profilers.run_dir import write_atomic
 
 SIZE = 1024          # 2·1024³ = 2.1 GFLOP a GEMM: well above cache sizes, under a second here
 REPEATS = 3          # timed after an untimed one; the fastest counts

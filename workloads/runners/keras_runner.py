@@ -55,13 +55,13 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     timer = StepTimer(CudaEventClock() if on_torch and cuda else HostClock())
     profiler = None
     if settings.trace and window.steps and on_torch:
-        from profilers.torch_session import torch_profiler
+        from gapscope.profilers.torch_session import torch_profiler
         profiler = torch_profiler(run_dir, _executions_window(window, settings), cuda)
 
     with strategy.scope() if strategy is not None else nullcontext():
         # Under the strategy, variables are mirrored on every worker (initial values from rank 0).
         model = spec.builders().build_keras(spec)
-        from profilers.keras_marks import mark_keras_inference, mark_keras_phases, step_callback
+        from gapscope.profilers.keras_marks import mark_keras_inference, mark_keras_phases, step_callback
         marks = PhaseMarks(timer, uses_torch=on_torch)
         if settings.inference:
             mark_keras_inference(model, marks)
@@ -158,7 +158,7 @@ def _torch_layer_ranges(spec: WorkloadSpec, model, settings: RunSettings, profil
     layers = spec.layers()
     if profiler is None or layers is None or settings.jit_compile:
         return None
-    from workloads.runners.layer_ranges import LayerRanges
+    from gapscope.workloads.runners.layer_ranges import LayerRanges
     return LayerRanges({layer.name: model.get_layer(layer.name) for layer in layers
                         if layer.kind != "loss"})
 
@@ -201,9 +201,9 @@ def _executions_window(window: TraceWindow, settings: RunSettings) -> TraceWindo
 
 def _device(settings: RunSettings, on_torch: bool) -> str:
     if on_torch:
-        from workloads.devices import torch_device
+        from gapscope.workloads.devices import torch_device
         return torch_device(settings.device).type
-    from workloads.devices import tf_device
+    from gapscope.workloads.devices import tf_device
     return "cuda" if tf_device(settings.device).startswith("/GPU") else "cpu"
 
 
@@ -219,7 +219,7 @@ def _inputs(settings: RunSettings, spec: WorkloadSpec, x, y, on_torch: bool, dev
                 .batch(spec.batch_size, num_parallel_calls=autotune)
                 .prefetch(autotune))
     import torch
-    from workloads.runners.torch_pipelines import make_batches
+    from gapscope.workloads.runners.torch_pipelines import make_batches
     # Keras on torch takes a DataLoader as it is; the layout stays Keras' (channels last).
     return make_batches(pipeline, x, y, batch_size=spec.batch_size, num_workers=settings.num_workers,
                         drop_last=settings.drop_last, device=torch.device(device), seed=spec.seed,

@@ -3,7 +3,7 @@ calls, with an NVTX range of the same name as the phases have, attached only for
 window so that unprofiled steps run without any hook."""
 from __future__ import annotations
 
-from profilers.phases import LAYER_RANGE_PREFIX
+from gapscope.profilers.phases import LAYER_RANGE_PREFIX
 
 
 class LayerRanges:

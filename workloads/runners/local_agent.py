@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from workloads.runners.tf_cluster import worker_envs
+from gapscope.workloads.runners.tf_cluster import worker_envs
 
 # A worker still there this long after being told to stop is killed (torchrun waits as long).
 GRACE_S = 30.0

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ctypes
 
-from profilers.errors import UnsupportedVariantError
+from gapscope.profilers.errors import UnsupportedVariantError
 
 # mallopt's parameters (glibc's malloc.h) and the values the variant sets: the largest mmap
 # threshold glibc takes on 64-bit (blocks up to it come from the heap and are reused, not

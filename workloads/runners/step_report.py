@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import threading
 
-from profilers.timers import StepTimer
+from gapscope.profilers.timers import StepTimer
 
 PREFIX = "gapscope-steps-done "
 INTERVAL_S = 0.5

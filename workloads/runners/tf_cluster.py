@@ -6,8 +6,8 @@ import os
 import socket
 from contextlib import ExitStack
 
-from profilers import strict_json
-from profilers.errors import GapscopeInputError
+from gapscope.profilers import strict_json
+from gapscope.profilers.errors import GapscopeInputError
 
 TF_CONFIG = "TF_CONFIG"
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 from contextlib import contextmanager
 
-from profilers.errors import GapscopeInputError
-from workloads.shards import shard
-from workloads.runners.tf_cluster import cluster_place, port_in_use_message
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.workloads.shards import shard
+from gapscope.workloads.runners.tf_cluster import cluster_place, port_in_use_message
 
 BACKEND = "tf-collective"
 LAUNCHER = "tf.distribute"
@@ -103,7 +103,7 @@ def rank_data(spec, settings, rank: int, world: int):
     """(x, y, updates per epoch) of this rank: its disjoint shard `rank::world` of the data a
     one-process run with the global batch (batch * world) would take, cut to full global batches
     so that every rank runs as many steps."""
-    from workloads.datasets import dataset_for
+    from gapscope.workloads.datasets import dataset_for
     x, y = dataset_for(spec.sized(spec.batch_size * world), settings)
     updates_per_epoch = len(x) // (spec.batch_size * world)
     if updates_per_epoch < 1:

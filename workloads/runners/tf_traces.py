@@ -7,8 +7,8 @@ import functools
 import time
 from pathlib import Path
 
-from profilers import strict_json
-from profilers.run_dir import COMPILE_JSON, write_atomic
+from gapscope.profilers import strict_json
+from gapscope.profilers.run_dir import COMPILE_JSON, write_atomic
 
 FORMAT_VERSION = 1
 _VALUE_CHARS = 80

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from workloads.data import MNIST_MEAN, MNIST_STD, to_torch_layout
+from gapscope.workloads.data import MNIST_MEAN, MNIST_STD, to_torch_layout
 
 
 class TransformingDataset:

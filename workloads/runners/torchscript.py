@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 import warnings
 
-from profilers.errors import UnsupportedVariantError
+from gapscope.profilers.errors import UnsupportedVariantError
 
 
 class LazyTorchScript:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import bisect
 from collections import Counter
 
-from analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.events.memory_event import MemoryEvent
 
 
 class Levels:

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.events.phase_rules import gapscope_phase
-from analysis.events.timeline import PhaseTimeline
-from analysis.measures.memory.levels import Levels
-from profilers.phases import PHASES
+from gapscope.analysis.events.phase_rules import gapscope_phase
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.measures.memory.levels import Levels
+from gapscope.profilers.phases import PHASES
 
 
 @dataclass

@@ -5,9 +5,9 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
-from analysis.events.memory_event import MemoryEvent
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import HOST_OP, Trace
+from gapscope.analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import HOST_OP, Trace
 
 UNNAMED = "(no op around it)"
 

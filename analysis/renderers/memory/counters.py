@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from analysis.measures.memory.levels import Levels
+from gapscope.analysis.measures.memory.levels import Levels
 
 MB = 1e6
 

@@ -1,8 +1,8 @@
 """The breakdown table's memory column: each phase's high-water mark and the step's peak, in MB."""
 from __future__ import annotations
 
-from analysis.results.records import Breakdown
-from profilers.phases import PHASES
+from gapscope.analysis.results.records import Breakdown
+from gapscope.profilers.phases import PHASES
 
 HEAD = "peak\nMB"
 LEGEND = ("peak MB: the allocator's high-water mark in each phase and step, the highest over "

@@ -1,7 +1,7 @@
 """The report's memory section: the allocation curve plot and a table of peak and net change per phase."""
 from __future__ import annotations
 
-from profilers.phases import PHASES
+from gapscope.profilers.phases import PHASES
 
 ROLE = "memory"  # the figure's role: its file is <report>-memory.png
 

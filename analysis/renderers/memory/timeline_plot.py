@@ -1,8 +1,8 @@
 """The report's memory plot: each run's allocation curve through one traced step, over its phase bands."""
 from __future__ import annotations
 
-from analysis.renderers.plots import PHASE_COLOURS, WIDTH_IN
-from analysis.results.records import Breakdown
+from gapscope.analysis.renderers.plots import PHASE_COLOURS, WIDTH_IN
+from gapscope.analysis.results.records import Breakdown
 
 
 def with_curves(labels: list[str], breakdowns: list[Breakdown]) -> list[tuple[str, dict]]:

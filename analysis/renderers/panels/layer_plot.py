@@ -2,7 +2,7 @@
 run side by side, from the layers panels' figures."""
 from __future__ import annotations
 
-from analysis.renderers.plots import RUN_COLOURS, _figure
+from gapscope.analysis.renderers.plots import RUN_COLOURS, _figure
 
 
 def layer_bars(panels: list[dict]):

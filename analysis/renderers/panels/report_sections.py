@@ -2,7 +2,7 @@
 (analysis/results/panels), the same the TensorBoard tab draws."""
 from __future__ import annotations
 
-from analysis.renderers.layers_render import KERNEL_FOOTER, KERNEL_HEAD, kernel_rows, optimizer_text
+from gapscope.analysis.renderers.layers_render import KERNEL_FOOTER, KERNEL_HEAD, kernel_rows, optimizer_text
 
 LAYERS_FOOTER = ("ms per traced step (profiler cost inside); share: of the traced forward and "
                  "backward; GFLOP per step from the layer's shapes, or torch's FlopCounterMode for your own "

@@ -3,11 +3,11 @@ track per phase and, where the run names layers, a track of its layers above the
 events, from the phase timeline every analyser reads."""
 from __future__ import annotations
 
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import Trace
-from analysis.renderers.memory.counters import memory_counters
-from profilers import strict_json
-from profilers.phases import PHASES
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import Trace
+from gapscope.analysis.renderers.memory.counters import memory_counters
+from gapscope.profilers import strict_json
+from gapscope.profilers.phases import PHASES
 
 # gapscope's own process, sorted above the trace's: its threads are the steps and the phases.
 GAPSCOPE_PID = 0

@@ -8,10 +8,10 @@ import math
 
 import numpy as np
 
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import Trace
-from analysis.readers.xplane import LAYERS_LINE, PHASES_LINE  # how the reader knows such a file again
-from analysis.readers.xplane_proto import PlaneBuilder, xplane_pb2
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import Trace
+from gapscope.analysis.readers.xplane import LAYERS_LINE, PHASES_LINE  # how the reader knows such a file again
+from gapscope.analysis.readers.xplane_proto import PlaneBuilder, xplane_pb2
 
 # XProf's trace viewer shows the host threads of the plane named so, and GPUs from planes named
 # with this prefix (the plane id is the device's number; XProf numbers their lines itself).

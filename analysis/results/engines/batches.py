@@ -6,7 +6,7 @@ from __future__ import annotations
 import pickle
 from collections.abc import Callable, Iterable
 
-from analysis.results.engines.faults import inject_fault
+from gapscope.analysis.results.engines.faults import inject_fault
 
 # Batches kept per worker at the least: the job's last ranks must not wait behind one worker's
 # long batch while the others idle.

@@ -7,9 +7,9 @@ import os
 import re
 from dataclasses import dataclass
 
-from analysis.results.engines.interface import Engine
-from analysis.results.engines.local import local_engine
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.engines.interface import Engine
+from gapscope.analysis.results.engines.local import local_engine
+from gapscope.profilers.errors import GapscopeInputError
 
 ENGINE_ENV = "GAPSCOPE_ENGINE"
 KINDS = ("local", "dask", "ray")
@@ -76,9 +76,9 @@ class EngineChoice:
 
 def _open_cluster(spec: EngineSpec) -> Engine:
     if spec.kind == "dask":
-        from analysis.results.engines.dask_engine import DaskEngine
+        from gapscope.analysis.results.engines.dask_engine import DaskEngine
         return DaskEngine.open(spec.address)
-    from analysis.results.engines.ray_engine import RayEngine
+    from gapscope.analysis.results.engines.ray_engine import RayEngine
     return RayEngine.open(spec.address)
 
 

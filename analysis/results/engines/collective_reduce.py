@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.measures.clock_align import offset_from_ends
+from gapscope.analysis.measures.clock_align import offset_from_ends
 
 
 @dataclass

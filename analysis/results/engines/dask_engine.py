@@ -170,7 +170,6 @@ def _quiet_dask_logs() -> None:
 
 def _zip_packages(path: Path) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
-        for package in PACKAGES:
-            for source in sorted((ROOT / package).rglob("*.py")):
-                archive.write(source, source.relative_to(ROOT).as_posix())
+        for source, name in shipped_sources():
+            archive.write(source, name)
     return path

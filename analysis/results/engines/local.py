@@ -10,8 +10,8 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 
-from analysis.results.engines.interface import Engine, WorkerLost
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.engines.interface import Engine, WorkerLost
+from gapscope.profilers.errors import GapscopeInputError
 
 # Pools rebuilt after a worker died, per job: a rank that kills its worker every time (a trace
 # too big for memory) must not rebuild forever, taking the ranks beside it down each time.

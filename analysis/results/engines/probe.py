@@ -6,11 +6,21 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
-from profilers.errors import GapscopeInputError
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.import_root import GAPSCOPE_PACKAGE
 
 # The packages a rank's analysis imports: what is shipped to workers that lack gapscope.
 PACKAGES = ("analysis", "profilers")
-ROOT = Path(__file__).resolve().parents[3]
+
+
+def shipped_sources() -> list[tuple[Path, str]]:
+    """gapscope's package file and the sources of PACKAGES, each with its name in the package
+    (gapscope/analysis/...): what a worker without gapscope is given."""
+    found = [(GAPSCOPE_PACKAGE / "__init__.py", "gapscope/__init__.py")]
+    for package in PACKAGES:
+        found += [(source, "gapscope/" + source.relative_to(GAPSCOPE_PACKAGE).as_posix())
+                  for source in sorted((GAPSCOPE_PACKAGE / package).rglob("*.py"))]
+    return found
 
 
 def make_probe():
@@ -31,19 +41,23 @@ def make_probe():
         # Each package read where it lies: Ray ships every py_modules entry to a folder of its
         # own, Dask's upload_file both in one zip; a package not found: no gapscope there.
         sources = {}
+        spec = importlib.util.find_spec("gapscope")
+        folder = Path(list(spec.submodule_search_locations)[0]) if spec else None
         for package in ("analysis", "profilers"):
-            spec = importlib.util.find_spec(package)
-            if spec is None or not spec.submodule_search_locations:
+            if folder is None:
                 sources = None
                 break
-            root = Path(list(spec.submodule_search_locations)[0]).parent
-            if zipfile.is_zipfile(root):  # the code as uploaded (Dask's upload_file)
-                with zipfile.ZipFile(root) as archive:
-                    sources.update({n: archive.read(n) for n in archive.namelist()
-                                    if n.endswith(".py") and n.split("/")[0] == package})
+            if zipfile.is_zipfile(folder.parent):  # the code as uploaded (Dask's upload_file)
+                with zipfile.ZipFile(folder.parent) as archive:
+                    sources.update({n.partition("/")[2]: archive.read(n)
+                                    for n in archive.namelist() if n.endswith(".py")
+                                    and n.split("/")[:2] == ["gapscope", package]})
+            elif (folder / package).is_dir():
+                sources.update({p.relative_to(folder).as_posix(): p.read_bytes()
+                                for p in (folder / package).rglob("*.py")})
             else:
-                sources.update({p.relative_to(root).as_posix(): p.read_bytes()
-                                for p in (root / package).rglob("*.py")})
+                sources = None
+                break
         digest = None
         if sources:
             sha = hashlib.sha256()

@@ -15,10 +15,11 @@ import time
 import warnings
 from collections.abc import Callable
 
-from analysis.results.engines.interface import Engine, one_line
-from analysis.results.engines.local import worker_count
-from analysis.results.engines.probe import PACKAGES, ROOT, check_workers, make_probe, reachable
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.engines.interface import Engine, one_line
+from gapscope.analysis.results.engines.local import worker_count
+from gapscope.analysis.results.engines.probe import check_workers, make_probe, reachable
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.import_root import GAPSCOPE_PACKAGE
 
 CONNECT_TIMEOUT_S = 10
 # One token for every Ray this process starts: Ray's C++ side caches the first it reads.
@@ -66,7 +67,7 @@ class RayEngine(Engine):
             if address is not None:
                 reachable(address, CONNECT_TIMEOUT_S)
                 _client_answers(address)
-            shipped = {"py_modules": [str(ROOT / p) for p in PACKAGES]}
+            shipped = {"py_modules": [str(GAPSCOPE_PACKAGE)]}
             _join(ray, address, dict(quiet, runtime_env=shipped))
         except BaseException:
             _restore(saved)

@@ -1,9 +1,9 @@
 """The memory gap between two runs, said as the time gap is: who holds more, where, by how much."""
 from __future__ import annotations
 
-from analysis.results.memory.figures import MemoryFigures
-from analysis.results.records import Breakdown
-from profilers.phases import PHASES
+from gapscope.analysis.results.memory.figures import MemoryFigures
+from gapscope.analysis.results.records import Breakdown
+from gapscope.profilers.phases import PHASES
 
 # Figures compared, in the order the lead prefers them. Each is comparable between frameworks:
 # changes within a step, not levels (torch's CPU levels start at the profiler, TF's at zero).

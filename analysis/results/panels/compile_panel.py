@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import os
 
-from analysis.results.amortisation import amortisation_line
-from analysis.results.compile_why import STAGE_NAMES, CompileWhy, short_reason
+from gapscope.analysis.results.amortisation import amortisation_line
+from gapscope.analysis.results.compile_why import STAGE_NAMES, CompileWhy, short_reason
 
 NOT_COMPILED = "no compile record: this run compiled nothing gapscope records (torch.compile, tf.function)"
 

@@ -3,7 +3,7 @@ and share of the two phases, lined up across two runs where their layers match, 
 matched" where a layer has no counterpart."""
 from __future__ import annotations
 
-from analysis.results.layers import NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs, pair_name
+from gapscope.analysis.results.layers import NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs, pair_name
 
 _DIGITS = 6
 NOT_MATCHED = "not matched"

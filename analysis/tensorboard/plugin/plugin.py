@@ -11,10 +11,10 @@ from tensorboard.backend import http_util
 from tensorboard.plugins import base_plugin
 from werkzeug import wrappers
 
-from analysis.tensorboard.plugin.views import UnknownRun, Views
-from analysis.tensorboard.server import TORCH_TB_PROFILER_ENV, tab_notes
-from analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV
-from profilers.strict_json import finite
+from gapscope.analysis.tensorboard.plugin.views import UnknownRun, Views
+from gapscope.analysis.tensorboard.server import TORCH_TB_PROFILER_ENV, tab_notes
+from gapscope.analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV
+from gapscope.profilers.strict_json import finite
 
 PLUGIN_NAME = "gapscope"
 STATIC = Path(__file__).parent / "static"

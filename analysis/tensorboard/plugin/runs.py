@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from analysis.model.job import is_job, load_job
-from analysis.model.locate import ForeignTrace, Place, locate
-from analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB, session_files, traces_by_content
-from analysis.model.run import RunEntry, expand_runs
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
+from gapscope.analysis.model.job import is_job, load_job
+from gapscope.analysis.model.locate import ForeignTrace, Place, locate
+from gapscope.analysis.readers.run_dir import TORCH_TRACE_GLOBS, XPLANE_GLOB, session_files, traces_by_content
+from gapscope.analysis.model.run import RunEntry, expand_runs
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import AB_STATE, MANIFEST, MATRIX_STATE
 
 # Where the TF profiler writes its sessions inside a logdir (TensorBoard's profile layout).
 PROFILE_DIR = Path("plugins", "profile")
