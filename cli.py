@@ -10,13 +10,13 @@ from pathlib import Path
 
 import click
 
-from profilers import strict_json
-from profilers.environment import threads_of
-from profilers.errors import (EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError,
+from gapscope.profilers import strict_json
+from gapscope.profilers.environment import threads_of
+from gapscope.profilers.errors import (EXIT_BAD_INPUT, EXIT_INCONCLUSIVE, EXIT_RUN_FAILED, GapscopeInputError,
                               GapscopeRunError)
-from analysis.renderers import registry
-from workloads.devices import DEVICES
-from workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
+from gapscope.analysis.renderers import registry
+from gapscope.workloads.devices import DEVICES
+from gapscope.workloads.settings import MAX_BATCH, MAX_EPOCHS, MAX_STEPS, MAX_WIDTH, MIN_WIDTH
 
 
 class _Percent(click.ParamType):
@@ -172,8 +172,8 @@ def trace_rules_options(command):
     their traces by them."""
     @functools.wraps(command)
     def with_rules(*args, phases=(), step_marker=None, layer_depth=None, **kwargs):
-        from analysis.events.trace_rules import TraceRules, check_step_marker, parse_phase
-        from analysis.model.run import reading_rules
+        from gapscope.analysis.events.trace_rules import TraceRules, check_step_marker, parse_phase
+        from gapscope.analysis.model.run import reading_rules
         rules = TraceRules(tuple(parse_phase(text) for text in phases), check_step_marker(step_marker),
                            layer_depth)
         with reading_rules(rules):
@@ -979,7 +979,7 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
     busy = any(busy_machine(run.manifest) for run in runs)
     machine = _machine()
     if save:
-        from profilers.run_dir import write_new
+        from gapscope.profilers.run_dir import write_new
         if busy and not save_busy:
             # A step time measured beside other work is the neighbours' figure: stored, it
             # would poison every check after it (12.9 ms kept for a 1.7 ms step here).

@@ -146,7 +146,7 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
         checks.append(C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), work.steps,
                                          [layer["name"] for layer in run.manifest["layers"]]))
     if planned.capture and cuda:
-        from analysis.results.layers import layer_breakdown
+        from gapscope.analysis.results.layers import layer_breakdown
         checks.append(C.own_model_flops(run.manifest["layers"], layer_breakdown(run).kernels))
     if not planned.nproc:
         checks.append(C.memory_recorded(result, cuda))

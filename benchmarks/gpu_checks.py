@@ -170,7 +170,7 @@ class FusionFigures:
     @classmethod
     def of(cls, work) -> "FusionFigures":
         """`work`: analysis.measures.kernels.Work of the traced steps."""
-        from analysis.measures.fusion_table import COMPILER, one_op_kernel
+        from gapscope.analysis.measures.fusion_table import COMPILER, one_op_kernel
         kernels = work.kernels()
         steps = max(work.steps, 1)
         model = [k for k in kernels if k.phase in _COMPILED_PHASES]

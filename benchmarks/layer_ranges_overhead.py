@@ -10,9 +10,9 @@ import sys
 import time
 
 from benchmarks.marks_overhead import build_loop, slowdown_pct
-from profilers.trace_window import TraceWindow
-from workloads.registry import get_workload
-from workloads.runners.layer_ranges import LayerRanges
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.workloads.registry import get_workload
+from gapscope.workloads.runners.layer_ranges import LayerRanges
 
 MAX_SLOWDOWN_PCT = 1.0
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from gapscope.user_run import UserRun, compile_record, default_warmup, trace_window
-from profilers.environment import tf_device_name, torch_device_name
-from profilers.run_dir import mark_rows
-from workloads.models.params import keras_parameters
-from profilers.marks import PhaseMarks
-from profilers.phases import MARKED_PHASES
-from profilers.timers import CudaEventClock, HostClock, StepTimer
+from gapscope.profilers.environment import tf_device_name, torch_device_name
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.workloads.models.params import keras_parameters
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.timers import CudaEventClock, HostClock, StepTimer
 
 
 def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 15),
@@ -57,7 +57,7 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     if not on_torch:
         # train_step's Python body runs only when Keras' tf.function traces it: each trace, with
         # its input signature and the update it came at, goes to compile.json (retraces too).
-        from workloads.runners.tf_traces import TraceLog
+        from gapscope.workloads.runners.tf_traces import TraceLog
         callback.trace_log = TraceLog(step_of=lambda: callback.updates)
         model.train_step = callback.trace_log.wrap(model.train_step, name="train_step")
     return callback
@@ -129,7 +129,7 @@ def _callback_class():
             if not self._on_torch or self._profiler is None or model.jit_compile:
                 return None
             import keras
-            from workloads.runners.layer_ranges import LayerRanges
+            from gapscope.workloads.runners.layer_ranges import LayerRanges
             return LayerRanges({layer.name: layer for layer in model.layers
                                 if not isinstance(layer, keras.layers.InputLayer)})
 
@@ -182,7 +182,7 @@ def _callback_class():
             per_epoch = int(self.params.get("steps") or 0) or max(1, self.updates)
             spe = int(model.steps_per_execution or 1)
             if spe > 1:
-                from workloads.runners.execution_rows import expand_executions
+                from gapscope.workloads.runners.execution_rows import expand_executions
                 rows = expand_executions(rows, spe, per_epoch, self.updates)
             traced = None
             if self._window is not None:

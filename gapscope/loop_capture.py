@@ -12,11 +12,11 @@ from gapscope.ondemand.job_window import OnDemandWindows
 from gapscope.ondemand.live_steps import LiveStepsOnly
 from gapscope.user_run import (UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm,
                                trace_window)
-from profilers.environment import tf_device_name, torch_device_name
-from profilers.run_dir import mark_rows
-from profilers.marks import PhaseMarks
-from profilers.phases import MARKED_PHASES
-from profilers.timers import CudaEventClock, HostClock, StepTimer
+from gapscope.profilers.environment import tf_device_name, torch_device_name
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.timers import CudaEventClock, HostClock, StepTimer
 
 FRAMEWORKS = ("torch", "tf")  # the design's framework paths this loop API serves
 _END = object()
@@ -168,7 +168,7 @@ class LoopCapture:
         only while tracing); elsewhere a timer, NVTX and, while tracing, record_function range."""
         if self._inside_function is not None:
             if self._inside_function():
-                from profilers.tf_marks import tf_phase_scope
+                from gapscope.profilers.tf_marks import tf_phase_scope
                 self._compiles.seen_tracing()  # this Python runs only while TF traces
                 return tf_phase_scope(name)
             if self._tentative:

@@ -2,8 +2,8 @@
 the traced window, and each layer's forward and backward FLOPs counted on one untimed step."""
 from __future__ import annotations
 
-from analysis.measures.layer_flops import layer_flops
-from workloads.runners.layer_ranges import LayerRanges
+from gapscope.analysis.measures.layer_flops import layer_flops
+from gapscope.workloads.runners.layer_ranges import LayerRanges
 
 # Modules that only hold others: their children are the layers, never they themselves.
 _CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")

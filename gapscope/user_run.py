@@ -13,11 +13,11 @@ from typing import Callable
 
 from gapscope.profilers.job_dir import (RANKS_WAIT_S, create_job_dir, finish_job, job_id_parts, rank_dir,
                                start_job, wait_for_ranks)
-from profilers.machine_load import load_between, load_snapshot
-from profilers.run_dir import INTERRUPTED_STATUS, MANIFEST, USER_VARIANT, create_run_dir, ensure_out_dir
-from profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
-from profilers.trace_window import TraceWindow
-from workloads.runners.after_run import RunWithViews
+from gapscope.profilers.machine_load import load_between, load_snapshot
+from gapscope.profilers.run_dir import INTERRUPTED_STATUS, MANIFEST, USER_VARIANT, create_run_dir, ensure_out_dir
+from gapscope.profilers.run_lifecycle import Interrupted, RunLifecycle, stop_signals_deferred
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.workloads.runners.after_run import RunWithViews
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -140,9 +140,9 @@ def compile_record(framework: str, run_dir: Path):
     module, the HF Trainer's torch_compile); tf: the traces of the tf.functions the loop marks
     phases in (PhaseTraces)."""
     if framework == "torch":
-        from workloads.runners.dynamo_records import DynamoRecorder
+        from gapscope.workloads.runners.dynamo_records import DynamoRecorder
         return DynamoRecorder(run_dir, quiet=True, keep_empty=False).__enter__()
-    from workloads.runners.tf_traces import PhaseTraces
+    from gapscope.workloads.runners.tf_traces import PhaseTraces
     return PhaseTraces(run_dir)
 
 

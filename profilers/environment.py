@@ -6,8 +6,14 @@ import platform
 import socket
 import sys
 from importlib import metadata
+from pathlib import Path
 
 _PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "tensorboard", "numpy")
+# Where this gapscope was imported from, the folder child processes put first on their path: this
+# file's path as imported, not resolved (in a checkout profilers/ is linked into gapscope/ and the
+# folder holding gapscope/ is the repository; in an installed wheel, site-packages).
+IMPORT_ROOT = Path(__file__).parents[2]
+GAPSCOPE_PACKAGE = IMPORT_ROOT / "gapscope"
 
 
 def versions() -> dict[str, str | None]:

@@ -7,10 +7,10 @@ import re
 import time
 from pathlib import Path
 
-from profilers import environment, state_json
-from profilers.errors import GapscopeInputError
-from profilers.run_lifecycle import INTERRUPTED
-from profilers.run_dir import ENDED, MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
+from gapscope.profilers import environment, state_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_lifecycle import INTERRUPTED
+from gapscope.profilers.run_dir import ENDED, MANIFEST, Manifest, create_run_dir, ensure_out_dir, status_of
 
 RANK_PREFIX = "rank"
 # How long the job's finaliser waits for ranks it did not start (other nodes, other processes

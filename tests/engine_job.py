@@ -68,7 +68,7 @@ def ctrl_c_while_a_rank_hangs(job: Path, marker: Path, *engine_args: str) -> tup
 
     from gapscope.analysis.results.engines.faults import FAULT_ENV
     env = {**os.environ, FAULT_ENV: f"1=hang:{marker}", "GAPSCOPE_JOB_WORKERS": "2"}
-    command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
+    command = subprocess.Popen([sys.executable, "-c", "from gapscope.cli import main; main()", "breakdown",
                                 str(job), *engine_args], env=env, cwd=Path(__file__).parent.parent,
                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     started = []

@@ -70,9 +70,9 @@ def assert_user_layers(run_dir: Path, names: list[str]):
     layer is counted twice (outside is not negative). Returns the layers."""
     import pytest
 
-    from analysis.model.run import load_run
-    from analysis.results.distributed_breakdown import breakdown_of
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.distributed_breakdown import breakdown_of
+    from gapscope.analysis.results.layers import layer_breakdown
     layers = layer_breakdown(load_run(run_dir))
     assert [r.name for r in layers.rows] == names, layers.notes
     assert all(r.forward_ms > 0 for r in layers.rows)

@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
-from cli import cli
+from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 STOP_AT = 12

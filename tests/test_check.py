@@ -158,7 +158,7 @@ def _two_saves_at_once(folder, baseline, monkeypatch):
     """Issue 47 item 7: two saves at once both printed "baseline written". The other save lands
     while this one works (planted at the last step before its write): this one is refused in
     one line, theirs is kept, and no temporary file is left."""
-    import cli as cli_module
+    from gapscope import cli as cli_module
     machine = cli_module._machine
 
     def theirs_lands_meanwhile():

@@ -222,7 +222,7 @@ def test_compare_eager_against_compiled_gives_the_amortisation_point_of_the_two_
     assert pays["steps"] == (math.ceil(pays["extra_ms"] / gain) if gain > 0 and known else None)
     assert evidence["b"]["why"]["graph_breaks"][0]["reason"] == "Data-dependent branching"
     # In the default output, under the verdict: the same line the JSON's facts give.
-    from analysis.results.amortisation import amortisation_line
+    from gapscope.analysis.results.amortisation import amortisation_line
     table = runner.invoke(cli, ["compare", str(dynamic_runs["eager"]), str(dynamic_runs["compiled"])])
     assert amortisation_line(pays) in " ".join(table.stdout.split())
     if doc["comparisons"][0]["inconclusive"]:
@@ -277,7 +277,7 @@ def test_the_amortisation_point_carries_the_gaps_interval_or_says_it_is_not_know
     """Eager 10 ms, compiled 6 ms, 9 s extra once: the gap (compiled − eager) -4 ms [-5, -3]
     gives 9000/5 = 1,800 to 9000/3 = 3,000 steps. The issue's case, compiled 6.065 ms slower
     ±123.4: within noise, so neither a figure nor "never"; a busy side: not known either."""
-    from analysis.results.amortisation import amortisation, amortisation_line
+    from gapscope.analysis.results.amortisation import amortisation, amortisation_line
     eager, compiled = _hand_breakdown(10.0, 100.0, "default"), _hand_breakdown(6.0, 9100.0, "compile")
     pays = amortisation(eager, compiled, gap_ci95=(-5.0, -3.0))
     assert (pays["steps"], pays["steps_ci95"], pays["not_known"]) == (2250, [1800, 3000], None)
@@ -401,8 +401,8 @@ def test_more_compiles_than_torch_keeps_are_all_recorded(tmp_path):
     import torch
     import torch._dynamo
 
-    from analysis.readers.compile_records import read_compile_records
-    from workloads.runners.dynamo_records import DynamoRecorder
+    from gapscope.analysis.readers.compile_records import read_compile_records
+    from gapscope.workloads.runners.dynamo_records import DynamoRecorder
     namespace: dict = {}
     for k in range(70):  # one code object each: a frame of its own, compiled once
         exec(f"def add_{k}(x):\n    return x + {k}\n", namespace)

@@ -233,7 +233,7 @@ def test_a_cluster_that_loses_its_worker_then_its_scheduler_says_each_in_one_lin
                     pass
             return found
         env = {**os.environ, FAULT_ENV: f"1=hang:{marker}"}
-        command = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "breakdown",
+        command = subprocess.Popen([sys.executable, "-c", "from gapscope.cli import main; main()", "breakdown",
                                     str(job), "--engine", address], env=env, cwd=ROOT,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
@@ -266,8 +266,8 @@ def test_an_address_that_accepts_and_never_answers_is_refused_in_one_line(job, m
     import socket
     import time
     pytest.importorskip("distributed", reason="the dask extra is not installed")
-    from analysis.results.engines import dask_engine
-    from cli import cli
+    from gapscope.analysis.results.engines import dask_engine
+    from gapscope.cli import cli
     monkeypatch.setattr(dask_engine, "CONNECT_TIMEOUT_S", 1)
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))

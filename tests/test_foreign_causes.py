@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.measures.fusion_table import is_compiler_fused, one_op_kernel
-from analysis.measures.runtime_calls import COPY, LAUNCH, SYNC, call_kind, waits_for_device
-from analysis.renderers import compare_markdown, compare_table, evidence_text
-from analysis.results.compare import compare
-from analysis.results.evidence.builders import Evidence, EvidenceKind
-from analysis.results.explain import explain_run
-from cli import cli
+from gapscope.analysis.measures.fusion_table import is_compiler_fused, one_op_kernel
+from gapscope.analysis.measures.runtime_calls import COPY, LAUNCH, SYNC, call_kind, waits_for_device
+from gapscope.analysis.renderers import compare_markdown, compare_table, evidence_text
+from gapscope.analysis.results.compare import compare
+from gapscope.analysis.results.evidence.builders import Evidence, EvidenceKind
+from gapscope.analysis.results.explain import explain_run
+from gapscope.cli import cli
 
 FOREIGN = Path(__file__).parent / "fixtures" / "foreign"
 D2D = FOREIGN / "d2d_pair"

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures import fusion_table as T
-from analysis.measures.kernels import find_work
-from analysis.model.run import load_run
-from analysis.renderers import compare_columns, compare_json, evidence_text
-from analysis.results.compare import _fused_apart_figures, compare
-from analysis.results.evidence.builders import EvidenceKind
-from analysis.results.explain import explain
-from analysis.results.suggestions import Rule, suggest
+from gapscope.analysis.measures import fusion_table as T
+from gapscope.analysis.measures.kernels import find_work
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.renderers import compare_columns, compare_json, evidence_text
+from gapscope.analysis.results.compare import _fused_apart_figures, compare
+from gapscope.analysis.results.evidence.builders import EvidenceKind
+from gapscope.analysis.results.explain import explain
+from gapscope.analysis.results.suggestions import Rule, suggest
 
 CNN = Path(__file__).resolve().parent / "fixtures" / "cnn_cpu"
 
@@ -60,8 +60,8 @@ def test_a_generated_kernel_of_one_op_is_no_fusion():
     """Issue 45: 4-5 of a compiled CNN's 13 cpp_fused_* kernels hold one op (relu, sum): a fusion
     needs two or more, so they count as generated kernels. By hand, a step of cpp_fused_relu_1,
     cpp_fused_sum_2, graph_0_cpp_fused_add_0 and one cpp_fused_addmm_relu_0: 1 fusion, 3 generated."""
-    from analysis.measures.fusion import by_phase
-    from analysis.measures.kernels import WorkItem
+    from gapscope.analysis.measures.fusion import by_phase
+    from gapscope.analysis.measures.kernels import WorkItem
     for name in ("cpp_fused_relu_1", "graph_0_cpp_fused_add_0", "triton_poi_fused_sum_0"):
         assert T.one_op_kernel(name) and T.classify(name) is None, name
     for name in ("cpp_fused_addmm_relu_0", "cpp_fused_0", "fusion.3"):

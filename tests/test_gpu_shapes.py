@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from analysis.events.timeline import TraceRules, phase_timeline
-from analysis.measures.kernels import DEVICE_KERNELS, find_work
-from analysis.readers.torch_trace import read_torch_trace
+from gapscope.analysis.events.timeline import TraceRules, phase_timeline
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, find_work
+from gapscope.analysis.readers.torch_trace import read_torch_trace
 
 FIXTURES = Path(__file__).parent / "fixtures" / "gpu_shapes"
 

@@ -94,8 +94,8 @@ def test_without_a_batch_size_the_layers_have_no_flops_and_say_why(tf_runs, tmp_
     import keras
 
     import gapscope
-    from analysis.model.run import load_run
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.layers import layer_breakdown
     run_dir = tmp_path / tf_runs["functional"].name
     shutil.copytree(tf_runs["functional"], run_dir)
     manifest = json.loads((run_dir / "manifest.json").read_text())
@@ -114,8 +114,8 @@ def test_suffixed_scopes_are_read_as_the_models_layers_in_forward_order():
     (test_memory's loop, 2026-11-28): the layer dense ran as `dense_1`, the layer dense_1 as
     `dense_1_2`, and TF read the variables of both first. Each scope is one layer: `dense_1_2`
     only by its order (the first computing op of `dense_1` runs before that of `dense_1_2`)."""
-    from analysis.events.trace import HOST_OP, Event, Trace
-    from analysis.measures.layer_times import scope_layer, scope_names
+    from gapscope.analysis.events.trace import HOST_OP, Event, Trace
+    from gapscope.analysis.measures.layer_times import scope_layer, scope_names
     head = "StatefulPartitionedCall/gapscope_forward/sequential_1/"
     ops = [(870.8, "dense_1_2/Cast/ReadVariableOp:ReadVariableOp"),
            (1449.4, "dense_1/BiasAdd/ReadVariableOp:ReadVariableOp"),

@@ -449,7 +449,7 @@ def test_compare_layers_gives_the_work_and_both_runs_gflops_in_each_phase():
     """Issue 45: `compare --layers` had no GFLOP column, no forward GFLOP/s and never its fused
     mark. Hand-made: conv3 0.5 GFLOP forward and 1.0 backward a step, ours 2 and 4 ms, theirs
     1 and 2 ms with its forward fused: 250 vs 500 GFLOP/s in both phases."""
-    from analysis.renderers.layers_render import render_compare_markdown, render_compare_table
+    from gapscope.analysis.renderers.layers_render import render_compare_markdown, render_compare_table
     ours = LayerBreakdown(None, "ours", [LayerRow("conv3", 2.0, 4.0, 0.5, 1.0)],
                           {"forward": 3.0, "backward": 5.0}, 4)
     theirs = LayerBreakdown(None, "theirs", [LayerRow("conv3", 1.0, 2.0, 0.5, 1.0,
@@ -466,7 +466,7 @@ def test_compare_layers_gives_the_work_and_both_runs_gflops_in_each_phase():
 
 
 def test_the_theoretical_peak_is_cores_lanes_fma_and_clock_by_hand():
-    from workloads.runners.gemm_peak import theoretical_peak
+    from gapscope.workloads.runners.gemm_peak import theoretical_peak
     avx512 = "cpu MHz\t\t: 1999.5\nflags\t\t: sse avx2 fma avx512f\ncpu MHz\t\t: 2000.0\n"
     # 2 CPUs x 16 lanes x 2 (FMA) x 2.0 GHz = 128 GFLOP/s; AVX2 with FMA, 4 x 8 x 2 x 3.0 = 192;
     # SSE without FMA, 2 x 4 x 1 x 2.5 = 20.
@@ -483,7 +483,7 @@ def test_a_busy_run_gets_no_share_of_a_peak_measured_quiet():
     """Issue 45: '3 % of a 108.3 GFLOP/s peak' set a loaded run against a quiet peak (a torch.mm
     under the same load: 9.5 GFLOP/s). Quiet: conv 1 GFLOP forward in 20 ms = 50 GFLOP/s, 46 %
     of 108.3, with the theoretical peak beside it; busy: no share."""
-    from analysis.renderers.layers_render import _peak
+    from gapscope.analysis.renderers.layers_render import _peak
     theory = {"gflops": 128.0, "method": "theoretical: 2 CPUs × 16 fp32 lanes (AVX-512) × 2 (FMA) "
                                          "× 2000 MHz, one vector unit a core, from /proc/cpuinfo"}
     peak = {"gflops": 108.3, "method": "the fastest fp32 1024x1024 torch.mm", "theoretical": theory}

@@ -439,8 +439,8 @@ def test_a_trace_without_memory_events_is_not_read_a_second_time(fixtures_dir, m
 
 def test_a_step_whose_phases_change_nothing_says_so_not_an_empty_list():
     """Issue 47 item 8: every phase's net change under 0.005 MB printed "net a step:  MB"."""
-    from analysis.measures.memory.phase_memory import StepMemory
-    from analysis.results.memory.figures import MemoryFigures
+    from gapscope.analysis.measures.memory.phase_memory import StepMemory
+    from gapscope.analysis.results.memory.figures import MemoryFigures
     phases = ("data_load", "forward", "backward", "optimizer", "other")
     mb = 1_000_000
     step = StepMemory(3, peak_allocated=2 * mb, peak_reserved=None, start=mb, end=mb + 4000,
@@ -459,8 +459,8 @@ def test_resident_memory_is_fitted_outside_the_traced_window_a_level_each_side()
     """Steps 5-9 flat at 300 MB, the window 10-14 (the profiler's buffers), then 15-29 flat at
     320 MB: fitted across the window as one line that jump read as creep; a level a stretch
     gives a slope of exactly 0. The same with +1 MB a step throughout: 1 MB a step."""
-    from analysis.measures.memory.rss import rss_figures
-    from analysis.results.memory.figures import MemoryFigures
+    from gapscope.analysis.measures.memory.rss import rss_figures
+    from gapscope.analysis.results.memory.figures import MemoryFigures
     wiggle = {s: 0.05 * (-1) ** s for s in range(30)}   # a page or so either way
     flat = {s: (300.0 if s < 10 else 320.0) + wiggle[s] for s in range(30)}
     found = rss_figures(_rss_rows(flat, range(10, 15)), 5)
@@ -468,7 +468,7 @@ def test_resident_memory_is_fitted_outside_the_traced_window_a_level_each_side()
     assert abs(found["creep"].per_step) < 0.01 and not found["creep"].significant
     assert MemoryFigures(None, None, rss=found).creep_line() is None
     # The old fit, one line through all 20 unprofiled steps: +1.06 MB a step "beyond noise".
-    from analysis.measures.memory.creep import creep
+    from gapscope.analysis.measures.memory.creep import creep
     steps = [s for s in range(5, 30) if not 10 <= s < 15]
     assert creep(steps, [flat[s] for s in steps]).significant
     leak = {s: v + 1.0 * s for s, v in flat.items()}
@@ -481,8 +481,8 @@ def test_resident_memory_is_fitted_outside_the_traced_window_a_level_each_side()
 def test_a_one_off_allocation_is_a_level_change_not_creep():
     """300 MB flat, 350 MB from step 22 on (one 50 MB buffer kept): as one line +2.1 MB a step;
     split at the step times' least-squares change point, each side flat: a level change."""
-    from analysis.measures.memory.rss import rss_figures
-    from analysis.results.memory.figures import MemoryFigures
+    from gapscope.analysis.measures.memory.rss import rss_figures
+    from gapscope.analysis.results.memory.figures import MemoryFigures
     levels = {s: (350.0 if s >= 22 else 300.0 if s < 10 else 310.0) + 0.05 * (-1) ** s for s in range(40)}
     found = rss_figures(_rss_rows(levels, range(10, 15)), 5)
     change = found["level_change"]
@@ -569,9 +569,9 @@ def test_compare_memory_keeps_the_frameworks_footprint_apart():
     """Issue 45: "keras holds 1.9x more RSS, 1282 vs 662 MB" was mostly library size. By hand:
     torch 300 MB after its import, keras 656 (356 more): the model and data hold 362 vs 626 MB,
     1.7x, and the footprint is said apart."""
-    from analysis.results.memory.figures import MemoryFigures
-    from analysis.results.memory.gap import memory_gap
-    from analysis.results.records import Breakdown, PhaseSource
+    from gapscope.analysis.results.memory.figures import MemoryFigures
+    from gapscope.analysis.results.memory.gap import memory_gap
+    from gapscope.analysis.results.records import Breakdown, PhaseSource
 
     def side(label, mean, after_import):
         return Breakdown(PhaseSource.TIMERS, [], [1.0], {}, label=label, memory=MemoryFigures(

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.events.module_depth import at_depth, default_depth, module_depths
-from analysis.events.phase_rules import PhaseOrigin
-from analysis.events.trace_rules import TraceRules
-from analysis.model.run import load_run, reading_rules
-from analysis.results.layers import layer_breakdown
-from cli import cli
+from gapscope.analysis.events.module_depth import at_depth, default_depth, module_depths
+from gapscope.analysis.events.phase_rules import PhaseOrigin
+from gapscope.analysis.events.trace_rules import TraceRules
+from gapscope.analysis.model.run import load_run, reading_rules
+from gapscope.analysis.results.layers import layer_breakdown
+from gapscope.cli import cli
 
 FOREIGN = Path(__file__).parent / "fixtures" / "foreign"
 INFERENCE = FOREIGN / "module_inference"

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from analysis.results.distributed_breakdown import breakdown_of
-from cli import cli
+from gapscope.analysis.results.distributed_breakdown import breakdown_of
+from gapscope.cli import cli
 from gapscope.ondemand.registry import RUNTIME_ENV, request_path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -79,7 +79,7 @@ def test_a_window_of_exactly_n_steps_and_its_breakdown(job):
 
 
 def test_a_second_request_while_a_window_runs_gets_one_line(job):
-    first = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "capture", "--pid",
+    first = subprocess.Popen([sys.executable, "-c", "from gapscope.cli import main; main()", "capture", "--pid",
                               str(job["process"].pid), "--steps", "100", "--format", "json"],
                              env=job["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     request = request_path(job["process"].pid)
@@ -135,7 +135,7 @@ def test_the_job_ends_with_its_windows_left_out(job):
     """A window the job's end cuts short is saved with the steps it got, and a note says so;
     the job's own steps.csv marks every window's steps (warm-up and teardown included) traced."""
     pid = job["process"].pid
-    asking = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "capture", "--pid",
+    asking = subprocess.Popen([sys.executable, "-c", "from gapscope.cli import main; main()", "capture", "--pid",
                                str(pid), "--steps", "400", "--format", "json"],
                               env=job["env"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
@@ -209,7 +209,7 @@ def test_a_job_killed_during_its_window_gets_one_line_and_exit_1(tmp_path, monke
                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         run_dir = Path(job.stdout.readline().strip())
-        asking = subprocess.Popen([sys.executable, "-c", "from cli import main; main()", "capture", "--pid",
+        asking = subprocess.Popen([sys.executable, "-c", "from gapscope.cli import main; main()", "capture", "--pid",
                                    str(job.pid), "--steps", "400"],
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 60

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from cli import cli
+from gapscope.cli import cli
 from gapscope.ondemand import registry
 from gapscope.ondemand.registry import RUNTIME_ENV, TRIGGER
 

@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 import user_loops
-from cli import cli
+from gapscope.cli import cli
 
 
 def _rows(run_dir) -> dict[int, dict]:
@@ -162,10 +162,10 @@ def test_compare_and_report_show_the_own_loops_compile(compiled, tmp_path):
     assert pays["extra_ms"] == pytest.approx(max(b.compile_ms - a.compile_ms, 0.0), abs=1e-3)
     assert pays["graph_breaks"] == [f"Data-dependent branching at user_loops.py:{_branch_line()}"]
     assert len(pays["recompiles"]) == 2
-    from analysis.results.panels.compile_panel import compile_panel
+    from gapscope.analysis.results.panels.compile_panel import compile_panel
     from gapscope import breakdown
     panel = compile_panel(breakdown(compiled.run_dir).compile_why)
     assert [e["step"] for e in panel["steady_events"]] == [user_loops.COMPILED_NEW_SHAPE_AT]
-    from analysis.renderers.panels.report_sections import compile_markdown
+    from gapscope.analysis.renderers.panels.report_sections import compile_markdown
     markdown = "\n".join(compile_markdown([("own", panel)], []))
     assert "Steps left out of the steady state, compiling (1):" in markdown

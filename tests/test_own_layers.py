@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 import user_loops
 from trainer_fits import flop_counter_reference, layers_add_up
-from analysis.model.run import load_run
-from analysis.results.layers import layer_breakdown
-from cli import cli
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.layers import layer_breakdown
+from gapscope.cli import cli
 from gapscope.model_layers import select_layers
 
 NAMES = ["embed", "mix", "block.0", "block.1", "rnn", "head"]
@@ -111,8 +111,8 @@ def test_no_hook_outside_the_window(own_capture, tmp_path):
 
 
 def test_every_view_shows_the_layers(own_run, own_layers, tmp_path):
-    from analysis.report import write_report
-    from analysis.results.panels.layer_panel import layer_panel
+    from gapscope.analysis.report import write_report
+    from gapscope.analysis.results.panels.layer_panel import layer_panel
     runner = CliRunner()
     table = runner.invoke(cli, ["breakdown", "--layers", str(own_run)])
     assert table.exit_code == 0, table.output
@@ -151,7 +151,7 @@ def test_flops_are_found_through_a_wrapper_that_ran_the_model():
     import torch
 
     from gapscope.model_layers import ModelLayers
-    from profilers.trace_window import TraceWindow
+    from gapscope.profilers.trace_window import TraceWindow
     net = torch.nn.Sequential(torch.nn.Linear(100, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 
     class Wrap(torch.nn.Module):

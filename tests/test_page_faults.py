@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from analysis.measures import page_faults
-from analysis.readers import step_rows
-from analysis.results.evidence.builders import EvidenceKind, page_fault_evidence
-from analysis.results.records import Breakdown, PhaseSource
-from analysis.renderers import evidence_text
-from profilers.timers import StepTimer
-from workloads import variants
-from workloads.runners.execution_rows import expand_executions
+from gapscope.analysis.measures import page_faults
+from gapscope.analysis.readers import step_rows
+from gapscope.analysis.results.evidence.builders import EvidenceKind, page_fault_evidence
+from gapscope.analysis.results.records import Breakdown, PhaseSource
+from gapscope.analysis.renderers import evidence_text
+from gapscope.profilers.timers import StepTimer
+from gapscope.workloads import variants
+from gapscope.workloads.runners.execution_rows import expand_executions
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = mmap.PAGESIZE

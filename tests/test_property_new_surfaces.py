@@ -14,11 +14,11 @@ from click.testing import CliRunner
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from analysis.results.engines.choose import KINDS, parse_engine
-from cli import cli
+from gapscope.analysis.results.engines.choose import KINDS, parse_engine
+from gapscope.cli import cli
 from engine_job import make_job
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import STEP_COLUMNS
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import STEP_COLUMNS
 from test_property_run_files import SETTINGS, _all_finite, row
 
 # What an environment variable can hold: any text but NUL and lone surrogates.

@@ -138,7 +138,7 @@ def test_read_workers_above_the_cores_are_capped_with_one_note(tmp_path):
     from pathlib import Path
     root = Path(__file__).resolve().parent.parent
     cores = len(os.sched_getaffinity(0))
-    child = ("from analysis.readers import chunk_pool; print(chunk_pool.workers(), chunk_pool.workers())")
+    child = ("from gapscope.analysis.readers import chunk_pool; print(chunk_pool.workers(), chunk_pool.workers())")
     done = subprocess.run([sys.executable, "-c", child], cwd=root, capture_output=True, text=True, timeout=60,
                           env={**os.environ, chunk_pool.WORKERS_ENV: "1024"})
     assert done.returncode == 0 and done.stdout.split() == [str(cores)] * 2, done.stderr

@@ -135,8 +135,8 @@ def test_three_agreeing_pairs_within_noise_say_how_often_chance_does_that():
 
 def _repeat_breakdowns(means: list[float], steps: int = 20, spread: float = 0.01) -> list:
     """One Breakdown per process: `steps` unprofiled step times around `means[i]`, +-spread."""
-    from analysis.results.records import Breakdown, PhaseFigure, PhaseSource
-    from profilers.phases import PHASES
+    from gapscope.analysis.results.records import Breakdown, PhaseFigure, PhaseSource
+    from gapscope.profilers.phases import PHASES
     offsets = np.linspace(-1.0, 1.0, steps)
     return [Breakdown(PhaseSource.TIMERS, [], [m * (1 + spread * x) for x in offsets],
                       {p: PhaseFigure(m / 5, PhaseSource.TIMERS) for p in PHASES}, unprofiled=True)
@@ -149,8 +149,8 @@ def test_the_gap_interval_carries_the_baselines_spread_too():
     mapped the ratio's into ms at torch's mean, [-552.5, -390.7]. By hand, Welch on the ms means:
     gap -534.833; var 232075 (torch) and 3.5233 (keras) over 3 each: se 278.13, dof 2.00 ->
     t(2) 4.303, half 1196.8: [-1731.6, +661.9]."""
-    from analysis.renderers.compare_columns import gap_text
-    from analysis.results.compare import PairComparison, PhaseGap, _repeat_intervals
+    from gapscope.analysis.renderers.compare_columns import gap_text
+    from gapscope.analysis.results.compare import PairComparison, PhaseGap, _repeat_intervals
     a, b = [1100.0, 235.0, 300.0], [8.5, 9.8, 12.2]
     assert [y - x for x, y in zip(a, b)] == pytest.approx([-1091.5, -225.2, -287.8])
     pair = PairComparison("a", "b", "mlp:torch", "mlp:keras", 545.0, 10.1667, -534.833,
@@ -169,8 +169,8 @@ def test_the_gap_interval_carries_the_baselines_spread_too():
 def test_a_gap_whose_ratio_holds_no_change_is_within_noise_in_ms_too():
     """Two models (ms and logs) may disagree at the edge: the pair is within noise where
     either holds no change, and its gap is marked so."""
-    from analysis.renderers.compare_columns import gap_text
-    from analysis.results.compare import PairComparison, PhaseGap
+    from gapscope.analysis.renderers.compare_columns import gap_text
+    from gapscope.analysis.results.compare import PairComparison, PhaseGap
     pair = PairComparison("a", "b", "A", "B", 100.0, 130.0, 30.0, [PhaseGap("forward", 1, 1, 0, 1, 0)],
                           [], False, ratio=1.3, ratio_ci95=(0.9, 1.8), gap_ci95=(2.0, 58.0))
     assert pair.within_noise and gap_text(pair).endswith(" ~")
@@ -180,9 +180,9 @@ def test_the_kernel_evidence_says_the_time_the_cause_and_the_json_say():
     """Issue 45: the CNN's cause line said 'time in them 2680.002 vs 1106.275 ms' (the phase's
     traced time) where the JSON's cause said 1888.4 (its kernels' time). By hand: 12 and 9 ops
     a step of 100 and 50 us: 1.2 and 0.45 ms in them, whatever else the phase took."""
-    from analysis.renderers.evidence_text import sentence
-    from analysis.results.compare import PairComparison, PhaseGap
-    from analysis.results.evidence.builders import Evidence, EvidenceKind
+    from gapscope.analysis.renderers.evidence_text import sentence
+    from gapscope.analysis.results.compare import PairComparison, PhaseGap
+    from gapscope.analysis.results.evidence.builders import Evidence, EvidenceKind
     facts = [{"kernels_per_step": n, "kernel_source": "cpu ops", "mean_kernel_us": us,
               "kernel_ms": n * us / 1000, "device_ms": device, "host_ms": 0.0}
              for n, us, device in ((12.0, 100.0, 2.680), (9.0, 50.0, 1.106))]

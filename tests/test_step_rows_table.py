@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from analysis.measures.reliability import level_shift
-from analysis.measures.stats import MAX_UNITS, Resampler, rng
-from analysis.readers import step_rows
-from profilers.errors import TraceFormatError
+from gapscope.analysis.measures.reliability import level_shift
+from gapscope.analysis.measures.stats import MAX_UNITS, Resampler, rng
+from gapscope.analysis.readers import step_rows
+from gapscope.profilers.errors import TraceFormatError
 
 HEADER = ["step", "epoch", "warmup", "traced", "step_ms", "data_load_ms", "forward_ms",
           "backward_ms", "optimizer_ms", "loss", "minor_faults", "rss_mb"]

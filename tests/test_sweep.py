@@ -213,8 +213,8 @@ def test_compile_pays_back_with_the_interval_its_gain_gives():
     """Compile 3,000 ms beyond eager's; gain 0.5 ms a step [0.25, 1.0]: 6,000 [3,000, 12,000]
     steps; a gain of -6.065 ms whose interval [-129.5, +117.3] holds 0 pays back after anything
     from a few steps to never: not known."""
-    from analysis.results.sweep_results import _pays_back
-    from analysis.renderers.sweep_render import compile_lines
+    from gapscope.analysis.results.sweep_results import _pays_back
+    from gapscope.analysis.renderers.sweep_render import compile_lines
     eager = ConfigPoint("mlp:torch", 2.0, [2.0], 1.0, {}, None, 1.0, compile_ms=100.0)
     fast = ConfigPoint("mlp:torch:compile", 1.5, [1.5], 1.0, {}, None, 0.75, compile_ms=3100.0)
     _pays_back(eager, fast, (0.25, 1.0))

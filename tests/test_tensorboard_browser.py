@@ -283,7 +283,7 @@ def test_gapscope_tab_shows_every_runs_breakdown_steps_and_the_compare(browser, 
     }""")
     assert [r[0] for r in rows] == [*PHASES, "step (the gap)"]
     # Each Δ with its interval as the CLI's table writes it; no verdict under INCONCLUSIVE.
-    from analysis.renderers.compare_columns import phase_rows
+    from gapscope.analysis.renderers.compare_columns import phase_rows
     assert [r[3] for r in rows] == [r[3] for r in phase_rows(compared)[:len(rows)]]
     if pair.inconclusive:
         assert {r[5] for r in rows} == {"no verdict"}
@@ -664,7 +664,7 @@ def test_an_ab_folder_opens_as_the_clis_comparison(chromium, ab_folder, tmp_path
     from gapscope.analysis.renderers.compare_columns import verdict_lines
     from gapscope.analysis.results.measured import compare_measurement
     shutil.copytree(ab_folder, tmp_path / ab_folder.name)
-    from analysis.renderers.compare_columns import phase_rows
+    from gapscope.analysis.renderers.compare_columns import phase_rows
     measured = compare_measurement(ab_folder)
     expected = verdict_lines(measured)
     with TensorBoardServer(tmp_path, ready_timeout=60) as server, HeadlessChromium(chromium) as page:

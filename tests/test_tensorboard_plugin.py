@@ -127,7 +127,7 @@ def test_runs_of_different_workloads_are_refused_in_the_tabs_words(plugin, torch
 
 def test_the_compare_route_gives_the_clis_cells(plugin, logdir, torch_run, keras_run):
     """The tab's Δ cells and verdicts are the CLI table's (compare_columns.phase_rows)."""
-    from analysis.renderers.compare_columns import phase_rows
+    from gapscope.analysis.renderers.compare_columns import phase_rows
     status, doc = get(plugin, "/compare", run=[torch_run.name, keras_run.name])
     expected = compare([explain(load_run(logdir / n)) for n in (torch_run.name, keras_run.name)])
     cells = doc["cells"][0]

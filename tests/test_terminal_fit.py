@@ -142,7 +142,7 @@ def test_page_lines_wrap_with_a_hanging_indent(monkeypatch):
 
 
 def test_list_fits_and_imports_no_framework():
-    code = ("import sys; from click.testing import CliRunner; from cli import cli; "
+    code = ("import sys; from click.testing import CliRunner; from gapscope.cli import cli; "
             "r = CliRunner().invoke(cli, ['list']); assert r.exit_code == 0, r.output; "
             "print(max(len(l) for l in r.output.splitlines())); "
             "print(sorted(m for m in ('torch', 'tensorflow', 'keras') if m in sys.modules))")

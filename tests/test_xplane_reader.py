@@ -1,10 +1,10 @@
 """XPlane reading: a hand-built XSpace with round timestamps, and a real Keras profile."""
 import pytest
 
-from analysis.results.breakdown import breakdown_from_trace
-from analysis.readers.xplane import read_xplane
-from analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, STEP
-from profilers.errors import TraceFormatError
+from gapscope.analysis.results.breakdown import breakdown_from_trace
+from gapscope.analysis.readers.xplane import read_xplane
+from gapscope.analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, STEP
+from gapscope.profilers.errors import TraceFormatError
 from xspace_builder import PlaneBuilder, new_space
 from conftest import tf_profile
 

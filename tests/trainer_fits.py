@@ -204,9 +204,9 @@ def layers_add_up(run_dir: Path):
     layers` to the traced phases of the trace breakdown within 5 %."""
     import pytest
 
-    from analysis.model.run import load_run
-    from analysis.results.breakdown import breakdown
-    from analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import load_run
+    from gapscope.analysis.results.breakdown import breakdown
+    from gapscope.analysis.results.layers import layer_breakdown
     run = load_run(run_dir)
     layers, traced = layer_breakdown(run), breakdown(run, "trace")
     for phase in ("forward", "backward"):

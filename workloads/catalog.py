@@ -63,8 +63,8 @@ def _native_stderr_silenced():
 
 
 def _keras_torch_counts() -> dict[str, int]:
-    code = ("from profilers import strict_json; from workloads.registry import WORKLOADS; "
-            "from workloads.models.params import keras_parameters; "
+    code = ("from gapscope.profilers import strict_json; from gapscope.workloads.registry import WORKLOADS; "
+            "from gapscope.workloads.models.params import keras_parameters; "
             "print(strict_json.dumps({n: keras_parameters(s.builders().build_keras(s)) "
             "for n, s in WORKLOADS.items()}))")
     env = {**os.environ, "KERAS_BACKEND": "torch"}

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gapscope.profilers.import_root import IMPORT_ROOT
+from gapscope.profilers.environment import IMPORT_ROOT
 from gapscope.profilers.run_lifecycle import LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted
 from gapscope.workloads.runners.step_report import parse
 

@@ -8,12 +8,12 @@ import statistics
 
 import numpy as np
 
-from analysis.events.columns import code
-from analysis.events.iterations import between_boundaries, call_cycles, marked_boundaries, optimizer_iterations
-from analysis.events.phase_rules import MODULE_RANGE_PREFIX
-from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
-from analysis.events.trace_rules import TraceRules
-from analysis.events.tracks import outermost
+from gapscope.analysis.events.columns import code
+from gapscope.analysis.events.iterations import between_boundaries, call_cycles, marked_boundaries, optimizer_iterations
+from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
+from gapscope.analysis.events.trace_rules import TraceRules
+from gapscope.analysis.events.tracks import outermost
 
 WHOLE_TRACE = "whole trace"
 ONE_WINDOW = "is analysed as one step"  # in the warning of a trace read as one window

@@ -7,16 +7,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.events import intervals
-from analysis.events.batch_copy import batch_copies
-from analysis.events.columns import code
-from analysis.events.gc_pause import collector_paused
-from analysis.events.phase_rules import (MODULE_RANGE_PREFIX, PhaseOrigin, annotation_phase, framework_phase,
+from gapscope.analysis.events import intervals
+from gapscope.analysis.events.batch_copy import batch_copies
+from gapscope.analysis.events.columns import code
+from gapscope.analysis.events.gc_pause import collector_paused
+from gapscope.analysis.events.phase_rules import (MODULE_RANGE_PREFIX, PhaseOrigin, annotation_phase, framework_phase,
                                          gapscope_phase)
-from analysis.events.step_windows import cut_off_last, step_windows
-from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Event, Trace
-from analysis.events.trace_rules import TraceRules, unused_patterns
-from profilers.phases import MARKED_PHASES
+from gapscope.analysis.events.step_windows import cut_off_last, step_windows
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Event, Trace
+from gapscope.analysis.events.trace_rules import TraceRules, unused_patterns
+from gapscope.profilers.phases import MARKED_PHASES
 
 OTHER = "other"
 # No trace clock is finer than a nanosecond: a shorter stretch between two segments is float

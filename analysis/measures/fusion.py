@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.measures.fusion_table import apart_part, one_op_kernel, part
-from profilers.phases import PHASES
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.measures.fusion_table import apart_part, one_op_kernel, part
+from gapscope.profilers.phases import PHASES
 
 # Names listed per fusion kind and per part run apart: enough to recognise, short to read.
 _EXAMPLES = 3

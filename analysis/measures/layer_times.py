@@ -7,15 +7,15 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from analysis.events import intervals
-from analysis.events.hlo_metadata import HloModules
-from analysis.events.module_depth import DEFAULT_DEPTH, at_depth
-from analysis.events.phase_rules import MODULE_RANGE_PREFIX
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
-from analysis.measures.fusion_table import classify
-from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
-from profilers.phases import LOSS_SCOPE
+from gapscope.analysis.events import intervals
+from gapscope.analysis.events.hlo_metadata import HloModules
+from gapscope.analysis.events.module_depth import DEFAULT_DEPTH, at_depth
+from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
+from gapscope.analysis.measures.fusion_table import classify
+from gapscope.analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
+from gapscope.profilers.phases import LOSS_SCOPE
 
 LAYER_PHASES = ("forward", "backward")
 BACKWARD_NODE = "autograd::engine::evaluate_function: "

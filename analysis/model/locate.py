@@ -7,11 +7,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.readers import run_dir as run_files
-from analysis.readers import safe_files
-from analysis.readers.run_dir import HEAD_BYTES, Located, find_torch_traces
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import (AB_STATE, INTERRUPTED_STATUS, MANIFEST, MATRIX_STATE, SWEEP_STATE,
+from gapscope.analysis.readers import run_dir as run_files
+from gapscope.analysis.readers import safe_files
+from gapscope.analysis.readers.run_dir import HEAD_BYTES, Located, find_torch_traces
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import (AB_STATE, INTERRUPTED_STATUS, MANIFEST, MATRIX_STATE, SWEEP_STATE,
                                USER_VARIANT, effective_status)
 
 # A foreign trace's rank where its distributedInfo is missing: from its file name, or the name

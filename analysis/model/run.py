@@ -9,21 +9,21 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.readers.compile_records import read_compile_records, steps_compiling_after
-from analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
-from analysis.readers import step_rows
-from analysis.model.locate import (JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate,
+from gapscope.analysis.readers.compile_records import read_compile_records, steps_compiling_after
+from gapscope.analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
+from gapscope.analysis.readers import step_rows
+from gapscope.analysis.model.locate import (JobPlace, MatrixFolder, Place, RunPlace, RunsFolder, SweepFolder, locate,
                                    stopped_early, unfinished)
-from analysis.readers import run_dir as run_files
-from analysis.readers.run_dir import Located, read_steps
-from analysis.events.timeline import PhaseTimeline, phase_timeline
-from analysis.events.trace import Trace
-from analysis.events.trace_rules import TraceRules
-from profilers import state_json
-from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.executions import warmup_updates
-from profilers.phases import MARKED_PHASES
-from profilers.run_dir import AB_STATE, MATRIX_STATE, effective_status, inside
+from gapscope.analysis.readers import run_dir as run_files
+from gapscope.analysis.readers.run_dir import Located, read_steps
+from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
+from gapscope.analysis.events.trace import Trace
+from gapscope.analysis.events.trace_rules import TraceRules
+from gapscope.profilers import state_json
+from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
+from gapscope.profilers.executions import warmup_updates
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.run_dir import AB_STATE, MATRIX_STATE, effective_status, inside
 
 XLA_DUMP_DIR = "xla_dump"
 # What the command line says about the traces' own names (--phase, --step-marker): set once

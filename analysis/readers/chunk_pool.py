@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from gapscope.profilers.errors import GapscopeInputError
-from gapscope.profilers.import_root import IMPORT_ROOT
+from gapscope.profilers.environment import IMPORT_ROOT
 
 WORKERS_ENV = "GAPSCOPE_READ_WORKERS"  # how many processes decode a trace's chunks; 1: none
 MAX_WORKERS = 8  # past this the reading process, which cuts and merges, is the bottleneck

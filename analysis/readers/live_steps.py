@@ -6,9 +6,9 @@ import csv
 import os
 from pathlib import Path
 
-from analysis.readers import safe_files
-from analysis.readers.step_rows import checked_table
-from profilers.errors import TraceFormatError
+from gapscope.analysis.readers import safe_files
+from gapscope.analysis.readers.step_rows import checked_table
+from gapscope.profilers.errors import TraceFormatError
 
 
 class StepsFollower:

@@ -11,10 +11,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.readers import safe_files, sessions, step_rows
-from profilers import state_json
-from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.run_dir import ENDED, MANIFEST, STEPS_CSV, with_marked_failure
+from gapscope.analysis.readers import safe_files, sessions, step_rows
+from gapscope.profilers import state_json
+from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
+from gapscope.profilers.run_dir import ENDED, MANIFEST, STEPS_CSV, with_marked_failure
 
 TORCH_TRACE_GLOBS = ("*.pt.trace.json", "*.pt.trace.json.gz")
 # Other tools name torch traces as they like (HTA's worker0.1629....json, rank-0.json.gz): in a

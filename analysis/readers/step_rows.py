@@ -7,9 +7,9 @@ from collections import Counter
 
 import numpy as np
 
-from analysis.readers.validate import MAX_DROPPED_SHARE
-from profilers.errors import TraceFormatError
-from profilers.phases import MARKED_PHASES
+from gapscope.analysis.readers.validate import MAX_DROPPED_SHARE
+from gapscope.profilers.errors import TraceFormatError
+from gapscope.profilers.phases import MARKED_PHASES
 
 # A step over a day is no measurement (as validate.MAX_DUR_US for trace events).
 MAX_STEP_MS = 86_400e3

@@ -9,12 +9,12 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from profilers.errors import GapscopeInputError, TraceFormatError
-from analysis.events.columns import ColumnsBuilder
-from analysis.events.gc_pause import collector_paused
-from analysis.events.phase_rules import MODULE_RANGE_PREFIX
-from analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
-from analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
+from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
+from gapscope.analysis.events.columns import ColumnsBuilder
+from gapscope.analysis.events.gc_pause import collector_paused
+from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from gapscope.analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
+from gapscope.analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
                                            ShapedRawEvent, describe)
 from gapscope.profilers.phases import LAYER_RANGE_PREFIX

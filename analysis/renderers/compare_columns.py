@@ -1,13 +1,13 @@
 """What a compare table shows, shared by the terminal and Markdown renderers."""
 from __future__ import annotations
 
-from analysis.results.amortisation import amortisation_line, compile_behind_line
-from analysis.results.compare import Comparison, IntervalMethod
-from analysis.results.evidence.builders import EvidenceKind
-from analysis.renderers import evidence_text
-from analysis.renderers.columns import plus_minus, ratio_interval
-from analysis.results.suggestions import config_of
-from profilers.phases import PHASES
+from gapscope.analysis.results.amortisation import amortisation_line, compile_behind_line
+from gapscope.analysis.results.compare import Comparison, IntervalMethod
+from gapscope.analysis.results.evidence.builders import EvidenceKind
+from gapscope.analysis.renderers import evidence_text
+from gapscope.analysis.renderers.columns import plus_minus, ratio_interval
+from gapscope.analysis.results.suggestions import config_of
+from gapscope.profilers.phases import PHASES
 
 UNIT_FOOTER = ("ms per steady-state step (mean, unprofiled); Δ = run − baseline (first run) ± half its "
                "95 % interval ([low, high] where lopsided), '~' where the interval holds 0 (within "

@@ -1,13 +1,13 @@
 """Says each compare finding in one line, from the facts the compare analyzer measured."""
 from __future__ import annotations
 
-from analysis.results.cause import Cause, CauseKind
-from analysis.results.compare import IntervalMethod, PairComparison
-from analysis.results.evidence.builders import Evidence, EvidenceKind
-from analysis.measures.kernels import WorkSource
-from analysis.measures.page_faults import FAULT_COST_US, states_apart
-from analysis.measures.stats import REPEAT_METHOD
-from analysis.results.suggestions import Rule, Suggestion
+from gapscope.analysis.results.cause import Cause, CauseKind
+from gapscope.analysis.results.compare import IntervalMethod, PairComparison
+from gapscope.analysis.results.evidence.builders import Evidence, EvidenceKind
+from gapscope.analysis.measures.kernels import WorkSource
+from gapscope.analysis.measures.page_faults import FAULT_COST_US, states_apart
+from gapscope.analysis.measures.stats import REPEAT_METHOD
+from gapscope.analysis.results.suggestions import Rule, Suggestion
 
 INTERVAL_METHODS = {
     None: "none: a run has too few steps for an interval",

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from analysis.renderers.columns import plus_minus, unit_footer, workload_references
-from analysis.renderers.memory.report_section import memory_section
-from analysis.renderers.registry import text_only
-from analysis.results.records import Breakdown
-from profilers.phases import PHASES
-from profilers.run_dir import effective_status
+from gapscope.analysis.renderers.columns import plus_minus, unit_footer, workload_references
+from gapscope.analysis.renderers.memory.report_section import memory_section
+from gapscope.analysis.renderers.registry import text_only
+from gapscope.analysis.results.records import Breakdown
+from gapscope.profilers.phases import PHASES
+from gapscope.profilers.run_dir import effective_status
 
 _VERSIONS = ("python", "torch", "tensorflow", "keras", "cuda")
 

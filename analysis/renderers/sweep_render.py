@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis.measures.stats import contains_one
-from analysis.renderers.columns import ratio_interval
-from analysis.renderers.fit import Grid, Page
-from analysis.results.sweep_results import SweepResult
-from profilers import strict_json
-from profilers.phases import PHASES
+from gapscope.analysis.measures.stats import contains_one
+from gapscope.analysis.renderers.columns import ratio_interval
+from gapscope.analysis.renderers.fit import Grid, Page
+from gapscope.analysis.results.sweep_results import SweepResult
+from gapscope.profilers import strict_json
+from gapscope.profilers.phases import PHASES
 
 
 def _speed_grid(result: SweepResult) -> tuple[list[str], list[list[str]], list[int]]:

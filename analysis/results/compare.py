@@ -8,22 +8,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.measures import page_faults
-from analysis.measures.reliability import busy_warning, is_load_warning
-from analysis.results.amortisation import compile_behind
-from analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
-from analysis.results.evidence.builders import (EVIDENCE_SHARE, Evidence, EvidenceKind, build_evidence,
+from gapscope.analysis.measures import page_faults
+from gapscope.analysis.measures.reliability import busy_warning, is_load_warning
+from gapscope.analysis.results.amortisation import compile_behind
+from gapscope.analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
+from gapscope.analysis.results.evidence.builders import (EVIDENCE_SHARE, Evidence, EvidenceKind, build_evidence,
                                               explains, page_fault_evidence)
-from analysis.results.layers import LayerCause, layer_cause
-from analysis.results.explain import RunExplanation
-from analysis.events.step_windows import single_window_warnings
-from analysis.results.records import Breakdown
-from analysis.model.run import unique_labels
-from analysis.measures.stats import (Interval, RepeatRatio, contains_one, contains_zero, mean_variance,
+from gapscope.analysis.results.layers import LayerCause, layer_cause
+from gapscope.analysis.results.explain import RunExplanation
+from gapscope.analysis.events.step_windows import single_window_warnings
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.model.run import unique_labels
+from gapscope.analysis.measures.stats import (Interval, RepeatRatio, contains_one, contains_zero, mean_variance,
                                      percentile_interval, repeat_ratio, welch_difference)
-from analysis.results.suggestions import Suggestion, config_of, same_config, suggest
-from profilers.errors import GapscopeInputError
-from profilers.phases import MARKED_PHASES, PHASES
+from gapscope.analysis.results.suggestions import Suggestion, config_of, same_config, suggest
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import MARKED_PHASES, PHASES
 
 _DIGITS = 6
 # A step-level finding (page faults) named in the headline beside the leading phase: a quarter

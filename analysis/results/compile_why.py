@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import asdict, dataclass, field
 
-from analysis.readers.compile_records import steps_compiling_after
+from gapscope.analysis.readers.compile_records import steps_compiling_after
 
 # Disjoint stages from Dynamo's nested per-compile timers (workloads.runners.dynamo_records.TIMER_FIELDS).
 STAGES = ("dynamo", "aot_autograd", "inductor", "codegen_and_kernel_compile")

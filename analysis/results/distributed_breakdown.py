@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from analysis.readers import step_rows
-from analysis.model.job import Job, load_job, lone_rank, without_failed
-from analysis.model.locate import JobPlace, locate
-from analysis.model.run import load_run
-from analysis.results.breakdown import Source, breakdown
-from analysis.results.engines.collective_reduce import CollectiveReduction
-from analysis.results.phase_estimate import replicates_of
-from analysis.results.rank_summary import RankSummary, gather_ranks
-from analysis.results.records import Breakdown
-from analysis.measures.stats import Interval, Resampler, contains_zero, percentile_interval, rng
-from profilers.environment import threads_of
-from profilers.phases import PHASES
+from gapscope.analysis.readers import step_rows
+from gapscope.analysis.model.job import Job, load_job, lone_rank, without_failed
+from gapscope.analysis.model.locate import JobPlace, locate
+from gapscope.analysis.model.run import load_run
+from gapscope.analysis.results.breakdown import Source, breakdown
+from gapscope.analysis.results.engines.collective_reduce import CollectiveReduction
+from gapscope.analysis.results.phase_estimate import replicates_of
+from gapscope.analysis.results.rank_summary import RankSummary, gather_ranks
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.measures.stats import Interval, Resampler, contains_zero, percentile_interval, rng
+from gapscope.profilers.environment import threads_of
+from gapscope.profilers.phases import PHASES
 
 # Where DDP's collectives run when no trace says so: its all-reduce hooks fire during backward.
 DEFAULT_COMM_PHASE = "backward"

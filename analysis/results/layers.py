@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-from analysis.events.phase_rules import PhaseOrigin
-from analysis.measures.device_peaks import peak_gflops
-from analysis.measures.hardware import hardware
-from analysis.measures.kernel_layers import kernel_layers
-from analysis.measures.kernels import Work
-from analysis.measures.layer_flops import has_rule, layer_params, spec_flops
-from analysis.measures.reliability import busy_machine, busy_reason
-from analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
-from analysis.measures.optimizer_layers import optimizer_layers
-from analysis.model.run import Run
+from gapscope.analysis.events.phase_rules import PhaseOrigin
+from gapscope.analysis.measures.device_peaks import peak_gflops
+from gapscope.analysis.measures.hardware import hardware
+from gapscope.analysis.measures.kernel_layers import kernel_layers
+from gapscope.analysis.measures.kernels import Work
+from gapscope.analysis.measures.layer_flops import has_rule, layer_params, spec_flops
+from gapscope.analysis.measures.reliability import busy_machine, busy_reason
+from gapscope.analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
+from gapscope.analysis.measures.optimizer_layers import optimizer_layers
+from gapscope.analysis.model.run import Run
 
 # A layer is named as the cause of a phase's delta where it carries at least this share of it.
 LAYER_CAUSE_SHARE = 0.40

@@ -7,15 +7,15 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from analysis.results.breakdown import breakdown
-from analysis.model.run import load_measurement
-from analysis.measures.reliability import busy_warning
-from analysis.measures.stats import contains_one, mean_variance, paired_ratio, welch_difference
-from analysis.results.amortisation import payback
-from profilers import state_json
-from profilers.errors import GapscopeInputError
-from profilers.phases import PHASES
-from profilers.run_dir import SWEEP_STATE, inside
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.model.run import load_measurement
+from gapscope.analysis.measures.reliability import busy_warning
+from gapscope.analysis.measures.stats import contains_one, mean_variance, paired_ratio, welch_difference
+from gapscope.analysis.results.amortisation import payback
+from gapscope.profilers import state_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import PHASES
+from gapscope.profilers.run_dir import SWEEP_STATE, inside
 
 AXIS_NAMES = {"batch_size": "batch size", "width": "width"}
 

@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping
 from gapscope.analysis.readers.safe_files import unreadable_under
 from gapscope.analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV, ShadowLogdir
 from gapscope.profilers.errors import GapscopeInputError
-from gapscope.profilers.import_root import IMPORT_ROOT
+from gapscope.profilers.environment import IMPORT_ROOT
 
 # Run-listing endpoint of each plugin gapscope writes traces for.
 PLUGIN_RUNS = {

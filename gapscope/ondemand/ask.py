@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 from gapscope.ondemand.registry import Trigger, proven_entry, request_path
-from profilers import state_json, strict_json
-from profilers.errors import GapscopeInputError
-from profilers.run_dir import ENDED, MANIFEST, status_of
+from gapscope.profilers import state_json, strict_json
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.run_dir import ENDED, MANIFEST, status_of
 
 
 class WindowNotTraced(Exception):

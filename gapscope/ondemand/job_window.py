@@ -12,10 +12,10 @@ from pathlib import Path
 from gapscope.ondemand.live_steps import LiveSteps
 from gapscope.ondemand.registry import (MAX_WINDOW_STEPS, TRIGGER, Registration, read_request, register,
                                         request_path)
-from profilers.run_dir import mark_rows
-from profilers.run_lifecycle import RunLifecycle
-from profilers.torch_session import torch_profiler
-from profilers.trace_window import TraceWindow
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.profilers.run_lifecycle import RunLifecycle
+from gapscope.profilers.torch_session import torch_profiler
+from gapscope.profilers.trace_window import TraceWindow
 
 # Fields of the job's manifest its windows repeat, so that compare pairs them with the job.
 _COPIED = ("workload", "framework", "variant", "settings", "warmup_steps")

@@ -9,8 +9,8 @@ import stat
 import tempfile
 from pathlib import Path
 
-from profilers import state_json, strict_json
-from profilers.errors import GapscopeInputError
+from gapscope.profilers import state_json, strict_json
+from gapscope.profilers.errors import GapscopeInputError
 
 TRIGGER = signal.SIGUSR2  # SIGUSR1 is often the job's own (checkpoint-now in several launchers)
 RUNTIME_ENV = "GAPSCOPE_RUNTIME_DIR"

@@ -9,12 +9,12 @@ from gapscope.model_layers import COMPILED_NOTE, ModelLayers, own_layers
 from gapscope.ondemand.job_window import OnDemandWindows
 from gapscope.user_run import (UserRun, compile_record, default_warmup, rank_place, stop_on_sigterm,
                                trace_window)
-from profilers.environment import torch_device_name
-from profilers.marks import PhaseMarks
-from profilers.phases import MARKED_PHASES
-from profilers.run_dir import mark_rows
-from profilers.step_sessions import TorchStepSession
-from profilers.timers import CudaEventClock, HostClock, StepTimer
+from gapscope.profilers.environment import torch_device_name
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.phases import MARKED_PHASES
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.profilers.step_sessions import TorchStepSession
+from gapscope.profilers.timers import CudaEventClock, HostClock, StepTimer
 
 
 class HookSteps:

@@ -9,9 +9,9 @@ from gapscope.analysis.readers.live_steps import StepsFollower
 from gapscope.analysis.readers.run_dir import read_manifest
 from gapscope.watch import render
 from gapscope.watch.state import StepWindow, watch_state
-from profilers.errors import GapscopeInputError
-from profilers.machine_load import load_snapshot
-from profilers.run_dir import MANIFEST, STEPS_CSV, effective_status
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.machine_load import load_snapshot
+from gapscope.profilers.run_dir import MANIFEST, STEPS_CSV, effective_status
 
 ONCE_SAMPLE_S = 0.5  # how long --once looks at the machine's load while the run runs
 

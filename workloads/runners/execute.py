@@ -95,7 +95,7 @@ def _gemm_peak(settings: RunSettings) -> dict | None:
     if not settings.trace or settings.distributed or settings.device == "cuda" or \
             (settings.device == "auto" and gpu_count() > 0):
         return None
-    from workloads.runners.gemm_peak import machine_theoretical_peak, measured_peak
+    from gapscope.workloads.runners.gemm_peak import machine_theoretical_peak, measured_peak
     try:
         # The theoretical peak beside the measured one: what the machine reports, named so.
         return {**measured_peak(settings.framework), "theoretical": machine_theoretical_peak()}

@@ -6,19 +6,19 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from profilers.environment import tf_device_name, torch_device_name
-from profilers.errors import GapscopeInputError
-from profilers.marks import PhaseMarks
-from profilers.run_dir import mark_rows
-from profilers.timers import CudaEventClock, HostClock, StepTimer, resident_mb
-from profilers.trace_window import TraceWindow
-from workloads.runners.tf_traces import TraceLog
-from workloads.datasets import dataset_for
-from workloads.models.params import keras_parameters
-from workloads.runners.execution_rows import expand_executions
-from workloads.settings import RunSettings
-from workloads.spec import WorkloadSpec
-from workloads.runners.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts, make_strategy,
+from gapscope.profilers.environment import tf_device_name, torch_device_name
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.profilers.timers import CudaEventClock, HostClock, StepTimer, resident_mb
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.workloads.runners.tf_traces import TraceLog
+from gapscope.workloads.datasets import dataset_for
+from gapscope.workloads.models.params import keras_parameters
+from gapscope.workloads.runners.execution_rows import expand_executions
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.spec import WorkloadSpec
+from gapscope.workloads.runners.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts, make_strategy,
                                      peer_failures, rank_data, sharded_dataset, traces_rank, world_size)
 
 XLA_DUMP_DIR = "xla_dump"

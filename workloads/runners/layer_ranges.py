@@ -21,7 +21,7 @@ class LayerRanges:
             return
         import nvtx
 
-        from profilers.marks import NVTX_DOMAIN
+        from gapscope.profilers.marks import NVTX_DOMAIN
         domain = nvtx.get_domain(NVTX_DOMAIN)
         for name, module in self.modules.items():
             self._handles.append(module.register_forward_pre_hook(

@@ -6,20 +6,20 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from profilers.environment import tf_device_name
-from profilers.errors import GapscopeInputError
-from profilers.marks import PhaseMarks
-from profilers.run_dir import mark_rows
-from profilers.timers import StepTimer, resident_mb
-from profilers.trace_window import TraceWindow
-from workloads.runners.tf_traces import TraceLog
-from workloads.datasets import dataset_for
-from profilers.phases import LOSS_SCOPE
-from workloads.runners.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
-from workloads.models.params import keras_parameters
-from workloads.settings import RunSettings
-from workloads.spec import WorkloadSpec
-from workloads.runners.tf_distribute import (check_cluster, distributed_facts, make_strategy, peer_failures,
+from gapscope.profilers.environment import tf_device_name
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.profilers.timers import StepTimer, resident_mb
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.workloads.runners.tf_traces import TraceLog
+from gapscope.workloads.datasets import dataset_for
+from gapscope.profilers.phases import LOSS_SCOPE
+from gapscope.workloads.runners.keras_runner import dump_xla_hlo, keras_loss, keras_optimizer
+from gapscope.workloads.models.params import keras_parameters
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.spec import WorkloadSpec
+from gapscope.workloads.runners.tf_distribute import (check_cluster, distributed_facts, make_strategy, peer_failures,
                                      rank_data, sharded_dataset, traces_rank, world_size)
 
 
@@ -35,9 +35,9 @@ def run_tf(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[li
     import tensorflow as tf
 
     after_import = resident_mb()  # the framework's footprint, before the model and data
-    from profilers.step_sessions import TfStepSession
-    from profilers.tf_marks import TfPhases
-    from workloads.devices import tf_device
+    from gapscope.profilers.step_sessions import TfStepSession
+    from gapscope.profilers.tf_marks import TfPhases
+    from gapscope.workloads.devices import tf_device
 
     # MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: first thing.
     strategy, rank = (make_strategy(), check_cluster(world)) if world > 1 else (None, 0)

@@ -7,22 +7,22 @@ import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from workloads.runners.dynamo_records import DynamoRecorder
-from profilers.environment import torch_device_name
-from profilers.marks import PhaseMarks
-from profilers.run_dir import mark_rows
-from profilers.timers import CudaEventClock, HostClock, StepTimer, resident_mb
-from profilers.torch_session import torch_profiler
-from profilers.trace_window import TraceWindow
-from workloads.datasets import dataset_for
-from workloads.models.params import torch_parameters
-from workloads.devices import torch_device
-from workloads.settings import RunSettings
-from workloads.spec import WorkloadSpec
-from workloads.shards import rank_shard
-from workloads.runners.torch_pipelines import make_batches
-from workloads.runners.layer_ranges import LayerRanges
-from workloads.runners.torchscript import LazyTorchScript
+from gapscope.workloads.runners.dynamo_records import DynamoRecorder
+from gapscope.profilers.environment import torch_device_name
+from gapscope.profilers.marks import PhaseMarks
+from gapscope.profilers.run_dir import mark_rows
+from gapscope.profilers.timers import CudaEventClock, HostClock, StepTimer, resident_mb
+from gapscope.profilers.torch_session import torch_profiler
+from gapscope.profilers.trace_window import TraceWindow
+from gapscope.workloads.datasets import dataset_for
+from gapscope.workloads.models.params import torch_parameters
+from gapscope.workloads.devices import torch_device
+from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.spec import WorkloadSpec
+from gapscope.workloads.shards import rank_shard
+from gapscope.workloads.runners.torch_pipelines import make_batches
+from gapscope.workloads.runners.layer_ranges import LayerRanges
+from gapscope.workloads.runners.torchscript import LazyTorchScript
 
 
 def run_torch(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:

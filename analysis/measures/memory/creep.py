@@ -6,8 +6,8 @@ import math
 import statistics
 from dataclasses import dataclass
 
-from analysis.measures.reliability import apart, change_point
-from analysis.measures.stats import Interval, _t_quantile
+from gapscope.analysis.measures.reliability import apart, change_point
+from gapscope.analysis.measures.stats import Interval, _t_quantile
 
 
 @dataclass(frozen=True)

@@ -6,16 +6,16 @@ from collections import defaultdict
 
 import numpy as np
 
-from analysis.events.memory_event import MemoryEvent
-from analysis.events.module_depth import at_depth
-from analysis.events.phase_rules import MODULE_RANGE_PREFIX
-from analysis.events.timeline import PhaseTimeline
-from analysis.events.trace import ANNOTATION, OTHER, Trace
+from gapscope.analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.events.module_depth import at_depth
+from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.trace import ANNOTATION, OTHER, Trace
 # The layer timing's own reading of layer ranges and Keras scopes, so both name layers alike.
-from analysis.measures.layer_times import layer_name, scope_layer, scope_names
-from analysis.measures.memory.levels import Levels
-from analysis.measures.memory.phase_memory import event_phase
-from analysis.readers.torch_trace import LAYER_RANGE_PREFIXES
+from gapscope.analysis.measures.layer_times import layer_name, scope_layer, scope_names
+from gapscope.analysis.measures.memory.levels import Levels
+from gapscope.analysis.measures.memory.phase_memory import event_phase
+from gapscope.analysis.readers.torch_trace import LAYER_RANGE_PREFIXES
 
 
 def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | None,

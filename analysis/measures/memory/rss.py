@@ -1,8 +1,8 @@
 """The process's resident memory per step (steps.csv `rss_mb`): its level and creep over the steady steps."""
 from __future__ import annotations
 
-from analysis.measures.memory.creep import trend
-from analysis.readers import step_rows
+from gapscope.analysis.measures.memory.creep import trend
+from gapscope.analysis.readers import step_rows
 
 RSS_COLUMN = "rss_mb"
 # A stretch of unprofiled steps shorter than this tells nothing of a slope beside its own level.

@@ -12,10 +12,10 @@ import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis.results.engines.interface import Engine, EngineLost, one_line
-from analysis.results.engines.local import worker_count
-from analysis.results.engines.probe import PACKAGES, ROOT, check_workers, make_probe, reachable
-from profilers.errors import GapscopeInputError
+from gapscope.analysis.results.engines.interface import Engine, EngineLost, one_line
+from gapscope.analysis.results.engines.local import worker_count
+from gapscope.analysis.results.engines.probe import check_workers, make_probe, reachable, shipped_sources
+from gapscope.profilers.errors import GapscopeInputError
 
 CONNECT_TIMEOUT_S = 10
 POLL_S = 0.02         # how often next_done looks for a finished task

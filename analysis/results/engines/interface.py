@@ -7,9 +7,9 @@ import itertools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from analysis.results.engines.batches import call_batch, group
-from analysis.results.engines.faults import fault_spec, inject_fault
-from profilers.errors import GapscopeInputError, GapscopeRunError
+from gapscope.analysis.results.engines.batches import call_batch, group
+from gapscope.analysis.results.engines.faults import fault_spec, inject_fault
+from gapscope.profilers.errors import GapscopeInputError, GapscopeRunError
 
 
 @dataclass

@@ -7,7 +7,7 @@ import socket
 from pathlib import Path
 
 from gapscope.profilers.errors import GapscopeInputError
-from gapscope.profilers.import_root import GAPSCOPE_PACKAGE
+from gapscope.profilers.environment import GAPSCOPE_PACKAGE
 
 # The packages a rank's analysis imports: what is shipped to workers that lack gapscope.
 PACKAGES = ("analysis", "profilers")

@@ -19,7 +19,7 @@ from gapscope.analysis.results.engines.interface import Engine, one_line
 from gapscope.analysis.results.engines.local import worker_count
 from gapscope.analysis.results.engines.probe import check_workers, make_probe, reachable
 from gapscope.profilers.errors import GapscopeInputError
-from gapscope.profilers.import_root import GAPSCOPE_PACKAGE
+from gapscope.profilers.environment import GAPSCOPE_PACKAGE
 
 CONNECT_TIMEOUT_S = 10
 # One token for every Ray this process starts: Ray's C++ side caches the first it reads.

@@ -6,13 +6,13 @@ import enum
 import statistics
 from dataclasses import dataclass
 
-from analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from analysis.measures import page_faults
-from analysis.measures.fusion import fused_apart, summary as fusion_summary
-from analysis.measures.runtime_calls import LAUNCH, SYNC
-from analysis.results.amortisation import amortisation
-from analysis.results.explain import RunExplanation
-from analysis.results.records import Breakdown
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.measures import page_faults
+from gapscope.analysis.measures.fusion import fused_apart, summary as fusion_summary
+from gapscope.analysis.measures.runtime_calls import LAUNCH, SYNC
+from gapscope.analysis.results.amortisation import amortisation
+from gapscope.analysis.results.explain import RunExplanation
+from gapscope.analysis.results.records import Breakdown
 
 _DIGITS = 6
 # Phases whose delta is explained line by line: the biggest, down to this share of the gap.

@@ -4,16 +4,16 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from analysis.events.memory_event import MemoryEvent
-from analysis.measures.memory.creep import Creep, LevelChange, trend
-from analysis.measures.memory.layer_memory import kept_by_layer, layer_of_events
-from analysis.measures.memory.levels import Levels, main_device
-from analysis.measures.memory.phase_memory import StepMemory, step_memory
-from analysis.measures.memory.rss import rss_figures
-from analysis.measures.memory.sites import enclosing_ops, top_sites
-from analysis.model.run import Run
-from profilers.errors import GapscopeInputError, TraceFormatError
-from profilers.phases import PHASES
+from gapscope.analysis.events.memory_event import MemoryEvent
+from gapscope.analysis.measures.memory.creep import Creep, LevelChange, trend
+from gapscope.analysis.measures.memory.layer_memory import kept_by_layer, layer_of_events
+from gapscope.analysis.measures.memory.levels import Levels, main_device
+from gapscope.analysis.measures.memory.phase_memory import StepMemory, step_memory
+from gapscope.analysis.measures.memory.rss import rss_figures
+from gapscope.analysis.measures.memory.sites import enclosing_ops, top_sites
+from gapscope.analysis.model.run import Run
+from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
+from gapscope.profilers.phases import PHASES
 
 MB = 1e6  # figures are in MB of 10^6 bytes
 _DIGITS = 3
@@ -239,7 +239,7 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
                 "starts to record them, with another allocator than the default)"]
         return [], None, ["memory: the XSpace holds no allocator events (TF records them for its BFC "
                           "allocators only: on the CPU, blocks of the oneDNN allocator)"]
-    from analysis.readers.torch_memory import read_torch_memory
+    from gapscope.analysis.readers.torch_memory import read_torch_memory
     # Read once (a scan for the name: a trace without them costs one pass over its bytes),
     # then kept with the trace, as the XSpace reader keeps its own.
     events = trace.metadata.get("memory_events")

@@ -2,10 +2,10 @@
 compile record, and where compiling pays."""
 from __future__ import annotations
 
-from analysis.results.compare import Comparison
-from analysis.results.evidence.builders import EvidenceKind
-from analysis.results.panels.compile_panel import compile_panel, pair_compile_panel
-from analysis.results.panels.layer_panel import layer_panel
+from gapscope.analysis.results.compare import Comparison
+from gapscope.analysis.results.evidence.builders import EvidenceKind
+from gapscope.analysis.results.panels.compile_panel import compile_panel, pair_compile_panel
+from gapscope.analysis.results.panels.layer_panel import layer_panel
 
 
 def pair_panels(comparison: Comparison) -> list[dict]:

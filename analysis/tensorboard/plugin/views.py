@@ -11,23 +11,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis.results.breakdown import breakdown
-from analysis.results.compare import compare
-from analysis.results.explain import RunExplanation, explain
-from analysis.results.measured import compare_measurement
-from analysis.results.panels.compile_panel import compile_panel
-from analysis.results.panels.layer_panel import layer_panel
-from analysis.results.panels.pair_panels import pair_panels
-from analysis.renderers import compare_json
-from analysis.renderers.compare_columns import table_cells, verdict_lines
-from analysis.renderers.plots import PHASE_COLOURS
-from analysis.results.records import Breakdown
-from analysis.model.run import RunEntry, is_measurement, load_run, repeats_by_name
-from analysis.results.distributed_breakdown import job_breakdown
-from analysis.renderers.job_render import summary_lines
-from analysis.tensorboard.plugin.runs import find_runs
-from profilers.errors import GapscopeInputError
-from profilers.phases import PHASES
+from gapscope.analysis.results.breakdown import breakdown
+from gapscope.analysis.results.compare import compare
+from gapscope.analysis.results.explain import RunExplanation, explain
+from gapscope.analysis.results.measured import compare_measurement
+from gapscope.analysis.results.panels.compile_panel import compile_panel
+from gapscope.analysis.results.panels.layer_panel import layer_panel
+from gapscope.analysis.results.panels.pair_panels import pair_panels
+from gapscope.analysis.renderers import compare_json
+from gapscope.analysis.renderers.compare_columns import table_cells, verdict_lines
+from gapscope.analysis.renderers.plots import PHASE_COLOURS
+from gapscope.analysis.results.records import Breakdown
+from gapscope.analysis.model.run import RunEntry, is_measurement, load_run, repeats_by_name
+from gapscope.analysis.results.distributed_breakdown import job_breakdown
+from gapscope.analysis.renderers.job_render import summary_lines
+from gapscope.analysis.tensorboard.plugin.runs import find_runs
+from gapscope.profilers.errors import GapscopeInputError
+from gapscope.profilers.phases import PHASES
 
 logger = logging.getLogger(__name__)
 
