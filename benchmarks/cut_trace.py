@@ -5,7 +5,7 @@
 Keeps the metadata events, every host event that lies wholly inside steps first..first+steps-1
 (their ProfilerStep spans, by start time), and the device events and flow arrows that those
 steps' runtime calls launched (matched by correlation id, since a kernel may run after its step's
-host span has ended). DST is written gzipped when it ends in .gz."""
+host span has ended), in the file's order. DST is written gzipped when it ends in .gz."""
 from __future__ import annotations
 
 import argparse
@@ -63,8 +63,10 @@ def cut(document: dict, first: int, count: int) -> dict:
             or (e.get("ph") == "X" and e.get("cat") in _DEVICE
                 and (e.get("args") or {}).get("correlation") in launched)
             or (e.get("ph") in ("s", "f") and e.get("id") in launched)]
-    ordered = sorted(kept + host, key=lambda e: (e.get("ph") != "M", e.get("ts", 0)))  # metadata first
-    return {**document, "traceEvents": ordered}
+    # In the file's own order: a reader may depend on it (on a GPU, Kineto writes the autograd
+    # thread's events before the main thread's layer ranges).
+    chosen = {id(e) for e in kept + host}
+    return {**document, "traceEvents": [e for e in events if id(e) in chosen]}
 
 
 def main(argv: list[str] | None = None) -> int:

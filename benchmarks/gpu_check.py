@@ -53,6 +53,8 @@ def parse_args(argv):
     parser.add_argument("--budget-s", type=_positive, default=DEFAULT_BUDGET_S,
                         help="seconds for all runs; runs still going then are stopped, the rest skipped")
     parser.add_argument("--dry-run", action="store_true", help="list what would run, run nothing")
+    parser.add_argument("--only", default=None, metavar="ID,ID",
+                        help="run only these runs of the plan (ids as --dry-run lists them)")
     parser.add_argument("--no-gpu-ok", action="store_true",
                         help=f"exit 0, not {EXIT_NO_DEVICE}, where no CUDA device is found")
     return parser.parse_args(argv)
@@ -271,7 +273,16 @@ def main(argv=None) -> int:
     except GapscopeInputError as exc:
         print(f"gpu_check: error: {exc}", file=sys.stderr)
         return 2
-    report = check_all(Path(out), args.jobs, args.budget_s)
+    runs = None
+    if args.only:
+        by_id = {r.id: r for r in P.plan()}
+        unknown = [i for i in args.only.split(",") if i not in by_id]
+        if unknown:
+            print(f"gpu_check: error: --only: no run {', '.join(unknown)} in the plan (see --dry-run)",
+                  file=sys.stderr)
+            return 2
+        runs = [by_id[i] for i in args.only.split(",")]
+    report = check_all(Path(out), args.jobs, args.budget_s, runs=runs)
     paths = write_reports(report, Path(report_dir))
     failed = sum(c["status"] == C.FAIL for e in report["runs"] + report["probes"] for c in e["checks"])
     print("\n".join(str(p) for p in paths))

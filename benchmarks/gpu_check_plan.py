@@ -142,9 +142,12 @@ def evaluate(run_dir: Path, planned: Planned, cuda: bool):
         checks.append(C.layers_add_up(layer_breakdown(run).to_json_dict(), breakdown(run, "trace").to_json_dict(),
                                       [layer["name"] for layer in run.manifest["layers"]]))
     if cuda and not planned.nproc and not inference and run.manifest.get("layers"):
+        from gapscope.analysis.measures.layer_flops import layer_params
         from gapscope.analysis.results.layers import layer_breakdown
+        # Layers with weights: a flatten is a view and launches no kernel of its own.
         checks.append(C.kernels_by_layer(layer_breakdown(run).kernels, work.kernels(), work.steps,
-                                         [layer["name"] for layer in run.manifest["layers"]]))
+                                         [layer["name"] for layer in run.manifest["layers"]
+                                          if layer_params(layer) > 0]))
     if planned.capture and cuda:
         from gapscope.analysis.results.layers import layer_breakdown
         checks.append(C.own_model_flops(run.manifest["layers"], layer_breakdown(run).kernels))

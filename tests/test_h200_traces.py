@@ -163,3 +163,26 @@ def test_cut_trace_refuses_bad_input_in_one_line_with_exit_2(tmp_path):
     with gzip.open(tmp_path / "cut.json.gz", "rt") as handle:
         assert sum(e.get("name", "").startswith("ProfilerStep#") for e in json.load(handle)["traceEvents"]) == 1
     assert not (tmp_path / "o.json").exists()
+
+
+def test_backward_per_layer_on_a_gpu_where_the_autograd_thread_comes_first_in_the_file():
+    """An H200 mlp run with its layer ranges (the gpu_check of 28 November found every layer
+    without backward): Kineto writes the autograd thread's events before the main thread's, so
+    the nodes lie before the first layer range, where the reader kept no sequence number. By
+    hand from the JSON below: layers plus outside are the traced backward."""
+    from click.testing import CliRunner
+
+    from gapscope.cli import cli
+    path = H200 / "mlp-eager-layers.pt.trace.json.gz"
+    events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
+    names = [str(e.get("name", "")) for e in events]
+    first_node = next(i for i, n in enumerate(names) if n.startswith("autograd::engine::evaluate_function: "))
+    assert first_node < next(i for i, n in enumerate(names) if n.startswith("gapscope_layer/"))
+    result = CliRunner().invoke(cli, ["breakdown", str(path), "--layers", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    layers = {r["name"]: r["backward_ms"] for r in doc["layers"]["layers"]}
+    assert layers == {"dense1": pytest.approx(0.125449), "logits": pytest.approx(0.201264),
+                      "loss": pytest.approx(0.155416)}
+    assert sum(layers.values()) + doc["layers"]["outside_ms"]["backward"] == \
+        pytest.approx(doc["phases"]["backward"]["ms"], abs=1e-5)

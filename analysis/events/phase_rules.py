@@ -21,6 +21,8 @@ class PhaseOrigin(enum.StrEnum):
 
 # torch.profiler's with_modules range around each module's call (a python_function event).
 MODULE_RANGE_PREFIX = "nn.Module: "
+# An autograd node's op in backward ("…: AddmmBackward0"): its sequence number is its forward op's.
+BACKWARD_NODE = "autograd::engine::evaluate_function: "
 
 _TORCH_MARKERS = (
     ("enumerate(DataLoader)#", "data_load"),
@@ -30,7 +32,7 @@ _TORCH_MARKERS = (
     ("FullyShardedDataParallel.forward", "forward"),
     ("Optimizer.step#", "optimizer"),
     ("Optimizer.zero_grad#", "optimizer"),
-    ("autograd::engine::evaluate_function:", "backward"),
+    (BACKWARD_NODE.rstrip(), "backward"),
 )
 # Keras name scopes of its optimizers (snake_case of the class names), for XPlane files
 # of models that gapscope did not mark.

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from gapscope.analysis.events import intervals
 from gapscope.analysis.events.hlo_metadata import HloModules
 from gapscope.analysis.events.module_depth import DEFAULT_DEPTH, at_depth
-from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from gapscope.analysis.events.phase_rules import BACKWARD_NODE, MODULE_RANGE_PREFIX
 from gapscope.analysis.events.timeline import PhaseTimeline
 from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from gapscope.analysis.measures.fusion_table import classify
@@ -18,7 +18,6 @@ from gapscope.analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE
 from gapscope.profilers.phases import LOSS_SCOPE
 
 LAYER_PHASES = ("forward", "backward")
-BACKWARD_NODE = "autograd::engine::evaluate_function: "
 _ACCUMULATE_NODE = BACKWARD_NODE + "torch::autograd::AccumulateGrad"
 _TF_FORWARD = "gapscope_forward/"
 _TF_BACKWARD = "gradient_tape/"

@@ -12,7 +12,7 @@ import numpy as np
 from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
 from gapscope.analysis.events.columns import ColumnsBuilder
 from gapscope.analysis.events.gc_pause import collector_paused
-from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
+from gapscope.analysis.events.phase_rules import BACKWARD_NODE, MODULE_RANGE_PREFIX
 from gapscope.analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
 from gapscope.analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
@@ -144,6 +144,7 @@ class _Reader:
         self._tracks: dict[tuple, tuple] = {}
         self._step_names: set[int] = set()  # name ids of step ranges (ProfilerStep#N)
         self._layer_names: set[int] = set()  # name ids of layer ranges
+        self._node_names: set[int] = set()   # name ids of autograd nodes' ops (backward)
         self._keep_sequences = False  # set at the first layer range: other traces keep none
         self._sequences_from = 0  # the row of the chunk being kept where sequences start
         self._device_pids: set = set()  # processes an export names "device ..."
@@ -417,6 +418,8 @@ class _Reader:
                 self._step_names.add(name_id)
             if is_layer_range(name):
                 self._layer_names.add(name_id)
+            elif name.startswith(BACKWARD_NODE):
+                self._node_names.add(name_id)
         return name_id
 
     def _kind_role(self, key: tuple) -> tuple:
@@ -453,20 +456,25 @@ class _Reader:
 
     def _keep_stats(self, chunk, names, roles, step_wheres, rows_at) -> None:
         """What collectives moved, and autograd sequence numbers of host events from the first
-        layer range on (other traces keep none): per-layer backward time links by them."""
+        layer range on, and of autograd nodes wherever they lie (other traces keep no more):
+        per-layer backward time links by them. On a GPU the autograd thread's events come first
+        in the file, before the first layer range: its nodes' numbers were lost there."""
         stats = {row: kept for row, kept in chunk.comm.items() if roles[row] != ROLE_SKIP}
         if not self._keep_sequences and self._layer_names:
             layer_rows = np.flatnonzero(np.isin(names, list(self._layer_names)))
             if len(layer_rows):
                 self._keep_sequences = True
                 self._sequences_from = int(layer_rows[0])
+        start = self._sequences_from if self._keep_sequences else None
+        nodes = self._node_names
+        for row, value in chunk.sequences.items():
+            if roles[row] != ROLE_HOST or row in step_wheres \
+                    or (start is None or row < start) and int(names[row]) not in nodes:
+                continue
+            sequence = value if type(value) is int and value >= 0 else trace_chunks.count(value)
+            if sequence is not None:
+                stats.setdefault(row, {})[SEQUENCE] = sequence
         if self._keep_sequences:
-            start = self._sequences_from
-            for row, value in chunk.sequences.items():
-                if row >= start and roles[row] == ROLE_HOST and row not in step_wheres:
-                    sequence = value if type(value) is int and value >= 0 else trace_chunks.count(value)
-                    if sequence is not None:
-                        stats.setdefault(row, {})[SEQUENCE] = sequence
             self._sequences_from = 0  # later chunks keep theirs from their first row
         for row in sorted(stats):
             self.columns.stats[int(rows_at[row])] = stats[row]
