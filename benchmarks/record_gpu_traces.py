@@ -1,12 +1,8 @@
-"""Records on a CUDA device the real torch.profiler traces that the serving and no-kernel fixtures
-of tests/fixtures/gpu_shapes/ are, the way other projects' traces were made:
+"""Records on a CUDA device a real torch.profiler trace of a shape other projects bring:
 
-- `graph-replay`: inference by CUDA graph replay (a serving engine's decode): the host queues a
-  graph of ~100 kernels in one cudaGraphLaunch and its window ends while they still run;
-- `host-only`: a training step on the GPU traced with ProfilerActivity.CPU alone (the trace
-  names the GPU in deviceProperties and holds no kernel);
-- `range-profiler` (not among the fixtures): the same step under CUPTI's range profiler; on the
-  H100 with torch 2.11 it recorded the kernels as well, so it is no trace without kernels.
+- `graph-replay` (tests/fixtures/gpu_shapes/): inference by CUDA graph replay (a serving
+  engine's decode): the host queues a graph of ~100 kernels in one cudaGraphLaunch and its step
+  ends while they still run;
 
     python -m benchmarks.record_gpu_traces --out DIR
 """
@@ -26,7 +22,7 @@ def _mlp(torch, width: int, depth: int):
 
 def graph_replay(torch, out: Path) -> Path:
     model = _mlp(torch, 4096, 48).eval().half()
-    static = torch.randn(256, 4096, device="cuda", dtype=torch.half)
+    static = torch.randn(256, 4096).to("cuda", torch.half)
     with torch.inference_mode():
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -50,47 +46,6 @@ def graph_replay(torch, out: Path) -> Path:
     return path
 
 
-def _train_step(torch, model, optimizer):
-    inputs = torch.randn(512, 1024, device="cuda")
-    loss = model(inputs).float().pow(2).mean()
-    loss.backward()
-    optimizer.step()
-    optimizer.zero_grad()
-
-
-def host_only(torch, out: Path) -> Path:
-    model = _mlp(torch, 1024, 4)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    for _ in range(3):
-        _train_step(torch, model, optimizer)
-    torch.cuda.synchronize()
-    path = out / "host-only.pt.trace.json"
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
-        for _ in range(3):
-            _train_step(torch, model, optimizer)
-            prof.step()
-    prof.export_chrome_trace(str(path))
-    return path
-
-
-def range_profiler(torch, out: Path) -> Path:
-    model = _mlp(torch, 1024, 4)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    _train_step(torch, model, optimizer)
-    torch.cuda.synchronize()
-    path = out / "range-profiler.pt.trace.json"
-    config = torch._C._profiler._ExperimentalConfig(
-        profiler_metrics=["kineto__cuda_core_flops", "sm__inst_executed.sum"],
-        profiler_measure_per_kernel=False)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA],
-                                experimental_config=config) as prof:
-        for _ in range(3):
-            _train_step(torch, model, optimizer)
-        torch.cuda.synchronize()
-    prof.export_chrome_trace(str(path))
-    return path
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
@@ -101,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     args.out.mkdir(parents=True, exist_ok=True)
     status = 0
-    for record in (graph_replay, host_only):
+    for record in (graph_replay,):
         try:
             path = record(torch, args.out)
             print(f"{record.__name__}: {path} ({path.stat().st_size:,} bytes)")

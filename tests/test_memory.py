@@ -533,19 +533,28 @@ def _readme_loop(out: Path, name: str, batches: int = 30, plant=None) -> Path:
     return cap.run_dir
 
 
+def _one_off(step, kept):   # 50 MB once, written so that its pages are resident
+    import torch
+    if step == 22:
+        kept.append(torch.ones(50_000_000 // 4))
+
+
+def _leak(step, kept):      # 1 MiB a step, written
+    import torch
+    kept.append(torch.ones(1 << 18))
+
+
 @pytest.fixture(scope="module")
 def readme_loops(tmp_path_factory):
-    import torch
+    """Each loop in a fresh process, as a user's script runs: in this long-lived test process
+    malloc hands a leak the pages earlier tests freed, and its resident memory does not grow."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
     out = tmp_path_factory.mktemp("readme_loops")
-
-    def one_off(step, kept):   # 50 MB once, written so that its pages are resident
-        if step == 22:
-            kept.append(torch.ones(50_000_000 // 4))
-
-    def leak(step, kept):      # 1 MiB a step, written
-        kept.append(torch.ones(1 << 18))
-    return {name: breakdown(load_run(_readme_loop(out, name, *args)))
-            for name, args in (("readme", ()), ("one-off", (40, one_off)), ("leak", (40, leak)))}
+    loops = (("readme", ()), ("one-off", (40, _one_off)), ("leak", (40, _leak)))
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        runs = {name: pool.submit(_readme_loop, out, name, *args) for name, args in loops}
+        return {name: breakdown(load_run(run.result())) for name, run in runs.items()}
 
 
 def test_the_readme_loop_prints_no_creep_and_the_planted_ones_are_told_apart(readme_loops):
