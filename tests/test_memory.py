@@ -552,7 +552,8 @@ def readme_loops(tmp_path_factory):
     from concurrent.futures import ProcessPoolExecutor
     out = tmp_path_factory.mktemp("readme_loops")
     loops = (("readme", ()), ("one-off", (40, _one_off)), ("leak", (40, _leak)))
-    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"),
+                             max_tasks_per_child=1) as pool:  # a process of its own each
         runs = {name: pool.submit(_readme_loop, out, name, *args) for name, args in loops}
         return {name: breakdown(load_run(run.result())) for name, run in runs.items()}
 
@@ -560,7 +561,9 @@ def readme_loops(tmp_path_factory):
 def test_the_readme_loop_prints_no_creep_and_the_planted_ones_are_told_apart(readme_loops):
     readme, one_off, leak = readme_loops["readme"], readme_loops["one-off"], readme_loops["leak"]
     # 30 steps, warm-up 5, the profiler on around 10-14: some 18 unprofiled steps either side.
-    assert readme.memory.rss["trend_unknown"] is None and readme.memory.rss["creep"] is not None
+    # Told (enough steps outside the window), and no creep said: a flat fit, a slope of a few kB
+    # a step, or one level change (what the allocator of a fresh process does varies by run).
+    assert readme.memory.rss["trend_unknown"] is None
     assert not any(n.startswith("memory creeps") for n in readme.notes), readme.notes
     # 50 MB once from step 22 (its pages written in the step before step 23's row): a level change.
     change = one_off.memory.rss["level_change"]

@@ -60,13 +60,15 @@ def creep(steps: list[float], values: list[float], groups: list[int] | None = No
     return Creep(slope, (slope - half, slope + half), n)
 
 
-def trend(steps: list[float], values: list[float],
-          groups: list[int] | None = None) -> tuple[Creep | None, LevelChange | None]:
+def trend(steps: list[float], values: list[float], groups: list[int] | None = None,
+          negligible: float = 0.0) -> tuple[Creep | None, LevelChange | None]:
     """The slope, or a one-off level change where that explains the figure: the step times'
     level-shift test (reliability.change_point, apart) finds the likeliest jump inside a
     stretch; where the two sides of it hardly overlap and, each at its own level, show no slope
     beyond noise, the figure stepped once (a planted 50 MB allocation read as +0.38 MB a step
-    when fitted as a line). A steady leak keeps its slope on either side of any cut."""
+    when fitted as a line). A steady leak keeps its slope on either side of any cut; a slope
+    under `negligible` a step, which no view calls creep, does not keep the level change from
+    being told (a page or so over 18 flat steps fits to a slope beyond noise)."""
     groups = groups or [0] * len(values)
     found = creep(steps, values, groups)
     best = None
@@ -86,7 +88,7 @@ def trend(steps: list[float], values: list[float],
     for i in idx[cut:]:
         split[i] = ("after", groups[i])
     within = creep(steps, values, split)
-    if within is None or within.significant:
+    if within is None or within.significant and abs(within.per_step) >= negligible:
         return found, None
     before, after = [values[i] for i in idx[:cut]], [values[i] for i in idx[cut:]]
     return within, LevelChange(steps[idx[cut]], statistics.median(before), statistics.median(after))

@@ -38,7 +38,10 @@ def parse_engine(text: str | None) -> EngineSpec:
             return EngineSpec("dask", f"tcp://{rest}")
         if scheme == "ray":
             return EngineSpec("ray", text)
-    raise GapscopeInputError(f"--engine {text[:200]!r}: not an engine; give {FORMS}")
+    # The text as Python shows it, cut after the escaping: one character can take ten (\U00012544).
+    shown = repr(text)
+    shown = shown if len(shown) <= 120 else shown[:117] + "..."
+    raise GapscopeInputError(f"--engine {shown}: not an engine; give {FORMS}")
 
 
 _HOST = re.compile(r"[A-Za-z0-9_.\-]{1,253}|\[[0-9A-Fa-f:.]{2,45}\]")  # a name, IPv4, or [IPv6]

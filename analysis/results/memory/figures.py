@@ -9,7 +9,7 @@ from gapscope.analysis.measures.memory.creep import Creep, LevelChange, trend
 from gapscope.analysis.measures.memory.layer_memory import kept_by_layer, layer_of_events
 from gapscope.analysis.measures.memory.levels import Levels, main_device
 from gapscope.analysis.measures.memory.phase_memory import StepMemory, step_memory
-from gapscope.analysis.measures.memory.rss import rss_figures
+from gapscope.analysis.measures.memory.rss import NEGLIGIBLE_RSS_MB, rss_figures
 from gapscope.analysis.measures.memory.sites import enclosing_ops, top_sites
 from gapscope.analysis.model.run import Run
 from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
@@ -19,9 +19,6 @@ MB = 1e6  # figures are in MB of 10^6 bytes
 _DIGITS = 3
 # A trend smaller than this a step is rounding, not creep (a CPU level moves by a few bytes).
 _NEGLIGIBLE_MB = 0.01
-# Resident memory grows by the allocator's arenas and pages as a process warms up (the demo's
-# Keras MLP: +0.02 MB a step over 44 steps): below this a step, no creep is said from RSS.
-_NEGLIGIBLE_RSS_MB = 0.1
 # Points of a step's curve in the JSON and the plot at most (a CNN step has some hundreds).
 _CURVE_POINTS = 2000
 
@@ -70,7 +67,7 @@ class MemoryFigures:
             lines.append(f"{self.creep.per_step / MB:+.2f} MB a step allocated and kept (95 % "
                          f"interval {_ci_mb(self.creep.ci95)}, {self.creep.steps} traced steps)")
         rss = self.rss and self.rss["creep"]
-        if rss is not None and rss.significant and abs(rss.per_step) >= _NEGLIGIBLE_RSS_MB:
+        if rss is not None and rss.significant and abs(rss.per_step) >= NEGLIGIBLE_RSS_MB:
             lines.append(f"resident memory {rss.per_step:+.2f} MB a step (95 % interval "
                          f"{rss.ci95[0]:+.2f} to {rss.ci95[1]:+.2f}, {rss.steps} steps)")
         return "memory creeps: " + "; ".join(lines) if lines else None
@@ -174,7 +171,8 @@ def run_memory(run: Run, trace: bool = True) -> MemoryFigures | None:
         around = enclosing_ops(levels.events, run.trace)
         names = [n if n is not None else a for n, a in zip(names, around)]
     sites = top_sites(levels.events, names, timeline) if timeline is not None else []
-    ends, change = trend([float(s.step) for s in steps], [float(s.end) for s in steps])
+    ends, change = trend([float(s.step) for s in steps], [float(s.end) for s in steps],
+                         negligible=_NEGLIGIBLE_MB * MB)
     if run.trace.source_format == "torch" and device == "cpu":
         notes.append("memory levels count the bytes allocated since the profiler started (torch's "
                      "CPU allocator reports no earlier blocks): net changes are exact, levels relative")
