@@ -68,7 +68,8 @@ def trend(steps: list[float], values: list[float], groups: list[int] | None = No
     beyond noise, the figure stepped once (a planted 50 MB allocation read as +0.38 MB a step
     when fitted as a line). A steady leak keeps its slope on either side of any cut; a slope
     under `negligible` a step, which no view calls creep, does not keep the level change from
-    being told (a page or so over 18 flat steps fits to a slope beyond noise)."""
+    being told (a page or so over 18 flat steps fits to a slope beyond noise), and a jump that
+    such a slope would make over its stretch is not told as one."""
     groups = groups or [0] * len(values)
     found = creep(steps, values, groups)
     best = None
@@ -81,7 +82,8 @@ def trend(steps: list[float], values: list[float], groups: list[int] | None = No
         jump = abs(statistics.median(ys[cut:]) - statistics.median(ys[:cut]))
         if best is None or jump > best[0]:
             best = (jump, idx, cut)
-    if best is None:
+    # A jump no larger than a negligible slope would make over its stretch is no finding either.
+    if best is None or best[0] < negligible * len(best[1]):
         return found, None
     _, idx, cut = best
     split = list(groups)
