@@ -9,10 +9,11 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from gapscope.analysis.events.timeline import PhaseTimeline
+from gapscope.analysis.events.phase_rules import BACKWARD_NODE
 from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, RUNTIME, Event, Trace
 from gapscope.analysis.measures.kernels import (COMPILED_GRAPH, DEVICE_KERNELS, HOST_OPS, INDUCTOR_KERNEL, Work,
                                        find_work)
-from gapscope.analysis.measures.layer_times import BACKWARD_NODE, LAYER_PHASES, layer_name, layer_ranges
+from gapscope.analysis.measures.layer_times import LAYER_PHASES, layer_name, layer_ranges
 from gapscope.analysis.readers.torch_trace import LAYER_RANGE_PREFIXES, SEQUENCE, is_layer_range
 
 MIXED = "mixed"      # a kernel whose ops fit several layers, or no single one
