@@ -78,27 +78,32 @@ def _scan(data: bytes, found: list[MemoryEvent], final: bool) -> int:
 
 
 def _object_around(data: bytes, hit: int) -> tuple[int | None, int | None]:
-    """The bounds of the innermost JSON object around `hit`: a memory event nests only its args."""
-    depth, start = 0, None
-    for i in range(hit - 1, max(-1, hit - _KEEP), -1):
-        char = data[i]
-        if char == 0x7D:  # }
-            depth += 1
-        elif char == 0x7B:  # {
-            if depth == 0:
-                start = i
-                break
-            depth -= 1
-    depth = 0
-    for i in range(hit, min(len(data), hit + _KEEP)):
-        char = data[i]
-        if char == 0x7B:
-            depth += 1
-        elif char == 0x7D:
-            if depth == 0:
-                return start, i + 1
-            depth -= 1
-    return start, None
+    """The bounds of the innermost JSON object around `hit`: a memory event nests only its args.
+    Found by jumping from brace to brace (a byte-by-byte walk took 85 % of a run's memory read)."""
+    lo, hi = max(0, hit - _KEEP + 1), min(len(data), hit + _KEEP)
+    start, depth, at = None, 0, hit
+    while True:
+        opening, closing = data.rfind(b"{", lo, at), data.rfind(b"}", lo, at)
+        if opening < 0 and closing < 0:
+            break
+        if closing > opening:
+            depth, at = depth + 1, closing
+        elif depth == 0:
+            start = opening
+            break
+        else:
+            depth, at = depth - 1, opening
+    depth, at = 0, hit
+    while True:
+        opening, closing = data.find(b"{", at, hi), data.find(b"}", at, hi)
+        if closing < 0:
+            return start, None
+        if 0 <= opening < closing:
+            depth, at = depth + 1, opening + 1
+        elif depth == 0:
+            return start, closing + 1
+        else:
+            depth, at = depth - 1, closing + 1
 
 
 def _event(text: bytes) -> MemoryEvent | None:

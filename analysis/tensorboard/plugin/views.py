@@ -7,6 +7,7 @@ import copy
 import logging
 import threading
 import time
+import weakref
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from gapscope.analysis.results.records import Breakdown
 from gapscope.analysis.model.run import RunEntry, is_measurement, load_run, repeats_by_name
 from gapscope.analysis.results.distributed_breakdown import job_breakdown
 from gapscope.analysis.renderers.job_render import summary_lines
+from gapscope.analysis.tensorboard.plugin.analysis_pool import AnalysisPool
 from gapscope.analysis.tensorboard.plugin.runs import find_runs
 from gapscope.profilers.errors import GapscopeInputError
 from gapscope.profilers.phases import PHASES
@@ -74,6 +76,10 @@ class Views:
         self._queue_lock = threading.Lock()
         self._queued: dict[str, RunEntry] = {}
         self._worker: threading.Thread | None = None
+        # Runs to analyse are analysed in worker processes, one batch at a time.
+        self._pool = AnalysisPool()
+        weakref.finalize(self, self._pool.close)
+        self._batch_lock = threading.Lock()
 
     def has_runs(self) -> bool:
         return bool(find_runs(self.logdir))
@@ -93,6 +99,8 @@ class Views:
                 self._known_or_queued(name, entry)
             while time.monotonic() < deadline and self._queue_busy():
                 time.sleep(0.05)
+        else:
+            self._analyse_all(entries)
         analysed = []
         for name, entry in entries.items():
             if deadline is None:
@@ -150,11 +158,35 @@ class Views:
                 if not self._queued:
                     self._worker = None
                     return
-                name, entry = next(iter(self._queued.items()))
+                batch = dict(self._queued)
+            self._analyse_all(batch, finished=self._unqueue)
+
+    def _unqueue(self, name: str) -> None:
+        with self._queue_lock:
+            self._queued.pop(name, None)
+
+    def _analyse_all(self, entries: dict[str, RunEntry], finished=lambda name: None) -> None:
+        """Every run of `entries` not current, analysed in worker processes where there are
+        enough; `finished(name)` as each is done."""
+        def keep(a: Analysed) -> None:
             with self._lock:
-                self._analysed(name, entry)
-            with self._queue_lock:
-                self._queued.pop(name, None)
+                self._cache[a.name] = a
+            finished(a.name)
+
+        with self._batch_lock:  # a run is never read twice because two requests asked at once
+            with self._lock:
+                todo = [(name, entry) for name, entry in entries.items()
+                        if not self._current(name, entry)]
+            for name, entry in self._pool.map(todo, keep):
+                with self._lock:
+                    self._analysed(name, entry)
+                finished(name)
+            for name in entries.keys() - {name for name, _ in todo}:
+                finished(name)
+
+    def _current(self, name: str, entry: RunEntry) -> bool:
+        cached = self._cache.get(name)
+        return cached is not None and cached.signature == _signature(entry.path)
 
     def _job(self, name: str, path: Path, job) -> dict:
         """A distributed job's own figures (job step, skew, straggler, communication per rank)
@@ -275,23 +307,31 @@ class Views:
         return entry
 
     def _analysed(self, name: str, entry: RunEntry) -> Analysed:
-        signature = _signature(entry.path)
         cached = self._cache.get(name)
-        if cached is not None and cached.signature == signature:
+        if cached is not None and cached.signature == _signature(entry.path):
             return cached
-        a = Analysed(name, signature, entry.label or (entry.path.name if entry.path else name))
-        if entry.path is None:
-            a.problem = entry.problem or "no run directory"
-        else:
-            try:
-                run = load_run(entry.place, entry.label)
-                a.label, a.framework, a.traced = run.label, run.framework, run.trace_file is not None
-                a.rows, a.warmup_steps = run.rows, run.warmup_steps
-                a.breakdown = breakdown(run)
-            except Exception as exc:  # noqa: BLE001 - a run that cannot be read is listed, never a 500
-                a.problem = _problem(name, exc)
-        self._cache[name] = a
+        self._cache[name] = a = analyse_run(name, entry)
         return a
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+def analyse_run(name: str, entry: RunEntry) -> Analysed:
+    """One run's figures as its files are now, or why it has none (run in a worker process)."""
+    a = Analysed(name, _signature(entry.path),
+                 entry.label or (entry.path.name if entry.path else name))
+    if entry.path is None:
+        a.problem = entry.problem or "no run directory"
+        return a
+    try:
+        run = load_run(entry.place, entry.label)
+        a.label, a.framework, a.traced = run.label, run.framework, run.trace_file is not None
+        a.rows, a.warmup_steps = run.rows, run.warmup_steps
+        a.breakdown = breakdown(run)
+    except Exception as exc:  # noqa: BLE001 - a run that cannot be read is listed, never a 500
+        a.problem = _problem(name, exc)
+    return a
 
 
 def _workloads_apart(names: list[str], explanations) -> str | None:
