@@ -11,6 +11,7 @@ import threading
 from typing import Callable
 
 from gapscope.analysis.readers import chunk_pool
+from gapscope.analysis.tensorboard.plugin.run_analysis import analyse_run
 from gapscope.profilers.environment import IMPORT_ROOT
 
 # Fewer runs than this are analysed in the asking process: a worker's start (a fresh
@@ -127,8 +128,6 @@ def _read(stream):
 
 
 def _serve() -> None:
-    from gapscope.analysis.tensorboard.plugin.views import analyse_run
-
     while True:
         try:
             name, entry = _read(sys.stdin.buffer)

@@ -4,15 +4,12 @@ and the comparison of runs."""
 from __future__ import annotations
 
 import copy
-import logging
 import threading
 import time
 import weakref
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 
-from gapscope.analysis.results.breakdown import breakdown
 from gapscope.analysis.results.compare import compare
 from gapscope.analysis.results.explain import RunExplanation, explain
 from gapscope.analysis.results.measured import compare_measurement
@@ -22,16 +19,15 @@ from gapscope.analysis.results.panels.pair_panels import pair_panels
 from gapscope.analysis.renderers import compare_json
 from gapscope.analysis.renderers.compare_columns import table_cells, verdict_lines
 from gapscope.analysis.renderers.plots import PHASE_COLOURS
-from gapscope.analysis.results.records import Breakdown
 from gapscope.analysis.model.run import RunEntry, is_measurement, load_run, repeats_by_name
 from gapscope.analysis.results.distributed_breakdown import job_breakdown
 from gapscope.analysis.renderers.job_render import summary_lines
 from gapscope.analysis.tensorboard.plugin.analysis_pool import AnalysisPool
+from gapscope.analysis.tensorboard.plugin.run_analysis import (Analysed, analyse_run, one_line, problem_line,
+                                                            signature)
 from gapscope.analysis.tensorboard.plugin.runs import find_runs
 from gapscope.profilers.errors import GapscopeInputError
 from gapscope.profilers.phases import PHASES
-
-logger = logging.getLogger(__name__)
 
 # What each step was, as the steps view colours it.
 WARMUP, TRACED, UNPROFILED = "warm-up", "traced", "unprofiled"
@@ -39,26 +35,6 @@ WARMUP, TRACED, UNPROFILED = "warm-up", "traced", "unprofiled"
 
 class UnknownRun(KeyError):
     """A request named no run under the logdir (a typo, or a run removed since)."""
-
-
-@dataclass
-class Analysed:
-    """One run as read at one state of its files: its breakdown, or why it has none."""
-
-    name: str
-    signature: tuple
-    label: str
-    # Figures only: a Run holds its trace's events, and 200 of them took TensorBoard from
-    # 0.8 to 2.8 GB. The run is read again where a view needs more (explain).
-    framework: str | None = None
-    traced: bool = False
-    rows: list[dict] | None = None
-    warmup_steps: int = 0
-    breakdown: Breakdown | None = None
-    problem: str | None = None
-    explanation: RunExplanation | None = field(default=None, repr=False)
-    explain_problem: str | None = None
-    pending: bool = False  # listed before its analysis, which runs meanwhile
 
 
 class Views:
@@ -124,7 +100,7 @@ class Views:
                     document["breakdown"] = a.breakdown.to_json_dict()
                     del document["breakdown"]["per_step"]  # the steps view has its own document
                 except Exception as exc:  # noqa: BLE001 - one run's problem, never a 500 for all
-                    document.update(breakdown=None, problem=_problem(a.name, exc))
+                    document.update(breakdown=None, problem=problem_line(a.name, exc))
             documents.append(document)
         with self._lock:
             jobs = [self._job(name, path, job) for name, (path, job) in found_jobs.items()]
@@ -136,7 +112,7 @@ class Views:
         """The run's analysis where it is current; else a pending one, and the run queued for
         the thread that analyses runs between requests."""
         cached = self._cache.get(name)
-        if cached is not None and cached.signature == _signature(entry.path):
+        if cached is not None and cached.signature == signature(entry.path):
             return cached
         with self._queue_lock:
             if name not in self._queued:
@@ -186,15 +162,15 @@ class Views:
 
     def _current(self, name: str, entry: RunEntry) -> bool:
         cached = self._cache.get(name)
-        return cached is not None and cached.signature == _signature(entry.path)
+        return cached is not None and cached.signature == signature(entry.path)
 
     def _job(self, name: str, path: Path, job) -> dict:
         """A distributed job's own figures (job step, skew, straggler, communication per rank)
         and the CLI's lines on them; its ranks are runs of the list above. `job`: as find_runs
         loaded it, or why it could not."""
-        signature = _signature(path)
+        files = signature(path)
         cached = self._jobs.get(name)
-        if cached is not None and cached[0] == signature:
+        if cached is not None and cached[0] == files:
             return cached[1]
         document = {"name": name, "label": name, "problem": None, "job": None, "lines": []}
         try:
@@ -203,8 +179,8 @@ class Views:
             jb = job_breakdown(job)
             document.update(label=jb.label, job=jb.to_json_dict(), lines=summary_lines(jb))
         except Exception as exc:  # noqa: BLE001 - listed with its problem, never a 500
-            document["problem"] = _problem(name, exc)
-        self._jobs[name] = (signature, document)
+            document["problem"] = problem_line(name, exc)
+        self._jobs[name] = (files, document)
         return document
 
     def steps(self, name: str) -> dict:
@@ -308,30 +284,13 @@ class Views:
 
     def _analysed(self, name: str, entry: RunEntry) -> Analysed:
         cached = self._cache.get(name)
-        if cached is not None and cached.signature == _signature(entry.path):
+        if cached is not None and cached.signature == signature(entry.path):
             return cached
         self._cache[name] = a = analyse_run(name, entry)
         return a
 
     def close(self) -> None:
         self._pool.close()
-
-
-def analyse_run(name: str, entry: RunEntry) -> Analysed:
-    """One run's figures as its files are now, or why it has none (run in a worker process)."""
-    a = Analysed(name, _signature(entry.path),
-                 entry.label or (entry.path.name if entry.path else name))
-    if entry.path is None:
-        a.problem = entry.problem or "no run directory"
-        return a
-    try:
-        run = load_run(entry.place, entry.label)
-        a.label, a.framework, a.traced = run.label, run.framework, run.trace_file is not None
-        a.rows, a.warmup_steps = run.rows, run.warmup_steps
-        a.breakdown = breakdown(run)
-    except Exception as exc:  # noqa: BLE001 - a run that cannot be read is listed, never a 500
-        a.problem = _problem(name, exc)
-    return a
 
 
 def _workloads_apart(names: list[str], explanations) -> str | None:
@@ -392,29 +351,4 @@ def _explain(entry: RunEntry) -> tuple[RunExplanation | None, str | None]:
     try:
         return explain(load_run(entry.place, entry.label)), None
     except Exception as exc:  # noqa: BLE001 - as in _analysed
-        return None, _problem(str(entry.label or entry.path), exc)
-
-
-def _problem(name: str, exc: Exception) -> str:
-    """The one line a view shows for a run gapscope cannot analyse; an error that is not the
-    input's fault also goes to TensorBoard's log with its traceback."""
-    if isinstance(exc, GapscopeInputError):
-        return one_line(exc)
-    logger.exception("gapscope: analysing %s failed", name)
-    return f"gapscope could not analyse this run ({type(exc).__name__}: {one_line(exc)})"
-
-
-def one_line(exc: Exception) -> str:
-    return " ".join(str(exc).split())
-
-
-def _signature(path: Path | None) -> tuple:
-    """Names, sizes and times of the run's files: a run still being written (or written again)
-    is read afresh."""
-    if path is None:
-        return ()
-    try:
-        files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file())
-        return tuple((str(p), s.st_size, s.st_mtime_ns) for p in files for s in [p.stat()])
-    except OSError:  # a file replaced while listed: read the run again next time
-        return (object(),)
+        return None, problem_line(str(entry.label or entry.path), exc)
