@@ -2,9 +2,11 @@
 on the TensorFlow backend (TF profiler) or the torch backend (torch.profiler)."""
 from __future__ import annotations
 
+from contextlib import ExitStack
 from pathlib import Path
 
-from gapscope.user_run import UserRun, compile_record, default_warmup, trace_window
+from gapscope.ondemand.live_steps import LiveStepsOnly
+from gapscope.user_run import UserRun, compile_record, default_warmup, stop_on_sigterm, trace_window
 from gapscope.profilers.environment import tf_device_name, torch_device_name
 from gapscope.profilers.run_dir import mark_rows
 from gapscope.workloads.models.params import keras_parameters
@@ -30,7 +32,9 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     trace_steps are optimizer updates as in `range(first, stop)`, counted over all epochs;
     None records timers only.
     Used as a context manager (`with ... as cap: model.fit(..., callbacks=[cap])`), a fit that
-    raises or is interrupted is recorded as failed; Keras tells callbacks only of success.
+    raises or is interrupted (Ctrl-C, SIGTERM) is recorded as failed or interrupted with the
+    steps it did; Keras tells callbacks only of success. Either way steps.csv is appended about
+    once a second as the fit goes, so a process killed outright leaves the steps it did.
     The model's top-level layers are the run's layers (`breakdown --layers`), by their names;
     `batch_size` gives their FLOPs per step where the first batch's shape does not say it
     (TensorFlow traces the step for any batch size where the samples do not fill whole batches)."""
@@ -80,6 +84,8 @@ def _callback_class():
             self.trace_log = None  # the TF backend's tf.function traces (capture_keras sets it)
             self._compiles = None  # the torch backend's: Dynamo's records (jit_compile=True)
             self.updates = 0
+            self._live = None
+            self._signals = ExitStack()
 
         # -- the run ----------------------------------------------------------------
         def on_train_begin(self, logs=None):
@@ -120,6 +126,8 @@ def _callback_class():
             self.updates, self._call_begin = 0, 0
             if self._on_torch:  # jit_compile=True: Keras torch.compiles its train step
                 self._compiles = compile_record("torch", self.run_dir)
+            if int(model.steps_per_execution or 1) == 1:  # else a row is a call, not a step
+                self._live = LiveStepsOnly(self.run_dir, self._timer, self._warmup, self).open()
 
         def _layer_ranges(self, model):
             """On the torch backend a Keras layer is a torch module: the layer ranges the seed
@@ -142,21 +150,38 @@ def _callback_class():
             self.updates += batch - self._call_begin + 1
             if self._compiles is not None:
                 self._compiles.end_step(self.updates - 1)
+            if self._live is not None and self._live.wanted:
+                self._live.after_step(self.updates, None)
+
+        def traced_steps(self, done: int) -> set[int]:
+            """The steps known to have run under the profiler so far (the live steps.csv's
+            `traced` flags; the end's rows say it from the whole window)."""
+            calls = set(self._steps.traced_calls)
+            if self._on_torch and calls:  # torch.profiler spends the call before its window warming up
+                calls.add(min(calls) - 1)
+            return {c for c in calls if c < done}
 
         def on_train_end(self, logs=None):
             self._finish(None)
 
         # -- failures, for `with` ------------------------------------------------------
         def __enter__(self):
+            # SIGTERM (a scheduler's stop) raises in the fit, which ends the run `interrupted`.
+            self._signals.enter_context(stop_on_sigterm())
             return self
 
         def __exit__(self, exc_type, exc, tb):
-            self._finish(exc)  # nothing where on_train_end recorded the end already
+            try:
+                self._finish(exc)  # nothing where on_train_end recorded the end already
+            finally:
+                self._signals.close()  # SIGTERM's own action again: it ends the process now
             return False
 
         def _finish(self, exc):
             if self._run is None or self._run.finished:
                 return
+            if self._live is not None:
+                self._live.close()
             if self._profiler is not None:
                 self._profiler.stop()
             if exc is not None and self._window is not None and not self._on_torch:
@@ -186,11 +211,8 @@ def _callback_class():
                 rows = expand_executions(rows, spe, per_epoch, self.updates)
             traced = None
             if self._window is not None:
-                # With steps_per_execution a call is traced as a whole; torch.profiler also
-                # spends the call before its window warming up.
-                calls = set(self._steps.traced_calls)
-                if self._on_torch and calls:
-                    calls.add(min(calls) - 1)
+                # With steps_per_execution a call is traced as a whole.
+                calls = self.traced_steps(self.updates)
                 traced = {r["step"] for r in rows if r.get("execution_first_step", r["step"]) in calls}
             mark_rows(rows, self._warmup, traced)
             facts = {"device": torch_device_name() if self._on_torch else tf_device_name(),

@@ -127,3 +127,37 @@ def test_a_capture_killed_before_its_first_step_is_refused_in_one_line(killed, t
     assert result.stderr.strip().endswith("before it recorded a whole step: nothing to analyse")
     assert f"run {killed.name} killed: interrupted (process " in result.stderr
 
+
+
+def _stopped_keras(out: Path, signum: int) -> Path:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    done = subprocess.run(
+        [sys.executable, "-c", "import pathlib, user_loops; user_loops.keras_fit("
+                               f"pathlib.Path({str(out)!r}), stop_at={STOP_AT}, signum={int(signum)})"],
+        env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == -signum, done.stderr[-2000:]
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
+def test_a_stopped_keras_fit_keeps_the_steps_it_did(tmp_path, signum):
+    """capture_keras as the torch capture: under `with`, SIGTERM ends the run `interrupted` with
+    its steps; a SIGKILL leaves the steps.csv appended as the fit went (user_loops.TRACE (6, 10):
+    6-9 traced, 10 paid the TF profiler's stop)."""
+    run_dir = _stopped_keras(tmp_path, signum)
+    manifest = json.loads((run_dir / "manifest.json").read_text())
+    rows = _rows(run_dir)
+    assert [int(r["step"]) for r in rows] == list(range(STOP_AT))
+    assert _steady_unprofiled(rows) == [3, 4, 5, 11]
+    if signum == signal.SIGTERM:
+        assert (manifest["status"], manifest["stopped_by"], manifest["steps"]) == (
+            "interrupted", "SIGTERM", STOP_AT)
+    else:
+        assert manifest["status"] == "running"
+    result = CliRunner().invoke(cli, ["breakdown", str(run_dir), "--source", "timers", "--format", "json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    expected = sum(float(r["step_ms"]) for r in rows if int(r["step"]) in (3, 4, 5, 11)) / 4
+    assert doc["steps"] == 4 and doc["step_ms"]["mean"] == pytest.approx(expected, rel=1e-6)
+    assert f"these figures are of the {STOP_AT} steps it recorded" in " ".join(doc["notes"])

@@ -96,9 +96,11 @@ def torch_profile_without_steps(out: Path, iterations: int = 6) -> Path:
 
 
 def keras_fit(out: Path, steps_per_execution: int = 1, short_last_batch: int | None = None,
-              trace_steps=TRACE):
+              trace_steps=TRACE, stop_at: int | None = None, signum: int | None = None):
     """`model.fit` on a compiled Sequential model, as the Keras guides write it.
-    `short_last_batch`: the data cut so that the last batch holds that many samples."""
+    `short_last_batch`: the data cut so that the last batch holds that many samples.
+    `stop_at`: the process sends itself `signum` as that batch begins (before a SIGKILL it waits
+    two batches earlier for the live steps.csv flush to come due, as stopped_torch_loop)."""
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
     import keras
 
@@ -113,9 +115,24 @@ def keras_fit(out: Path, steps_per_execution: int = 1, short_last_batch: int | N
     model.compile(optimizer=keras.optimizers.SGD(0.1),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   steps_per_execution=steps_per_execution)
+    callbacks = []
+    if stop_at is not None:
+        import signal
+        import time
+
+        class Stop(keras.callbacks.Callback):
+            def on_train_batch_begin(self, batch, logs=None):
+                if batch == stop_at:
+                    os.kill(os.getpid(), signum)
+
+            def on_train_batch_end(self, batch, logs=None):
+                if signum == signal.SIGKILL and batch == stop_at - 2:
+                    time.sleep(1.5)  # the flush is taken at the next batch's end
+
+        callbacks.append(Stop())
     with gapscope.capture_keras(model, "user-mlp", trace_steps=trace_steps, out=out,
                                 warmup_steps=WARMUP) as cap:
-        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cap])
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0, callbacks=[cap, *callbacks])
     return cap, model
 
 
