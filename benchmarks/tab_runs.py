@@ -1,5 +1,6 @@
 """Times the gapscope tab's /runs over a logdir of many small runs (copies of one real run): the
-first answer the page gets (?wait=2), the time until no run is pending, and the process's RSS."""
+first answer the page gets (?wait=2), the time until no run is pending, and the process's RSS;
+each request with the analysis pool's workers (one per core) and, interleaved, with none."""
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,11 @@ def make_logdir(source: Path, copies: int, into: Path) -> Path:
     return into
 
 
-def one(logdir: Path, wait: str) -> dict:
+def one(logdir: Path, wait: str, workers: str | None) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("GAPSCOPE_READ_WORKERS", None)
+    if workers is not None:
+        env["GAPSCOPE_READ_WORKERS"] = workers
     out = subprocess.run([sys.executable, "-c", _CHILD, str(logdir), wait], cwd=ROOT, env=env,
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -67,15 +71,17 @@ def main(argv: list[str] | None = None) -> int:
         size_mb = sum(p.stat().st_size for p in logdir.rglob("*") if p.is_file()) / 1e6
         print(f"{args.copies} copies of {args.run.name} ({size_mb:.0f} MB in all); "
               f"load average {load[0]:.1f} on {os.cpu_count()} CPUs before")
-        print(f"{'request':14}{'first s':>9}{'pending':>9}{'all s':>8}{'RSS MB':>14}")
+        print(f"{'request':14}{'workers':>9}{'first s':>9}{'pending':>9}{'all s':>8}{'RSS MB':>14}")
         for _ in range(args.rounds):
             for wait in ("2", "all"):
-                r = one(logdir, wait)
-                label = "/runs?wait=2" if wait == "2" else "/runs (all)"
-                print(f"{label:14}{r['first_s']:9.2f}{r['pending_first']:9d}{r['all_s']:8.2f}"
-                      f"{r['rss_before_mb']:7.0f}->{r['rss_after_mb']:.0f}")
-    print("first s: the first answer; pending: runs it listed as pending; all s: until none was; "
-          "RSS: the process's before the plugin and after the last answer")
+                for workers in ("1", None):  # the control first: no pool, one process
+                    r = one(logdir, wait, workers)
+                    label = "/runs?wait=2" if wait == "2" else "/runs (all)"
+                    print(f"{label:14}{workers or 'cores':>9}{r['first_s']:9.2f}{r['pending_first']:9d}"
+                          f"{r['all_s']:8.2f}{r['rss_before_mb']:7.0f}->{r['rss_after_mb']:.0f}")
+    print("workers: 1 = analysed in the serving process (GAPSCOPE_READ_WORKERS=1), cores = the pool; "
+          "first s: the first answer; pending: runs it listed as pending; all s: until none was; "
+          "RSS: the serving process's before the plugin and after the last answer (not its workers')")
     return 0
 
 
