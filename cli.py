@@ -1184,6 +1184,29 @@ def report(runs, out_file, source, baseline, quiet):
         sys.exit(EXIT_RUN_FAILED)
 
 
+@cli.command("mcp")
+@click.option("--root", required=True, type=click.Path(file_okay=False),
+              help="The only folder the server writes in (runs, A/B folders); relative paths "
+                   "the tools are given start there.")
+def mcp_command(root):
+    """Serve gapscope to an AI agent: a Model Context Protocol server on stdin/stdout with the
+    tools list_workloads, run, breakdown, compare (and measure), check, layers, compile_why and
+    memory, each returning the command's JSON with its verdict. Needs the `mcp` extra.
+
+    \b
+    Example (an MCP client's configuration starts it):
+      gapscope mcp --root ~/gapscope-runs
+    """
+    try:
+        from gapscope.agent.server import serve
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio", "pydantic"):
+            raise
+        raise GapscopeInputError(f"gapscope mcp needs the MCP SDK ({exc.name} is missing): "
+                                 "pip install 'gapscope[mcp]'") from None
+    serve(root)
+
+
 def main():
     cli(prog_name="gapscope")
 
