@@ -186,8 +186,11 @@ def measure(root: Path, configs: list[str], repeats: int | None = None,
     """`gapscope compare --measure CONFIGS --format json` (with `precision`: `--precision`, and
     `budget_minutes`: `--budget`), into an A/B folder under `out` inside `root`."""
     from gapscope import api
+    from gapscope.analysis.model.run import is_measurement
     from gapscope.profilers.run_dir import ensure_out_dir
     out_dir = writable(root, out)
+    if len(configs) == 1 and is_measurement(root / configs[0]):  # resumed: it is written in
+        configs = [str(writable(root, configs[0]))]
     if budget_minutes is not None and precision is None:
         raise GapscopeInputError("budget_minutes goes with precision (a budget for reaching it)")
     ensure_out_dir(out_dir)
