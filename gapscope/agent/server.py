@@ -1,7 +1,6 @@
 """`gapscope mcp`: the agent tools (gapscope.agent.tools) served over stdio with the official MCP SDK."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Annotated, Callable, Literal
 
@@ -13,6 +12,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import Field
 
 from gapscope.agent import tools
+from gapscope.profilers import strict_json
 from gapscope.profilers.errors import GapscopeInputError, GapscopeRunError
 from gapscope.workloads.ab import RunFailed
 from gapscope.workloads.child_process import RunInterrupted, StopRequest
@@ -156,7 +156,7 @@ async def _answer(ctx: Context, work: Callable[[tools.Progress], tools.Answer]) 
         raise ToolError(f"gapscope: error:{where} {exc.strerror or exc}") from None
     document = answer.to_json_dict()
     return CallToolResult(content=[TextContent(type="text", text=answer.text),
-                                   TextContent(type="text", text=json.dumps(document, indent=2))],
+                                   TextContent(type="text", text=strict_json.dumps(document, indent=2))],
                           structured_content=document)
 
 
