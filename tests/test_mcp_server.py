@@ -39,7 +39,7 @@ def _structured(result) -> dict:
     return result.structured_content
 
 
-async def _drive(root: Path) -> dict:
+async def _drive(root: Path, ab_folder: Path, baseline: Path) -> dict:
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "gapscope.cli", "mcp", "--root", str(root)],
                                    env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
@@ -56,6 +56,8 @@ async def _drive(root: Path) -> dict:
         got["breakdown_busy"] = await session.call_tool("breakdown", {"paths": [str(CNN / "torch")]})
         got["layers"] = await session.call_tool("layers", {"paths": ["keras-quiet"]})
         got["memory"] = await session.call_tool("memory", {"paths": ["keras-quiet"]})
+        got["compile_why"] = await session.call_tool("compile_why", {"paths": ["torch-quiet"]})
+        got["check"] = await session.call_tool("check", {"target": str(ab_folder), "baseline": str(baseline)})
         got["outside"] = await session.call_tool("run", {"workload": "linreg", "framework": "torch",
                                                          "out": "../elsewhere"})
         got["symlink"] = await session.call_tool("run", {"workload": "linreg", "framework": "torch",
@@ -80,15 +82,21 @@ async def _drive(root: Path) -> dict:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def served(tmp_path_factory, ab_folder):
     root = tmp_path_factory.mktemp("mcp-root")
+    # A baseline of the session's A/B folder (linreg:torch), to check that folder against.
+    baseline = root / "baseline.json"
+    saved = CliRunner().invoke(cli, ["check", str(ab_folder), "--baseline", str(baseline), "--save",
+                                     "--save-busy"])
+    assert saved.exit_code == 0, saved.output
     quiet_copy(CNN / "torch", root / "torch-quiet")
     quiet_copy(CNN / "keras", root / "keras-quiet")
     outside = tmp_path_factory.mktemp("mcp-outside")
     (root / "link").symlink_to(outside, target_is_directory=True)
     started = time.monotonic()
-    got = anyio.run(_drive, root)
-    got.update(root=root, outside_dir=outside, seconds=time.monotonic() - started)
+    got = anyio.run(_drive, root, ab_folder, baseline)
+    got.update(root=root, outside_dir=outside, seconds=time.monotonic() - started, ab_folder=ab_folder,
+               baseline=baseline)
     return got
 
 
@@ -167,3 +175,17 @@ def test_a_cancelled_run_reported_progress_and_stopped(served):
     recorded = json.loads(manifest.read_text())
     assert recorded["status"] == "failed" and recorded["error"] == "interrupted"
     assert steps[0][0] < RUN_STEPS   # stopped when told, not at its end
+
+
+def test_check_and_compile_why_answer_as_the_cli(served):
+    checked = _structured(served["check"])
+    expected, code = _cli_json("check", str(served["ab_folder"]), "--baseline", str(served["baseline"]))
+    assert checked["json"] == expected and checked["exit_code"] == code
+    # Its own runs against themselves: unchanged, or no verdict where they ran beside other work.
+    assert checked["verdict"] == expected["verdict"] in ("unchanged", "inconclusive")
+    assert checked["inconclusive"] == (expected["verdict"] == "inconclusive")
+    assert expected["ratio"] == pytest.approx(1.0) and checked["text"].startswith("check linreg:torch: ")
+    why = _structured(served["compile_why"])
+    assert why["json"]["runs"] == [{"run_id": "cnn-torch-default-20261126-222948-62fb", "label": "cnn torch",
+                                    "compile": None}]   # an eager run keeps no compile.json
+    assert why["text"].startswith("cnn torch: no compile record")
