@@ -1,4 +1,4 @@
-"""gapscope's public Python API: profile your own training loop into a normal run directory."""
+"""gapscope's public Python API: capture your own loop; load, compare, measure and check runs as the CLI does."""
 from __future__ import annotations
 
 from pathlib import Path

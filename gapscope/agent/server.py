@@ -25,14 +25,19 @@ figures are no fact; measure again on a quiet machine rather than act on them. T
 `compare` with `measure` (two configurations WORKLOAD:FRAMEWORK[:VARIANT], interleaved repeats),
 read the verdict, try a suggestion (a configuration it names), and measure again."""
 
-Paths = Annotated[list[str], Field(description="Run directories, folders of runs, A/B folders or trace files.")]
-Configs = Annotated[list[str], Field(description="WORKLOAD:FRAMEWORK[:VARIANT], e.g. mlp:torch, mlp:keras:jit.")]
+Paths = Annotated[list[str], Field(description="Run directories, folders of runs, A/B folders, "
+                                               "trace files.")]
+Configs = Annotated[list[str], Field(description="WORKLOAD:FRAMEWORK[:VARIANT], e.g. mlp:torch, "
+                                                 "mlp:keras:jit.")]
 Out = Annotated[str, Field(description="Folder for the runs, inside the server's root folder.")]
 # An agent's run is bounded: 10,000 steps of the largest workload take minutes here, not days.
 MAX_AGENT_STEPS = 10_000
 Steps = Annotated[int, Field(ge=2, le=MAX_AGENT_STEPS, description="Training steps a run.")]
-Warmup = Annotated[int, Field(ge=1, le=MAX_AGENT_STEPS, description="First steps left out of the steady state.")]
-TraceSteps = Annotated[int | None, Field(ge=1, le=MAX_AGENT_STEPS, description="Steps the profiler records.")]
+Warmup = Annotated[int, Field(ge=1, le=MAX_AGENT_STEPS,
+                              description="First steps left out of the steady state.")]
+TraceSteps = Annotated[int | None, Field(ge=1, le=MAX_AGENT_STEPS,
+                                         description="Steps the profiler records.")]
+Precision = Annotated[float | None, Field(gt=0, le=0.5, description="e.g. 0.03 for ±3 %")]
 Device = Literal["auto", "cpu", "cuda"]
 
 
@@ -67,15 +72,17 @@ def build(root: Path) -> MCPServer:
                              "cancellable.")
     async def compare(ctx: Context, runs: Paths | None = None, measure: Configs | None = None,
                       repeats: Annotated[int | None, Field(ge=1, le=200)] = None,
-                      precision: Annotated[float | None, Field(gt=0, le=0.5, description="e.g. 0.03 for ±3 %")] = None,
+                      precision: Precision = None,
                       budget_minutes: Annotated[float | None, Field(ge=0.5, le=1440)] = None,
                       steps: Steps = 60, warmup: Warmup = 5, trace_steps: TraceSteps = None,
                       device: Device = "auto", out: Out = ".",
                       different_workloads: bool = False) -> CallToolResult:
         if (runs is None) == (measure is None):
-            raise ToolError("gapscope: error: give `runs` (to compare) or `measure` (configurations to run), not both")
+            raise ToolError("gapscope: error: give `runs` (to compare) or `measure` (configurations "
+                            "to run), not both")
         if measure is None:
-            return await _answer(ctx, lambda progress: tools.compare(_read(root, runs), different_workloads))
+            return await _answer(ctx, lambda progress: tools.compare(_read(root, runs),
+                                                                     different_workloads))
         return await _answer(ctx, lambda progress: tools.measure(
             root, measure, repeats, precision, budget_minutes, steps, warmup, trace_steps, device, out,
             progress))
@@ -89,7 +96,8 @@ def build(root: Path) -> MCPServer:
                     steps: Steps = 60, warmup: Warmup = 5, device: Device = "auto",
                     out: Out = ".") -> CallToolResult:
         return await _answer(ctx, lambda progress: tools.check(
-            root, _target(root, target), _read(root, [baseline])[0], threshold, repeats, config, steps, warmup, device, out))
+            root, _target(root, target), _read(root, [baseline])[0], threshold, repeats, config,
+            steps, warmup, device, out))
 
     @server.tool(description="Each layer's forward and backward time of runs (`gapscope breakdown "
                              "--layers --format json`).")
