@@ -1200,9 +1200,10 @@ def mcp_command(root):
     try:
         from gapscope.agent.server import serve
     except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in ("mcp", "mcp_types", "anyio", "pydantic"):
+        missing = (exc.name or "").split(".")[0]
+        if missing not in ("mcp", "mcp_types", "anyio", "pydantic"):
             raise
-        raise GapscopeInputError(f"gapscope mcp needs the MCP SDK ({exc.name} is missing): "
+        raise GapscopeInputError(f"gapscope mcp needs the MCP SDK ({missing} is missing): "
                                  "pip install 'gapscope[mcp]'") from None
     serve(root)
 

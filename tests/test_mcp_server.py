@@ -189,3 +189,13 @@ def test_check_and_compile_why_answer_as_the_cli(served):
     assert why["json"]["runs"] == [{"run_id": "cnn-torch-default-20261126-222948-62fb", "label": "cnn torch",
                                     "compile": None}]   # an eager run keeps no compile.json
     assert why["text"].startswith("cnn torch: no compile record")
+
+
+def test_without_the_sdk_the_command_says_what_to_install(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "mcp", None)   # `import mcp` now raises ImportError
+    for name in [m for m in sys.modules if m.startswith(("mcp.", "gapscope.agent.server"))]:
+        monkeypatch.delitem(sys.modules, name)
+    result = CliRunner().invoke(cli, ["mcp", "--root", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr.strip().splitlines() == [
+        "gapscope: error: gapscope mcp needs the MCP SDK (mcp is missing): pip install 'gapscope[mcp]'"]
