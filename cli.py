@@ -561,44 +561,20 @@ def breakdown(paths, source, fmt, quiet, no_legend, session, layers):
     Example:
       gapscope breakdown traces/mlp-torch-default-* --format markdown
     """
-    from gapscope.analysis.results.breakdown import breakdown as breakdown_run
-    from gapscope.analysis.results.distributed_breakdown import breakdown_of
-    from gapscope.analysis.model.job import is_job
     from gapscope.analysis.model.locate import nested_folders
-    from gapscope.analysis.model.run import Runs, expand_runs
-    from gapscope.analysis.results.layers import layer_breakdown
+    from gapscope.analysis.model.run import expand_runs
+    from gapscope.api import breakdowns, breakdowns_json
     _check_layers_format(layers, fmt)
     entries = expand_runs(paths) if session is None else _session_entries(paths, session)
-    runs = Runs()
-    results, jobs, problems, layer_results = [], [], [], []
-    for entry in entries:
-        try:
-            if entry.path is None:
-                raise GapscopeInputError(entry.problem)
-            if is_job(entry.place, lone=True):  # a lone rank of a larger job too
-                jobs.append(breakdown_of(entry.place, source))
-            else:
-                run = runs.load(entry.place, entry.label)
-                results.append(breakdown_run(run, source))
-                if layers:
-                    layer_results.append(layer_breakdown(run, results[-1].name,
-                                                         len(results[-1].steps)))
-        except GapscopeInputError as exc:
-            if len(entries) == 1:
-                raise
-            problems.append(f"{entry.label or entry.path}: {exc}")
-    if results and jobs and fmt == "json":  # one JSON document: the runs' and the jobs'
-        import json
-        docs = [json.loads(registry.BREAKDOWN[fmt].render([r])) for r in results]
-        docs += [json.loads(registry.JOB_BREAKDOWN[fmt].render([j])) for j in jobs]
-        click.echo(strict_json.dumps(docs, indent=2))
+    results, jobs, problems, layer_results = breakdowns(entries, source, layers)
+    if fmt == "json":
+        if results or jobs:
+            click.echo(breakdowns_json(results, jobs, layer_results if layers else None), nl=False)
     else:
         if results:
             options = _breakdown_options(fmt, no_legend)
-            if layers and fmt == "json":
-                options["layers"] = layer_results
             click.echo(registry.BREAKDOWN[fmt].render(results, **options), nl=False)
-            if layers and fmt != "json":
+            if layers:
                 click.echo(registry.LAYERS[fmt].render(layer_results), nl=False)
         if jobs:
             click.echo(registry.JOB_BREAKDOWN[fmt].render(jobs), nl=False)
@@ -756,12 +732,11 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
       gapscope compare --measure cnn:keras cnn:torch --repeats 5
       gapscope compare --measure cnn:keras cnn:torch --precision 3% --budget 10
     """
-    from gapscope.analysis.results.compare import compare as compare_runs
-    from gapscope.analysis.results.explain import explain_all
     from gapscope.analysis.results.measured import compare_measurement
     from gapscope.analysis.model.job import is_job
     from gapscope.analysis.model.locate import locate
-    from gapscope.analysis.model.run import Runs, is_measurement
+    from gapscope.analysis.model.run import is_measurement
+    from gapscope.api import precision_note, runs_comparison
     if precision is not None and not measure:
         raise GapscopeInputError("--precision goes with --measure")
     if budget is not None and precision is None:
@@ -779,17 +754,12 @@ def compare(runs, measure, repeats, precision, budget, out_dir, check_suggestion
     places = [] if measured else [locate(r) for r in runs]  # each run's manifest read here, once
     if measured:
         comparison = compare_measurement(runs[0])
-        if precision is not None and stopped and not stopped[0].startswith("precision reached"):
-            comparison.warnings.append(f"precision ±{100 * precision:g} % not reached: {stopped[0]}")
+        precision_note(comparison, precision, stopped)
     elif any(is_job(p) for p in places):
         _compare_scaling(places, fmt)
         return
     else:
-        if len(runs) < 2:
-            raise GapscopeInputError("compare needs at least two runs, or one A/B folder")
-        loaded = Runs()
-        comparison = compare_runs(explain_all([loaded.load(p) for p in places]),
-                                  different_workloads=different_workloads)
+        comparison = runs_comparison(places, different_workloads)
     if check_suggestions:
         _check_suggestions(comparison, repeats, out_dir, quiet, settings)
     options = {"verbose": verbose} if fmt == "table" else {}  # the other formats hold it all
@@ -869,45 +839,14 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
     """The A/B folder; a failed run ends the command, or with `failed_is_fatal` False is
     said and gives None. With `precision`, rounds go on until analysis.results.precision says stop;
     its reason is said and appended to `stopped`."""
-    import time
-
-    from gapscope.analysis.model.run import is_measurement
-    from gapscope.workloads.ab import Config, RunFailed, measure, planned_repeats, resume
+    from gapscope.api import measured_folder
+    from gapscope.workloads.ab import RunFailed
     from gapscope.workloads.launch import RunInterrupted
-    from gapscope.workloads.settings import RunSettings
-    resuming = len(specs) == 1 and is_measurement(specs[0])
-    configs = [] if resuming else [Config.parse(spec) for spec in specs]
-    repeats = planned_repeats(specs[0]) if resuming else repeats
-    most = f"up to {repeats}" if precision is not None else str(repeats)
-
-    def on_run(repeat, config, outcome):
-        if outcome is None:
-            _say(quiet, f"repeat {repeat + 1}/{most}: running {config.label}...")
-        else:
-            _say(quiet, f"  {outcome.status}: {outcome.run_dir}")
-    started = time.monotonic()
-
-    def after_round(runs, rounds):
-        from gapscope.analysis.results.precision import progress_of, stop_reason
-        try:
-            progress = progress_of(runs, time.monotonic() - started)
-        except GapscopeInputError as exc:
-            reason = f"stopped: a run could not be analysed ({exc})"
-        else:
-            _say(quiet, progress.line(precision))
-            reason = stop_reason(progress, precision, budget_s, repeats)
-        if reason:
-            click.echo(f"gapscope: {reason}", err=True)
-            if stopped is not None:
-                stopped.append(reason)
-        return reason
-    base = RunSettings(workload="", framework="", **settings)
     try:
-        if resuming:
-            folder = resume(specs[0], on_run, after_round if precision is not None else None)
-        else:
-            folder = measure(configs, repeats, base, out_dir, on_run,
-                             after_round if precision is not None else None)
+        folder = measured_folder(list(specs), repeats, out_dir, settings,
+                                 say=lambda message: _say(quiet, message),
+                                 warn=lambda message: click.echo(f"gapscope: {message}", err=True),
+                                 precision=precision, budget_s=budget_s, stopped=stopped)
     except RunFailed as exc:
         click.echo(f"gapscope: A/B measurement failed: {exc}", err=True)
         if failed_is_fatal:
@@ -919,7 +858,6 @@ def _measure(specs, repeats: int, out_dir: str, quiet: bool, settings: dict,
             click.echo(f"gapscope: its complete runs are kept; resume with: gapscope compare "
                        f"--measure {folder}", err=True)
         raise
-    _say(quiet, f"A/B folder: {folder}")
     return folder
 
 
@@ -966,19 +904,25 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
       gapscope check traces/ab-cnn-20261125-1015-1a2b --baseline ci/cnn-torch.json
     """
     from gapscope.analysis.measures.reliability import busy_machine
-    from gapscope.analysis.results.regression import Baseline, check as check_against, read_baseline
+    from gapscope.analysis.results.regression import Baseline, read_baseline
+    from gapscope.api import check_of, check_runs, machine, process_means
+    from gapscope.workloads.ab import RunFailed
     baseline_path = Path(baseline_file)
     if save_busy and not save:
         raise GapscopeInputError("--save-busy goes with --save")
     if save:
         _baseline_folder(baseline_path)  # before measuring: a minute's runs are not lost on it
     baseline = None if save else read_baseline(baseline_path)
-    config, runs, run_settings = _check_runs(target, config_label or (baseline and baseline.config),
-                                              repeats, out_dir, quiet, settings)
-    means, within, unreliable = _process_means(runs)
-    busy = any(busy_machine(run.manifest) for run in runs)
-    machine = _machine()
+    try:
+        config, runs, run_settings = check_runs(target, config_label or (baseline and baseline.config),
+                                                repeats, out_dir, settings,
+                                                lambda message: _say(quiet, message))
+    except RunFailed as exc:
+        click.echo(f"gapscope: check failed: {exc}", err=True)
+        sys.exit(EXIT_RUN_FAILED)
     if save:
+        means, within, unreliable = process_means(runs)
+        busy = any(busy_machine(run.manifest) for run in runs)
         from gapscope.profilers.run_dir import write_new
         if busy and not save_busy:
             # A step time measured beside other work is the neighbours' figure: stored, it
@@ -988,7 +932,7 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
                        "keep it (every check against it is then inconclusive)", err=True)
             sys.exit(EXIT_INCONCLUSIVE)
         # Kept with its busy mark: every check against a busy machine's baseline is inconclusive.
-        stored = Baseline(config, means, within, run_settings, machine, busy)
+        stored = Baseline(config, means, within, run_settings, machine(), busy)
         # Created exclusively: of two saves at once, the second is refused, not told "written".
         write_new(baseline_path, (strict_json.dumps(stored.to_json_dict(), indent=2) + "\n").encode(),
                   exists=_KEPT_BASELINE)
@@ -998,8 +942,7 @@ def check(target, baseline_file, save, save_busy, threshold, repeats, config_lab
                                       "it again on a quiet machine"] if busy else []):
             click.echo(f"gapscope: warning: {warning}", err=True)
         return
-    result = check_against(baseline, config, means, within, threshold, machine, busy)
-    result.warnings += unreliable
+    result = check_of(baseline, config, runs, threshold)
     if fmt == "json":
         click.echo(strict_json.dumps(result.to_json_dict(), indent=2))
     else:
@@ -1025,57 +968,6 @@ def _baseline_folder(path: Path) -> None:
 
 
 _KEPT_BASELINE = "remove it or name another to --save"
-
-
-def _check_runs(target: str, label: str | None, repeats: int, out_dir: str, quiet: bool,
-                settings: dict):
-    """(configuration label, its runs, the settings they ran with) for a check:
-    from an A/B folder, or measured now (no profiler: only the step time is wanted)."""
-    from gapscope.analysis.model.run import is_measurement, load_measurement
-    if is_measurement(target):
-        per_config = load_measurement(target)
-        labels = [runs[0].label for runs in per_config]
-        label = label or labels[0]
-        if label not in labels:
-            raise GapscopeInputError(f"{target}: measures {', '.join(labels)}, not {label}")
-        runs = per_config[labels.index(label)]
-        return label, runs, runs[0].settings
-    from gapscope.workloads.ab import Config, RunFailed, measure
-    from gapscope.workloads.settings import RunSettings
-    config = Config.parse(target)
-    base = RunSettings(workload="", framework="", trace=False, **settings)
-    base.check_lengths()
-
-    def on_run(repeat, _config, outcome):
-        if outcome is None:
-            _say(quiet, f"repeat {repeat + 1}/{repeats}: running {config.label}...")
-    try:
-        folder = measure([config], repeats, base, out_dir, on_run, least=1)
-    except RunFailed as exc:
-        click.echo(f"gapscope: check failed: {exc}", err=True)
-        sys.exit(EXIT_RUN_FAILED)
-    (runs,) = load_measurement(folder)
-    return config.label, runs, runs[0].settings
-
-
-def _process_means(runs) -> tuple[list[float], list[float], list[str]]:
-    """Each run's mean unprofiled steady step, the variance of that mean from its steps, and
-    the reasons not to trust a run's figure (a busy machine), named by repeat."""
-    from gapscope.analysis.results.breakdown import Source, breakdown
-    from gapscope.analysis.measures.stats import mean_variance
-    results = [breakdown(r, Source.TIMERS) for r in runs]
-    warnings = [f"repeat {i}: {w}" for i, b in enumerate(results, start=1)
-                for w in b.reliability_warnings]
-    times = [b.step_times_ms for b in results]
-    return [sum(t) / len(t) for t in times], [mean_variance(t) for t in times], warnings
-
-
-def _machine() -> dict:
-    from gapscope.profilers.environment import cpu_name, host, omp_num_threads, versions
-    found = versions()
-    return {"host": host(), "cpu": cpu_name(), "cores": os.cpu_count(),
-            "torch": found.get("torch"), "tensorflow": found.get("tensorflow"),
-            "OMP_NUM_THREADS": omp_num_threads()}
 
 
 @cli.command()
@@ -1290,6 +1182,30 @@ def report(runs, out_file, source, baseline, quiet):
         click.echo(f"gapscope: run {run.label} has no results: {run.problem}", err=True)
     if files.problems:
         sys.exit(EXIT_RUN_FAILED)
+
+
+@cli.command("mcp")
+@click.option("--root", required=True, type=click.Path(file_okay=False),
+              help="The only folder the server writes in (runs, A/B folders); relative paths "
+                   "the tools are given start there.")
+def mcp_command(root):
+    """Serve gapscope to an AI agent: a Model Context Protocol server on stdin/stdout with the
+    tools list_workloads, run, breakdown, compare (and measure), check, layers, compile_why and
+    memory, each returning the command's JSON with its verdict. Needs the `mcp` extra.
+
+    \b
+    Example (an MCP client's configuration starts it):
+      gapscope mcp --root ~/gapscope-runs
+    """
+    try:
+        from gapscope.agent.server import serve
+    except ImportError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in ("mcp", "mcp_types", "anyio", "pydantic"):
+            raise
+        raise GapscopeInputError(f"gapscope mcp needs the MCP SDK ({missing} is missing): "
+                                 "pip install 'gapscope[mcp]'") from None
+    serve(root)
 
 
 def main():

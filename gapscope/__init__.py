@@ -1,16 +1,20 @@
-"""gapscope's public Python API: profile your own training loop into a normal run directory."""
+"""gapscope's public Python API: capture your own loop; load, compare, measure and check runs as the CLI does."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import importlib
 
-__all__ = ["LoopCapture", "breakdown", "capture", "capture_keras", "report", "write_summaries"]
+__all__ = ["LoopCapture", "breakdown", "capture", "capture_keras", "check", "compare", "load", "measure",
+           "report", "write_summaries"]
 
 # Imported when first used, so `import gapscope.analysis...` (a cluster worker, the CLI) does not
 # pull in the capture code and what it imports.
 _LAZY = {"capture": "gapscope.loop_capture", "LoopCapture": "gapscope.loop_capture",
-         "capture_keras": "gapscope.keras_capture"}
+         "capture_keras": "gapscope.keras_capture",
+         # Comparisons and measurements for notebooks and agents (gapscope.api).
+         "compare": "gapscope.api", "measure": "gapscope.api", "load": "gapscope.api",
+         "check": "gapscope.api"}
 
 
 def __getattr__(name: str):

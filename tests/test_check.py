@@ -158,16 +158,16 @@ def _two_saves_at_once(folder, baseline, monkeypatch):
     """Issue 47 item 7: two saves at once both printed "baseline written". The other save lands
     while this one works (planted at the last step before its write): this one is refused in
     one line, theirs is kept, and no temporary file is left."""
-    from gapscope import cli as cli_module
-    machine = cli_module._machine
+    from gapscope import api as api_module   # the CLI's check asks gapscope.api for the machine
+    machine = api_module.machine
 
     def theirs_lands_meanwhile():
         baseline.write_text("theirs")
         return machine()
-    monkeypatch.setattr(cli_module, "_machine", theirs_lands_meanwhile)
+    monkeypatch.setattr(api_module, "machine", theirs_lands_meanwhile)
     result = CliRunner().invoke(cli, ["check", str(folder), "--baseline", str(baseline), "--save",
                                       "--save-busy"])
-    monkeypatch.setattr(cli_module, "_machine", machine)
+    monkeypatch.setattr(api_module, "machine", machine)
     assert result.exit_code == 2 and "baseline written" not in result.output, result.output
     assert result.stderr.strip().splitlines() == [
         f"gapscope: error: {baseline}: exists; remove it or name another to --save"]

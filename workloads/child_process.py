@@ -2,6 +2,7 @@
 and its output read while it runs, and how it ended."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -48,9 +49,51 @@ def child_env() -> dict:
     return env
 
 
+class StopRequest:
+    """Stops the runs one thread launches as SIGTERM stops a command's, for a caller on another
+    thread (a server whose request was cancelled), where no signal reaches: the run in flight
+    records `failed: interrupted`, launch raises RunInterrupted, and no later run starts."""
+
+    _bound = threading.local()
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._forwarders: list[_Forwarder] = []
+        self._lock = threading.Lock()
+
+    @classmethod
+    def current(cls) -> "StopRequest | None":
+        return getattr(cls._bound, "request", None)
+
+    @contextlib.contextmanager
+    def bound(self):
+        """This request stands for the signals of the calling thread (the one that launches
+        the runs) while the block runs."""
+        StopRequest._bound.request = self
+        try:
+            yield self
+        finally:
+            StopRequest._bound.request = None
+
+    def stop(self, signum: int = signal.SIGTERM) -> None:
+        with self._lock:
+            self.signum = signum
+            forwarders = list(self._forwarders)
+        for forwarder in forwarders:
+            forwarder._received(signum, None)
+
+    def _watch(self, forwarder: "_Forwarder") -> None:
+        with self._lock:
+            self._forwarders.append(forwarder)
+            signum = self.signum
+        if signum is not None:  # asked before this run started: it starts stopped
+            forwarder._received(signum, None)
+
+
 class _Forwarder:
     """While a run process runs, SIGINT and SIGTERM go to it instead of stopping this process
-    at once; a second signal, or a child still there GRACE_S after the first, is killed."""
+    at once; a second signal, or a child still there GRACE_S after the first, is killed. Off the
+    main thread, where signals never arrive, the thread's StopRequest stands in for them."""
 
     def __init__(self):
         self.signum: int | None = None
@@ -61,6 +104,9 @@ class _Forwarder:
     def __enter__(self) -> "_Forwarder":
         if threading.current_thread() is threading.main_thread():
             self._previous = {s: signal.signal(s, self._received) for s in STOP_SIGNALS}
+        request = StopRequest.current()
+        if request is not None:
+            request._watch(self)
         return self
 
     def __exit__(self, *exc_info) -> None:

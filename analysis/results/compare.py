@@ -14,7 +14,7 @@ from gapscope.analysis.results.amortisation import compile_behind
 from gapscope.analysis.results.cause import MIN_SHARE, Cause, CauseKind, biggest_cause
 from gapscope.analysis.results.evidence.builders import (EVIDENCE_SHARE, Evidence, EvidenceKind, build_evidence,
                                               explains, page_fault_evidence)
-from gapscope.analysis.results.layers import LayerCause, layer_cause
+from gapscope.analysis.results.layers import LayerCause, layer_cause, layer_pairs
 from gapscope.analysis.results.explain import RunExplanation
 from gapscope.analysis.events.step_windows import single_window_warnings
 from gapscope.analysis.results.records import Breakdown
@@ -51,6 +51,30 @@ class IntervalMethod(enum.StrEnum):
     REPEATS = "two-level t over interleaved repeats"  # fresh processes: their spread included
 
 
+_PANDAS_COLUMNS = {
+    "phase": ["run", "phase", "a_ms", "b_ms", "delta_ms", "delta_ci95_low_ms", "delta_ci95_high_ms",
+              "within_noise", "share_of_gap"],
+    "layer": ["run", "layer", "a_forward_ms", "b_forward_ms", "a_backward_ms", "b_backward_ms",
+              "delta_ms"]}
+
+
+@dataclass(frozen=True)
+class VerdictState:
+    """A verdict as fields (an agent or a notebook branches on them, never on prose): `verdict`
+    is slower, faster, within_noise (of the later run against the first), inconclusive (a busy
+    machine: no verdict is a fact, the CLI's exit 3) or no_verdict; `reason` says why not."""
+
+    verdict: str
+    inconclusive: bool
+    reason: str | None
+
+    def __str__(self) -> str:
+        return self.verdict
+
+    def to_json_dict(self) -> dict:
+        return {"verdict": self.verdict, "inconclusive": self.inconclusive, "reason": self.reason}
+
+
 @dataclass
 class PairComparison:
     a: str                       # run ids (baseline first)
@@ -85,6 +109,17 @@ class PairComparison:
         """The phase that carries most of the gap, beyond noise: the one the headline names."""
         shares = [g for g in self.phases if g.share_of_gap and g.share_of_gap > 0 and not g.within_noise]
         return max(shares, key=lambda g: g.share_of_gap) if shares else None
+
+    @property
+    def verdict(self) -> "VerdictState":
+        """How the second run stands against the first, as a state to branch on."""
+        if self.inconclusive:
+            return VerdictState("inconclusive", True, self.inconclusive)
+        if self.ratio is None:
+            return VerdictState("no_verdict", False, "no step time on a side")
+        if self.within_noise:
+            return VerdictState("within_noise", False, None)
+        return VerdictState("slower" if self.ratio > 1 else "faster", False, None)
 
     @property
     def pair_ratios(self) -> list[float]:
@@ -177,6 +212,43 @@ class Comparison:
     def inconclusive(self) -> bool:
         """A pair's step times are no fact (a busy machine): the command says so in its exit code."""
         return any(p.inconclusive for p in self.pairs)
+
+    @property
+    def verdict(self) -> VerdictState:
+        """The pair's verdict with two runs; with more, the first inconclusive pair's, else the
+        first pair's (each pair has its own: `pairs[i].verdict`)."""
+        if not self.pairs:
+            return VerdictState("no_verdict", False, "no pair to compare")
+        return next((p.verdict for p in self.pairs if p.inconclusive), self.pairs[0].verdict)
+
+    def to_pandas(self, by: str = "phase"):
+        """A DataFrame per pair (index: the later run's label, then the phase or layer): by="phase"
+        one row per phase (a_ms, b_ms, delta_ms, its interval, within_noise, share_of_gap);
+        by="layer" one row per layer the two runs line up (forward and backward ms a side).
+        pandas is imported only here (gapscope does not depend on it)."""
+        try:
+            import pandas as pd
+        except ImportError:
+            raise ImportError("Comparison.to_pandas() needs pandas: pip install pandas") from None
+        if by not in ("phase", "layer"):
+            raise GapscopeInputError(f"to_pandas(by={by!r}): give by='phase' or by='layer'")
+        rows = []
+        for run, pair in zip(self.runs[1:], self.pairs):
+            if by == "phase":
+                rows += [{"run": pair.b_label, "phase": g.phase, "a_ms": g.a_ms, "b_ms": g.b_ms,
+                          "delta_ms": g.delta_ms,
+                          "delta_ci95_low_ms": g.delta_ci95[0] if g.delta_ci95 else None,
+                          "delta_ci95_high_ms": g.delta_ci95[1] if g.delta_ci95 else None,
+                          "within_noise": g.within_noise, "share_of_gap": g.share_of_gap}
+                         for g in pair.phases]
+                continue
+            lined_up, _ = layer_pairs(self.runs[0].layers, run.layers)
+            rows += [{"run": pair.b_label, "layer": ra.name, "a_forward_ms": ra.forward_ms,
+                      "b_forward_ms": rb.forward_ms, "a_backward_ms": ra.backward_ms,
+                      "b_backward_ms": rb.backward_ms,
+                      "delta_ms": rb.forward_ms + rb.backward_ms - ra.forward_ms - ra.backward_ms}
+                     for ra, rb in lined_up]
+        return pd.DataFrame(rows, columns=_PANDAS_COLUMNS[by]).set_index(["run", by])
 
     def to_json_dict(self) -> dict:
         from gapscope.analysis.results.memory.gap import memory_gap
