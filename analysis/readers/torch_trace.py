@@ -100,7 +100,10 @@ def read_torch_trace(path: str | Path) -> Trace:
         kept_ids = {id(step) for step in kept}
         columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
     metadata = {"device_properties": header.deviceProperties,
-                "base_time_ns": header.baseTimeNanoseconds}
+                "base_time_ns": header.baseTimeNanoseconds,
+                # Which event categories the file holds: a range profiler's say the device was
+                # counted, not traced (measures.kernels.device_not_traced).
+                "categories": sorted({key[0] for key in reader.tracks()})}
     if reader.memory_events:  # where there are none, the memory figures read no second time
         metadata["memory_instants"] = reader.memory_events
     distributed = _distributed_info(header.distributedInfo)
@@ -422,6 +425,10 @@ class _Reader:
                 self._node_names.add(name_id)
         return name_id
 
+    def tracks(self) -> list[tuple]:
+        """The (cat, pid, tid) of every track the file's events came on."""
+        return list(self._tracks)
+
     def _kind_role(self, key: tuple) -> tuple:
         known = self._tracks.get(key)
         if known is not None:
@@ -529,7 +536,8 @@ class _Reader:
                                              if where[3] == ROLE_DEVICE and cat in DEVICE_CATEGORIES}
         moved = {}
         for (cat, pid, tid), (kind, track, where_id, role) in self._tracks.items():
-            if kind == OTHER and role == ROLE_HOST and pid in device_pids:
+            # A range profiler's ranges are counters of the device, not work it ran.
+            if kind == OTHER and role == ROLE_HOST and pid in device_pids and cat != RANGE_PROFILER:
                 lowered = cat.lower()
                 kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
                 key = (kind, f"device/{pid}/{tid}")
@@ -548,6 +556,8 @@ class _Reader:
         return where
 
 
+# Kineto's category for the CUPTI range profiler's ranges (measures.kernels reads it too).
+RANGE_PROFILER = "cuda_profiler_range"
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
