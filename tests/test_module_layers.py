@@ -150,3 +150,22 @@ def test_module_depth_on_literal_ranges():
     # Two modules on depth 0 (a model and its loss): their children, the loss kept as it is.
     flat = _spans((0, 50, "Net_0"), (0, 20, "a"), (20, 50, "b"), (60, 70, "CrossEntropyLoss_0"))
     assert [n for _, _, n in at_depth(flat, None)[0]["host/1/1"]] == ["a", "b", "CrossEntropyLoss_0"]
+
+
+def test_forward_backward_cycles_without_a_marker_are_steps_at_the_models_calls():
+    """The same trace with no --step-marker: no longer one cold window. By hand from the file,
+    Sequential_0's calls start 247.0, 1716.8, 10674.9 and 11109.7 µs after the first event and
+    the last backward op ends at 11437.9: the first call's 1.470 ms is warm-up, then 8.958,
+    0.435 and 0.328 ms (the last to its backward's end). The suggested marker keeps the first."""
+    events = _events(TRAINING)
+    starts = sorted(e["ts"] for e in events if e["name"] == MODULE + "Sequential_0")
+    run, _ = _breakdown(TRAINING)
+    steps = run.timeline.steps
+    assert len(steps) == 3
+    assert [s.dur_us / 1000 for s in steps] == pytest.approx([8.958, 0.435, 0.328], abs=1e-3)
+    for step, (lo, hi) in zip(steps, zip(starts[1:], starts[2:])):
+        assert (step.start_us, step.end_us) == pytest.approx((lo, hi), abs=1e-3)
+    note = next(n for n in run.timeline.notes if n.startswith("no step markers"))
+    assert "the first (1.470 ms) left out as warm-up (--step-marker 'nn.Module: Sequential_0' keeps it)" in note
+    marked, _ = _breakdown(TRAINING, step_marker=MODULE + "Sequential_0")
+    assert marked.timeline.steps[0].dur_us / 1000 == pytest.approx(1.470, abs=1e-3)
