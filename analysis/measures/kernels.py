@@ -11,6 +11,7 @@ import numpy as np
 
 from gapscope.analysis.events import intervals
 from gapscope.analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
+from gapscope.analysis.events.kernel_names import demangled
 from gapscope.analysis.events.phase_rules import framework_phase, gapscope_phase
 from gapscope.analysis.events.timeline import PhaseTimeline
 from gapscope.analysis.measures import fusion, fusion_table
@@ -363,7 +364,7 @@ def _top(kernels: list[WorkItem], steps: int, top_n: int) -> list[dict]:
     for name, group in by_name.items():
         total = sum(k.busy_us for k in group)
         phases = Counter(k.phase for k in group)
-        rows.append({"name": name, "calls_per_step": len(group) / steps,
+        rows.append({"name": demangled(name), "calls_per_step": len(group) / steps,
                      "ms_per_step": total / steps / 1000.0, "mean_us": total / len(group),
                      "fused": group[0].fused, "phase": phases.most_common(1)[0][0]})
     rows.sort(key=lambda r: (-r["ms_per_step"], r["name"]))
@@ -372,7 +373,7 @@ def _top(kernels: list[WorkItem], steps: int, top_n: int) -> list[dict]:
 
 def _mixed(kernels: list[WorkItem], steps: int) -> list[dict]:
     mixed = Counter((k.name, k.phases) for k in kernels if k.phase == MIXED)
-    return [{"name": n, "phases": list(p), "calls_per_step": c / steps}
+    return [{"name": demangled(n), "phases": list(p), "calls_per_step": c / steps}
             for (n, p), c in sorted(mixed.items())]
 
 

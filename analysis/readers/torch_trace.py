@@ -82,6 +82,10 @@ def read_torch_trace(path: str | Path) -> Trace:
                 safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
             header = reader.read(blocks)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
+        named = _other_format(path)
+        if named:
+            raise TraceFormatError(f"{path}: {named}, not a torch profiler trace: "
+                                   f"{validate.OTHER_FORMAT_HINT}") from None
         raise TraceFormatError(f"{path}: not a torch profiler trace "
                                f"({_short(exc, reader.decoding_from)})") from None
     except OSError as exc:
@@ -116,6 +120,14 @@ def read_torch_trace(path: str | Path) -> Trace:
     if step_problems:
         metadata["step_problems"] = step_problems
     return Trace("torch", str(path), None, metadata, columns=columns)
+
+
+def _other_format(path: Path) -> str | None:
+    """Another profiler's format the refused file is in, by its head (validate.other_format)."""
+    try:
+        return validate.other_format(safe_files.read_head(path, 4096))
+    except (GapscopeInputError, OSError):
+        return None
 
 
 def event_budget(path: Path) -> int:
