@@ -207,8 +207,9 @@ def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         ("  busy, threads merged ms", _seen(lambda r: f"{r.attribution.device_busy_ms:.3f}")),
         ("  parallelism (summed/busy)", _seen(lambda r: _f(parallelism(r), "{:.2f}x"))),
         ("device idle / dispatch ms", _seen(lambda r: f"{r.attribution.dispatch_ms:.3f}")),
-        # Work the step queued that ran after its host side (a graph replay): in no step time.
-        ("device after the host's side ms", _seen(lambda r: f"{r.attribution.late_ms:.3f}")),
+        # GPU: work the step queued that ran after its host side (a graph replay): in no step time.
+        ("device after the host's side ms", lambda r: _f(r.attribution.late_ms if r.attribution.device_kind == "gpu"
+                                                          else None, "{:.3f}")),
         ("launch calls (GPU)", lambda r: _f(r.attribution.launches_per_step, "{:.1f}")),
         ("first step ms", lambda r: _f(r.compile.first_step_ms, "{:.1f}")),
         ("steady median step ms", lambda r: _f(r.compile.steady_median_ms, "{:.3f}")),
