@@ -169,3 +169,36 @@ def test_forward_backward_cycles_without_a_marker_are_steps_at_the_models_calls(
     assert "the first (1.470 ms) left out as warm-up (--step-marker 'nn.Module: Sequential_0' keeps it)" in note
     marked, _ = _breakdown(TRAINING, step_marker=MODULE + "Sequential_0")
     assert marked.timeline.steps[0].dur_us / 1000 == pytest.approx(1.470, abs=1e-3)
+
+
+SHAPES = FOREIGN / "module_shapes"
+
+
+@pytest.fixture(scope="module")
+def shaped():
+    return _breakdown(SHAPES)
+
+
+def test_a_modules_three_cycles_are_two_steps_after_warm_up(shaped):
+    """Net_0's calls at 274.3, 7603.2 and 9341.6 µs (README): the first cycle (7.329 ms) is
+    warm-up, then 1.738 ms to the third call and 1.156 ms from it to its backward's end (the
+    last AccumulateGrad node ends at 10497.4 µs)."""
+    run, _ = shaped
+    assert [s.dur_us / 1000 for s in run.timeline.steps] == pytest.approx([1.738, 1.156], abs=2e-3)
+    assert any("the first (7.329 ms) left out as warm-up (--step-marker 'nn.Module: Net_0' keeps it)" in n
+               for n in run.timeline.notes)
+
+
+def test_layer_flops_come_from_the_matrix_products_input_dims(shaped):
+    """Per step, by hand from the README's shapes (2·M·K·N): Linear_0 forward 2·64·256·512 =
+    16,777,216, backward its weight gradient alone 2·512·64·256 = 16,777,216; Linear_1 forward
+    2·64·512·10 = 655,360, backward 2 × 655,360 (input and weight gradients)."""
+    _, lb = shaped
+    flops = {r.name: (r.forward_gflop, r.backward_gflop) for r in lb.rows}
+    assert flops == {"Linear_0": (pytest.approx(0.016777, abs=1e-6), pytest.approx(0.016777, abs=1e-6)),
+                     "Linear_1": (pytest.approx(0.000655, abs=1e-6), pytest.approx(0.001311, abs=1e-6))}
+    assert any("from their Input Dims (record_shapes)" in n for n in lb.notes)
+    # Without record_shapes (the training fixture): said so, no FLOPs.
+    _, plain = _breakdown(TRAINING)
+    assert all(r.forward_gflop is None for r in plain.rows)
+    assert any("no layer shapes (record_shapes), so no FLOPs" in n for n in plain.notes)
