@@ -10,12 +10,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gapscope.analysis.events import intervals
+from gapscope.analysis.events.columns import NONE, code
 from gapscope.analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
 from gapscope.analysis.events.kernel_names import demangled
 from gapscope.analysis.events.phase_rules import framework_phase, gapscope_phase
 from gapscope.analysis.events.timeline import PhaseTimeline
 from gapscope.analysis.measures import fusion, fusion_table
-from gapscope.analysis.measures.runtime_calls import queued
+from gapscope.analysis.measures.runtime_calls import COPY, LAUNCH, call_kind
 from gapscope.analysis.readers.torch_trace import RANGE_PROFILER
 from gapscope.analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Event, Trace
 from gapscope.profilers.phases import PHASES
@@ -149,14 +150,20 @@ def device_not_traced(trace: Trace) -> str | None:
     called the CUDA/HIP runtime to queue work, or a range profiler counted the device. Its host
     ops then stand for no kernel (they only launched them), so it gets host figures only. A
     trace with deviceProperties and no runtime call is a CPU model's on a GPU machine."""
-    if any(e.kind in (KERNEL, MEMCPY, MEMSET) and e.track.startswith("device") for e in trace.events):
+    # From the columns: this runs for every breakdown, where a big trace's events are never
+    # made objects.
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    if (np.isin(kinds, [code(k) for k in (KERNEL, MEMCPY, MEMSET)]) & ~columns.on_host()).any():
         return None
-    calls = [e for e in trace.events if e.kind == RUNTIME]
-    work = len(queued(calls))
+    ids, counts = np.unique(columns.name[kinds == code(RUNTIME)], return_counts=True)
+    calls = int(counts.sum())
+    work = int(sum(n for i, n in zip(ids.tolist(), counts.tolist())
+                   if call_kind(columns.names[i]) in (LAUNCH, COPY)))
     ranges = RANGE_PROFILER in (trace.metadata.get("categories") or ())
     if not work and not ranges:
         return None
-    said = [f"{len(calls):,} runtime calls, {work:,} of them queuing device work"] if work else []
+    said = [f"{calls:,} runtime calls, {work:,} of them queuing device work"] if work else []
     said += [f"{RANGE_PROFILER} ranges (a range profiler's counters)"] if ranges else []
     return (f"no device activity was traced: {' and '.join(said)}, but no kernel, copy or set "
             "event (recorded with ProfilerActivity.CPU alone, or by a range profiler): host "
@@ -208,12 +215,16 @@ def past_the_host(trace: Trace) -> PastTheHost | None:
     past_ms = float((ends[late] - np.maximum(columns.start_us[late], host_end)).sum()) / 1000
     rows = np.flatnonzero(late)
     correlations = Counter(int(c) for c in columns.correlation[rows])
+    correlations.pop(NONE, None)  # device events with no correlation id: no launch to find
+    # The launching calls, from the columns (a big trace's events are never made objects here).
+    calling = np.flatnonzero((columns.kind_codes() == code(RUNTIME))
+                             & np.isin(columns.correlation, np.fromiter(correlations, np.int64)))
     launches: Counter = Counter()
     calls: Counter = Counter()
-    for e in trace.events:
-        if e.kind == RUNTIME and e.correlation in correlations:
-            launches[e.name] += correlations[e.correlation]
-            calls[e.name] += 1
+    for name_id, correlation in zip(columns.name[calling].tolist(), columns.correlation[calling].tolist()):
+        name = columns.names[name_id]
+        launches[name] += correlations[correlation]
+        calls[name] += 1
     top = launches.most_common(1)
     # Named where one kind of call queued most of them, many each: a graph's launches, not a
     # string of kernel launches.
