@@ -94,7 +94,11 @@ def module_iterations(trace: Trace) -> tuple[list[Event], str | None]:
         return [], None
     _, kept = outermost(columns, np.zeros(len(columns.start_us), np.int64), rows).get(0, ([], []))
     names = [int(columns.name[r]) for r in kept]
-    top = max(set(names), key=names.count)
+    first = {}
+    for r, n in zip(kept, names):
+        first.setdefault(n, float(columns.start_us[r]))
+    # The most called; of equals (the model and its loss module), the first called: the model.
+    top = max(first, key=lambda n: (names.count(n), -first[n]))
     calls = [r for r, n in zip(kept, names) if n == top]
     if len(calls) < 2:
         return [], None
