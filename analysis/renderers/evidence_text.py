@@ -154,8 +154,9 @@ def device_after(figures: dict) -> str:
 def _dispatch(e: Evidence, a_label: str, b_label: str) -> str:
     fa, fb = e.a, e.b
     if "none" in (fa["device_kind"], fb["device_kind"]):  # no device seen: no overlap to tell
+        untraced = [label for label, f in ((a_label, fa), (b_label, fb)) if f["device_kind"] == "none"]
         return (f"other {_signed(e.delta_ms)} ms{_share(e)}: host time; the device of "
-                f"{a_label if fa['device_kind'] == 'none' else b_label} was not traced")
+                f"{' and '.join(untraced)} was not traced")
     text = (f"other {_signed(e.delta_ms)} ms{_share(e)}: host time not overlapped by kernel work "
             f"{fa['dispatch_ms']:.3f} vs {fb['dispatch_ms']:.3f} ms per step")
     if fa.get("device_after_ms") or fb.get("device_after_ms"):
