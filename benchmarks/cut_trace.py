@@ -1,9 +1,9 @@
 """Cuts a real torch.profiler trace down to a few consecutive steps: a test fixture small enough to commit.
 
-    python -m benchmarks.cut_trace SRC DST [--first 3] [--steps 2]
+    python -m benchmarks.cut_trace SRC DST [--first 3] [--steps 2] [--marker ProfilerStep#]
 
 Keeps the metadata events, every host event that lies wholly inside steps first..first+steps-1
-(their ProfilerStep spans, by start time), and the device events and flow arrows that those
+(their ProfilerStep spans, or the ranges whose name starts with --marker, by start time), and the device events and flow arrows that those
 steps' runtime calls launched (matched by correlation id, since a kernel may run after its step's
 host span has ended), in the file's order. DST is written gzipped when it ends in .gz."""
 from __future__ import annotations
@@ -43,16 +43,18 @@ def _write(path: str, document: dict) -> None:
     write_atomic(Path(path), gzip.compress(data) if path.endswith(".gz") else data)
 
 
-def cut(document: dict, first: int, count: int) -> dict:
-    """A copy of `document` (a trace's JSON) holding steps first..first+count-1 only."""
+def cut(document: dict, first: int, count: int, marker: str = "ProfilerStep#") -> dict:
+    """A copy of `document` (a trace's JSON) holding steps first..first+count-1 only: the
+    ranges whose name starts with `marker` (a serving engine's own step range, say)."""
     events = [e for e in document["traceEvents"] if isinstance(e, dict)]
     if any(e.get("ph") == "X" and not (_number(e.get("ts")) and _number(e.get("dur", 0)))
            for e in events):
         raise ValueError("a complete event ('ph': 'X') without a numeric ts and dur")
     steps = sorted((e for e in events if e.get("ph") == "X"
-                    and str(e.get("name", "")).startswith("ProfilerStep#")), key=lambda e: e["ts"])
+                    and e.get("cat") not in _DEVICE
+                    and str(e.get("name", "")).startswith(marker)), key=lambda e: e["ts"])
     if first < 0 or count < 1 or first + count > len(steps):
-        raise ValueError(f"the trace has {len(steps)} ProfilerStep spans: steps {first} to "
+        raise ValueError(f"the trace has {len(steps)} {marker.rstrip('#')} spans: steps {first} to "
                          f"{first + count - 1} are not all there")
     start = steps[first]["ts"]
     end = steps[first + count - 1]["ts"] + steps[first + count - 1].get("dur", 0)
@@ -77,13 +79,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--first", type=int, default=3,
                         help="index of the first step kept (0: the trace's first)")
     parser.add_argument("--steps", type=int, default=2)
+    parser.add_argument("--marker", default="ProfilerStep#",
+                        help="the start of the step ranges' name (default: ProfilerStep#)")
     args = parser.parse_args(argv)
     if not Path(args.dst).resolve().parent.is_dir():  # said before the read, not as a temp file
         print(f"cut_trace: {args.dst}: no folder {Path(args.dst).parent} to write it in", file=sys.stderr)
         return EXIT_BAD_INPUT
     try:
         document = _read(args.src)
-        result = cut(document, args.first, args.steps)
+        result = cut(document, args.first, args.steps, args.marker)
         _write(args.dst, result)
     except GapscopeInputError as problem:  # the reader's own one-line refusals name the path
         print(f"cut_trace: {problem}", file=sys.stderr)

@@ -2,10 +2,11 @@
 
     python -m benchmarks.module_traces inference DST   # a tiny ViT in inference_mode, ProfilerStep per batch
     python -m benchmarks.module_traces training DST    # a small MLP's forward/backward, no optimizer, no schedule
+    python -m benchmarks.module_traces shapes DST      # a module's 3 forward/backward cycles with record_shapes
 
 Nothing of gapscope is imported: these are someone else's traces. The inference one is made to be
 cut to two steps with benchmarks.cut_trace; tests/fixtures/foreign/module_inference and
-module_training hold the fixtures made with it (their README says how)."""
+module_training and module_shapes hold the fixtures made with it (their README says how)."""
 from __future__ import annotations
 
 import argparse
@@ -57,9 +58,9 @@ class TinyViT(nn.Module):
         return self.head(self.norm(self.blocks(x)).mean(1))
 
 
-def _profile(**schedule):
+def _profile(**options):
     return torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], with_stack=True,
-                                  with_modules=True, **schedule)
+                                  with_modules=True, **options)
 
 
 def inference(path: str) -> None:
@@ -87,15 +88,37 @@ def training(path: str) -> None:
     prof.export_chrome_trace(path)
 
 
+class Net(nn.Module):
+    """A user's model as tutorials write it: its own class, called as `net(x)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(256, 512), nn.Linear(512, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def shapes(path: str) -> None:
+    """Three forward/backward cycles of `Net` with record_shapes (Input Dims on every op), no
+    optimizer (the gradients accumulate) and no prof.step(): `nn.Module: Net_0` marks them."""
+    net, loss_fn = Net(), nn.CrossEntropyLoss()
+    x, y = torch.randn(64, 256), torch.randint(0, 10, (64,))
+    with _profile(record_shapes=True) as prof:
+        for _ in range(3):
+            loss_fn(net(x), y).backward()
+    prof.export_chrome_trace(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.module_traces",
                                      description=__doc__.splitlines()[0])
-    parser.add_argument("kind", choices=("inference", "training"))
+    parser.add_argument("kind", choices=("inference", "training", "shapes"))
     parser.add_argument("dst")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    {"inference": inference, "training": training}[args.kind](args.dst)
+    {"inference": inference, "training": training, "shapes": shapes}[args.kind](args.dst)
     return 0
 
 

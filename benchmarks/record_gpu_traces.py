@@ -3,6 +3,10 @@
 - `graph-replay` (tests/fixtures/gpu_shapes/): inference by CUDA graph replay (a serving
   engine's decode): the host queues a graph of ~100 kernels in one cudaGraphLaunch and its step
   ends while they still run;
+- `graph-replay-batch1024`: the same with 4x the batch (its device time per replay ~4x, its host
+  side alike): the other side of a compare whose gap is the device's;
+- `cpu-activity-only`: the same replay traced with ProfilerActivity.CPU alone (cuda_runtime
+  calls, no kernel): what tests/fixtures/gpu_shapes/cpu-activity-only.pt.trace.json.gz stands for;
 
     python -m benchmarks.record_gpu_traces --out DIR
 """
@@ -20,9 +24,9 @@ def _mlp(torch, width: int, depth: int):
     return torch.nn.Sequential(*layers).cuda()
 
 
-def graph_replay(torch, out: Path) -> Path:
+def graph_replay(torch, out: Path, batch: int = 256, name: str = "graph-replay", cuda: bool = True) -> Path:
     model = _mlp(torch, 4096, 48).eval().half()
-    static = torch.randn(256, 4096).to("cuda", torch.half)
+    static = torch.randn(batch, 4096).to("cuda", torch.half)
     with torch.inference_mode():
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -34,8 +38,8 @@ def graph_replay(torch, out: Path) -> Path:
         with torch.cuda.graph(graph):
             model(static)
         torch.cuda.synchronize()
-        path = out / "graph-replay.pt.trace.json"
-        activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        path = out / f"{name}.pt.trace.json"
+        activities = [torch.profiler.ProfilerActivity.CPU] + ([torch.profiler.ProfilerActivity.CUDA] if cuda else [])
         with torch.profiler.profile(activities=activities, record_shapes=True) as prof:
             for _ in range(3):  # steps (ProfilerStep#N) to cut the window at with cut_trace
                 with torch.profiler.record_function("decode_step"):
@@ -44,6 +48,14 @@ def graph_replay(torch, out: Path) -> Path:
                 prof.step()
         prof.export_chrome_trace(str(path))
     return path
+
+
+def graph_replay_batch1024(torch, out: Path) -> Path:
+    return graph_replay(torch, out, batch=1024, name="graph-replay-batch1024")
+
+
+def cpu_activity_only(torch, out: Path) -> Path:
+    return graph_replay(torch, out, name="cpu-activity-only", cuda=False)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         return 4
     args.out.mkdir(parents=True, exist_ok=True)
     status = 0
-    for record in (graph_replay,):
+    for record in (graph_replay, graph_replay_batch1024, cpu_activity_only):
         try:
             path = record(torch, args.out)
             print(f"{record.__name__}: {path} ({path.stat().st_size:,} bytes)")

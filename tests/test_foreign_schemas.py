@@ -465,3 +465,55 @@ def test_xspace_steps_lines_of_two_gpus_are_the_steps_once(tmp_path):
     path.write_bytes(space.SerializeToString())
     result = breakdown(load_run(path))
     assert [(s.step, s.step_ms) for s in result.steps] == [(1, pytest.approx(1.0)), (2, pytest.approx(1.0))]
+
+
+def test_a_rocprofiler_sdk_file_is_refused_by_its_format_name(tmp_path):
+    """rocprofv3 --output-format json writes <pid>_results.json with one "rocprofiler-sdk-tool"
+    list (cereal's indented layout, its keys as in rocprofiler-sdk's own tests); ROCm 7's
+    default rocpd output is an SQLite file. Both are refused in one line that names them."""
+    tool = {"metadata": {"pid": 4242, "init_time": 1, "fini_time": 2}, "agents": [],
+            "counters": [], "strings": {"buffer_records": []}, "kernel_symbols": [],
+            "buffer_records": {"kernel_dispatch": [], "memory_copy": [], "hip_api": []}}
+    (tmp_path / "4242_results.json").write_text(json.dumps({"rocprofiler-sdk-tool": [tool]}, indent=4))
+    import sqlite3
+    with sqlite3.connect(tmp_path / "4242_results.db") as db:
+        db.execute("CREATE TABLE rocpd_kernel_dispatch (id INTEGER)")
+    db.close()
+    for name, says in (("4242_results.json", "a rocprofiler-sdk (rocprofv3) JSON file, not a torch profiler trace"),
+                       ("4242_results.db", "an SQLite database (rocprofv3's rocpd output")):
+        result = CliRunner().invoke(cli, ["breakdown", str(tmp_path / name)])
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert len(result.output.strip().splitlines()) == 1 and says in result.output, result.output
+    folder = CliRunner().invoke(cli, ["breakdown", str(tmp_path)])
+    assert folder.exit_code == 2
+    assert "4242_results.json (a rocprofiler-sdk (rocprofv3) JSON file)" in " ".join(folder.output.split())
+
+
+# Real Itanium names as HIP's clang and g++ write them (c++filt gives the C++ names checked below).
+FILL = "_ZN2at6native29vectorized_elementwise_kernelILi4ENS0_11FillFunctorIfEESt5arrayIPcLm1EEEEviT0_T1_"
+AXPY = ("_ZN2at6native12_GLOBAL__N_125multi_tensor_apply_kernelINS1_18TensorListMetadataILi3EEENS1_11"
+        "AxpyFunctorIfEEJfEEEvT_T0_DpT1_")
+
+
+def test_mangled_kernel_names_are_demangled_and_shortened():
+    from gapscope.analysis.events.kernel_names import demangled, short_kernel_name
+    assert demangled(FILL) == ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, "
+                               "std::array<char*, 1ul> >(int, at::native::FillFunctor<float>, std::array<char*, 1ul>)")
+    assert short_kernel_name(FILL) == "vectorized_elementwise_kernel<4, FillFunctor<float>, array<char*, 1ul>>"
+    assert short_kernel_name(AXPY) == "multi_tensor_apply_kernel<TensorListMetadata<3>, AxpyFunctor<float>, float>"
+    # Not mangled, or not demangled: as they are (an op keeps its namespace).
+    for name in ("aten::addmm", "Cijk_Alik_Bljk_SB_MT64x64", "_Zbad", "triton_poi_fused_addmm_relu_0"):
+        assert short_kernel_name(name) == name
+
+
+def test_a_rocm_traces_mangled_kernels_read_demangled_in_compare(tmp_path):
+    """The ROCm fixture with its GEMM kernel under a mangled HIP name: compare names it in C++."""
+    rocm = MTIA.parent / "rocm"
+    source = next(rocm.glob("*.pt.trace.json"))
+    (tmp_path / source.name).write_text(source.read_text().replace('"Cijk_Alik_Bljk_SB_MT64x64"', f'"{FILL}"'))
+    result = CliRunner().invoke(cli, ["compare", str(tmp_path), str(rocm), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    names = [k["name"] for k in json.loads(result.stdout)["runs"][0]["kernels"]["top"]]
+    assert any(n.startswith("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>")
+               for n in names)
+    assert FILL not in names

@@ -150,3 +150,56 @@ def test_module_depth_on_literal_ranges():
     # Two modules on depth 0 (a model and its loss): their children, the loss kept as it is.
     flat = _spans((0, 50, "Net_0"), (0, 20, "a"), (20, 50, "b"), (60, 70, "CrossEntropyLoss_0"))
     assert [n for _, _, n in at_depth(flat, None)[0]["host/1/1"]] == ["a", "b", "CrossEntropyLoss_0"]
+
+
+def test_forward_backward_cycles_without_a_marker_are_steps_at_the_models_calls():
+    """The same trace with no --step-marker: no longer one cold window. By hand from the file,
+    Sequential_0's calls start 247.0, 1716.8, 10674.9 and 11109.7 µs after the first event and
+    the last backward op ends at 11437.9: the first call's 1.470 ms is warm-up, then 8.958,
+    0.435 and 0.328 ms (the last to its backward's end). The suggested marker keeps the first."""
+    events = _events(TRAINING)
+    starts = sorted(e["ts"] for e in events if e["name"] == MODULE + "Sequential_0")
+    run, _ = _breakdown(TRAINING)
+    steps = run.timeline.steps
+    assert len(steps) == 3
+    assert [s.dur_us / 1000 for s in steps] == pytest.approx([8.958, 0.435, 0.328], abs=1e-3)
+    for step, (lo, hi) in zip(steps, zip(starts[1:], starts[2:])):
+        assert (step.start_us, step.end_us) == pytest.approx((lo, hi), abs=1e-3)
+    note = next(n for n in run.timeline.notes if n.startswith("no step markers"))
+    assert "the first (1.470 ms) left out as warm-up (--step-marker 'nn.Module: Sequential_0' keeps it)" in note
+    marked, _ = _breakdown(TRAINING, step_marker=MODULE + "Sequential_0")
+    assert marked.timeline.steps[0].dur_us / 1000 == pytest.approx(1.470, abs=1e-3)
+
+
+SHAPES = FOREIGN / "module_shapes"
+
+
+@pytest.fixture(scope="module")
+def shaped():
+    return _breakdown(SHAPES)
+
+
+def test_a_modules_three_cycles_are_two_steps_after_warm_up(shaped):
+    """Net_0's calls at 252.2, 7513.5 and 9232.0 µs (README; its loss module is called as often,
+    later): the first cycle (7.261 ms) is warm-up, then 1.718 ms to the third call and 1.112 ms
+    from it to its backward's end (the last AccumulateGrad node ends at 10343.7 µs)."""
+    run, _ = shaped
+    assert [s.dur_us / 1000 for s in run.timeline.steps] == pytest.approx([1.718, 1.112], abs=2e-3)
+    assert any("the first (7.261 ms) left out as warm-up (--step-marker 'nn.Module: Net_0' keeps it)" in n
+               for n in run.timeline.notes)
+
+
+def test_layer_flops_come_from_the_matrix_products_input_dims(shaped):
+    """Per step, by hand from the README's shapes (2·M·K·N): Linear_0 forward 2·64·256·512 =
+    16,777,216, backward its weight gradient alone 2·512·64·256 = 16,777,216; Linear_1 forward
+    2·64·512·10 = 655,360, backward 2 × 655,360 (input and weight gradients)."""
+    _, lb = shaped
+    flops = {r.name: (r.forward_gflop, r.backward_gflop) for r in lb.rows}
+    assert flops == {"Linear_0": (pytest.approx(0.016777, abs=1e-6), pytest.approx(0.016777, abs=1e-6)),
+                     "Linear_1": (pytest.approx(0.000655, abs=1e-6), pytest.approx(0.001311, abs=1e-6)),
+                     "CrossEntropyLoss_0": (None, None)}  # no matrix product: no FLOPs counted
+    assert any("from their Input Dims (record_shapes)" in n for n in lb.notes)
+    # Without record_shapes (the training fixture): said so, no FLOPs.
+    _, plain = _breakdown(TRAINING)
+    assert all(r.forward_gflop is None for r in plain.rows)
+    assert any("no layer shapes (record_shapes), so no FLOPs" in n for n in plain.notes)

@@ -7,7 +7,7 @@ import re
 import numpy as np
 
 from gapscope.analysis.events.columns import code
-from gapscope.analysis.events.phase_rules import annotation_phase, framework_phase
+from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX, annotation_phase, framework_phase
 from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 from gapscope.analysis.events.tracks import outermost
 
@@ -78,6 +78,50 @@ def call_cycles(trace: Trace, rows: list[int], what: str) -> tuple[list[Event], 
     return steps, (f"{len(steps)} step(s) taken between the calls of {what}, each from one call's "
                    "start to the next's; the last call, whose end of step the trace does not show, "
                    "left out")
+
+
+def module_iterations(trace: Trace) -> tuple[list[Event], str | None]:
+    """Iterations of a trace whose loop runs forward and backward with no optimizer step (the
+    gradients kept, or stepped outside the trace): from each outermost call of the model's
+    module (with_modules' `nn.Module: Net_0`) to the next call (the loading between them
+    included, as between optimizer steps), the last to its backward's end. The first is left
+    out as warm-up, as between optimizer steps. ([], None) where the model is
+    called fewer than twice or no backward follows (inference: each call is no training step)."""
+    columns = trace.columns
+    module = np.array([n.startswith(MODULE_RANGE_PREFIX) for n in columns.names], bool)
+    rows = np.flatnonzero(module[columns.name] & columns.on_host())
+    if len(rows) < 2:
+        return [], None
+    _, kept = outermost(columns, np.zeros(len(columns.start_us), np.int64), rows).get(0, ([], []))
+    names = [int(columns.name[r]) for r in kept]
+    first = {}
+    for r, n in zip(kept, names):
+        first.setdefault(n, float(columns.start_us[r]))
+    # The most called; of equals (the model and its loss module), the first called: the model.
+    top = max(first, key=lambda n: (names.count(n), -first[n]))
+    calls = [r for r, n in zip(kept, names) if n == top]
+    if len(calls) < 2:
+        return [], None
+    backward = np.array([framework_phase(n) == "backward" or annotation_phase(n) == "backward"
+                         for n in columns.names], bool)
+    ops = backward[columns.name] & columns.on_host()
+    op_starts = columns.start_us[ops]
+    op_ends = op_starts + columns.dur_us[ops]
+    starts = [float(columns.start_us[r]) for r in calls]
+    steps = []
+    for number, (lo, hi) in enumerate(zip(starts, starts[1:] + [np.inf])):
+        after = (op_starts >= lo) & (op_starts < hi)
+        if not after.any():
+            return [], None  # a call with no backward after it: no training iteration
+        end = hi if hi < np.inf else float(op_ends[after].max())
+        steps.append(Event(ITERATION, STEP, lo, end - lo, columns.wheres[columns.where[calls[0]]][1], number))
+    cold, steps = steps[0], steps[1:]
+    name = columns.names[top]
+    return steps, (f"no step markers: {len(steps)} iteration(s) taken at the {len(calls)} calls of "
+                   f"{_short(name)!r} (forward and backward, no optimizer step), each from a call's "
+                   f"start to the next's (the last to its backward's end); the first "
+                   f"({cold.dur_us / 1000:.3f} ms) left out as warm-up (--step-marker {name!r} "
+                   "keeps it)")
 
 
 def marked_boundaries(trace: Trace, rows: list[int]) -> list[tuple[float, float, int]] | None:

@@ -9,7 +9,8 @@ import statistics
 import numpy as np
 
 from gapscope.analysis.events.columns import code
-from gapscope.analysis.events.iterations import between_boundaries, call_cycles, marked_boundaries, optimizer_iterations
+from gapscope.analysis.events.iterations import (between_boundaries, call_cycles, marked_boundaries, module_iterations,
+                                                 optimizer_iterations)
 from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
 from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, STEP, Event, Trace
 from gapscope.analysis.events.trace_rules import TraceRules
@@ -50,7 +51,11 @@ def step_windows(trace: Trace, rules: TraceRules) -> tuple[list[Event], list[str
         steps, note = optimizer_iterations(trace)
         if steps:
             return steps, [note]
-        why = "the trace holds no step markers (ProfilerStep#N, a TF step_num) nor two optimizer steps"
+        steps, note = module_iterations(trace)
+        if steps:
+            return steps, [note]
+        why = ("the trace holds no step markers (ProfilerStep#N, a TF step_num) nor two optimizer "
+               "steps or model calls with their backward")
     host = np.flatnonzero(columns.on_host())
     # A device-only capture still has its kernels and copies to measure: its window is the
     # span of the device events, and no host phase can be found in it.

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gapscope.analysis.events.kernel_names import short_kernel_name
 from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
 from gapscope.analysis.measures.fusion_table import apart_part, one_op_kernel, part
 from gapscope.profilers.phases import PHASES
@@ -56,11 +57,12 @@ def _rows(items, steps: int, key, fields: tuple[str, ...]) -> list[dict]:
 
 
 def _short(name: str) -> str:
-    """A TF op's type and layer (conv2d_1/Relu:_MklNativeFusedConv2D), a kernel's first 80 characters."""
+    """A TF op's type and layer (conv2d_1/Relu:_MklNativeFusedConv2D), a kernel's name demangled
+    and shortened (kernel_names.short_kernel_name: 80 characters at most)."""
     if ":" in name and "/" in name.split(":")[0] and "::" not in name:
         scope, op_type = name.rsplit(":", 1)
         return "/".join(scope.split("/")[-2:]) + ":" + op_type
-    return name if len(name) <= 80 else name[:77] + "..."
+    return short_kernel_name(name)
 
 
 def fused_apart(fast: dict, slow: dict, phase: str) -> tuple[dict, dict, float] | None:

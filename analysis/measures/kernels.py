@@ -10,10 +10,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gapscope.analysis.events import intervals
+from gapscope.analysis.events.columns import NONE, code
 from gapscope.analysis.events.hlo_metadata import HloModules, MIXED, UNATTRIBUTED
+from gapscope.analysis.events.kernel_names import demangled
 from gapscope.analysis.events.phase_rules import framework_phase, gapscope_phase
 from gapscope.analysis.events.timeline import PhaseTimeline
 from gapscope.analysis.measures import fusion, fusion_table
+from gapscope.analysis.measures.runtime_calls import COPY, LAUNCH, call_kind
+from gapscope.analysis.readers.torch_trace import RANGE_PROFILER
 from gapscope.analysis.events.trace import HOST_OP, KERNEL, MEMCPY, MEMSET, RUNTIME, Event, Trace
 from gapscope.profilers.phases import PHASES
 
@@ -23,9 +27,13 @@ class WorkSource(enum.StrEnum):
     DEVICE_KERNELS = "device kernels"
     HOST_OPS = "host ops"          # CPU torch / TF: each executed op stands for a kernel
     XLA_THUNKS = "XLA thunks"      # CPU XLA: each thunk runs one compiled kernel
+    # A GPU run whose device side was not traced (ProfilerActivity.CPU alone, a range
+    # profiler): its host ops are no kernels, and it has host figures only.
+    NOT_TRACED = "no device activity traced"
 
 
-DEVICE_KERNELS, HOST_OPS, XLA_THUNKS = WorkSource
+DEVICE_KERNELS, HOST_OPS, XLA_THUNKS, NOT_TRACED = WorkSource
+
 
 # Which kernels and ops are fused (Inductor, XLA, TF's graph optimizer, oneDNN, cuBLASLt, cuDNN):
 # fusion_table. Inductor's CPU kernels, itemised or not, decide how a compiled graph is counted.
@@ -90,6 +98,9 @@ class Work:
 def find_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None = None) -> Work:
     if any(e.kind in (KERNEL, MEMCPY, MEMSET) and e.track.startswith("device") for e in trace.events):
         return _device_work(trace, timeline, hlo)
+    untraced = device_not_traced(trace)
+    if untraced:
+        return Work([], NOT_TRACED, len(timeline.steps), notes=[untraced])
     host = _host_op_work(trace, timeline)
     if any(e.hlo_op for e in trace.events):
         # The compiled step's thunks, plus the TF ops around it (IteratorGetNext: data_load).
@@ -134,23 +145,93 @@ def _device_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None =
     return Work(items, DEVICE_KERNELS, len(timeline.steps), in_steps, notes)
 
 
+def device_not_traced(trace: Trace) -> str | None:
+    """Why a trace without a single device event is still a GPU run's, where it is: its host
+    called the CUDA/HIP runtime to queue work, or a range profiler counted the device. Its host
+    ops then stand for no kernel (they only launched them), so it gets host figures only. A
+    trace with deviceProperties and no runtime call is a CPU model's on a GPU machine."""
+    # From the columns: this runs for every breakdown, where a big trace's events are never
+    # made objects.
+    columns = trace.columns
+    kinds = columns.kind_codes()
+    if (np.isin(kinds, [code(k) for k in (KERNEL, MEMCPY, MEMSET)]) & ~columns.on_host()).any():
+        return None
+    ids, counts = np.unique(columns.name[kinds == code(RUNTIME)], return_counts=True)
+    calls = int(counts.sum())
+    work = int(sum(n for i, n in zip(ids.tolist(), counts.tolist())
+                   if call_kind(columns.names[i]) in (LAUNCH, COPY)))
+    ranges = RANGE_PROFILER in (trace.metadata.get("categories") or ())
+    if not work and not ranges:
+        return None
+    said = [f"{calls:,} runtime calls, {work:,} of them queuing device work"] if work else []
+    said += [f"{RANGE_PROFILER} ranges (a range profiler's counters)"] if ranges else []
+    return (f"no device activity was traced: {' and '.join(said)}, but no kernel, copy or set "
+            "event (recorded with ProfilerActivity.CPU alone, or by a range profiler): host "
+            "figures only")
+
+
 def _past_the_host(trace: Trace) -> list[str]:
-    """A note where device work runs on after the host's last event: the host queued far
-    ahead (or the host side of the window was cut), so the device's time there lies in no
-    step, and a host-side busy figure leaves it out."""
+    found = past_the_host(trace)
+    return [found.note] if found else []
+
+
+@dataclass
+class PastTheHost:
+    """Device work that runs on after the host's last event (a serving engine's graph replay:
+    one launch queues hundreds of kernels, and the host's side ends long before they do)."""
+
+    events: int
+    ms: float                       # device time after the host's last event, streams apart
+    launches: Counter               # launching runtime call's name -> late events it queued
+    # The call that queued most of them, where each call queued many (a graph launch):
+    # (name, calls, events).
+    graph: tuple[str, int, int] | None
+
+    @property
+    def note(self) -> str:
+        one = "" if not self.graph else (
+            f" ({self.graph[2]:,} of them queued by "
+            + (f"one {self.graph[0]}" if self.graph[1] == 1 else f"{self.graph[1]:,} {self.graph[0]} calls")
+            + ")")
+        return (f"{self.events:,} device event(s) run past the last host event: {self.ms:.3f} ms of "
+                f"device time after it{one}; counted to the launch that queued them, outside the "
+                "host's step time (the host queued ahead, or its side of the window was cut)")
+
+
+def past_the_host(trace: Trace) -> PastTheHost | None:
+    """Where device work runs on after the host's last event, and which launches queued it
+    (by correlation id): the host queued far ahead (or the host side of the window was cut),
+    so the device's time there lies outside every host window, and a host-side busy figure
+    leaves it out."""
     columns = trace.columns
     host = columns.on_host()
     if not host.any() or host.all():
-        return []
+        return None
     ends = columns.start_us + columns.dur_us
     host_end = float(ends[host].max())
     late = ~host & (ends > host_end)
     if not late.any():
-        return []
+        return None
     past_ms = float((ends[late] - np.maximum(columns.start_us[late], host_end)).sum()) / 1000
-    return [f"{int(late.sum()):,} device event(s) run past the last host event: {past_ms:.3f} ms of "
-            "device time after it, in no step (the host queued ahead, or its side of the window "
-            "was cut)"]
+    rows = np.flatnonzero(late)
+    correlations = Counter(int(c) for c in columns.correlation[rows])
+    correlations.pop(NONE, None)  # device events with no correlation id: no launch to find
+    # The launching calls, from the columns (a big trace's events are never made objects here).
+    calling = np.flatnonzero((columns.kind_codes() == code(RUNTIME))
+                             & np.isin(columns.correlation, np.fromiter(correlations, np.int64)))
+    launches: Counter = Counter()
+    calls: Counter = Counter()
+    for name_id, correlation in zip(columns.name[calling].tolist(), columns.correlation[calling].tolist()):
+        name = columns.names[name_id]
+        launches[name] += correlations[correlation]
+        calls[name] += 1
+    top = launches.most_common(1)
+    # Named where one kind of call queued most of them, many each: a graph's launches, not a
+    # string of kernel launches.
+    graph = None
+    if top and 2 * top[0][1] > len(rows) and top[0][1] >= 2 * calls[top[0][0]]:
+        graph = (top[0][0], calls[top[0][0]], top[0][1])
+    return PastTheHost(len(rows), past_ms, launches, graph)
 
 
 def _xla_work(trace: Trace, timeline: PhaseTimeline, hlo: HloModules | None) -> Work:
@@ -294,7 +375,7 @@ def _top(kernels: list[WorkItem], steps: int, top_n: int) -> list[dict]:
     for name, group in by_name.items():
         total = sum(k.busy_us for k in group)
         phases = Counter(k.phase for k in group)
-        rows.append({"name": name, "calls_per_step": len(group) / steps,
+        rows.append({"name": demangled(name), "calls_per_step": len(group) / steps,
                      "ms_per_step": total / steps / 1000.0, "mean_us": total / len(group),
                      "fused": group[0].fused, "phase": phases.most_common(1)[0][0]})
     rows.sort(key=lambda r: (-r["ms_per_step"], r["name"]))
@@ -303,7 +384,7 @@ def _top(kernels: list[WorkItem], steps: int, top_n: int) -> list[dict]:
 
 def _mixed(kernels: list[WorkItem], steps: int) -> list[dict]:
     mixed = Counter((k.name, k.phases) for k in kernels if k.phase == MIXED)
-    return [{"name": n, "phases": list(p), "calls_per_step": c / steps}
+    return [{"name": demangled(n), "phases": list(p), "calls_per_step": c / steps}
             for (n, p), c in sorted(mixed.items())]
 
 

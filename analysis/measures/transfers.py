@@ -6,11 +6,12 @@ import re
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from gapscope.analysis.measures.kernels import DEVICE_KERNELS, Work, WorkItem
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, NOT_TRACED, Work, WorkItem
 from gapscope.analysis.events.trace import MEMSET
 
 CPU_ONLY = "no transfers: CPU-only run"
 NONE_RECORDED = "no host-device copies in the traced steps"
+NOT_TRACED_NOTE = "copies not traced: no device activity was traced"
 
 # Kineto: "Memcpy HtoD (Pageable -> Device)", "Memcpy DtoH (Device -> Pinned)", "Memcpy DtoD
 # (Device -> Device)"; XPlane: "MemcpyH2D", "MemcpyD2H", "MemcpyD2D"; older ROCm Kineto, roctracer's
@@ -51,6 +52,8 @@ class TransferStats:
 
 
 def transfer_stats(work: Work) -> TransferStats:
+    if work.source == NOT_TRACED:
+        return TransferStats(False, work.steps, note=NOT_TRACED_NOTE)
     if work.source != DEVICE_KERNELS:
         return TransferStats(True, work.steps, note=CPU_ONLY)
     copies = work.transfers()

@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gapscope.analysis.readers import safe_files, sessions, step_rows
+from gapscope.analysis.readers import safe_files, sessions, step_rows, validate
 from gapscope.profilers import state_json
 from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
 from gapscope.profilers.run_dir import ENDED, MANIFEST, STEPS_CSV, with_marked_failure
@@ -179,6 +179,9 @@ def kineto_problem(path: Path) -> str | None:
         head = safe_files.read_head(path, HEAD_BYTES)
     except GapscopeInputError as exc:
         return str(exc).rpartition(": ")[2] or "cannot read"
+    named = validate.other_format(head)
+    if named:
+        return named
     if head.lstrip()[:1] != b"{":
         return "not a JSON object"
     events = head.find(b'"traceEvents"')

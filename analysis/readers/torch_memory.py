@@ -1,6 +1,8 @@
-"""Reads the `[memory]` instant events of a torch.profiler trace (profile_memory=True) into MemoryEvents."""
+"""Reads the events of a torch.profiler trace that the main decode leaves out, found by name: `[memory]` instants (profile_memory=True) and matrix products' Input Dims (record_shapes=True)."""
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -36,21 +38,64 @@ class _Raw(msgspec.Struct, gc=False):
 
 
 _DECODE = msgspec.json.Decoder(_Raw, strict=False).decode
+# The matrix products whose FLOPs their input shapes give (2·M·N·K): aten::linear runs addmm.
+PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
+_PRODUCT = re.compile(rb'"name": ?"aten::(?:addmm|mm|bmm|baddbmm)"')
+
+
+class _ShapeArgs(msgspec.Struct, gc=False):
+    dims: list | None = msgspec.field(default=None, name="Input Dims")
+
+
+class _ShapeRaw(msgspec.Struct, gc=False):
+    ph: str = ""
+    name: str = ""
+    ts: float | None = None
+    pid: int | str = 0
+    tid: int | str = 0
+    args: _ShapeArgs | None = None
+
+
+_DECODE_SHAPES = msgspec.json.Decoder(_ShapeRaw, strict=False).decode
+
+
+@dataclass(frozen=True)
+class OpShapes:
+    """One matrix product op with the shapes of its inputs (record_shapes' Input Dims)."""
+
+    name: str
+    start_us: float
+    track: str
+    dims: list
 
 
 def read_torch_memory(path: str | Path) -> list[MemoryEvent]:
     """Every `[memory]` event of the trace, in the order written (empty: the profiler ran
     without profile_memory). Only the events holding the name are decoded, so a trace
     without them costs one scan of its bytes."""
+    return _read(path, lambda data, position: data.find(_NAME, position), _event)
+
+
+def read_op_shapes(path: str | Path) -> list[OpShapes]:
+    """Every matrix product op (PRODUCTS) of the trace with its Input Dims (empty: recorded
+    without record_shapes, or none ran). Read apart, like the memory events, so the main decode
+    keeps no shapes; only `--layers` on a trace without layer specs asks for them."""
+    def find(data: bytes, position: int) -> int:
+        match = _PRODUCT.search(data, position)
+        return match.start() if match else -1
+    return _read(path, find, _shapes)
+
+
+def _read(path: str | Path, find, decode) -> list:
     path = Path(path)
-    found: list[MemoryEvent] = []
+    found: list = []
     pending = b""
     try:
         with safe_files.open_stream(path) as stream, safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
             while True:
                 block = blocks.read()
                 data = pending + block
-                done = _scan(data, found, final=not block)
+                done = _scan(data, found, not block, find, decode)
                 if not block:
                     break
                 pending = data[done:]
@@ -59,19 +104,19 @@ def read_torch_memory(path: str | Path) -> list[MemoryEvent]:
     return found
 
 
-def _scan(data: bytes, found: list[MemoryEvent], final: bool) -> int:
-    """Decodes the memory events whose whole object lies in `data`; returns where the next
-    round starts (before the first event left incomplete, else `_KEEP` from the end)."""
+def _scan(data: bytes, found: list, final: bool, find, decode) -> int:
+    """Decodes the events `find` finds whose whole object lies in `data`; returns where the
+    next round starts (before the first event left incomplete, else `_KEEP` from the end)."""
     position = 0
     while True:
-        hit = data.find(_NAME, position)
+        hit = find(data, position)
         if hit < 0:
             return len(data) if final else max(position, len(data) - _KEEP)
         start, end = _object_around(data, hit)
         if end is None:
             return len(data) if final else (start if start is not None else hit)
         if start is not None:
-            event = _event(data[start:end])
+            event = decode(data[start:end])
             if event is not None:
                 found.append(event)
         position = end
@@ -120,6 +165,17 @@ def _event(text: bytes) -> MemoryEvent | None:
         device = f"{device}:{args.device_id}"
     return MemoryEvent(float(raw.ts), int(args.nbytes), _int(args.allocated), _int(args.reserved),
                        device, f"host/{raw.pid}/{raw.tid}", addr=args.addr)
+
+
+def _shapes(text: bytes) -> OpShapes | None:
+    try:
+        raw = _DECODE_SHAPES(text)
+    except msgspec.DecodeError:
+        return None
+    if raw.ph != "X" or raw.name not in PRODUCTS or raw.ts is None or raw.args is None \
+            or not isinstance(raw.args.dims, list):
+        return None
+    return OpShapes(raw.name, float(raw.ts), f"host/{raw.pid}/{raw.tid}", raw.args.dims)
 
 
 def _int(value) -> int | None:

@@ -82,6 +82,10 @@ def read_torch_trace(path: str | Path) -> Trace:
                 safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
             header = reader.read(blocks)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
+        named = _other_format(path)
+        if named:
+            raise TraceFormatError(f"{path}: {named}, not a torch profiler trace: "
+                                   f"{validate.OTHER_FORMAT_HINT}") from None
         raise TraceFormatError(f"{path}: not a torch profiler trace "
                                f"({_short(exc, reader.decoding_from)})") from None
     except OSError as exc:
@@ -100,7 +104,10 @@ def read_torch_trace(path: str | Path) -> Trace:
         kept_ids = {id(step) for step in kept}
         columns = columns.without(row for row, step in reader.steps if id(step) not in kept_ids)
     metadata = {"device_properties": header.deviceProperties,
-                "base_time_ns": header.baseTimeNanoseconds}
+                "base_time_ns": header.baseTimeNanoseconds,
+                # Which event categories the file holds: a range profiler's say the device was
+                # counted, not traced (measures.kernels.device_not_traced).
+                "categories": sorted({key[0] for key in reader.tracks()})}
     if reader.memory_events:  # where there are none, the memory figures read no second time
         metadata["memory_instants"] = reader.memory_events
     distributed = _distributed_info(header.distributedInfo)
@@ -113,6 +120,14 @@ def read_torch_trace(path: str | Path) -> Trace:
     if step_problems:
         metadata["step_problems"] = step_problems
     return Trace("torch", str(path), None, metadata, columns=columns)
+
+
+def _other_format(path: Path) -> str | None:
+    """Another profiler's format the refused file is in, by its head (validate.other_format)."""
+    try:
+        return validate.other_format(safe_files.read_head(path, 4096))
+    except (GapscopeInputError, OSError):
+        return None
 
 
 def event_budget(path: Path) -> int:
@@ -422,6 +437,10 @@ class _Reader:
                 self._node_names.add(name_id)
         return name_id
 
+    def tracks(self) -> list[tuple]:
+        """The (cat, pid, tid) of every track the file's events came on."""
+        return list(self._tracks)
+
     def _kind_role(self, key: tuple) -> tuple:
         known = self._tracks.get(key)
         if known is not None:
@@ -529,7 +548,8 @@ class _Reader:
                                              if where[3] == ROLE_DEVICE and cat in DEVICE_CATEGORIES}
         moved = {}
         for (cat, pid, tid), (kind, track, where_id, role) in self._tracks.items():
-            if kind == OTHER and role == ROLE_HOST and pid in device_pids:
+            # A range profiler's ranges are counters of the device, not work it ran.
+            if kind == OTHER and role == ROLE_HOST and pid in device_pids and cat != RANGE_PROFILER:
                 lowered = cat.lower()
                 kind = MEMCPY if "memcpy" in lowered else MEMSET if "memset" in lowered else KERNEL
                 key = (kind, f"device/{pid}/{tid}")
@@ -548,6 +568,8 @@ class _Reader:
         return where
 
 
+# Kineto's category for the CUPTI range profiler's ranges (measures.kernels reads it too).
+RANGE_PROFILER = "cuda_profiler_range"
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 

@@ -110,3 +110,21 @@ def check_steps(path, events: list[Event], dropped: Counter) -> tuple[list[Event
 
 def _describe(counts: Counter) -> str:
     return ", ".join(f"{n:,} {why}" for why, n in counts.most_common())
+
+
+# Other profilers' files users bring for a trace, known by their first bytes: a refusal names
+# the format, and what gapscope reads instead. rocprofv3 (rocprofiler-sdk) writes its JSON
+# under one "rocprofiler-sdk-tool" key, and its rocpd output (ROCm 7's default) is SQLite.
+_OTHER_FORMATS = ((b'"rocprofiler-sdk-tool"', "a rocprofiler-sdk (rocprofv3) JSON file"),
+                  (b"SQLite format 3\x00", "an SQLite database (rocprofv3's rocpd output, or an "
+                                            "Nsight Systems export)"))
+OTHER_FORMAT_HINT = ("gapscope reads torch.profiler traces (ROCm builds write them too) and "
+                     "TensorFlow/JAX XSpaces")
+
+
+def other_format(head: bytes) -> str | None:
+    """The name of another profiler's format the file's first bytes show, else None."""
+    for mark, name in _OTHER_FORMATS:
+        if head.startswith(mark) or (mark.startswith(b'"') and mark in head[:4096]):
+            return name
+    return None

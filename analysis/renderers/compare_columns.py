@@ -137,6 +137,8 @@ def _where(pair) -> str:
     +36.200 ms: +771 device-to-device copies per step (+4.35 GB, +3.100 ms)'. A slower compiled
     run's graph breaks and recompiles come first."""
     lead = f"; {compile_behind_line(pair.compile_behind)}" if pair.compile_behind else ""
+    if pair.device_leads:  # the host's phases hold less of the difference than the device's tail
+        return lead + "; " + evidence_text.device_after(pair.device_after)
     return lead + _leading_phase(pair)
 
 
@@ -194,17 +196,20 @@ def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
     runs = comparison.runs
     head = ["per step"] + [r.breakdown.name for r in runs]
     facts = [
-        ("kernels (count)", lambda r: f"{r.kernels.per_step:.1f}"),
-        ("  of them fused", lambda r: _f(r.kernels.fused_share, "{:.0%}")),
-        ("  fused share of kernel time", lambda r: _f(r.kernels.fused_time_share, "{:.0%}")),
-        ("  mean kernel µs", lambda r: _f(r.kernels.mean_us, "{:.1f}")),
+        ("kernels (count)", _seen(lambda r: f"{r.kernels.per_step:.1f}")),
+        ("  of them fused", _seen(lambda r: _f(r.kernels.fused_share, "{:.0%}"))),
+        ("  fused share of kernel time", _seen(lambda r: _f(r.kernels.fused_time_share, "{:.0%}"))),
+        ("  mean kernel µs", _seen(lambda r: _f(r.kernels.mean_us, "{:.1f}"))),
         ("  counted as kernels", lambda r: r.kernels.source),
         # Summed over threads, kernel time can exceed the step (TF runs ops side by side on
         # the CPU): the busy time beside it, and their ratio, say how.
-        ("time in kernels ms, summed", lambda r: f"{r.kernels.time_ms_per_step:.3f}"),
-        ("  busy, threads merged ms", lambda r: f"{r.attribution.device_busy_ms:.3f}"),
-        ("  parallelism (summed/busy)", lambda r: _f(parallelism(r), "{:.2f}x")),
-        ("device idle / dispatch ms", lambda r: f"{r.attribution.dispatch_ms:.3f}"),
+        ("time in kernels ms, summed", _seen(lambda r: f"{r.kernels.time_ms_per_step:.3f}")),
+        ("  busy, threads merged ms", _seen(lambda r: f"{r.attribution.device_busy_ms:.3f}")),
+        ("  parallelism (summed/busy)", _seen(lambda r: _f(parallelism(r), "{:.2f}x"))),
+        ("device idle / dispatch ms", _seen(lambda r: f"{r.attribution.dispatch_ms:.3f}")),
+        # GPU: work the step queued that ran after its host side (a graph replay): in no step time.
+        ("device after the host's side ms", lambda r: _f(r.attribution.late_ms if r.attribution.device_kind == "gpu"
+                                                          else None, "{:.3f}")),
         ("launch calls (GPU)", lambda r: _f(r.attribution.launches_per_step, "{:.1f}")),
         ("first step ms", lambda r: _f(r.compile.first_step_ms, "{:.1f}")),
         ("steady median step ms", lambda r: _f(r.compile.steady_median_ms, "{:.3f}")),
@@ -217,6 +222,11 @@ def fact_rows(comparison: Comparison) -> tuple[list[str], list[list[str]]]:
         ("GPU util %", lambda r: _f(r.resources.gpu_util_percent_mean, "{:.0f}")),
     ]
     return head, [[label] + [fn(r) for r in runs] for label, fn in facts]
+
+
+def _seen(figure):
+    """A device figure, or n/a for a run whose device was not traced (host figures only)."""
+    return lambda r: "n/a" if r.attribution.device_kind == "none" else figure(r)
 
 
 def parallelism(run) -> float | None:
@@ -239,6 +249,8 @@ DEVICE_FOOTER = ("traced steps run slower than the unprofiled steps of the break
 
 def _transfers(run) -> str:
     t = run.transfers
+    if run.attribution.device_kind == "none":
+        return "n/a (not traced)"
     if t.note:
         return "none (CPU-only)" if t.cpu_only else "none"
     def phases(way):  # where the copies of one direction were issued
@@ -258,7 +270,8 @@ def phase_device_rows(comparison: Comparison, sep: str = " ") -> tuple[list[str]
         row = [b]
         for r in runs:
             host = r.attribution.host_ms.get(b)
-            row += [_f(host, "{:.3f}", ""), _f(r.attribution.device_ms.get(b), "{:.3f}", "")]
+            device = "n/a" if r.attribution.device_kind == "none" else _f(r.attribution.device_ms.get(b), "{:.3f}", "")
+            row += [_f(host, "{:.3f}", ""), device]
         rows.append(row)
     return head, rows
 

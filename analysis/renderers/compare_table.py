@@ -38,7 +38,8 @@ def render(comparison: Comparison, verbose: bool = False) -> str:
         if warning not in comparison.headline:
             page.line(f"warning: {warning}")
     for run in comparison.runs:
-        for note in run.breakdown.notes + run.kernels.notes:
+        # Once each: a note of both (device work after the host's window) is said by both.
+        for note in dict.fromkeys(run.breakdown.notes + run.kernels.notes):
             if note.removeprefix("warning: ") not in run.breakdown.reliability_warnings:
                 page.line(f"{run.breakdown.name}: {note}")  # those are among the warnings above
     return page.text()

@@ -2,6 +2,7 @@
 GFLOP/s with the time outside layers; per compared pair, the layers side by side."""
 from __future__ import annotations
 
+from gapscope.analysis.events.kernel_names import demangled
 from gapscope.analysis.results.layers import (BY_NAME, NO_LINEUP, LayerBreakdown, LayerRow, layer_pairs,
                                      pair_name)
 from gapscope.analysis.measures.kernel_layers import PLACED_BY
@@ -167,8 +168,9 @@ def _kernel_notes(lb: LayerBreakdown) -> list[str]:
 
 
 def _kernel_name(name: str) -> str:
-    """A kernel's name without its template and argument lists (cutlass::Kernel2<…> -> Kernel2),
-    at most 40 characters."""
+    """A kernel's name, demangled (a ROCm trace keeps HIP's mangled names), without its template
+    and argument lists (cutlass::Kernel2<…> -> Kernel2), at most 40 characters."""
+    name = demangled(name).replace("(anonymous namespace)::", "")
     head = name.split("(")[0].split("<")[0].removeprefix("void ").strip()
     head = head.rsplit("::", 1)[-1] or name
     return head if len(head) <= 40 else head[:39] + "…"

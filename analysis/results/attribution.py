@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from gapscope.analysis.events import intervals
 from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from gapscope.analysis.measures.kernels import DEVICE_KERNELS, Work
+from gapscope.analysis.measures.kernels import DEVICE_KERNELS, NOT_TRACED, Work
 from gapscope.analysis.measures.runtime_calls import calls_by_phase, queued
 from gapscope.analysis.results.records import Breakdown
 from gapscope.analysis.events.timeline import PhaseTimeline
@@ -19,7 +19,7 @@ class Attribution:
     """Means per steady-state step, in ms. On the CPU the "device" is the cores running the
     ops or thunks that stand for kernels, and device time is the time inside them."""
 
-    device_kind: str                  # "gpu" or "cpu"
+    device_kind: str                  # "gpu", "cpu" or "none" (a GPU run whose device was not traced)
     steps: int
     host_ms: dict[str, float]         # the breakdown's phases (host view)
     device_ms: dict[str, float]       # busy time of the work each phase launched (+ mixed / unattributed)
@@ -72,10 +72,13 @@ def attribute(work: Work, timeline: PhaseTimeline, breakdown: Breakdown) -> Attr
     gpu = work.source == DEVICE_KERNELS
     launches = queued(work.launches) if gpu else []
     notes = list(work.notes)
-    if not gpu:
+    untraced = work.source == NOT_TRACED
+    if untraced:
+        idle = 0.0  # no device seen: neither its busy time nor its idle time is known
+    elif not gpu:
         notes.append("CPU run: device time = time inside the executed ops/thunks that stand for kernels")
     return Attribution(
-        device_kind="gpu" if gpu else "cpu", steps=work.steps,
+        device_kind="gpu" if gpu else "none" if untraced else "cpu", steps=work.steps,
         host_ms=_host_view(breakdown),
         device_ms=device_ms,
         device_busy_ms=busy / n / 1000.0, device_idle_ms=idle / n / 1000.0, late_ms=late / n / 1000.0,

@@ -17,6 +17,7 @@ from gapscope.analysis.results.records import Breakdown, PhaseSource, StepBreakd
 from gapscope.analysis.model.run import Run
 from gapscope.analysis.measures.blocking import blocking_notes
 from gapscope.analysis.measures.hardware import hardware
+from gapscope.analysis.measures.kernels import device_not_traced, past_the_host
 from gapscope.analysis.measures.other_split import other_shares
 from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
 from gapscope.analysis.events.event import EventKind
@@ -118,9 +119,13 @@ def breakdown_from_trace(trace: Trace, runs_phases=MARKED_PHASES,
 
 
 def trace_notes(trace: Trace, timeline: PhaseTimeline) -> list[str]:
-    """What the reader dropped, how the steps were found, and where the host waits for the device."""
+    """What the reader dropped, how the steps were found, where the host waits for the device,
+    and device work that outlives the host's window (said here, so every view prints it)."""
     outside = outside_steps(trace, timeline)
-    return reader_notes(trace) + timeline.notes + ([outside] if outside else []) + blocking_notes(trace, timeline)
+    late, untraced = past_the_host(trace), device_not_traced(trace)
+    return (reader_notes(trace) + timeline.notes + ([outside] if outside else [])
+            + ([untraced] if untraced else [])
+            + blocking_notes(trace, timeline) + ([late.note] if late else []))
 
 
 def outside_steps(trace: Trace, timeline: PhaseTimeline) -> str | None:

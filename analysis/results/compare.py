@@ -103,6 +103,15 @@ class PairComparison:
     layer: LayerCause | None = None  # the layer carrying >= 40 % of the leading phase's delta
     # The compiled side is the slower: its graph breaks and recompiles (amortisation.compile_behind).
     compile_behind: dict | None = None
+    # Device work each step queued that ran after the step's host side ended (a graph replay,
+    # a serving engine): {a_ms, b_ms, delta_ms} per step, where it is a share of a side's step.
+    device_after: dict | None = None
+
+    @property
+    def device_leads(self) -> bool:
+        """The device's work after the host windows moved more than the host's gap did: the
+        verdict names it, not a host phase (the step times are host windows)."""
+        return bool(self.device_after) and abs(self.device_after["delta_ms"]) > abs(self.gap_ms)
 
     @property
     def leading_phase(self) -> PhaseGap | None:
@@ -196,7 +205,9 @@ class PairComparison:
                     "delta_ms": self.faults_behind_gap.delta_ms,
                     "share_of_gap": self.faults_behind_gap.share_of_gap},
                 # Only where a slower compiled side breaks its graph or recompiles.
-                **({"compile_behind": self.compile_behind} if self.compile_behind else {})}
+                **({"compile_behind": self.compile_behind} if self.compile_behind else {}),
+                **({"device_after_host": {**self.device_after, "leads": self.device_leads}}
+                   if self.device_after else {})}
 
 
 @dataclass
@@ -301,8 +312,34 @@ def compare(runs: list[RunExplanation],
     if any(not p.unprofiled for p in pairs):
         warnings.append("a run has no unprofiled steps: its step time carries the profiler's cost "
                         "and the gap may have the wrong size")
-    headline = single_window_warnings([r.breakdown for r in runs])
+    headline = (single_window_warnings([r.breakdown for r in runs]) + _device_after_warnings(runs)
+                + [f"{r.breakdown.name}: no device activity was traced (host figures only): its "
+                   "device time is unknown, so a gap against it may be the device's"
+                   for r in runs if r.attribution.device_kind == "none"])
     return Comparison(runs, pairs, headline + warnings, headline)
+
+
+def _outlives(run: RunExplanation) -> bool:
+    """Whether the device work a step queued runs on after its host side for a share of the
+    step worth a verdict's notice (cause.MIN_SHARE)."""
+    at = run.attribution
+    step = sum(at.host_ms.values())  # the traced step, as late_ms is
+    return at.device_kind == "gpu" and at.late_ms > 0 and at.late_ms >= MIN_SHARE * step
+
+
+def _device_after_warnings(runs: list[RunExplanation]) -> list[str]:
+    """A run whose device work outlives its steps' host side: its step time is the host's
+    window and leaves that work out, so a gap between such runs is no host time by itself."""
+    return [f"{r.breakdown.name}: the device runs {r.attribution.late_ms:.3f} ms per step after the "
+            "host's side of the step ends (work the step queued, counted to its launch): the step "
+            "time is the host's window and leaves that device time out" for r in runs if _outlives(r)]
+
+
+def _device_after(a: RunExplanation, b: RunExplanation) -> dict | None:
+    if not (_outlives(a) or _outlives(b)):
+        return None
+    la, lb = a.attribution.late_ms, b.attribution.late_ms
+    return {"a_ms": round(la, _DIGITS), "b_ms": round(lb, _DIGITS), "delta_ms": round(lb - la, _DIGITS)}
 
 
 def _already_measured(runs: list[RunExplanation], pairs: list[PairComparison]) -> None:
@@ -402,6 +439,7 @@ def compare_pair(a: RunExplanation, b: RunExplanation,
     pair.suggestions = _suggestions(pair, a, b)
     if not (pair.untrusted or pair.within_noise):  # "slower" is a fact only then
         pair.compile_behind = compile_behind(a.breakdown, b.breakdown, gap)
+    pair.device_after = _device_after(a, b)
     leading = pair.leading_phase
     if leading is not None:
         pair.cause = biggest_cause(a, b, leading.phase, leading.delta_ms)

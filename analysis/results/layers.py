@@ -9,7 +9,7 @@ from gapscope.analysis.measures.device_peaks import peak_gflops
 from gapscope.analysis.measures.hardware import hardware
 from gapscope.analysis.measures.kernel_layers import kernel_layers
 from gapscope.analysis.measures.kernels import Work
-from gapscope.analysis.measures.layer_flops import has_rule, layer_params, spec_flops
+from gapscope.analysis.measures.layer_flops import has_rule, layer_params, spec_flops, traced_layer_flops
 from gapscope.analysis.measures.reliability import busy_machine, busy_reason
 from gapscope.analysis.measures.layer_times import LAYER_PHASES, layer_fused, layer_spans, layer_times
 from gapscope.analysis.measures.optimizer_layers import optimizer_layers
@@ -200,17 +200,25 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     by_name = {s["name"]: s for s in specs or ()}
     fused = layer_fused(run.trace, names, depth)
     rows, notes = [], list(found.notes) + recorded + optimizer_note
+    # A foreign torch trace has no layer specs: its matrix products' Input Dims give FLOPs.
+    traced = (traced_layer_flops(run.trace.path, layer_spans(run.trace, run.timeline, names, run.hlo, depth),
+                                 len(run.timeline.steps))
+              if not specs and run.trace.source_format == "torch" and run.trace.path else {})
     for name, times in found.layers.items():
         spec = by_name.get(name)
-        flops = spec_flops(spec, batch)
+        flops = spec_flops(spec, batch) or traced.get(name)
         rows.append(LayerRow(name, round(times["forward"], _DIGITS), round(times["backward"], _DIGITS),
                              flops and round(flops.forward / 1e9, _DIGITS),
                              flops and round(flops.backward / 1e9, _DIGITS), fused.get(name, {}),
                              layer_params(spec) if spec else None))
     # Layers whose FLOPs neither a counter kept (a user's torch module) nor a rule gives.
     uncounted = [r.name for r in rows if r.name in by_name and spec_flops(by_name[r.name], batch) is None]
-    if not specs:
-        notes.append("layer names from the trace; no layer shapes, so no FLOPs")
+    if not specs and traced:
+        notes.append("layer names from the trace; FLOPs of the matrix products (addmm, mm, bmm) "
+                     "that ran in each layer's time, from their Input Dims (record_shapes): other "
+                     "ops count none")
+    elif not specs:
+        notes.append("layer names from the trace; no layer shapes (record_shapes), so no FLOPs")
     elif not isinstance(batch, int) and any(has_rule(by_name[n]) for n in uncounted):
         notes.append("no batch size in the run, so no FLOPs (gapscope.capture_keras(..., batch_size=N) "
                      "gives it where TensorFlow traced the step for any batch size)")

@@ -117,6 +117,8 @@ def _dispatch(a: RunExplanation, b: RunExplanation, g: "PhaseGap") -> Evidence:
         return {"dispatch_ms": round(at.dispatch_ms, _DIGITS), "device_busy_ms": round(at.device_busy_ms, _DIGITS),
                 "launches_per_step": at.launches_per_step,
                 "launch_ms": None if at.launch_ms is None else round(at.launch_ms, _DIGITS),
+                # Device work the step queued that ran after its host side: not the host's.
+                "device_after_ms": round(at.late_ms, _DIGITS),
                 "device_kind": at.device_kind}
     return Evidence(EvidenceKind.DISPATCH, "other", facts(a), facts(b), g.delta_ms, g.share_of_gap)
 
