@@ -47,13 +47,6 @@ def other_totals(trace: Trace, timeline: PhaseTimeline) -> dict[OtherPart, float
         return totals
     columns = trace.columns
     category = _categories(columns)
-    # Only the events that cover a part, as 32-bit row numbers: a 1 GB trace's millions of
-    # events made every whole-trace temporary here tens of MB (a third of the command's peak).
-    relevant = np.flatnonzero(category >= 0).astype(np.int32)
-    category = category[relevant]
-    starts = columns.start_us[relevant]
-    ends = starts + columns.dur_us[relevant]
-    del relevant
     # One sweep per part over the whole trace, never one per step (a 1,000-step trace made
     # that steps x events): what is left of `other` is a list of pieces, each in its step, in
     # (step, start) order; a part takes its pieces' overlap with the union of its events, and
@@ -62,8 +55,7 @@ def other_totals(trace: Trace, timeline: PhaseTimeline) -> dict[OtherPart, float
     # (in order, with Python's sum): the shares come out the same to the last digit.
     left = _outside_phases(timeline)
     for which, part in enumerate(_COVERED):
-        chosen = category == which
-        union_starts, union_ends = intervals.merged_arrays(starts[chosen], ends[chosen])
+        union_starts, union_ends = intervals.union_of(columns.start_us, columns.dur_us, category == which)
         totals[part] = _sum_by_step(_overlaps(left, union_starts, union_ends))
         left = _overlaps(left, np.r_[-np.inf, union_ends], np.r_[union_starts, np.inf])
     totals[OtherPart.LOOP] = _sum_by_step(left)
