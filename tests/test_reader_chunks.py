@@ -204,7 +204,7 @@ def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeyp
     assert _as_tuples(split) == _as_tuples(whole)
     assert split.metadata == whole.metadata
     assert decoded_here == []  # nothing fell back to the reading process
-    assert len(chunk_pool.pool(2)) == 2  # the workers are kept for the next read
+    assert chunk_pool._workers == []  # stopped at the end of the read, before the analysis
     # The workers read the file's ranges themselves: consecutive, each under a chunk, from the
     # first event past the first cut to the tail (the last chunk and what follows the array).
     size = path.stat().st_size

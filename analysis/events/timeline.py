@@ -185,8 +185,13 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
         # A module's call (with_modules' range) is forward all through, the Python between its
         # ops included, as the module ranges that are the trace's layers count it.
         ops = ((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))) | _module_ranges(columns, kinds)
-        forward = _infer_forward(starts[ops], starts[ops] + columns.dur_us[ops], steps, by_phase,
-                                 to_step_end=inference)
+        # A block of ops at a time (the union of the blocks' forward stretches is the whole's).
+        forward = []
+        for first in range(0, len(ops), _OPS_BLOCK):
+            rows = np.flatnonzero(ops[first:first + _OPS_BLOCK]) + first
+            forward += _infer_forward(starts[rows], starts[rows] + columns.dur_us[rows], steps, by_phase,
+                                      to_step_end=inference)
+        forward = intervals.merge(forward)
         if forward:
             by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
             if origins["forward"] == PhaseOrigin.MISSING:

@@ -89,6 +89,11 @@ def read_torch_trace(path: str | Path) -> Trace:
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
+    # The analysis' peak comes next: the workers (~35 MB each, idle) stop, and the chunks'
+    # freed objects' pages go back. (Kept, they cost the next big read its 0.3 s start only.)
+    if reader.used_workers:
+        chunk_pool.discard()
+    chunk_pool.give_back_freed_memory()
     reader.sizes_from_runtime()
     reader.device_tracks()
     columns = reader.columns.build()
@@ -154,6 +159,7 @@ class _Reader:
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
         self.memory_events = 0  # `[memory]` instants seen (decoded apart, by readers.torch_memory)
+        self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
     def read(self, blocks: safe_files.ReadAhead, fd: int | None = None):
         """The trace's keys; its events kept as columns. `fd`: the descriptor of a plain file
@@ -202,6 +208,7 @@ class _Reader:
             # A big file's chunks are decoded by other processes, once it has shown itself big:
             # a small one never waits for them to start.
             if size > 1 and consumed >= PARALLEL_AFTER:
+                self.used_workers = True
                 source = None if fd is None else chunk_pool.file_source(fd)
                 eof = self._read_ranges(fd, source, buf, size) if source is not None \
                     else self._read_parallel(blocks, buf, size)
