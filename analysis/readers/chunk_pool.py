@@ -187,7 +187,6 @@ def _serve() -> None:
         if len(head) < _LENGTH.size:
             return
         (length,) = _LENGTH.unpack(head)
-        data = answer = payload = None
         try:
             if length == _RANGE:
                 source, offset, length = pickle.loads(stdin.read(_LENGTH.unpack(stdin.read(_LENGTH.size))[0]))
@@ -203,10 +202,6 @@ def _serve() -> None:
         stdout.write(_LENGTH.pack(len(payload)))
         stdout.write(payload)
         stdout.flush()
-        del data, answer, payload
-        # The chunk's raw events are freed, but glibc keeps their pages: an idle worker held
-        # ~80 MB through the whole analysis after a read. A few ms a chunk gives them back.
-        give_back_freed_memory()
 
 
 def give_back_freed_memory() -> None:
