@@ -175,7 +175,7 @@ def traces_table(base: Path, mb: float, trees: dict[str, Path], rounds: int, fol
             loop_trace.stretch(base, traces[n], n, mb)
     median, rss = interleaved(trees, traces, rounds, one)
     middle = {TRACE_STEPS[1]: traces[TRACE_STEPS[1]]}
-    read, read_rss = interleaved(trees, middle, rounds, _read_alone)
+    read, _ = interleaved(trees, middle, rounds, _read_alone)
     size = {n: traces[n].stat().st_size / 1e6 for n in TRACE_STEPS}
     print(f"breakdown of {base.name}'s events as traces of {mb:g} MB")
     print(f"{'steps':>8} {'MB':>6} {'old s':>8} {'new s':>8} {'new/old':>8} {'old s/MB':>9} "
@@ -210,7 +210,8 @@ def traces_table(base: Path, mb: float, trees: dict[str, Path], rounds: int, fol
 
 
 def _read_alone(tree: Path, trace: Path) -> tuple[float, float]:
-    """The reader alone (read_torch_trace in a child): seconds and its peak RSS with its workers'."""
+    """The reader alone (read_torch_trace in a child): seconds, and its peak RSS (the workers'
+    only where they outlive the read, as before this tree's)."""
     found = read_alone(tree, trace, "gapscope")
     return found["wall"], found["rss_mb"] + found.get("workers_rss_mb", 0.0)
 
