@@ -89,7 +89,7 @@ def read_torch_trace(path: str | Path) -> Trace:
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
-    # The analysis' peak comes next: the workers (~35 MB each, idle) stop, and the chunks'
+    # The analysis' peak comes next: the workers (~55 MB each, idle) stop, and the chunks'
     # freed objects' pages go back. (Kept, they cost the next big read its 0.3 s start only.)
     if reader.used_workers:
         chunk_pool.discard()
