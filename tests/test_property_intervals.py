@@ -57,7 +57,7 @@ def test_merge_arrays_equals_merge(items):
     assert intervals.merge_arrays(starts, ends) == intervals.merge(items)
 
 
-@settings(max_examples=300)
+@settings(max_examples=150)
 @given(_lists, st.integers(1, 4), st.lists(st.booleans(), min_size=40, max_size=40))
 def test_union_of_blocks_equals_merge_of_the_selected(items, block, chosen):
     """The union taken a block of events at a time, then merged, is the union of them all."""

@@ -81,7 +81,7 @@ def traces(draw):
     return Trace("torch", "random", events)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
 @given(traces())
 def test_one_sweep_gives_the_per_step_shares_to_the_last_digit(trace):
     timeline = phase_timeline(trace)
