@@ -55,3 +55,16 @@ def test_merge_arrays_equals_merge(items):
     starts = np.array([s for s, _ in items], float)
     ends = np.array([e for _, e in items], float)
     assert intervals.merge_arrays(starts, ends) == intervals.merge(items)
+
+
+@settings(max_examples=150)
+@given(_lists, st.integers(1, 4), st.lists(st.booleans(), min_size=40, max_size=40))
+def test_union_of_blocks_equals_merge_of_the_selected(items, block, chosen):
+    """The union taken a block of events at a time, then merged, is the union of them all."""
+    import numpy as np
+    starts = np.array([s for s, _ in items], float)
+    durs = np.array([e - s for s, e in items], float)
+    selected = np.array(chosen[:len(items)], bool)
+    found = intervals.union_of(starts, durs, selected, block)
+    assert list(zip(found[0].tolist(), found[1].tolist())) == intervals.merge(
+        [(s, s + d) for s, d, keep in zip(starts.tolist(), durs.tolist(), selected) if keep])

@@ -169,8 +169,11 @@ def test_chunks_decoded_by_workers_read_as_in_one_process(tmp_path, monkeypatch,
 
 
 def _plain_document(steps: int) -> str:
-    # No string looks like a cut: every chunk is decoded by a worker, none falls back.
+    # Nothing inside an event looks like a cut (no such string, no list of objects): every
+    # chunk is decoded by a worker, none falls back.
     events = [event for event in _events(steps) if event.get("name") not in TRICKY_NAMES[1:5]]
+    for event in events:
+        event.get("args", {}).pop("nested", None)
     return json.dumps({"traceEvents": events, "deviceProperties": [{"id": 1}]}, indent=1)
 
 
@@ -182,20 +185,58 @@ def _alone_then_split(tmp_path, monkeypatch):
     whole = read_torch_trace(path)
     monkeypatch.setenv(chunk_pool.WORKERS_ENV, "2")
     monkeypatch.setattr(torch_trace, "_CHUNK", 2048)
+    monkeypatch.setattr(torch_trace, "_BLOCK", 1024)  # else the first block holds the whole file
     return path, whole
 
 
 def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeypatch, parallel_reads):
     path, whole = _alone_then_split(tmp_path, monkeypatch)
-    decoded_here = []
+    decoded_here, ranges = [], []
     original = torch_trace._Reader._decode_chunk
     monkeypatch.setattr(torch_trace._Reader, "_decode_chunk",
                         lambda self, buf: decoded_here.append(1) or original(self, buf))
+    send_range = chunk_pool.Worker.send_range
+    monkeypatch.setattr(chunk_pool.Worker, "send_range",
+                        lambda self, source, offset, length: ranges.append((offset, length))
+                        or send_range(self, source, offset, length))
+    monkeypatch.setattr(chunk_pool.Worker, "send", None)  # no chunk's bytes go through a pipe
     split = read_torch_trace(path)
     assert _as_tuples(split) == _as_tuples(whole)
     assert split.metadata == whole.metadata
     assert decoded_here == []  # nothing fell back to the reading process
-    assert len(chunk_pool.pool(2)) == 2  # the workers are kept for the next read
+    assert chunk_pool._workers == []  # stopped at the end of the read, before the analysis
+    # The workers read the file's ranges themselves: consecutive, each under a chunk, from the
+    # first event past the first cut to the tail (the last chunk and what follows the array).
+    size = path.stat().st_size
+    assert len(ranges) > 10 and all(0 < length <= 2048 for _, length in ranges)
+    assert all(a + n < b for (a, n), (b, _) in zip(ranges, ranges[1:]))
+    text = path.read_bytes()
+    assert all(text[a:a + n].lstrip()[:1] == b"{" and text[a + n - 1:a + n] == b"}" for a, n in ranges)
+    assert size - (ranges[-1][0] + ranges[-1][1]) < 2048 + 64
+
+
+def test_a_gzip_goes_through_the_pipes_inflated_once(tmp_path, monkeypatch, parallel_reads):
+    """A gzip's chunks cannot be read by offset: they go to the workers through the pipes, the
+    inflated bytes, each once (the chunks sent are the inflated text's events, in order, once)."""
+    path, whole = _alone_then_split(tmp_path, monkeypatch)
+    packed = tmp_path / "w.2.pt.trace.json.gz"
+    packed.write_bytes(gzip.compress(path.read_bytes()))
+    from gapscope.analysis.readers import gunzip
+    sent, inflations = [], []
+    send = chunk_pool.Worker.send
+    monkeypatch.setattr(chunk_pool.Worker, "send", lambda self, data: sent.append(bytes(data)) or send(self, data))
+    monkeypatch.setattr(chunk_pool.Worker, "send_range", None)
+    start = gunzip.ChildGunzip.__init__
+    monkeypatch.setattr(gunzip.ChildGunzip, "__init__",
+                        lambda self, *args: inflations.append(1) or start(self, *args))
+    split = read_torch_trace(packed)
+    assert _as_tuples(split) == _as_tuples(whole)
+    assert inflations == [1] and len(sent) > 10
+    text, cursor = path.read_bytes(), 0
+    for chunk in sent:  # each chunk's events lie in the text after the last one's: sent once
+        found = text.find(chunk[1:-1], cursor)
+        assert found >= cursor
+        cursor = found + len(chunk) - 2
 
 
 def test_a_worker_lost_mid_read_leaves_the_rest_to_the_reading_process(tmp_path, monkeypatch,

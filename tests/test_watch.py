@@ -114,3 +114,22 @@ def test_the_window_holds_a_bounded_tail_and_says_only_new_steps_after_a_rewrite
     # The run's end rewrites the file with one more step: counted afresh, only that one is new.
     final = rows + [{"step": 10_000, "step_ms": 1.0, "warmup": 0, "traced": 0}]
     assert window.add(final, restarted=True) == final[-1:] and window.count == 10_001
+
+
+def test_a_refresh_reads_only_what_was_appended(tmp_path):
+    """20k rows read once; then every byte already read is overwritten in place with garbage
+    (same file, same size): a refresh that read them again would drop or refuse rows. It
+    returns exactly the one row appended, and its state counts the 20,001 steps."""
+    from gapscope.watch.state import StepWindow, watch_state
+    path = tmp_path / "steps.csv"
+    path.write_text(HEADER + "".join(_row(i, 10.0) for i in range(20_000)))
+    follower, window = StepsFollower(path), StepWindow()
+    assert len(window.add(follower.new_rows())) == 20_000
+    size = path.stat().st_size
+    with open(path, "r+b") as handle:
+        handle.write(b"x" * size)
+        handle.write(_row(20_000, 16.0).encode())
+    new = window.add(follower.new_rows())
+    assert [(r["step"], r["step_ms"]) for r in new] == [(20_000, 16.0)] and not follower.restarted
+    state = watch_state({"run_id": "run", "status": "running"}, window, None)
+    assert state.steps == 20_001 and state.latest[-1]["step_ms"] == 16.0

@@ -28,18 +28,40 @@ def merge_arrays(starts, ends) -> list[Interval]:
 
 
 def merged_arrays(starts, ends) -> tuple[np.ndarray, np.ndarray]:
-    """merge_arrays' disjoint intervals, sorted, as two arrays (no tuple per interval): sorted,
-    and a new interval begins where a start passes every end so far."""
+    """merge_arrays' disjoint intervals, sorted, as two arrays (no tuple per interval): sorted
+    by start, and a new interval begins where a start passes every end so far. Sorted by start
+    alone (the order of equal starts changes no union) and the running end kept in place: a
+    1 GB trace's millions of host ops made this a few hundred MB of temporaries."""
     nonempty = ends > starts
-    starts, ends = starts[nonempty], ends[nonempty]
+    if not nonempty.all():
+        starts, ends = starts[nonempty], ends[nonempty]
+    del nonempty
     if not len(starts):
         return starts, ends
-    order = np.lexsort((ends, starts))
-    starts, reach = starts[order], np.maximum.accumulate(ends[order])
+    order = np.argsort(starts, kind="stable")
+    starts, reach = starts[order], ends[order]
     del order
-    begins = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
-    last = np.r_[begins[1:] - 1, len(starts) - 1]
-    return starts[begins], reach[last]
+    np.maximum.accumulate(reach, out=reach)
+    begins = np.flatnonzero(starts[1:] > reach[:-1]) + 1
+    return np.concatenate((starts[:1], starts[begins])), np.concatenate((reach[begins - 1], reach[-1:]))
+
+
+def union_of(start_us: np.ndarray, dur_us: np.ndarray, selected: np.ndarray,
+             block: int = 1 << 20) -> tuple[np.ndarray, np.ndarray]:
+    """merged_arrays of the events `selected` (a mask over the columns `start_us`, `dur_us`),
+    a block of events at a time, then the blocks' unions merged (the same union): a 1 GB
+    trace's millions of ops at once made every temporary tens of MB."""
+    found_starts, found_ends = [], []
+    for first in range(0, len(start_us), block):
+        rows = np.flatnonzero(selected[first:first + block]) + first
+        starts = start_us[rows]
+        union = merged_arrays(starts, starts + dur_us[rows])
+        found_starts.append(union[0])
+        found_ends.append(union[1])
+    if len(found_starts) == 1:
+        return found_starts[0], found_ends[0]
+    return merged_arrays(np.concatenate(found_starts or [start_us[:0]]),
+                         np.concatenate(found_ends or [start_us[:0]]))
 
 
 def covered_within(starts: np.ndarray, ends: np.ndarray, windows: list[Interval]) -> float:

@@ -140,18 +140,20 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
     name_claim = np.array([-1 if claim is None else index[claim] for claim in claims], np.int32)
     row_claim = np.where(considered, name_claim[columns.name], _NOT_CONSIDERED)
     starts = columns.start_us
-    ends = starts + columns.dur_us
+    # Each claim's rows (32-bit), its times taken only for the origin a phase uses: a 1 GB
+    # trace's times of every claimed event at once were a few hundred MB.
     found = {}
     for i, claim in enumerate(keys):
-        rows = row_claim == i
-        if rows.any():
-            found[claim] = (starts[rows], ends[rows])
+        rows = np.flatnonzero(row_claim == i).astype(np.int32)
+        if len(rows):
+            found[claim] = rows
 
     by_phase, origins = {}, {}
     for phase in MARKED_PHASES:
         for origin in (PhaseOrigin.MARKED, PhaseOrigin.ANNOTATED, PhaseOrigin.FRAMEWORK):
             if (phase, origin) in found:
-                by_phase[phase] = intervals.merge_arrays(*found[(phase, origin)])
+                rows = found[(phase, origin)]
+                by_phase[phase] = intervals.merge_arrays(starts[rows], starts[rows] + columns.dur_us[rows])
                 origins[phase] = origin
                 break
         else:
@@ -183,7 +185,13 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
         # A module's call (with_modules' range) is forward all through, the Python between its
         # ops included, as the module ranges that are the trace's layers count it.
         ops = ((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))) | _module_ranges(columns, kinds)
-        forward = _infer_forward(starts[ops], ends[ops], steps, by_phase, to_step_end=inference)
+        # A block of ops at a time (the union of the blocks' forward stretches is the whole's).
+        forward = []
+        for first in range(0, len(ops), _OPS_BLOCK):
+            rows = np.flatnonzero(ops[first:first + _OPS_BLOCK]) + first
+            forward += _infer_forward(starts[rows], starts[rows] + columns.dur_us[rows], steps, by_phase,
+                                      to_step_end=inference)
+        forward = intervals.merge(forward)
         if forward:
             by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
             if origins["forward"] == PhaseOrigin.MISSING:
@@ -219,6 +227,9 @@ def _claim(name: str, rules: TraceRules) -> tuple[str, PhaseOrigin] | None:
     return (phase, PhaseOrigin.FRAMEWORK) if phase else None
 
 
+_OPS_BLOCK = 1 << 20
+
+
 def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict,
                    to_step_end: bool = False) -> list:
     """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
@@ -233,13 +244,21 @@ def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_
         first_backward = np.array([s.end_us for s in steps])
     step_starts = np.array([s.start_us for s in steps])
     step_ends = np.array([s.end_us for s in steps])
-    step = np.searchsorted(step_starts, starts, side="right") - 1
-    inside = step >= 0
-    step[~inside] = 0
-    inside &= starts < step_ends[step]
-    lo, hi = data_end[step], first_backward[step]
-    keep = inside & (lo <= starts) & (starts < hi)  # NaN (no backward in the step) keeps none
-    found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi[keep]))
+    kept_starts, kept_ends = [], []
+    # A block of ops at a time: the per-op temporaries over a 1 GB trace's millions of ops
+    # at once were a few hundred MB; the union of the blocks' kept ops is the same.
+    for first in range(0, len(starts), _OPS_BLOCK):
+        block = starts[first:first + _OPS_BLOCK]
+        step = np.searchsorted(step_starts, block, side="right") - 1
+        inside = step >= 0
+        step[~inside] = 0
+        inside &= block < step_ends[step]
+        lo, hi = data_end[step], first_backward[step]
+        del step
+        keep = inside & (lo <= block) & (block < hi)  # NaN (no backward in the step) keeps none
+        kept_starts.append(block[keep])
+        kept_ends.append(np.minimum(ends[first:first + _OPS_BLOCK][keep], hi[keep]))
+    found = intervals.merge_arrays(np.concatenate(kept_starts), np.concatenate(kept_ends))
     # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
     marked = intervals.merge([i for phase in by_phase.values() for i in phase])
     return intervals.subtract(found, marked)

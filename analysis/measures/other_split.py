@@ -35,50 +35,72 @@ _COVERED = (OtherPart.OPS, OtherPart.COMMUNICATION, OtherPart.DEVICE_WAIT, Other
 
 def other_shares(trace: Trace, timeline: PhaseTimeline) -> dict[str, float]:
     """Each part's share of the trace's `other` time over its steps (empty where there is none)."""
-    steps = timeline.steps
-    if not steps:
-        return {}
-    columns = trace.columns
-    category = _categories(columns)
-    # Only the events that cover a part, as 32-bit row numbers: a 1 GB trace's millions of
-    # events made every whole-trace temporary here tens of MB (a third of the command's peak).
-    relevant = np.flatnonzero(category >= 0).astype(np.int32)
-    category = category[relevant]
-    starts = columns.start_us[relevant]
-    ends = starts + columns.dur_us[relevant]
-    del relevant
-    step_starts = np.array([s.start_us for s in steps])
-    step_ends = np.array([s.end_us for s in steps])
-    owner = (np.searchsorted(step_starts, starts, side="right") - 1).astype(np.int32)
-    # Each event once, grouped by the step it starts in (a 1 GB trace has millions of events
-    # and hundreds of steps: no pass over all of them per step); and apart, the few that run
-    # past the end of their own step (or start before the first) into a later one.
-    grouped = np.argsort(owner, kind="stable").astype(np.int32)
-    grouped_owner = owner[grouped]
-    own_end = np.where(owner >= 0, step_ends[np.clip(owner, 0, None)], step_starts[0])
-    reaching = np.flatnonzero(ends > own_end).astype(np.int32)
-    del own_end
-    totals = dict.fromkeys(OtherPart, 0.0)
-    for index, step in enumerate(steps):
-        taken = intervals.merge([(s, e) for s, e, _ in timeline.segments[index]])
-        left = intervals.subtract([(step.start_us, step.end_us)], taken)
-        if not left:
-            continue
-        lo, hi = np.searchsorted(grouped_owner, [index, index + 1])
-        rows = np.concatenate([grouped[lo:hi], reaching[(owner[reaching] < index)
-                                                        & (ends[reaching] > step.start_us)]])
-        for which, part in enumerate(_COVERED):
-            chosen = rows[category[rows] == which]
-            covered = intervals.clip_merged(intervals.merge_arrays(starts[chosen], ends[chosen]),
-                                            step.start_us, step.end_us) if len(chosen) else []
-            inside = intervals.subtract(left, intervals.subtract(left, covered))
-            totals[part] += intervals.total(inside)
-            left = intervals.subtract(left, inside)
-        totals[OtherPart.LOOP] += intervals.total(left)
-    if not columns.on_host().any():  # no host event anywhere: "the loop's own Python" would be a guess
-        totals[OtherPart.HOST_UNTRACED], totals[OtherPart.LOOP] = totals[OtherPart.LOOP], 0.0
+    totals = other_totals(trace, timeline)
     whole = sum(totals.values())
     return {str(part): value / whole for part, value in totals.items() if value > 0} if whole else {}
+
+
+def other_totals(trace: Trace, timeline: PhaseTimeline) -> dict[OtherPart, float]:
+    """Each part's time (µs) over the trace's steps."""
+    totals = dict.fromkeys(OtherPart, 0.0)
+    if not timeline.steps:
+        return totals
+    columns = trace.columns
+    category = _categories(columns)
+    # One sweep per part over the whole trace, never one per step (a 1,000-step trace made
+    # that steps x events): what is left of `other` is a list of pieces, each in its step, in
+    # (step, start) order; a part takes its pieces' overlap with the union of its events, and
+    # leaves the overlap with that union's gaps. Each piece is one maximal stretch in its step,
+    # as a per-step subtraction would cut it, and each step's pieces are summed as one step's
+    # (in order, with Python's sum): the shares come out the same to the last digit.
+    left = _outside_phases(timeline)
+    for which, part in enumerate(_COVERED):
+        union_starts, union_ends = intervals.union_of(columns.start_us, columns.dur_us, category == which)
+        totals[part] = _sum_by_step(_overlaps(left, union_starts, union_ends))
+        left = _overlaps(left, np.r_[-np.inf, union_ends], np.r_[union_starts, np.inf])
+    totals[OtherPart.LOOP] = _sum_by_step(left)
+    if not columns.on_host().any():  # no host event anywhere: "the loop's own Python" would be a guess
+        totals[OtherPart.HOST_UNTRACED], totals[OtherPart.LOOP] = totals[OtherPart.LOOP], 0.0
+    return totals
+
+
+# Pieces of time: per piece its step's index, start and end (three arrays of one length).
+_Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
+
+
+def _outside_phases(timeline: PhaseTimeline) -> _Pieces:
+    """Each step's window less its phase segments: the stretches of `other`, in (step, start) order."""
+    found = [(index, start, end) for index, step in enumerate(timeline.steps)
+             for start, end in intervals.subtract(
+                 [(step.start_us, step.end_us)],
+                 intervals.merge([(s, e) for s, e, _ in timeline.segments[index]]))]
+    if not found:
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
+    step, start, end = (np.array(column) for column in zip(*found))
+    return step.astype(np.int64), start.astype(float), end.astype(float)
+
+
+def _overlaps(pieces: _Pieces, starts: np.ndarray, ends: np.ndarray) -> _Pieces:
+    """Where each piece meets the sorted, disjoint, non-touching intervals `starts`-`ends`:
+    one piece per meeting of positive length, in the pieces' order."""
+    step, lo, hi = pieces
+    first = np.searchsorted(ends, lo, side="right")   # the first interval ending after the piece starts
+    stop = np.searchsorted(starts, hi, side="left")   # past the last one starting before it ends
+    count = np.maximum(stop - first, 0)
+    which = np.repeat(np.arange(len(lo)), count)
+    other = first[which] + np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)
+    return step[which], np.maximum(lo[which], starts[other]), np.minimum(hi[which], ends[other])
+
+
+def _sum_by_step(pieces: _Pieces) -> float:
+    """The pieces' total time, summed a step at a time, in order, as Python sums a list."""
+    step, lo, hi = pieces
+    lengths = (hi - lo).tolist()
+    bounds = [0, *(np.flatnonzero(np.diff(step)) + 1).tolist(), len(lengths)]
+    found = 0.0
+    for first, stop in zip(bounds, bounds[1:]):
+        found += sum(lengths[first:stop])
+    return found
 
 
 def _categories(columns) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The worker processes that decode a big trace's chunks at once, one per core, kept for the process's reads."""
+"""The worker processes that decode a big trace's chunks at once, one per core, for the length of one read."""
 from __future__ import annotations
 
 import atexit
@@ -18,6 +18,8 @@ MAX_WORKERS = 8  # past this the reading process, which cuts and merges, is the 
 # Set in the workers themselves: a worker that reads a trace (never, today) reads it alone.
 _IN_WORKER_ENV = "GAPSCOPE_CHUNK_WORKER"
 _LENGTH = struct.Struct("<Q")
+# A length no chunk has: what follows is a range of a file for the worker to read itself.
+_RANGE = (1 << 64) - 1
 _workers: list["Worker"] = []
 _alone = 0  # depth of alone() blocks in this process
 _capped_noted = False  # the note on a WORKERS_ENV above the cores is given once a process
@@ -25,6 +27,23 @@ _capped_noted = False  # the note on a WORKERS_ENV above the cores is given once
 
 class WorkerLost(Exception):
     """A worker died, or answered with something else than a chunk's columns."""
+
+
+class RangeUnreadable(Exception):
+    """A worker could not read a range of the file itself (no such file where it looked, another
+    file there, a file shorter than said): the reading process reads the rest."""
+
+
+def file_source(fd: int) -> tuple[str, int, int] | None:
+    """How a worker reads this process's open regular file `fd` itself, by its offsets: the
+    descriptor's /proc path (the file opened, however it was named or renamed since) and its
+    device and inode, which the worker checks; None where there is no /proc (chunks then go
+    through the pipes)."""
+    path = f"/proc/{os.getpid()}/fd/{fd}"
+    if not os.path.exists(path):
+        return None
+    info = os.fstat(fd)
+    return path, info.st_dev, info.st_ino
 
 
 def workers() -> int:
@@ -71,7 +90,8 @@ def alone():
 
 
 def pool(size: int) -> list["Worker"]:
-    """`size` workers, started at the first big read and kept for the next ones."""
+    """`size` workers, started at a big read (torch_trace stops them at its end, before the
+    analysis' peak; a pool left running by another caller is reused)."""
     for worker in [worker for worker in _workers if not worker.ready()]:
         worker.stop()  # dead, or left with an answer nobody read (a read that raised)
         _workers.remove(worker)
@@ -109,6 +129,17 @@ class Worker:
             raise WorkerLost from None
         self.busy = True
 
+    def send_range(self, source: tuple[str, int, int], offset: int, length: int) -> None:
+        """Has the worker read `length` bytes of the file at `offset` itself and decode them as
+        a chunk's events: no chunk is copied into the pipe, nor held here meanwhile."""
+        request = pickle.dumps((source, offset, length), protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.process.stdin.write(_LENGTH.pack(_RANGE) + _LENGTH.pack(len(request)) + request)
+            self.process.stdin.flush()
+        except OSError:
+            raise WorkerLost from None
+        self.busy = True
+
     def receive(self):
         """The columns of the chunk last sent (a decode error is raised here)."""
         self.busy = False
@@ -120,6 +151,8 @@ class Worker:
         if len(payload) < length:
             raise WorkerLost
         ok, value = pickle.loads(payload)
+        if ok is None:  # raised in the worker, whose module is __main__: sent as its words
+            raise RangeUnreadable(value)
         if not ok:
             raise value
         return value
@@ -148,19 +181,73 @@ def _serve() -> None:
     from gapscope.analysis.readers.trace_chunks import decode_chunk
 
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    opened: dict[tuple, int] = {}  # the file of the ranges asked last, kept open for the next
     while True:
         head = stdin.read(_LENGTH.size)
         if len(head) < _LENGTH.size:
             return
-        data = stdin.read(_LENGTH.unpack(head)[0])
+        (length,) = _LENGTH.unpack(head)
         try:
+            if length == _RANGE:
+                source, offset, length = pickle.loads(stdin.read(_LENGTH.unpack(stdin.read(_LENGTH.size))[0]))
+                data = _read_range(opened, source, offset, length)
+            else:
+                data = stdin.read(length)
             answer = (True, decode_chunk(data))
+        except RangeUnreadable as exc:
+            answer = (None, str(exc))
         except Exception as exc:  # noqa: BLE001 - a decode error goes back to the reader
             answer = (False, exc)
         payload = pickle.dumps(answer, protocol=pickle.HIGHEST_PROTOCOL)
         stdout.write(_LENGTH.pack(len(payload)))
         stdout.write(payload)
         stdout.flush()
+
+
+def give_back_freed_memory() -> None:
+    """Return the heap's freed pages to the system (glibc keeps them otherwise); no-op elsewhere."""
+    global _trim
+    if _trim is None:
+        import ctypes
+        try:
+            _trim = ctypes.CDLL(None).malloc_trim
+        except (OSError, AttributeError):  # not glibc
+            _trim = False
+    if _trim:
+        _trim(0)
+
+
+_trim = None  # glibc's malloc_trim, once looked up (False: none)
+
+
+def _read_range(opened: dict, source: tuple[str, int, int], offset: int, length: int) -> bytearray:
+    """The file's bytes at `offset` as a chunk's array: "[" + them + "]", read straight into the
+    one buffer the decoder is given."""
+    fd = opened.get(source)
+    if fd is None:
+        for stale in opened.values():
+            os.close(stale)
+        opened.clear()
+        path, device, inode = source
+        try:
+            fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            raise RangeUnreadable(str(exc)) from None
+        info = os.fstat(fd)
+        if (info.st_dev, info.st_ino) != (device, inode):
+            os.close(fd)
+            raise RangeUnreadable(f"{path} is another file")
+        opened[source] = fd
+    chunk = bytearray(length + 2)
+    chunk[0], chunk[-1] = 0x5B, 0x5D
+    with memoryview(chunk) as view:
+        done = 0
+        while done < length:
+            got = os.preadv(fd, [view[1 + done:1 + length]], offset + done)
+            if got <= 0:
+                raise RangeUnreadable(f"the file ends before byte {offset + length:,}")
+            done += got
+    return chunk
 
 
 atexit.register(discard)

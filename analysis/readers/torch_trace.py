@@ -1,6 +1,7 @@
 """Reads torch.profiler Chrome-trace JSON (.pt.trace.json[.gz]) into the neutral Trace."""
 from __future__ import annotations
 
+import io
 import os
 import re
 from collections import Counter, deque
@@ -53,7 +54,7 @@ _DEVICE_PROCESS = re.compile(r"(?:device|gpu|mtia|xpu|hpu|npu|tpu|ipu|accelerato
 # The file is decoded a chunk of whole events at a time, so memory holds one chunk of raw
 # events plus the columns kept, never the whole text or every raw event at once.
 _BLOCK = 4 << 20
-_CHUNK = 16 << 20
+_CHUNK = 4 << 20  # a worker holds one and its raw events: 16 MB made each ~120 MB of RSS, 4 MB ~55
 _MAX_HEADER = 64 << 20     # keys before traceEvents: deviceProperties, distributedInfo, ...
 _MAX_EVENT = 256 << 20     # no single event is this large: a file that says so is garbage
 _EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
@@ -80,7 +81,8 @@ def read_torch_trace(path: str | Path) -> Trace:
     try:
         with collector_paused(), safe_files.open_stream(path) as stream, \
                 safe_files.ReadAhead(stream, path, _BLOCK) as blocks:
-            header = reader.read(blocks)
+            # A plain file's chunks are read by the workers themselves, at their offsets.
+            header = reader.read(blocks, stream.fileno() if isinstance(stream, io.BufferedReader) else None)
     except (msgspec.DecodeError, UnicodeDecodeError) as exc:  # ValidationError is a DecodeError
         named = _other_format(path)
         if named:
@@ -91,6 +93,11 @@ def read_torch_trace(path: str | Path) -> Trace:
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
+    # The analysis' peak comes next: the workers (~55 MB each, idle) stop, and the chunks'
+    # freed objects' pages go back. (Kept, they cost the next big read its 0.3 s start only.)
+    if reader.used_workers:
+        chunk_pool.discard()
+    chunk_pool.give_back_freed_memory()
     reader.sizes_from_runtime()
     reader.device_tracks()
     columns = reader.columns.build()
@@ -167,8 +174,11 @@ class _Reader:
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
         self.memory_events = 0  # `[memory]` instants seen (decoded apart, by readers.torch_memory)
+        self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
-    def read(self, blocks: safe_files.ReadAhead):
+    def read(self, blocks: safe_files.ReadAhead, fd: int | None = None):
+        """The trace's keys; its events kept as columns. `fd`: the descriptor of a plain file
+        (not a gzip's inflated stream), whose chunks the workers may then read themselves."""
         buf = _Window(_CHUNK + _BLOCK)
         self.decoding_from = 0
         eof, searched, head_error = False, 0, None
@@ -204,11 +214,19 @@ class _Reader:
             self._keep_sequences = True
         buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
         consumed, size = 0, chunk_pool.workers()
+        # A plain file says its size: one past PARALLEL_AFTER goes to the workers from its first
+        # chunk (decoding the first 64 MB here left ~100 MB of freed small objects in this
+        # process's heap, never given back, a third of its RSS at the end of a 200 MB read).
+        if fd is not None and os.fstat(fd).st_size - buf.base >= PARALLEL_AFTER:
+            consumed = PARALLEL_AFTER
         while not eof:
             # A big file's chunks are decoded by other processes, once it has shown itself big:
             # a small one never waits for them to start.
             if size > 1 and consumed >= PARALLEL_AFTER:
-                eof = self._read_parallel(blocks, buf, size)
+                self.used_workers = True
+                source = None if fd is None else chunk_pool.file_source(fd)
+                eof = self._read_ranges(fd, source, buf, size) if source is not None \
+                    else self._read_parallel(blocks, buf, size)
                 break
             # A buffer left whole by the last decode (one event larger than a chunk) grows.
             eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
@@ -304,6 +322,75 @@ class _Reader:
         finally:
             for worker, _ in sent:  # a read that raised: their answers are never read
                 worker.stop()
+
+    def _read_ranges(self, fd: int, source: tuple, buf: "_Window", size: int) -> bool:
+        """_read_parallel for a plain file: each worker reads its chunk's byte range itself
+        (chunk_pool.send_range); this process reads only around each cut, to find it. A chunk a
+        worker cannot decode, a lost worker or a range it cannot read sends the rest, from that
+        chunk on, through the one-process path, as _read_parallel does. At the end `buf` holds
+        the array's last events and what follows it; True (the file is read). Reads by
+        offset (pread) leave the read-ahead thread's position on `fd` alone."""
+        end = os.fstat(fd).st_size
+        workers, sent = chunk_pool.pool(size), deque()  # (worker, its chunk's offset), in order
+        position, turn = buf.base + 1, 0  # the next event's first byte: buf holds "[" before it
+        try:
+            while True:
+                while len(sent) < size:
+                    cut = self._range_cut(fd, position, end)
+                    if cut is None:
+                        break
+                    worker = workers[turn % size]
+                    turn += 1
+                    sent.append((worker, position))  # first: a send that fails is read here too
+                    worker.send_range(source, position, cut[0] - position)
+                    position = cut[1]
+                if not sent:
+                    break
+                chunk = sent[0][0].receive()
+                sent.popleft()
+                self._merge(chunk)
+        except (msgspec.DecodeError, chunk_pool.WorkerLost, chunk_pool.RangeUnreadable, _Unsplit) as exc:
+            if isinstance(exc, chunk_pool.WorkerLost):
+                chunk_pool.discard()
+            if sent:
+                position = sent[0][1]
+            for worker, _ in sent:  # those still decoding chunks now read here
+                worker.stop()
+            sent.clear()
+            blocks = _FileBlocks(fd, position, end)
+            buf.restart(position - 1)
+            eof = False
+            while not eof:
+                eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+                if not eof:
+                    self._decode_chunk(buf)
+            return True
+        finally:
+            for worker, _ in sent:  # a read that raised: their answers are never read
+                worker.stop()
+        buf.restart(position - 1)
+        self._fill(_FileBlocks(fd, position, end), buf, end - position + 1)
+        return True
+
+    @staticmethod
+    def _range_cut(fd: int, position: int, end: int) -> tuple[int, int] | None:
+        """Where the chunk from `position` ends (past its last event's "}") and the next event
+        begins, at the last place that looks like one between two events before a chunk's
+        length; None where less than a chunk is left (the array's tail, read here)."""
+        target = position + _CHUNK
+        if target >= end:
+            return None
+        start = max(position, target - _TAIL)
+        while True:
+            window = os.pread(fd, target - start, start)
+            last = None
+            for last in _BETWEEN.finditer(window):
+                pass
+            if last is not None:
+                return start + last.start() + 1, start + last.end() - 1
+            if start == position:  # one event longer than a chunk
+                raise _Unsplit
+            start = max(position, start - 2 * (target - start))
 
     def _cut(self, buf: "_Window") -> tuple[bytearray, bytes, int] | None:
         """The whole events at the front of `buf` as an array ("[" + events + "]"), removed from
@@ -573,6 +660,22 @@ RANGE_PROFILER = "cuda_profiler_range"
 _BYTE = re.compile(r"\(byte (\d+)\)")
 
 
+class _Unsplit(Exception):
+    """No place between two events in a chunk's length of a file: the one-process path reads it."""
+
+
+class _FileBlocks:
+    """A plain file's blocks from `offset` on, read by offset (as ReadAhead's, without a thread)."""
+
+    def __init__(self, fd: int, offset: int, end: int):
+        self._fd, self._offset, self._end = fd, offset, end
+
+    def read(self) -> bytes:
+        block = os.pread(self._fd, min(_BLOCK, max(self._end - self._offset, 0)), self._offset)
+        self._offset += len(block)
+        return block
+
+
 class _Window:
     """The bytes read and not yet decoded, at the front of one bytearray that keeps its memory:
     a bytearray cut down after each chunk and grown again was reallocated, and its pages
@@ -599,6 +702,12 @@ class _Window:
         self.data[:len(rest)] = rest
         self.end = len(rest)
         self.base += position
+
+    def restart(self, base: int) -> None:
+        """Empty but for an array's "[", standing at `base` in the stream."""
+        self.end = 0
+        self.add(b"[")
+        self.base = base
 
     def contents(self) -> bytes:
         with memoryview(self.data) as view:

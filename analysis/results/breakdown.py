@@ -22,7 +22,7 @@ from gapscope.analysis.measures.other_split import other_shares
 from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
 from gapscope.analysis.events.event import EventKind
 from gapscope.analysis.events.columns import code
-from gapscope.analysis.events.intervals import covered_within, merge, merged_arrays
+from gapscope.analysis.events.intervals import covered_within, merge, union_of
 from gapscope.analysis.events.trace import Trace
 from gapscope.analysis.measures import page_faults
 from gapscope.analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
@@ -140,9 +140,8 @@ def outside_steps(trace: Trace, timeline: PhaseTimeline) -> str | None:
         return None  # iterations found between optimizer steps leave the cold first one out by design
     host_ops = kinds == code(EventKind.HOST_OP)
     del kinds
-    starts = columns.start_us[host_ops]
-    ops = merged_arrays(starts, starts + columns.dur_us[host_ops])
-    del host_ops, starts
+    ops = union_of(columns.start_us, columns.dur_us, host_ops)
+    del host_ops
     if not steps:
         return None
     lo, hi = (steps[0].start_us, max(s.end_us for s in steps)) if len(steps) > 1 else (-np.inf, np.inf)
