@@ -65,7 +65,9 @@ def test_header_and_trailing_keys_are_kept(tmp_path, monkeypatch):
     path.write_text(json.dumps({"traceEvents": _events(3), "deviceProperties": [{"id": 1}],
                                 "baseTimeNanoseconds": 123}))
     trace = read_torch_trace(path)
-    assert trace.metadata == {"device_properties": [{"id": 1}], "base_time_ns": 123}
+    # The categories of the complete events (the flow arrows' ac2g is no event kept).
+    assert trace.metadata == {"device_properties": [{"id": 1}], "base_time_ns": 123,
+                              "categories": ["cpu_op", "kernel", "user_annotation"]}
 
 
 def test_garbage_after_the_array_is_refused(tmp_path, monkeypatch):
