@@ -1,6 +1,7 @@
 """Phase marks for Keras 3: a train_step that marks each phase (TF name scopes on the
-tensorflow backend, PhaseMarks on the torch backend), and a callback that times steps and
-records the profile over the trace window."""
+tensorflow backend, PhaseMarks on the torch backend; on JAX Keras' own jitted step, whose HLO
+metadata names each op's transformation), and a callback that times steps and records the
+profile over the trace window."""
 from __future__ import annotations
 
 import types
@@ -100,6 +101,10 @@ def mark_keras_phases(model, marks: PhaseMarks | None = None):
     On the torch backend the phases are host ranges: `marks` (whose timer the step callback
     shares) records them."""
     import keras
+    if keras.backend.backend() == "jax":
+        # Keras' own step: one jitted program whose ops JAX names forward (jvp), backward
+        # (transpose) and by the optimizer's scope; a scope of ours would change nothing there.
+        return model
     if keras.backend.backend() == "torch":
         model._gapscope_marks = marks or PhaseMarks()
         model.train_step = types.MethodType(_marked_train_step_torch, model)
@@ -111,6 +116,8 @@ def mark_keras_phases(model, marks: PhaseMarks | None = None):
 def mark_keras_inference(model, marks: PhaseMarks | None = None):
     """Mark Keras' own predict_step as the forward phase (inference runs nothing else)."""
     import keras
+    if keras.backend.backend() == "jax":
+        return model  # a jitted predict step holds forward ops only (no jvp, no transpose)
     original = model.predict_step
     on_torch = keras.backend.backend() == "torch"
     marks = marks or PhaseMarks()
@@ -123,11 +130,12 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
+                  jax_profile=None, torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
                   window_hooks=None):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
-    step view expects), or a started torch.profiler that it steps once per call.
+    step view expects), a JAX profile (`jax_profile`: start, stop, a StepTraceAnnotation per
+    call, the same step event), or a started torch.profiler that it steps once per call.
 
     With steps_per_execution > 1 Keras reports batches in jumps, so the window takes every
     call whose updates overlap it (`steps_per_call` each), even a first call that also holds
@@ -170,7 +178,13 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                     import tensorflow as tf
                     tf.profiler.experimental.start(logdir=str(tf_logdir))
                     self._tracing = True
-            if self._tracing:
+                if jax_profile is not None and not self._tracing:
+                    jax_profile.start()
+                    self._tracing = True
+            if self._tracing and jax_profile is not None:
+                self._step_trace = jax_profile.step(self._call_first)
+                self._step_trace.__enter__()
+            elif self._tracing:
                 import tensorflow as tf
                 self._step_trace = tf.profiler.experimental.Trace(
                     "train", step_num=self._call_first, _r=1)
@@ -211,11 +225,14 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             return (total - previous) / (after - before)
 
         def finish_trace(self):
-            """Stops the TF profiler if this callback started it and it still runs."""
+            """Stops the TF or JAX profiler if this callback started it and it still runs."""
             if not self._tracing:
                 return
-            import tensorflow as tf
             self._tracing = False
+            if jax_profile is not None:
+                jax_profile.stop()
+                return
+            import tensorflow as tf
             stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
 
         # model.predict (inference runs) calls the same hooks under other names.

@@ -4,7 +4,7 @@ from __future__ import annotations
 from gapscope.profilers.errors import GapscopeInputError
 from gapscope.workloads.spec import WorkloadSpec
 
-FRAMEWORKS = ("torch", "keras", "keras-torch", "tf")
+FRAMEWORKS = ("torch", "keras", "keras-torch", "keras-jax", "tf")
 
 WORKLOADS = {
     spec.name: spec for spec in (

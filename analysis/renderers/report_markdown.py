@@ -10,7 +10,7 @@ from gapscope.analysis.results.records import Breakdown
 from gapscope.profilers.phases import PHASES
 from gapscope.profilers.run_dir import effective_status
 
-_VERSIONS = ("python", "torch", "tensorflow", "keras", "cuda")
+_VERSIONS = ("python", "torch", "tensorflow", "keras", "jax", "cuda")
 
 
 @dataclass
