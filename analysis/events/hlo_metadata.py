@@ -1,9 +1,9 @@
 """What each executed HLO op was compiled from: framework op names, and so the phase, per XLA instruction."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from gapscope.analysis.events.phase_rules import framework_phase, gapscope_phase
+from gapscope.analysis.events.phase_rules import AFTER_GRADIENTS, JAX_PROGRAMS, framework_phase, gapscope_phase
 
 # A fused instruction's ops come from one phase, from several (a finding), or from none we know.
 MIXED = "mixed"
@@ -23,22 +23,35 @@ class HloOp:
     # its root op), as XProf names it.
     op_name: str = ""
     op_type: str = ""
+    # A JAX op whose names carry no transformation: the phase its place in the program gives,
+    # forward before the first gradient op, optimizer after it (entry_ops). None elsewhere.
+    by_order: str | None = None
 
     @property
     def framework_op(self) -> str | None:
-        """`<op_name>:<op_type>`, the form TF op events have, or None without metadata."""
-        if not self.op_name:
+        """`<op_name>:<op_type>`, the form TF op events have, or None without metadata. A JAX op
+        goes by its first name where it has no own one, marked where its place gave its phase."""
+        name = self.op_name or (self.op_names[0] if self.op_names and self.op_names[0].startswith(JAX_PROGRAMS) else "")
+        if not name:
             return None
-        return f"{self.op_name}:{self.op_type}" if self.op_type else self.op_name
+        if self.by_order == "optimizer" and not self.named_phases:
+            return name + AFTER_GRADIENTS
+        return f"{name}:{self.op_type}" if self.op_type else name
 
     @property
     def is_fusion(self) -> bool:
         return self.opcode == "fusion"
 
     @property
-    def phases(self) -> tuple[str, ...]:
+    def named_phases(self) -> tuple[str, ...]:
         """Phases of the op names, sorted; an op name outside every phase scope adds nothing."""
         return tuple(sorted({p for p in map(op_name_phase, self.op_names) if p}))
+
+    @property
+    def phases(self) -> tuple[str, ...]:
+        """The op names' phases, or the one its place in a JAX program gives where they say none."""
+        named = self.named_phases
+        return named or ((self.by_order,) if self.by_order else ())
 
     @property
     def phase(self) -> str:
@@ -97,4 +110,23 @@ def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[
         for callee in called:
             names.extend(computation_op_names(callee, frozenset({callee})))
         ops[name] = HloOp(name, opcode, tuple(dict.fromkeys(names)), op_name, op_type)
-    return ops
+    return _jax_order(ops)
+
+
+def _jax_order(ops: dict[str, HloOp]) -> dict[str, HloOp]:
+    """A JAX program's ops whose names carry no transformation (`jit(train_step)/add`), phased by
+    their place in the entry's order, which is XLA's schedule: before the first gradient op they
+    are forward (the loss's mean, its scaling), after it the optimizer (the update, the step
+    counter, the metrics). An op without any name (a copy XLA added) stays unattributed."""
+    if not any(n.startswith(JAX_PROGRAMS) for op in ops.values() for n in op.op_names):
+        return ops
+    order = list(ops)
+    first_gradient = next((i for i, name in enumerate(order) if "backward" in ops[name].named_phases),
+                          len(order))
+    found = {}
+    for i, name in enumerate(order):
+        op = ops[name]
+        if op.op_names and not op.named_phases:
+            op = replace(op, by_order="forward" if i < first_gradient else "optimizer")
+        found[name] = op
+    return found

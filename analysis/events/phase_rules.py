@@ -40,6 +40,13 @@ _KERAS_OPTIMIZER_SCOPES = frozenset({
     "sgd", "adam", "adam_w", "adamax", "nadam", "adagrad", "adadelta", "adafactor",
     "ftrl", "lion", "lamb", "loss_scale_optimizer", "muon", "rm_sprop"})
 _GAPSCOPE_SCOPES = {TF_SCOPE_PREFIX + p: p for p in MARKED_PHASES}
+# JAX's HLO metadata op_name is its name stack, which wraps each scope in the transformation
+# that made the op: `jit(train_step)/transpose(jvp(conv1))/conv_general_dilated` is a gradient
+# op (transpose of the linearised forward), `jit(train_step)/jvp(conv1)/…` the forward.
+JAX_PROGRAMS = ("jit(", "pmap(")
+# The phase of a JAX op whose names carry no transformation comes from its place in the program
+# (hlo_metadata): the reader writes that one as `<op_name> (after the gradients)`.
+AFTER_GRADIENTS = " (after the gradients)"
 # torch <= 1.9 named a backward op after its autograd node alone (CudnnConvolutionBackward,
 # AddmmBackward, NllLossBackward0), without today's evaluate_function prefix; today's traces
 # hold the same names nested inside that prefix's range, so matching them changes nothing there.
@@ -100,8 +107,27 @@ def annotation_phase(name: str) -> str | None:
 
 
 @functools.lru_cache(maxsize=1 << 16)
+def jax_phase(op_name: str) -> str | None:
+    """Phase of a JAX op by its HLO metadata name: backward under `transpose(…)`, forward under
+    `jvp(…)`, the optimizer under a Keras optimizer's scope or after the gradients; None where
+    the name says none of these (a loss mean before the gradients is forward by its place)."""
+    if op_name.endswith(AFTER_GRADIENTS):
+        return "optimizer"
+    scopes = op_name.split("/")
+    if any(s.startswith("transpose(") for s in scopes):
+        return "backward"
+    if any(s.startswith("jvp(") for s in scopes):
+        return "forward"
+    if _KERAS_OPTIMIZER_SCOPES.intersection(scopes):
+        return "optimizer"
+    return None
+
+
+@functools.lru_cache(maxsize=1 << 16)
 def framework_phase(name: str) -> str | None:
     """Phase of a marker the framework emits by itself, in traces nobody marked."""
+    if name.startswith(JAX_PROGRAMS):
+        return jax_phase(name.rstrip(":"))
     for prefix, phase in _TORCH_MARKERS:
         if name.startswith(prefix):
             return phase
