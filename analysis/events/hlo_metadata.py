@@ -23,8 +23,9 @@ class HloOp:
     # its root op), as XProf names it.
     op_name: str = ""
     op_type: str = ""
-    # A JAX op whose names carry no transformation: the phase its place in the program gives,
-    # forward before the first gradient op, optimizer after it (entry_ops). None elsewhere.
+    # A JAX op with a name that carries no transformation (`jit(train_step)/sub`): the phase its
+    # place in the program gives that name, forward before the first gradient op, optimizer
+    # after it (entry_ops). None elsewhere.
     by_order: str | None = None
 
     @property
@@ -34,7 +35,7 @@ class HloOp:
         name = self.op_name or (self.op_names[0] if self.op_names and self.op_names[0].startswith(JAX_PROGRAMS) else "")
         if not name:
             return None
-        if self.by_order == "optimizer" and not self.named_phases:
+        if self.by_order == "optimizer" and not op_name_phase(name):
             return name + AFTER_GRADIENTS
         return f"{name}:{self.op_type}" if self.op_type else name
 
@@ -49,9 +50,10 @@ class HloOp:
 
     @property
     def phases(self) -> tuple[str, ...]:
-        """The op names' phases, or the one its place in a JAX program gives where they say none."""
+        """The op names' phases, and the one its place in a JAX program gives its names that
+        say none: a fusion of a gradient and the update it feeds is mixed."""
         named = self.named_phases
-        return named or ((self.by_order,) if self.by_order else ())
+        return tuple(sorted({*named, self.by_order})) if self.by_order else named
 
     @property
     def phase(self) -> str:
@@ -114,10 +116,12 @@ def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[
 
 
 def _jax_order(ops: dict[str, HloOp]) -> dict[str, HloOp]:
-    """A JAX program's ops whose names carry no transformation (`jit(train_step)/add`), phased by
-    their place in the entry's order, which is XLA's schedule: before the first gradient op they
-    are forward (the loss's mean, its scaling), after it the optimizer (the update, the step
-    counter, the metrics). An op without any name (a copy XLA added) stays unattributed."""
+    """A JAX program's op names that carry no transformation (`jit(train_step)/sub`), phased by
+    the op's place in the entry's order, which is XLA's schedule: before the first gradient op
+    forward (the loss's mean, its scaling), after it the optimizer (the update, the step counter,
+    the metrics). Names outside the program (`params['w2']`, a reducer's bare `reduce_sum`) and
+    ops without any name (XLA dropped it: a `dot.4`) say nothing: where nothing else does, the
+    op stays unattributed, since an unnamed op after the first gradient may be either."""
     if not any(n.startswith(JAX_PROGRAMS) for op in ops.values() for n in op.op_names):
         return ops
     order = list(ops)
@@ -126,7 +130,7 @@ def _jax_order(ops: dict[str, HloOp]) -> dict[str, HloOp]:
     found = {}
     for i, name in enumerate(order):
         op = ops[name]
-        if op.op_names and not op.named_phases:
+        if any(n.startswith(JAX_PROGRAMS) and not op_name_phase(n) for n in op.op_names):
             op = replace(op, by_order="forward" if i < first_gradient else "optimizer")
         found[name] = op
     return found

@@ -373,11 +373,11 @@ def jax_scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
         if match is None or not match.group(1).endswith("jvp("):
             continue
         phase = "backward" if match.group(1).startswith("transpose(") else "forward"
-        inside = [match.group(2), *scopes[i + 1:-1]]  # the last part is the primitive
-        if inside[0] == "compile_loss":
+        # The last part is the primitive; `jvp()` is code in no named scope (a loss by hand).
+        inside = [name for name in (match.group(2), *scopes[i + 1:-1]) if name]
+        if inside[:1] == ["compile_loss"]:
             return "loss", phase
-        if known:
-            layer = next((name for name in inside if name in known), None)
-            return (layer, phase) if layer else None
-        return inside[0], phase
+        layer = next((name for name in inside if name in known), None) if known else \
+            next(iter(inside), None)
+        return (layer, phase) if layer else None
     return None
