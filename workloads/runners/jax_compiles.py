@@ -57,8 +57,13 @@ class JaxCompileLog:
         logger.removeHandler(self._handler)
         logger.propagate = self._propagate
 
-    def write(self, run_dir: Path) -> None:
+    def write(self, run_dir: Path, steps: int) -> None:
+        """`steps`: the run's updates; what compiled after the last (Keras' metrics at the end of
+        fit) gets step None and `after_steps`: it is in no step, and costs none."""
         import jax
+        for entry in [*self.events, *self.misses]:
+            if isinstance(entry["step"], int) and entry["step"] >= steps:
+                entry["step"], entry["after_steps"] = None, True
         write_atomic(Path(run_dir) / COMPILE_JSON, strict_json.dumps({
             "format": FORMAT_VERSION, "framework": "jax", "jax": jax.__version__,
             "compiles": [], "graph_breaks": [], "jax_events": self.events,

@@ -112,7 +112,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             trace_log.write(run_dir, jit_compile=bool(getattr(model, "jit_compile", False)))
         if jax_log is not None:
             jax_log.stop()
-            jax_log.write(run_dir)
+            jax_log.write(run_dir, steps)
     if callback.updates < steps:
         # Keras ends fit quietly on an OutOfRangeError from anywhere in a step, taking it for
         # the end of the data: a short run is a failure, not a result.
