@@ -32,7 +32,7 @@ class HloOp:
     def framework_op(self) -> str | None:
         """`<op_name>:<op_type>`, the form TF op events have, or None without metadata. A JAX op
         goes by its first name where it has no own one, marked where its place gave its phase."""
-        name = self.op_name or (self.op_names[0] if self.op_names and self.op_names[0].startswith(JAX_PROGRAMS) else "")
+        name = self.op_name or next((n for n in self.op_names if n.startswith(JAX_PROGRAMS)), "")
         if not name:
             return None
         if self.by_order == "optimizer" and not op_name_phase(name):

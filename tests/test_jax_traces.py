@@ -1,0 +1,163 @@
+"""JAX programs: phases from the transformations in HLO metadata (a hand-counted jitted step),
+foreign JAX traces with StepTraceAnnotation or TraceAnnotation steps (real, recorded with jax
+0.10.2 on the CPU), and the device name a GPU plane gives as an interned string.
+
+The fixtures (tests/fixtures/jax_step/) come from one function, a two-layer step under
+`jax.named_scope("dense1")`/`("dense2")`, MSE loss, plain SGD `p - 0.1 * g` (no optimizer scope):
+`module_jit_train_step.after_optimizations.txt` is `train_step.lower(...).compile().as_text()`
+for w1 4x8, w2 8x1 and a batch of 2 (the file-name/stack-frame tables and stack_frame_ids cut);
+the XSpaces run it at w1 64x256, w2 256x1, batch 128 for three steps under jax.profiler with the
+Python tracer off, each step in `StepTraceAnnotation("train", step_num=i)` or in
+`TraceAnnotation("train_step")`."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.events.phase_rules import AFTER_GRADIENTS, framework_phase, jax_phase
+from gapscope.analysis.events.timeline import phase_timeline
+from gapscope.analysis.measures.layer_times import scope_layer
+from gapscope.analysis.readers.hlo_text import read_hlo_text
+from gapscope.analysis.readers.xplane import read_xplane
+from gapscope.analysis.readers import xplane_proto
+from xspace_builder import PlaneBuilder, new_space
+
+# Counted by hand off the entry computation (in XLA's schedule order): what each op's metadata
+# op_names say. multiply_select_fusion fuses the ReLU mask of dense1's forward (jvp(dense1)/gt)
+# into its backward select; bitcast_subtract_fusion fuses dense2's weight gradient
+# (transpose(jvp(dense2))) into the SGD update after the gradients: both mixed. dot.4 (dense2's
+# forward dot) and dot.5 (its weight gradient) lost their metadata in XLA's layout passes, and
+# bitcast_bitcast_fusion.1 names only the parameter params['w2']: unattributed.
+HAND_COUNTED = {
+    "bitcast_bitcast_fusion.1": ("fusion", UNATTRIBUTED),
+    "ynn_fusion": ("fusion", "forward"),                  # jvp(dense1)/dot_general
+    "broadcast_maximum_fusion": ("fusion", "forward"),    # jvp(dense1)/jit(relu)/max
+    "dot.4": ("dot", UNATTRIBUTED),
+    "multiply_select_fusion": ("fusion", MIXED),          # transpose(jvp(dense1)) + jvp(...)
+    "reduce_multiply_fusion": ("fusion", "forward"),      # jvp()/div: the loss mean
+    "bitcast_bitcast_fusion": ("fusion", "forward"),      # jvp()/sub
+    "dot.2": ("dot", "backward"),                         # transpose(jvp(dense1))/transpose
+    "dot.5": ("dot", UNATTRIBUTED),
+    "multiply_subtract_fusion": ("fusion", "optimizer"),  # jit(train_step)/sub, after the gradients
+    "bitcast_subtract_fusion": ("fusion", MIXED),         # the update + transpose(jvp(dense2))
+}
+
+
+@pytest.fixture(scope="module")
+def hand_counted(fixtures_dir):
+    return read_hlo_text(fixtures_dir / "jax_step" / "module_jit_train_step.after_optimizations.txt")
+
+
+def test_a_jitted_steps_ops_get_the_phases_counted_by_hand(hand_counted):
+    module, ops = hand_counted
+    assert module == "jit_train_step"
+    assert {name: (op.opcode, op.phase) for name, op in ops.items()} == HAND_COUNTED
+    assert list(ops) == list(HAND_COUNTED)  # the schedule's order, which phases the unnamed ops
+    assert Counter(op.phase for op in ops.values()) == {
+        "forward": 4, "backward": 1, "optimizer": 1, MIXED: 2, UNATTRIBUTED: 3}
+    assert ops["multiply_select_fusion"].phases == ("backward", "forward")
+    assert ops["bitcast_subtract_fusion"].phases == ("backward", "optimizer")
+    # The update has no transformation in its names: its place after the first gradient op
+    # (multiply_select_fusion) makes it the optimizer's, and its annotation says so.
+    assert ops["multiply_subtract_fusion"].by_order == "optimizer"
+    assert ops["multiply_subtract_fusion"].framework_op == "jit(train_step)/sub" + AFTER_GRADIENTS
+    # The timeline classifies each op's annotation as the kernel view classifies the op.
+    for name in ("ynn_fusion", "dot.2", "multiply_subtract_fusion", "reduce_multiply_fusion"):
+        assert framework_phase(ops[name].framework_op) == ops[name].phase
+    assert ops["dot.4"].framework_op is None
+
+
+def test_the_layers_of_a_jitted_step_come_from_the_scopes_inside_the_transformations(hand_counted):
+    _, ops = hand_counted
+    known = {"dense1", "dense2"}
+    layers = {name: sorted({w for w in (scope_layer(n, known) for n in op.op_names) if w})
+              for name, op in ops.items()}
+    assert layers["ynn_fusion"] == [("dense1", "forward")]
+    assert layers["dot.2"] == [("dense1", "backward")]
+    # A fusion of two layers and both phases: several places, so outside layers (never split).
+    assert layers["multiply_select_fusion"] == [("dense1", "backward"), ("dense1", "forward"),
+                                                ("dense2", "backward"), ("dense2", "forward")]
+    assert layers["multiply_subtract_fusion"] == []
+    assert scope_layer("jit(train_step)/transpose(jvp(compile_loss))/sparse_categorical_crossentropy/div",
+                       set()) == ("loss", "backward")
+    assert scope_layer("jit(train_step)/jvp(cnn)/conv1/conv_general_dilated", {"conv1"}) == ("conv1", "forward")
+
+
+def test_jax_names_give_their_phase():
+    assert jax_phase("jit(train_step)/transpose(jvp(conv1))/conv_general_dilated") == "backward"
+    assert jax_phase("jit(train_step)/jvp(conv1)/jit(relu)/max") == "forward"
+    assert jax_phase("jit(train_step)/rm_sprop/add") == "optimizer"
+    assert jax_phase("jit(train_step)/add") is None
+    # JAX joins the names of an op made from two with ';'
+    assert jax_phase("jit(f)/transpose(jvp())/mul;jit(f)/transpose(jvp())/broadcast_in_dim") == "backward"
+    assert framework_phase("jit(train_step)/add" + AFTER_GRADIENTS) == "optimizer"
+
+
+@pytest.fixture(scope="module")
+def step_annotated(fixtures_dir):
+    trace = read_xplane(fixtures_dir / "jax_step" / "step_annotated.xplane.pb")
+    return trace, phase_timeline(trace)
+
+
+def test_a_step_annotated_jax_trace_gets_steps_and_phases(step_annotated):
+    trace, timeline = step_annotated
+    assert trace.metadata["framework"] == "jax"
+    assert [(s.name, s.step_num) for s in timeline.steps] == [("train", 0), ("train", 1), ("train", 2)]
+    # Step 1's thunks, taken off the trace by hand (µs): forward bitcast_bitcast_fusion.1 0.791
+    # (no phase of its own: before the first gradient op), ynn_fusion 86.047,
+    # broadcast_maximum_fusion 48.802, dot.4 1.622, subtract_multiply_fusion 0.41,
+    # wrapped_reduce-window 0.691, reduce_multiply_fusion 0.31; backward multiply_select_fusion
+    # 1.872 (root transpose(jvp(dense1))), bitcast_bitcast_fusion 0.311, dot.2 164.304;
+    # optimizer multiply_subtract_fusion 1.753, bitcast_subtract_fusion 0.331 (root: the update).
+    phases = timeline.phase_ms(1)
+    assert phases["forward"] * 1000 == pytest.approx(0.791 + 86.047 + 48.802 + 1.622 + 0.41 + 0.691 + 0.31, abs=1e-3)
+    assert phases["backward"] * 1000 == pytest.approx(1.872 + 0.311 + 164.304, abs=1e-3)
+    assert phases["optimizer"] * 1000 == pytest.approx(1.753 + 0.331, abs=1e-3)
+    assert phases["data_load"] == 0.0
+
+
+def test_trace_annotation_steps_are_found_and_without_them_the_trace_is_one_window(fixtures_dir, tmp_path):
+    path = fixtures_dir / "jax_step" / "trace_annotated.xplane.pb"
+    trace = read_xplane(path)
+    timeline = phase_timeline(trace)
+    assert [(s.name, s.step_num) for s in timeline.steps] == [("train_step", 0), ("train_step", 1),
+                                                               ("train_step", 2)]
+    assert all(timeline.phase_ms(i)["backward"] > 0 and timeline.phase_ms(i)["optimizer"] > 0
+               for i in range(3))
+    # The same trace without its annotations: one window and the warning, as before.
+    space = xplane_proto.xplane_pb2().XSpace()
+    space.ParseFromString(path.read_bytes())
+    for plane in space.planes:
+        marks = {k for k, m in plane.event_metadata.items() if m.name == "train_step"}
+        for line in plane.lines:
+            kept = [e for e in line.events if e.metadata_id not in marks]
+            del line.events[:]
+            line.events.extend(kept)
+    bare = tmp_path / "bare.xplane.pb"
+    bare.write_bytes(space.SerializeToString())
+    timeline = phase_timeline(read_xplane(bare))
+    assert [s.name for s in timeline.steps] == ["whole trace"]
+    assert any(note.startswith("warning: the trace holds no step markers") for note in timeline.notes)
+
+
+@pytest.mark.parametrize("encoding", ["ref", "bytes", "str"])
+def test_a_device_plane_names_its_device_however_the_string_is_stored(tmp_path, encoding):
+    """XLA's GPU tracers intern the device's name ("AMD GPU - gfx942") as a stat metadata entry
+    and store a reference to it: the reader read the reference's number and named no device."""
+    space = new_space()
+    host = PlaneBuilder(space, 1, "/host:CPU")
+    host.event(host.line(1, "python"), "train", 0, 100, step_num=0, _r=1)
+    gpu = PlaneBuilder(space, 2, "/device:GPU:0")
+    gpu.event(gpu.line(1, "Stream #1(Kernel)"), "fusion_1", 10, 20)
+    stat = gpu.plane.stats.add(metadata_id=gpu.stat("device_type_string"))
+    if encoding == "ref":
+        stat.ref_value = gpu.stat("AMD GPU - gfx942")
+    elif encoding == "bytes":
+        stat.bytes_value = b"AMD GPU - gfx942"
+    else:
+        stat.str_value = "AMD GPU - gfx942"
+    path = tmp_path / "rocm.xplane.pb"
+    path.write_bytes(space.SerializeToString())
+    assert read_xplane(path).metadata["device_properties"] == [{"id": 2, "name": "AMD GPU - gfx942"}]
