@@ -3,7 +3,6 @@
 times and traces."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from contextlib import nullcontext
 from pathlib import Path
@@ -20,6 +19,7 @@ from gapscope.workloads.models.params import keras_parameters
 from gapscope.workloads.runners.execution_rows import expand_executions
 from gapscope.workloads.runners.jax_profile import JaxProfile
 from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.registry import missing_extra
 from gapscope.workloads.spec import WorkloadSpec
 from gapscope.workloads.runners.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts, make_strategy,
                                      peer_failures, rank_data, sharded_dataset, traces_rank, world_size)
@@ -27,8 +27,6 @@ from gapscope.workloads.runners.tf_distribute import (build_from_local_batch, ch
 XLA_DUMP_DIR = "xla_dump"
 # Keras' backend per framework path: fixed when Keras is imported, so each run is a process.
 BACKENDS = {"keras": "tensorflow", "keras-torch": "torch", "keras-jax": "jax"}
-JAX_MISSING = ("--framework keras-jax needs JAX, which is not installed: "
-               "pip install -e '.[jax]' (a CPU jax/jaxlib)")
 
 
 def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
@@ -199,8 +197,9 @@ def _prepare_environment(settings: RunSettings, run_dir: Path) -> None:
     On JAX the profile holds each program's HloProto: no dump is needed."""
     os.environ["KERAS_BACKEND"] = BACKENDS[settings.framework]
     if settings.framework == "keras-jax":
-        if importlib.util.find_spec("jax") is None:
-            raise GapscopeInputError(JAX_MISSING)
+        missing = missing_extra(settings.framework)  # launch checked; a child may be started by hand
+        if missing:
+            raise GapscopeInputError(missing)
         if settings.device == "cpu":
             os.environ["JAX_PLATFORMS"] = "cpu"  # read once, when JAX starts its backends
     elif settings.framework == "keras" and settings.jit_compile:
