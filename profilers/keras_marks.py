@@ -155,6 +155,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             self._previous_end = None
             # Keras numbers batches from 0 in every epoch; the window counts updates of the run.
             self._updates = 0
+            self._in_call = False
             self._call_first = 0
             self._call_begin_batch = 0
             self._epoch_loss_total = 0.0
@@ -165,8 +166,15 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             """Updates (batches) the run has finished so far."""
             return self._updates
 
+        @property
+        def step_in_progress(self) -> int | None:
+            """The first update of the call running now; None between calls (fit's set-up, its
+            end), where what happens is in no step's time."""
+            return self._call_first if self._in_call else None
+
         def on_train_batch_begin(self, batch, logs=None):
             self._call_first, self._call_begin_batch = self._updates, batch
+            self._in_call = True
             call_last = self._call_first + steps_per_call - 1
             in_window = (window is not None and not self._window_done
                          and self._call_first <= window.last and call_last >= window.first)
@@ -198,6 +206,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
         def on_train_batch_end(self, batch, logs=None):
             timer.end_step(self._loss_of_call(batch, (logs or {}).get(LOSS_LOG)))
             self._updates += batch - self._call_begin_batch + 1
+            self._in_call = False
             if self._step_trace is not None:
                 self._step_trace.__exit__(None, None, None)
                 self._step_trace = None

@@ -85,10 +85,13 @@ def test_compile_json_holds_jaxs_trace_and_compile_of_the_step(run, jax_cnn):
     step = [e for e in record["jax_events"] if "train_step" in e["function"]]
     assert {e["stage"] for e in step} == {"jax_trace", "lower", "xla_compile"}
     assert all(e["step"] == 0 and e["ms"] > 0 for e in step)
-    # Keras' end-of-fit metrics compile after the last update: in no step.
-    assert all(e["step"] is None for e in record["jax_events"] if e.get("after_steps"))
+    # Keras' end-of-fit metrics compile after the last update, its set-up before the first: in
+    # no step, and out of the stages, which hold what step 0 compiled.
+    outside = [e for e in record["jax_events"] if e["step"] is None]
+    assert {e["function"] for e in outside} >= {"jit(true_divide)"}
     why = run_compile_why(run, 1000.0)
-    assert why.stages_ms["xla_compile"] >= next(e["ms"] for e in step if e["stage"] == "xla_compile")
+    assert why.stages_ms["xla_compile"] == pytest.approx(sum(
+        e["ms"] for e in record["jax_events"] if e["stage"] == "xla_compile" and e["step"] == 0), abs=1e-3)
     assert why.tf_traces.get("train_step") == 1 and why.retraces == []
     assert "XLA compile" in why.line() and "train_step traced 1 time" in why.line()
 

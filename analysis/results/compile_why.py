@@ -213,21 +213,22 @@ def _tf_why(records: dict, measured_ms: float | None, warmup_steps: int) -> Comp
 def _jax_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
     """JAX: each jitted function's trace, lowering and XLA compile, timed by JAX itself; a
     function traced again is a retrace, with JAX's own explanation of the cache miss. Compiles
-    after the last step (Keras' metrics at the end of fit) are in no step: left out."""
+    between steps (step None: fit's set-up, Keras' metrics at its end) cost no step's time:
+    counted as traces, left out of the stages."""
     events = [e for e in records["jax_events"] if isinstance(e, dict) and e.get("stage") in JAX_STAGES]
     stages = dict.fromkeys(JAX_STAGES, 0.0)
     later = 0.0
     counts: dict[str, int] = {}
     for e in events:
         step, ms = e.get("step"), float(e.get("ms") or 0.0)
+        if e["stage"] == "jax_trace":
+            counts[str(e.get("function"))] = counts.get(str(e.get("function")), 0) + 1
         if not isinstance(step, int) or isinstance(step, bool):
             continue
         if step < warmup_steps:
             stages[e["stage"]] += ms
         else:
             later += ms
-        if e["stage"] == "jax_trace":
-            counts[str(e.get("function"))] = counts.get(str(e.get("function")), 0) + 1
     retraced = [Retrace(str(m.get("function")), _int(m.get("step"), 0), str(m.get("reason") or "no reason given"))
                 for m in records.get("jax_cache_misses") or []
                 if isinstance(m, dict) and not m.get("first") and isinstance(m.get("step"), int)]

@@ -21,7 +21,8 @@ _REASON_CHARS = 200
 
 class JaxCompileLog:
     """`start()` before the first step, `stop()` after the last; `step_of()` says the update
-    in progress (the step callback's count), at each event."""
+    in progress at each event (the step callback's), None between steps: what compiles there
+    (fit's set-up, Keras' end-of-fit metrics) costs no step, and keeps step None."""
 
     def __init__(self, step_of):
         self._step_of = step_of
@@ -57,13 +58,8 @@ class JaxCompileLog:
         logger.removeHandler(self._handler)
         logger.propagate = self._propagate
 
-    def write(self, run_dir: Path, steps: int) -> None:
-        """`steps`: the run's updates; what compiled after the last (Keras' metrics at the end of
-        fit) gets step None and `after_steps`: it is in no step, and costs none."""
+    def write(self, run_dir: Path) -> None:
         import jax
-        for entry in [*self.events, *self.misses]:
-            if isinstance(entry["step"], int) and entry["step"] >= steps:
-                entry["step"], entry["after_steps"] = None, True
         write_atomic(Path(run_dir) / COMPILE_JSON, strict_json.dumps({
             "format": FORMAT_VERSION, "framework": "jax", "jax": jax.__version__,
             "compiles": [], "graph_breaks": [], "jax_events": self.events,

@@ -88,7 +88,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     trace_log = jax_log = None
     if on_jax:
         from gapscope.workloads.runners.jax_compiles import JaxCompileLog
-        jax_log = JaxCompileLog(step_of=lambda: callback.updates)
+        jax_log = JaxCompileLog(step_of=lambda: callback.step_in_progress)
         jax_log.start()
     elif not on_torch and not settings.inference:
         trace_log = TraceLog(step_of=lambda: callback.updates)
@@ -110,7 +110,7 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             trace_log.write(run_dir, jit_compile=bool(getattr(model, "jit_compile", False)))
         if jax_log is not None:
             jax_log.stop()
-            jax_log.write(run_dir, steps)
+            jax_log.write(run_dir)
     if callback.updates < steps:
         # Keras ends fit quietly on an OutOfRangeError from anywhere in a step, taking it for
         # the end of the data: a short run is a failure, not a result.
