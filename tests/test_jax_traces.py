@@ -16,7 +16,7 @@ from collections import Counter
 import pytest
 
 from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
-from gapscope.analysis.events.phase_rules import AFTER_GRADIENTS, framework_phase, jax_phase
+from gapscope.analysis.events.phase_rules import framework_phase, jax_phase, placed_name
 from gapscope.analysis.events.timeline import phase_timeline
 from gapscope.analysis.measures.layer_times import scope_layer
 from gapscope.analysis.readers.hlo_text import read_hlo_text
@@ -62,7 +62,7 @@ def test_a_jitted_steps_ops_get_the_phases_counted_by_hand(hand_counted):
     # The update has no transformation in its names: its place after the first gradient op
     # (multiply_select_fusion) makes it the optimizer's, and its annotation says so.
     assert ops["multiply_subtract_fusion"].by_order == "optimizer"
-    assert ops["multiply_subtract_fusion"].framework_op == "jit(train_step)/sub" + AFTER_GRADIENTS
+    assert ops["multiply_subtract_fusion"].framework_op == "jit(train_step)/sub (placed in optimizer)"
     # The timeline classifies each op's annotation as the kernel view classifies the op.
     for name in ("ynn_fusion", "dot.2", "multiply_subtract_fusion", "reduce_multiply_fusion"):
         assert framework_phase(ops[name].framework_op) == ops[name].phase
@@ -83,6 +83,9 @@ def test_the_layers_of_a_jitted_step_come_from_the_scopes_inside_the_transformat
     assert scope_layer("jit(train_step)/transpose(jvp(compile_loss))/sparse_categorical_crossentropy/div",
                        set()) == ("loss", "backward")
     assert scope_layer("jit(train_step)/jvp(cnn)/conv1/conv_general_dilated", {"conv1"}) == ("conv1", "forward")
+    # Inference: no transformation at all; a known layer's scope is its forward.
+    assert scope_layer("jit(predict_step)/dense1/dot_general", {"dense1"}) == ("dense1", "forward")
+    assert scope_layer("jit(train_step)/rm_sprop/add", {"dense1"}) is None
 
 
 def test_jax_names_give_their_phase():
@@ -92,7 +95,8 @@ def test_jax_names_give_their_phase():
     assert jax_phase("jit(train_step)/add") is None
     # JAX joins the names of an op made from two with ';'
     assert jax_phase("jit(f)/transpose(jvp())/mul;jit(f)/transpose(jvp())/broadcast_in_dim") == "backward"
-    assert framework_phase("jit(train_step)/add" + AFTER_GRADIENTS) == "optimizer"
+    assert framework_phase(placed_name("jit(train_step)/add", "optimizer")) == "optimizer"
+    assert framework_phase(placed_name("jit(predict_step)/add", "forward")) == "forward"
 
 
 @pytest.fixture(scope="module")

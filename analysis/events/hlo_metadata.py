@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gapscope.analysis.events.phase_rules import AFTER_GRADIENTS, JAX_PROGRAMS, framework_phase, gapscope_phase
+from gapscope.analysis.events.phase_rules import JAX_PROGRAMS, framework_phase, gapscope_phase, placed_name
 
 # A fused instruction's ops come from one phase, from several (a finding), or from none we know.
 MIXED = "mixed"
@@ -31,12 +31,13 @@ class HloOp:
     @property
     def framework_op(self) -> str | None:
         """`<op_name>:<op_type>`, the form TF op events have, or None without metadata. A JAX op
-        goes by its first name where it has no own one, marked where its place gave its phase."""
+        goes by its first name where it has no own one, marked where its place gave its phase
+        (forward before the gradients, in an inference program all through: the optimizer after)."""
         name = self.op_name or next((n for n in self.op_names if n.startswith(JAX_PROGRAMS)), "")
         if not name:
             return None
-        if self.by_order == "optimizer" and not op_name_phase(name):
-            return name + AFTER_GRADIENTS
+        if self.by_order and not op_name_phase(name):
+            return placed_name(name, self.by_order)
         return f"{name}:{self.op_type}" if self.op_type else name
 
     @property

@@ -366,7 +366,8 @@ def jax_scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
     """(layer, phase) of a JAX op by its name stack: Keras names each layer's scope, which JAX
     wraps in the transformation that made the op, `jit(train_step)/transpose(jvp(conv1))/…` (conv1,
     backward) and `…/jvp(conv1)/…` (forward); Keras' `compile_loss` scope is the loss. Under a
-    model's own scope (`jvp(cnn)/conv1/…`) the layer is the first known name. None outside both."""
+    model's own scope (`jvp(cnn)/conv1/…`) the layer is the first known name; in a program with
+    no transformation (inference: `jit(predict_step)/dense1/…`), a known layer's forward."""
     scopes = op_name.split("/")
     for i, scope in enumerate(scopes):
         match = _JAX_TRANSFORMED.match(scope)
@@ -380,4 +381,7 @@ def jax_scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
         layer = next((name for name in inside if name in known), None) if known else \
             next(iter(inside), None)
         return (layer, phase) if layer else None
-    return None
+    # No transformation: a program that differentiates nothing (predict_step), whose layer
+    # scopes are forward; only a known layer's name counts (an optimizer's scope is none).
+    layer = next((name for name in scopes[1:-1] if name in known), None)
+    return (layer, "forward") if layer else None
