@@ -165,3 +165,45 @@ def test_a_device_plane_names_its_device_however_the_string_is_stored(tmp_path, 
     path = tmp_path / "rocm.xplane.pb"
     path.write_bytes(space.SerializeToString())
     assert read_xplane(path).metadata["device_properties"] == [{"id": 2, "name": "AMD GPU - gfx942"}]
+
+
+def test_a_retrace_for_a_new_shape_is_recorded_with_jaxs_reason(tmp_path):
+    """JaxCompileLog on a real jitted function called with a second shape: JAX traces, lowers and
+    compiles it twice, and its cache-miss explanation names the argument whose shape changed."""
+    jax = pytest.importorskip("jax")
+    import jax.numpy as jnp
+
+    from gapscope.analysis.readers.compile_records import read_compile_records, steps_compiling_after
+    from gapscope.analysis.results.compile_why import compile_why
+    from gapscope.workloads.runners.jax_compiles import JaxCompileLog
+
+    step = {"now": 0}
+    log = JaxCompileLog(step_of=lambda: step["now"])
+    explained = jax.config.jax_explain_cache_misses
+
+    @jax.jit
+    def scaled_sum(batch):
+        return (batch * 2.0).sum()
+
+    log.start()
+    try:
+        scaled_sum(jnp.ones(4)).block_until_ready()
+        step["now"] = 1
+        scaled_sum(jnp.ones(4)).block_until_ready()   # cached: nothing new
+        step["now"] = 7
+        scaled_sum(jnp.ones(5)).block_until_ready()   # a partial last batch: a new shape
+    finally:
+        log.stop()
+    assert jax.config.jax_explain_cache_misses == explained  # put back as it was
+    log.write(tmp_path)
+    ours = [e for e in log.events if e["function"] in ("scaled_sum", "jit(scaled_sum)")]
+    assert [(e["stage"], e["step"]) for e in ours] == [
+        ("jax_trace", 0), ("lower", 0), ("xla_compile", 0), ("jax_trace", 7), ("lower", 7), ("xla_compile", 7)]
+    (miss,) = [m for m in log.misses if m["function"] == "scaled_sum" and not m["first"]]
+    assert miss["step"] == 7 and "now f32[5] and before f32[4]" in miss["reason"]
+    records = read_compile_records(tmp_path)
+    assert steps_compiling_after(records, warmup_steps=2) == [7]
+    why = compile_why(records, None, warmup_steps=2)
+    assert why.tf_traces["scaled_sum"] == 2
+    assert [(r.function, r.step) for r in why.retraces] == [("scaled_sum", 7)]
+    assert why.steady_events[7].startswith("retrace of scaled_sum:")

@@ -109,3 +109,16 @@ def test_what_keras_jax_cannot_run_is_refused_in_one_line():
     for variant, says in (("jit", "does not apply to keras-jax"), ("spe4", "steps_per_execution=1 only")):
         with pytest.raises(GapscopeInputError, match=says):
             RunSettings("cnn", "keras-jax", variant=variant).with_variant(cuda_available=False)
+
+
+def test_without_the_jax_extra_run_says_so_in_one_line(monkeypatch, tmp_path):
+    import importlib.util
+    found = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *args: None if name == "jax" else found(name, *args))
+    result = CliRunner().invoke(cli, ["run", "cnn", "--framework", "keras-jax", "--out", str(tmp_path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == (
+        "gapscope: error: --framework keras-jax needs JAX, which is not installed: "
+        "pip install -e '.[jax]' (a CPU jax/jaxlib)")
+    assert not list(tmp_path.iterdir())  # refused before any run directory
