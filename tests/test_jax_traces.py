@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from gapscope.analysis.events.hlo_metadata import MIXED, UNATTRIBUTED
+from gapscope.analysis.events.hlo_metadata import MIXED
 from gapscope.analysis.events.phase_rules import framework_phase, jax_phase, placed_name
 from gapscope.analysis.events.timeline import phase_timeline
 from gapscope.analysis.measures.layer_times import scope_layer
@@ -29,17 +29,18 @@ from xspace_builder import PlaneBuilder, new_space
 # into its backward select; bitcast_subtract_fusion fuses dense2's weight gradient
 # (transpose(jvp(dense2))) into the SGD update after the gradients: both mixed. dot.4 (dense2's
 # forward dot) and dot.5 (its weight gradient) lost their metadata in XLA's layout passes, and
-# bitcast_bitcast_fusion.1 names only the parameter params['w2']: unattributed.
+# bitcast_bitcast_fusion.1 names only the parameter params['w2']: by place, forward before the
+# first gradient op (multiply_select_fusion, 5th), backward before the last (bitcast_subtract_fusion).
 HAND_COUNTED = {
-    "bitcast_bitcast_fusion.1": ("fusion", UNATTRIBUTED),
+    "bitcast_bitcast_fusion.1": ("fusion", "forward"),
     "ynn_fusion": ("fusion", "forward"),                  # jvp(dense1)/dot_general
     "broadcast_maximum_fusion": ("fusion", "forward"),    # jvp(dense1)/jit(relu)/max
-    "dot.4": ("dot", UNATTRIBUTED),
+    "dot.4": ("dot", "forward"),
     "multiply_select_fusion": ("fusion", MIXED),          # transpose(jvp(dense1)) + jvp(...)
     "reduce_multiply_fusion": ("fusion", "forward"),      # jvp()/div: the loss mean
     "bitcast_bitcast_fusion": ("fusion", "forward"),      # jvp()/sub
     "dot.2": ("dot", "backward"),                         # transpose(jvp(dense1))/transpose
-    "dot.5": ("dot", UNATTRIBUTED),
+    "dot.5": ("dot", "backward"),
     "multiply_subtract_fusion": ("fusion", "optimizer"),  # jit(train_step)/sub, after the gradients
     "bitcast_subtract_fusion": ("fusion", MIXED),         # the update + transpose(jvp(dense2))
 }
@@ -55,8 +56,7 @@ def test_a_jitted_steps_ops_get_the_phases_counted_by_hand(hand_counted):
     assert module == "jit_train_step"
     assert {name: (op.opcode, op.phase) for name, op in ops.items()} == HAND_COUNTED
     assert list(ops) == list(HAND_COUNTED)  # the schedule's order, which phases the unnamed ops
-    assert Counter(op.phase for op in ops.values()) == {
-        "forward": 4, "backward": 1, "optimizer": 1, MIXED: 2, UNATTRIBUTED: 3}
+    assert Counter(op.phase for op in ops.values()) == {"forward": 6, "backward": 2, "optimizer": 1, MIXED: 2}
     assert ops["multiply_select_fusion"].phases == ("backward", "forward")
     assert ops["bitcast_subtract_fusion"].phases == ("backward", "optimizer")
     # The update has no transformation in its names: its place after the first gradient op
@@ -64,9 +64,9 @@ def test_a_jitted_steps_ops_get_the_phases_counted_by_hand(hand_counted):
     assert ops["multiply_subtract_fusion"].by_order == "optimizer"
     assert ops["multiply_subtract_fusion"].framework_op == "jit(train_step)/sub (placed in optimizer)"
     # The timeline classifies each op's annotation as the kernel view classifies the op.
-    for name in ("ynn_fusion", "dot.2", "multiply_subtract_fusion", "reduce_multiply_fusion"):
+    for name in ("ynn_fusion", "dot.2", "multiply_subtract_fusion", "reduce_multiply_fusion", "dot.5"):
         assert framework_phase(ops[name].framework_op) == ops[name].phase
-    assert ops["dot.4"].framework_op is None
+    assert ops["dot.5"].framework_op == "dot.5 (placed in backward)"
 
 
 def test_the_layers_of_a_jitted_step_come_from_the_scopes_inside_the_transformations(hand_counted):
@@ -110,14 +110,15 @@ def test_a_step_annotated_jax_trace_gets_steps_and_phases(step_annotated):
     assert trace.metadata["framework"] == "jax"
     assert [(s.name, s.step_num) for s in timeline.steps] == [("train", 0), ("train", 1), ("train", 2)]
     # Step 1's thunks, taken off the trace by hand (µs): forward bitcast_bitcast_fusion.1 0.791
-    # (no phase of its own: before the first gradient op), ynn_fusion 86.047,
-    # broadcast_maximum_fusion 48.802, dot.4 1.622, subtract_multiply_fusion 0.41,
-    # wrapped_reduce-window 0.691, reduce_multiply_fusion 0.31; backward multiply_select_fusion
-    # 1.872 (root transpose(jvp(dense1))), bitcast_bitcast_fusion 0.311, dot.2 164.304;
-    # optimizer multiply_subtract_fusion 1.753, bitcast_subtract_fusion 0.331 (root: the update).
+    # and dot.4 1.622 (no name of the program: before the first gradient op), ynn_fusion 86.047,
+    # broadcast_maximum_fusion 48.802, subtract_multiply_fusion 0.41, wrapped_reduce-window
+    # 0.691, reduce_multiply_fusion 0.31; backward multiply_select_fusion 1.872 (root
+    # transpose(jvp(dense1))), bitcast_bitcast_fusion 0.311, dot.2 164.304, dot.5 1.823 (no name:
+    # between the gradient ops); optimizer multiply_subtract_fusion 1.753, bitcast_subtract_fusion
+    # 0.331 (root: the update).
     phases = timeline.phase_ms(1)
     assert phases["forward"] * 1000 == pytest.approx(0.791 + 86.047 + 48.802 + 1.622 + 0.41 + 0.691 + 0.31, abs=1e-3)
-    assert phases["backward"] * 1000 == pytest.approx(1.872 + 0.311 + 164.304, abs=1e-3)
+    assert phases["backward"] * 1000 == pytest.approx(1.872 + 0.311 + 164.304 + 1.823, abs=1e-3)
     assert phases["optimizer"] * 1000 == pytest.approx(1.753 + 0.331, abs=1e-3)
     assert phases["data_load"] == 0.0
 

@@ -31,9 +31,11 @@ class HloOp:
     @property
     def framework_op(self) -> str | None:
         """`<op_name>:<op_type>`, the form TF op events have, or None without metadata. A JAX op
-        goes by its first name where it has no own one, marked where its place gave its phase
-        (forward before the gradients, in an inference program all through: the optimizer after)."""
+        goes by its first name where it has no own one (by its instruction's name where it has
+        none at all), marked where its place gave its phase (_jax_order)."""
         name = self.op_name or next((n for n in self.op_names if n.startswith(JAX_PROGRAMS)), "")
+        if not name and self.by_order:
+            name = self.name
         if not name:
             return None
         if self.by_order and not op_name_phase(name):
@@ -117,21 +119,25 @@ def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[
 
 
 def _jax_order(ops: dict[str, HloOp]) -> dict[str, HloOp]:
-    """A JAX program's op names that carry no transformation (`jit(train_step)/sub`), phased by
-    the op's place in the entry's order, which is XLA's schedule: before the first gradient op
-    forward (the loss's mean, its scaling), after it the optimizer (the update, the step counter,
-    the metrics). Names outside the program (`params['w2']`, a reducer's bare `reduce_sum`) and
-    ops without any name (XLA dropped it: a `dot.4`) say nothing: where nothing else does, the
-    op stays unattributed, since an unnamed op after the first gradient may be either."""
+    """Phases by place in a JAX program's entry order, which is XLA's schedule, where the names
+    say none. A name of the program without a transformation (`jit(train_step)/sub`): forward
+    before the first gradient op (the loss's mean, its scaling), the optimizer after it (the
+    update, the step counter, the metrics). An op without a name of the program (XLA dropped
+    its metadata in a layout pass: `dot.5`, a weight gradient; or it names a parameter only,
+    `params['w2']`): forward before the first gradient op, backward up to the last one (where
+    the gradients are made), unattributed after it (an output's copy, or an update: either)."""
     if not any(n.startswith(JAX_PROGRAMS) for op in ops.values() for n in op.op_names):
         return ops
     order = list(ops)
-    first_gradient = next((i for i, name in enumerate(order) if "backward" in ops[name].named_phases),
-                          len(order))
+    gradients = [i for i, name in enumerate(order) if "backward" in ops[name].named_phases]
+    first, last = (gradients[0], gradients[-1]) if gradients else (len(order), len(order))
     found = {}
     for i, name in enumerate(order):
         op = ops[name]
         if any(n.startswith(JAX_PROGRAMS) and not op_name_phase(n) for n in op.op_names):
-            op = replace(op, by_order="forward" if i < first_gradient else "optimizer")
+            op = replace(op, by_order="forward" if i < first else "optimizer")
+        elif not op.named_phases and not any(n.startswith(JAX_PROGRAMS) for n in op.op_names):
+            placed = "forward" if i < first else "backward" if i < last else None
+            op = replace(op, by_order=placed) if placed else op
         found[name] = op
     return found

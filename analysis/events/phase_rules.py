@@ -133,7 +133,7 @@ def jax_phase(op_name: str) -> str | None:
 @functools.lru_cache(maxsize=1 << 16)
 def framework_phase(name: str) -> str | None:
     """Phase of a marker the framework emits by itself, in traces nobody marked."""
-    if name.startswith(JAX_PROGRAMS):
+    if name.startswith(JAX_PROGRAMS) or _BY_PLACE in name:
         return jax_phase(name.rstrip(":"))
     for prefix, phase in _TORCH_MARKERS:
         if name.startswith(prefix):
