@@ -43,7 +43,11 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
         raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
     on_torch = keras.backend.backend() == "torch"
     if keras.backend.backend() not in ("torch", "tensorflow"):
-        raise ValueError(f"gapscope captures Keras on tensorflow or torch, not {keras.backend.backend()}")
+        # On JAX: jax.profiler with a StepTraceAnnotation a step, read by `gapscope breakdown`
+        # (phases from the program's HLO metadata), or the seed models' --framework keras-jax.
+        raise ValueError(f"gapscope captures Keras on tensorflow or torch, not {keras.backend.backend()}"
+                         " (on jax: record jax.profiler with a StepTraceAnnotation a step and give "
+                         "`gapscope breakdown` its folder)")
     mark_keras_phases(model, PhaseMarks(uses_torch=on_torch))
     # A model that was fit before caches its train function, built from the old train_step.
     model.train_function = None
