@@ -8,6 +8,7 @@ from gapscope.analysis.events.phase_rules import JAX_PROGRAMS, framework_phase, 
 # A fused instruction's ops come from one phase, from several (a finding), or from none we know.
 MIXED = "mixed"
 UNATTRIBUTED = "unattributed"
+_PHASES = ("data_load", "forward", "backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -91,7 +92,8 @@ class HloModules:
 
 def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[str, HloOp]:
     """HloOps of the entry computation from raw (name, opcode, op_name, op_type, called) tuples
-    per computation; called computations (fusion bodies, reducers) lend their op names, recursively."""
+    per computation; called computations (fusion bodies, reducers) lend their op names, recursively.
+    In a JAX program, also the ops of the computations its loops run (_loop_bodies)."""
     names_cache: dict[str, tuple[str, ...]] = {}
 
     def computation_op_names(computation: str, seen: frozenset) -> tuple[str, ...]:
@@ -107,15 +109,53 @@ def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[
         names_cache[computation] = tuple(dict.fromkeys(found))
         return names_cache[computation]
 
-    ops = {}
-    for name, opcode, op_name, op_type, called in instructions_by_computation.get(entry, []):
-        if opcode in ("parameter", "constant", "tuple", "get-tuple-element"):
-            continue  # no thunk of their own
+    def make(name, opcode, op_name, op_type, called) -> HloOp:
         names = [op_name] if op_name else []
         for callee in called:
             names.extend(computation_op_names(callee, frozenset({callee})))
-        ops[name] = HloOp(name, opcode, tuple(dict.fromkeys(names)), op_name, op_type)
-    return _jax_order(ops)
+        return HloOp(name, opcode, tuple(dict.fromkeys(names)), op_name, op_type)
+
+    raw = instructions_by_computation.get(entry, [])
+    ops = _jax_order({r[0]: make(*r) for r in raw if r[1] not in _NO_THUNK})
+    if any(op.by_order for op in ops.values()) or _names_a_jax_program(ops):
+        ops.update(_loop_bodies(raw, ops, instructions_by_computation, make, frozenset({entry})))
+    return ops
+
+
+# Instructions that run no thunk of their own.
+_NO_THUNK = ("parameter", "constant", "tuple", "get-tuple-element")
+# Instructions whose called computations run as thunks of their own (not fused, not a reducer).
+_CONTROL_FLOW = ("while", "conditional", "call")
+
+
+def _names_a_jax_program(ops: dict[str, HloOp]) -> bool:
+    return any(n.startswith(JAX_PROGRAMS) for op in ops.values() for n in op.op_names)
+
+
+def _loop_bodies(raw: list, callers: dict[str, HloOp], by_computation: dict[str, list], make,
+                 seen: frozenset) -> dict[str, HloOp]:
+    """The ops of the computations a JAX program's while, conditional or call runs (an LSTM's
+    scan): XLA runs them as thunks of their own inside the caller's, named by their own
+    instruction. Each takes its names' phase, else its caller's (a loop of the backward is
+    backward all through, its body's unnamed copies too). Nested loops likewise."""
+    found: dict[str, HloOp] = {}
+    for name, opcode, _, _, called in raw:
+        caller = callers.get(name) or found.get(name)
+        if opcode not in _CONTROL_FLOW or caller is None:
+            continue
+        inherited = op_name_phase(caller.op_name) if caller.op_name else None
+        inherited = inherited or caller.by_order or (caller.phase if caller.phase in _PHASES else None)
+        for callee in called:
+            if callee in seen:
+                continue
+            inner = by_computation.get(callee, [])
+            for r in inner:
+                if r[1] in _NO_THUNK:
+                    continue
+                op = make(*r)
+                found[op.name] = replace(op, by_order=inherited) if inherited and not op.named_phases else op
+            found.update(_loop_bodies(inner, {**callers, **found}, by_computation, make, seen | {callee}))
+    return found
 
 
 def _jax_order(ops: dict[str, HloOp]) -> dict[str, HloOp]:
@@ -126,7 +166,7 @@ def _jax_order(ops: dict[str, HloOp]) -> dict[str, HloOp]:
     its metadata in a layout pass: `dot.5`, a weight gradient; or it names a parameter only,
     `params['w2']`): forward before the first gradient op, backward up to the last one (where
     the gradients are made), unattributed after it (an output's copy, or an update: either)."""
-    if not any(n.startswith(JAX_PROGRAMS) for op in ops.values() for n in op.op_names):
+    if not _names_a_jax_program(ops):
         return ops
     order = list(ops)
     gradients = [i for i, name in enumerate(order) if "backward" in ops[name].named_phases]
