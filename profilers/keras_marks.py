@@ -104,6 +104,14 @@ def mark_keras_phases(model, marks: PhaseMarks | None = None):
     if keras.backend.backend() == "jax":
         # Keras' own step: one jitted program whose ops JAX names forward (jvp), backward
         # (transpose) and by the optimizer's scope; a scope of ours would change nothing there.
+        # Its Python runs only while JAX traces it, where the batch's shape is static: the
+        # batch size is noted there (capture_keras' layer FLOPs), at no cost to the steps.
+        original = model.train_step
+
+        def train_step(state, data):
+            _note_batch(model, keras.utils.unpack_x_y_sample_weight(data)[0])
+            return original(state, data)
+        model.train_step = train_step
         return model
     if keras.backend.backend() == "torch":
         model._gapscope_marks = marks or PhaseMarks()
