@@ -4,11 +4,11 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from gapscope.analysis.events.phase_rules import JAX_PROGRAMS, framework_phase, gapscope_phase, placed_name
+from gapscope.profilers.phases import MARKED_PHASES
 
 # A fused instruction's ops come from one phase, from several (a finding), or from none we know.
 MIXED = "mixed"
 UNATTRIBUTED = "unattributed"
-_PHASES = ("data_load", "forward", "backward", "optimizer")
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,9 @@ class HloOp:
     # its root op), as XProf names it.
     op_name: str = ""
     op_type: str = ""
-    # A JAX op with a name that carries no transformation (`jit(train_step)/sub`): the phase its
-    # place in the program gives that name, forward before the first gradient op, optimizer
-    # after it (entry_ops). None elsewhere.
+    # In a JAX program, the phase the op's place gives where its names say none: a name without
+    # a transformation (`jit(train_step)/sub`), an op without a name of the program (`dot.5`),
+    # an op a loop runs (_jax_order, _loop_bodies). None elsewhere.
     by_order: str | None = None
 
     @property
@@ -117,7 +117,7 @@ def entry_ops(instructions_by_computation: dict[str, list], entry: str) -> dict[
 
     raw = instructions_by_computation.get(entry, [])
     ops = _jax_order({r[0]: make(*r) for r in raw if r[1] not in _NO_THUNK})
-    if any(op.by_order for op in ops.values()) or _names_a_jax_program(ops):
+    if _names_a_jax_program(ops):
         ops.update(_loop_bodies(raw, ops, instructions_by_computation, make, frozenset({entry})))
     return ops
 
@@ -144,7 +144,7 @@ def _loop_bodies(raw: list, callers: dict[str, HloOp], by_computation: dict[str,
         if opcode not in _CONTROL_FLOW or caller is None:
             continue
         inherited = op_name_phase(caller.op_name) if caller.op_name else None
-        inherited = inherited or caller.by_order or (caller.phase if caller.phase in _PHASES else None)
+        inherited = inherited or caller.by_order or (caller.phase if caller.phase in MARKED_PHASES else None)
         for callee in called:
             if callee in seen:
                 continue

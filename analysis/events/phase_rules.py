@@ -48,11 +48,6 @@ JAX_PROGRAMS = ("jit(", "pmap(")
 # (hlo_metadata): the reader names its range `<op_name> (placed in optimizer)` (no colon: a
 # name with one reads as a TF op, and an optimizer one as an optimizer step).
 _BY_PLACE = " (placed in "
-
-
-def placed_name(op_name: str, phase: str) -> str:
-    """An op name with the phase its place in the program gave it, as jax_phase reads it back."""
-    return f"{op_name}{_BY_PLACE}{phase})"
 # torch <= 1.9 named a backward op after its autograd node alone (CudnnConvolutionBackward,
 # AddmmBackward, NllLossBackward0), without today's evaluate_function prefix; today's traces
 # hold the same names nested inside that prefix's range, so matching them changes nothing there.
@@ -112,12 +107,17 @@ def annotation_phase(name: str) -> str | None:
     return _LIGHTNING_HOOKS.get(action.group(1)) if action else None
 
 
+def placed_name(op_name: str, phase: str) -> str:
+    """An op name with the phase its place in the program gave it, as jax_phase reads it back."""
+    return f"{op_name}{_BY_PLACE}{phase})"
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def jax_phase(op_name: str) -> str | None:
     """Phase of a JAX op by its HLO metadata name: backward under `transpose(…)`, forward under
     `jvp(…)`, the optimizer under a Keras optimizer's scope; the phase its place gave where the
     name says so (placed_name); None where it says none of these."""
-    head, placed, phase = op_name.rpartition(_BY_PLACE)
+    _, placed, phase = op_name.rpartition(_BY_PLACE)
     if placed and phase[:-1] in MARKED_PHASES:
         return phase[:-1]
     scopes = op_name.split("/")
