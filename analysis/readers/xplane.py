@@ -1,4 +1,4 @@
-"""Reads TensorFlow profiler XSpace files (.xplane.pb) into the neutral Trace, without importing TF."""
+"""Reads TensorFlow and JAX profiler XSpace files (.xplane.pb) into the neutral Trace, without importing either."""
 from __future__ import annotations
 
 import bisect

@@ -25,7 +25,7 @@ class JaxCompileLog:
     (fit's set-up, Keras' end-of-fit metrics) costs no step, and keeps step None."""
 
     def __init__(self, step_of):
-        self._step_of = step_of
+        self.step_of = step_of
         self.events: list[dict] = []
         self.misses: list[dict] = []
         self._handler = _Misses(self)
@@ -36,7 +36,7 @@ class JaxCompileLog:
         stage = STAGE_EVENTS.get(event)
         if stage is not None:
             self.events.append({"stage": stage, "function": str(kwargs.get("fun_name") or "?"),
-                                "step": self._step_of(), "ms": round(duration_secs * 1000.0, 3)})
+                                "step": self.step_of(), "ms": round(duration_secs * 1000.0, 3)})
 
     def start(self) -> None:
         import jax
@@ -90,5 +90,5 @@ class _Misses(logging.Handler):
         else:
             function = body[0][4:].split(" defined at", 1)[0] if body and body[0].startswith("for ") else None
             reason = " ".join(line for line in body[2:]) or None
-        self._log.misses.append({"function": function, "step": self._log._step_of(), "first": first,
+        self._log.misses.append({"function": function, "step": self._log.step_of(), "first": first,
                                  "reason": reason[:_REASON_CHARS] if reason else None})
