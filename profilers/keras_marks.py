@@ -139,7 +139,7 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
                   jax_profile=None, torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
-                  window_hooks=None):
+                  window_hooks=None, samples_before=None):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
     step view expects), a JAX profile (`jax_profile`: start, stop, a StepTraceAnnotation per
@@ -151,7 +151,10 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
     torch), so the time since the previous call ended is this step's data_load.
     `window_hooks`: attached (`attach()`) at the window's first call and detached after its
-    last (layer ranges on Keras-on-torch layers): the other steps run without them."""
+    last (layer ranges on Keras-on-torch layers): the other steps run without them.
+    `samples_before(n)`: the samples an epoch's first n batches hold, where Keras' loss mean
+    weighs each update by its batch's size (its own train_step on JAX): the step losses then
+    come out exact for a short last batch too. None: every update weighs one (gapscope's step)."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -231,15 +234,17 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             """The mean loss of the updates this call ran. The logs carry the epoch's running
             mean, an unweighted mean over the epoch's updates (_logs), so updates x mean is the
             epoch's loss total, and a call's loss is the difference of two totals over its
-            updates. The mean is float32: the result is off by about updates x loss x 1e-7
-            (2e-5 at the 100th update of a loss of 2)."""
+            updates (weighted by their samples where `samples_before` says them). The mean is
+            float32: the result is off by about updates x loss x 1e-7 (2e-5 at the 100th update
+            of a loss of 2)."""
             if running_mean is None:  # predict, or a model compiled without a loss
                 return None
             before, after = self._call_begin_batch, last_batch + 1
-            total = after * float(running_mean)
+            weight = samples_before or (lambda batches: batches)
+            total = weight(after) * float(running_mean)
             previous = self._epoch_loss_total if before else 0.0  # batch 0: a new epoch
             self._epoch_loss_total = total
-            return (total - previous) / (after - before)
+            return (total - previous) / (weight(after) - weight(before))
 
         def finish_trace(self):
             """Stops the TF or JAX profiler if this callback started it and it still runs."""

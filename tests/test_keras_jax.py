@@ -134,3 +134,23 @@ def test_without_the_jax_extra_run_says_so_in_one_line(monkeypatch, tmp_path):
         "gapscope: error: --framework keras-jax needs JAX, which is not installed: "
         "pip install -e '.[jax]' (a CPU jax/jaxlib)")
     assert not list(tmp_path.iterdir())  # refused before any run directory
+
+
+def test_step_losses_are_exact_where_keras_weighs_its_loss_mean_by_batch_size():
+    """Keras' own JAX train_step weighs each update's loss by its batch size in the running mean
+    the logs carry. Batches of 4, 4 and 2 samples with losses 1, 2 and 4 give running means 1,
+    (4 + 8) / 8 = 1.5 and (4 + 8 + 8) / 10 = 2: with the samples the step losses are 1, 2 and 4;
+    taken as equal weights the short last batch's read (3 x 2 - 2 x 1.5) = 3."""
+    from gapscope.profilers.keras_marks import step_callback
+    from gapscope.profilers.timers import HostClock, StepTimer
+
+    def losses(samples_before):
+        timer = StepTimer(HostClock())
+        callback = step_callback(timer, None, samples_before=samples_before)
+        for batch, mean in enumerate((1.0, 1.5, 2.0)):
+            callback.on_train_batch_begin(batch)
+            callback.on_train_batch_end(batch, {"loss": mean})
+        return [row["loss"] for row in timer.rows(timed_phases=())]
+
+    assert losses(lambda batches: min(4 * batches, 10)) == pytest.approx([1.0, 2.0, 4.0])
+    assert losses(None) == pytest.approx([1.0, 2.0, 3.0])

@@ -82,7 +82,8 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
                              jax_profile=JaxProfile(run_dir) if traced and on_jax else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
                              steps_per_call=settings.steps_per_execution,
-                             window_hooks=_torch_layer_ranges(spec, model, settings, profiler))
+                             window_hooks=_torch_layer_ranges(spec, model, settings, profiler),
+                             samples_before=_samples_before(x, spec) if on_jax and strategy is None else None)
     # On TF, the train_step's Python body runs only when Keras' tf.function traces it: each
     # trace, with its input signature and the update it came at, goes to compile.json.
     trace_log = jax_log = None
@@ -128,6 +129,12 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     if strategy is not None:
         facts.update(distributed_facts(model.weights, spec.batch_size, world, rank, settings.trace))
     return rows, facts
+
+
+def _samples_before(x, spec: WorkloadSpec):
+    """Keras' own JAX train_step weighs each update's loss by its batch size: the samples an
+    epoch's first n batches hold (NumPy arrays into fit: full batches, then the rest)."""
+    return lambda batches: min(batches * spec.batch_size, len(x))
 
 
 def _rank_inputs(spec: WorkloadSpec, settings: RunSettings, rank: int, world: int):
