@@ -45,6 +45,8 @@ def test_the_run_trains_the_specs_model_on_jax(jax_cnn):
     # The seed CNN's count (registry: 563,018), as torch and Keras on TF build it.
     assert manifest["parameters"] == 563_018
     assert manifest["versions"]["jax"] == manifest["versions"]["jaxlib"] is not None
+    # Seeded without importing TensorFlow (Keras would, to seed it): no TF in the process.
+    assert manifest["versions"]["tf_cpu_allocator"] is None
     assert manifest["trace_window"] == [2, 3] and manifest["steps_run"] == 6
     rows = [line.split(",") for line in (jax_cnn / "steps.csv").read_text().splitlines()]
     losses = [float(r[rows[0].index("loss")]) for r in rows[1:]]
