@@ -349,9 +349,9 @@ def _check_lengths(settings: dict) -> None:
 
 @cli.command()
 @click.argument("workload")
-@click.option("--framework", type=click.Choice(("torch", "keras", "keras-torch", "tf")),
+@click.option("--framework", type=click.Choice(("torch", "keras", "keras-torch", "keras-jax", "tf")),
               default=None, help="torch; keras (Keras 3 on TF); keras-torch (Keras 3 on torch); "
-                                  "tf (raw TensorFlow loop).")
+                                  "keras-jax (Keras 3 on JAX, extra [jax]); tf (raw TensorFlow loop).")
 @run_options
 @size_options
 @click.option("--nproc", type=int, default=1, show_default=True,

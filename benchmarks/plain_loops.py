@@ -10,7 +10,8 @@ from __future__ import annotations
 # experiment of process_spread's, reads the data through gapscope's own data path instead.)
 #
 # Usage: python -m benchmarks.plain_loops WORKLOAD FRAMEWORK [VARIANT] --steps N
-#   WORKLOAD cnn | mlp, FRAMEWORK torch | keras, VARIANT default | compile (torch) | jit (keras)
+#   WORKLOAD cnn | mlp, FRAMEWORK torch | keras | keras-jax, VARIANT default | compile (torch) |
+#   jit (keras; keras-jax always jits its step, as Keras does on JAX)
 # Prints one JSON object on stdout: per-step times (ms), the steady-state mean after warm-up.
 
 import argparse
@@ -32,7 +33,8 @@ WORKLOADS = {
 }
 CONFIGS = {("cnn", "torch", "default"), ("cnn", "keras", "default"),
            ("mlp", "torch", "default"), ("mlp", "torch", "compile"),
-           ("mlp", "keras", "default"), ("mlp", "keras", "jit")}
+           ("mlp", "keras", "default"), ("mlp", "keras", "jit"),
+           ("cnn", "keras-jax", "default"), ("mlp", "keras-jax", "default")}
 # torchvision's MNIST Normalize values, the ones workloads/data.py standardises with.
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
@@ -162,18 +164,22 @@ def run_torch(workload: str, variant: str, steps: int, device_name: str,
 
 
 def run_keras(workload: str, variant: str, steps: int, device_name: str,
-              gapscope_step: bool = False) -> dict:
+              gapscope_step: bool = False, backend: str = "tensorflow") -> dict:
     """model.fit on NumPy arrays (fit shuffles: keras_runner's default "numpy" pipeline),
     jit_compile set explicitly as gapscope does, steps timed by a callback as a user would.
     `gapscope_step`: gapscope's instrumentation instead, in this otherwise plain process: the
     train_step marked by phase and gapscope's step callback with its StepTimer, as
-    workloads/runners/keras_runner.py runs them (no trace window)."""
-    os.environ["KERAS_BACKEND"] = "tensorflow"  # before Keras is imported: fixed at import
+    workloads/runners/keras_runner.py runs them (no trace window). `backend` "jax": Keras on
+    JAX, whose fit jits the step (jit_compile True, as 'auto' resolves there)."""
+    os.environ["KERAS_BACKEND"] = backend  # before Keras is imported: fixed at import
+    on_jax = backend == "jax"
+    if on_jax and device_name == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"
     import math
 
     import keras
 
-    if device_name == "cpu":
+    if device_name == "cpu" and not on_jax:
         import tensorflow as tf
         tf.config.set_visible_devices([], "GPU")
     keras.utils.set_random_seed(SEED)
@@ -188,7 +194,7 @@ def run_keras(workload: str, variant: str, steps: int, device_name: str,
     model.compile(optimizer=keras.optimizers.RMSprop(learning_rate=LEARNING_RATE),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
                   # Explicit, not Keras' "auto": "auto" turns XLA on where a GPU is seen.
-                  jit_compile=variant == "jit", steps_per_execution=1)
+                  jit_compile=on_jax or variant == "jit", steps_per_execution=1)
 
     timer = step_callback(step_timer, None) if gapscope_step else step_times_callback()
     model.fit(x, y, batch_size=BATCH_SIZE, epochs=1, shuffle=True, verbose=0, callbacks=[timer])
@@ -198,8 +204,12 @@ def run_keras(workload: str, variant: str, steps: int, device_name: str,
     else:
         times_ms, losses = [t / 1e6 for t in timer.times_ns], timer.losses
     parameters = sum(math.prod(w.shape) for w in model.trainable_weights)
-    import tensorflow as tf
-    gpus = tf.config.list_logical_devices("GPU")
+    if on_jax:
+        import jax
+        gpus = [d for d in jax.devices() if d.platform == "gpu"]
+    else:
+        import tensorflow as tf
+        gpus = tf.config.list_logical_devices("GPU")
     return {"times_ms": times_ms, "losses": losses,
             "parameters": parameters, "device": "gpu" if gpus else "cpu",
             "jit_compile": bool(getattr(model, "jit_compile", variant == "jit"))}
@@ -241,7 +251,7 @@ def summarise(result: dict, warmup: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("workload", choices=sorted(WORKLOADS))
-    parser.add_argument("framework", choices=("torch", "keras"))
+    parser.add_argument("framework", choices=("torch", "keras", "keras-jax"))
     parser.add_argument("variant", nargs="?", default="default",
                         choices=("default", "compile", "jit"))
     parser.add_argument("--steps", type=int, default=40)
@@ -264,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"no plain loop for {args.workload} {args.framework} {args.variant}")
     # A flag the loop would ignore must not pass for a measured difference.
     ignored = [f"--{name.replace('_', '-')}" for name in
-               (("full_epoch", "bookkeeping", "cached", "faults") if args.framework == "keras"
+               (("full_epoch", "bookkeeping", "cached", "faults") if args.framework != "torch"
                 else ("gapscope_step",)) if getattr(args, name)]
     if ignored:
         parser.error(f"{', '.join(ignored)} does not apply to the {args.framework} loop")
@@ -275,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
         result = run_torch(args.workload, args.variant, args.steps, args.device, args.full_epoch,
                            args.bookkeeping, args.cached, args.faults)
     else:
-        result = run_keras(args.workload, args.variant, args.steps, args.device, args.gapscope_step)
+        result = run_keras(args.workload, args.variant, args.steps, args.device, args.gapscope_step,
+                           "jax" if args.framework == "keras-jax" else "tensorflow")
     result = summarise(result, args.warmup)
     result.update(workload=args.workload, framework=args.framework, variant=args.variant,
                   steps=args.steps, wall_s=round(time.perf_counter() - started, 3))

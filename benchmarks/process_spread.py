@@ -1,7 +1,7 @@
 """Per-process spread of the steady step: gapscope's run process against a plain loop, one knob at a time."""
 from __future__ import annotations
 
-# Usage: python -m benchmarks.process_spread [--workload cnn] [--framework torch|keras]
+# Usage: python -m benchmarks.process_spread [--workload cnn] [--framework torch|keras|keras-jax]
 #            [--variant default] [--rounds 8] [--steps 60]
 #            [--arms plain,run,run:no-trace,child,child:no-trace:no-sampler,plain:omp1,run:omp1]
 #
@@ -206,7 +206,7 @@ def render(summaries: list[dict], control: dict | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--workload", choices=("cnn", "mlp"), default="cnn")
-    parser.add_argument("--framework", choices=("torch", "keras"), default="torch")
+    parser.add_argument("--framework", choices=("torch", "keras", "keras-jax"), default="torch")
     parser.add_argument("--variant", default="default",
                         help="one the plain loops have too (torch: compile; keras: jit)")
     parser.add_argument("--arms", default=DEFAULT_ARMS)

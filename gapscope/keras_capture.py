@@ -1,5 +1,5 @@
 """`gapscope.capture_keras`: one call that makes a compiled Keras 3 model's `fit` a gapscope run,
-on the TensorFlow backend (TF profiler) or the torch backend (torch.profiler)."""
+on the TensorFlow backend (TF profiler), the torch backend (torch.profiler) or JAX (jax.profiler)."""
 from __future__ import annotations
 
 from contextlib import ExitStack
@@ -7,19 +7,20 @@ from pathlib import Path
 
 from gapscope.ondemand.live_steps import LiveStepsOnly
 from gapscope.user_run import UserRun, compile_record, default_warmup, stop_on_sigterm, trace_window
-from gapscope.profilers.environment import tf_device_name, torch_device_name
+from gapscope.profilers.environment import jax_device_name, tf_device_name, torch_device_name
 from gapscope.profilers.run_dir import mark_rows
 from gapscope.workloads.models.params import keras_parameters
 from gapscope.profilers.marks import PhaseMarks
 from gapscope.profilers.phases import MARKED_PHASES
 from gapscope.profilers.timers import CudaEventClock, HostClock, StepTimer
+from gapscope.workloads.runners.jax_profile import JaxProfile
 
 
 def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 15),
                   out: str | Path = "traces", *, warmup_steps: int | None = None,
                   batch_size: int | None = None):
     """Give `model` the phase-marking train_step and return the callback that records its
-    next `fit` into `out/<name>-<keras|keras-torch>-user-<time>/`.
+    next `fit` into `out/<name>-<keras|keras-torch|keras-jax>-user-<time>/`.
 
         cap = gapscope.capture_keras(model, "my-run", trace_steps=(10, 15))
         model.fit(x, y, epochs=2, callbacks=[cap])
@@ -45,20 +46,21 @@ def capture_keras(model, name: str, trace_steps: tuple[int, int] | None = (10, 1
     if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool)
                                    or batch_size < 1):
         raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
-    on_torch = keras.backend.backend() == "torch"
-    if keras.backend.backend() not in ("torch", "tensorflow"):
-        raise ValueError(f"gapscope captures Keras on tensorflow or torch, not {keras.backend.backend()}")
-    mark_keras_phases(model, PhaseMarks(uses_torch=on_torch))
+    backend = keras.backend.backend()
+    on_torch = backend == "torch"
+    if backend not in ("torch", "tensorflow", "jax"):
+        raise ValueError(f"gapscope captures Keras on tensorflow, torch or jax, not {backend}")
+    mark_keras_phases(model, PhaseMarks(uses_torch=on_torch))  # on JAX: Keras' own step, unchanged
     # A model that was fit before caches its train function, built from the old train_step.
     model.train_function = None
-    if not on_torch:
+    if backend == "tensorflow":
         from gapscope.profilers.tf_marks import multi_worker
         from gapscope.workloads.runners.tf_distribute import build_from_local_batch
         if multi_worker(model.distribute_strategy):
             build_from_local_batch(model)  # else Keras 3's fit fails under MWMS (see there)
     model._gapscope_batch = batch_size
-    callback = _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, on_torch)
-    if not on_torch:
+    callback = _callback_class()(model, name, trace_window(trace_steps), out, warmup_steps, backend)
+    if backend == "tensorflow":
         # train_step's Python body runs only when Keras' tf.function traces it: each trace, with
         # its input signature and the update it came at, goes to compile.json (retraces too).
         from gapscope.workloads.runners.tf_traces import TraceLog
@@ -74,15 +76,18 @@ def _callback_class():
     class GapscopeCapture(keras.callbacks.Callback):
         """Each `fit` it is passed to becomes one run directory (`run_dir`)."""
 
-        def __init__(self, model, name, window, out, warmup_steps, on_torch):
+        def __init__(self, model, name, window, out, warmup_steps, backend):
             super().__init__()
             self._model_marked = model
-            self._name, self._window, self._out, self._on_torch = name, window, out, on_torch
+            self._name, self._window, self._out = name, window, out
+            self._on_torch, self._on_jax = backend == "torch", backend == "jax"
+            self._backend = backend
             self._warmup = default_warmup(window, warmup_steps)
             self.run_dir: Path | None = None
             self._run: UserRun | None = None
             self.trace_log = None  # the TF backend's tf.function traces (capture_keras sets it)
             self._compiles = None  # the torch backend's: Dynamo's records (jit_compile=True)
+            self._jax_compiles = None  # JAX's: its traces and compiles (workloads.runners.jax_compiles)
             self.updates = 0
             self._live = None
             self._signals = ExitStack()
@@ -97,8 +102,9 @@ def _callback_class():
                 # The torch-backend train_step reads its marks at every call: point them at
                 # this fit's timer.
                 model._gapscope_marks = PhaseMarks(self._timer, uses_torch=True)
-            self._run = _user_run(model, self._name, "keras-torch" if self._on_torch else "keras", self._out, {
-                "api": "gapscope.capture_keras", "backend": "torch" if self._on_torch else "tensorflow",
+            framework = {"torch": "keras-torch", "jax": "keras-jax"}.get(self._backend, "keras")
+            self._run = _user_run(model, self._name, framework, self._out, {
+                "api": "gapscope.capture_keras", "backend": self._backend,
                 "trace_steps": None if self._window is None
                 else [self._window.first, self._window.first + self._window.steps],
                 "warmup_steps": self._warmup, "steps_per_execution": model.steps_per_execution,
@@ -119,13 +125,18 @@ def _callback_class():
                 self._profiler.start()
             self._steps = step_callback(
                 self._timer, self._window,
-                tf_logdir=self.run_dir if self._window and not self._on_torch else None,
+                tf_logdir=self.run_dir if self._window and self._backend == "tensorflow" else None,
+                jax_profile=JaxProfile(self.run_dir) if self._window and self._on_jax else None,
                 torch_profiler=self._profiler, data_between_steps=self._on_torch,
                 steps_per_call=int(model.steps_per_execution or 1),
                 window_hooks=self._layer_ranges(model))
             self.updates, self._call_begin = 0, 0
             if self._on_torch:  # jit_compile=True: Keras torch.compiles its train step
                 self._compiles = compile_record("torch", self.run_dir)
+            if self._on_jax:  # Keras jits the step: JAX's traces and compiles, step by step
+                from gapscope.workloads.runners.jax_compiles import JaxCompileLog
+                self._jax_compiles = JaxCompileLog(step_of=lambda: self._steps.step_in_progress)
+                self._jax_compiles.start()
             if int(model.steps_per_execution or 1) == 1:  # else a row is a call, not a step
                 self._live = LiveStepsOnly(self.run_dir, self._timer, self._warmup, self).open()
 
@@ -184,14 +195,18 @@ def _callback_class():
                 self._live.close()
             if self._profiler is not None:
                 self._profiler.stop()
-            if exc is not None and self._window is not None and not self._on_torch:
+            if exc is not None and self._window is not None and self._backend == "tensorflow":
                 _stop_tf_profiler_if_running()
-            elif exc is None and not self._on_torch:
-                self._steps.finish_trace()  # a fit shorter than the window left it running
+            elif exc is None and not self._on_torch or self._on_jax:
+                self._steps.finish_trace()  # a fit shorter than the window (or failed) left it running
             rows, facts = self._rows_and_facts()
             if self._compiles is not None:
                 self._compiles.__exit__(None, None, None)  # compile.json where anything compiled
                 self._compiles = None
+            if self._jax_compiles is not None:
+                self._jax_compiles.stop()
+                self._jax_compiles.write(self.run_dir)
+                self._jax_compiles = None
             if self.trace_log is not None and self.trace_log.traces:
                 self.trace_log.write(self.run_dir, jit_compile=bool(self._model_marked.jit_compile))
                 self.trace_log.traces = []  # this fit's; a later fit of the model writes its own
@@ -215,7 +230,8 @@ def _callback_class():
                 calls = self.traced_steps(self.updates)
                 traced = {r["step"] for r in rows if r.get("execution_first_step", r["step"]) in calls}
             mark_rows(rows, self._warmup, traced)
-            facts = {"device": torch_device_name() if self._on_torch else tf_device_name(),
+            facts = {"device": torch_device_name() if self._on_torch
+                     else jax_device_name() if self._on_jax else tf_device_name(),
                      "parameters": keras_parameters(model),
                      "steps": self.updates, "steps_run": self.updates,
                      "steps_per_epoch": per_epoch, "jit_compile_resolved": bool(model.jit_compile),

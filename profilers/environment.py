@@ -8,7 +8,7 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-_PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "tensorboard", "numpy")
+_PACKAGES = ("torch", "tensorflow", "tensorflow-cpu", "keras", "jax", "jaxlib", "tensorboard", "numpy")
 # Where this gapscope was imported from, the folder child processes put first on their path: this
 # file's path as imported, not resolved (in a checkout profilers/ is linked into gapscope/ and the
 # folder holding gapscope/ is the repository; in an installed wheel, site-packages).
@@ -82,6 +82,13 @@ def tf_device_name(gpu: bool = True) -> str:
     if gpus:
         return tf.config.experimental.get_device_details(gpus[0]).get("device_name", "GPU")
     return cpu_name()
+
+
+def jax_device_name() -> str:
+    """The device JAX computes on first: a GPU's kind ("NVIDIA H200"), else the CPU's name."""
+    import jax
+    device = jax.devices()[0]
+    return cpu_name() if device.platform == "cpu" else device.device_kind
 
 
 def omp_num_threads() -> str:

@@ -1,6 +1,7 @@
 """Phase marks for Keras 3: a train_step that marks each phase (TF name scopes on the
-tensorflow backend, PhaseMarks on the torch backend), and a callback that times steps and
-records the profile over the trace window."""
+tensorflow backend, PhaseMarks on the torch backend; on JAX Keras' own jitted step, whose HLO
+metadata names each op's transformation), and a callback that times steps and records the
+profile over the trace window."""
 from __future__ import annotations
 
 import types
@@ -100,6 +101,18 @@ def mark_keras_phases(model, marks: PhaseMarks | None = None):
     On the torch backend the phases are host ranges: `marks` (whose timer the step callback
     shares) records them."""
     import keras
+    if keras.backend.backend() == "jax":
+        # Keras' own step: one jitted program whose ops JAX names forward (jvp), backward
+        # (transpose) and by the optimizer's scope; a scope of ours would change nothing there.
+        # Its Python runs only while JAX traces it, where the batch's shape is static: the
+        # batch size is noted there (capture_keras' layer FLOPs), at no cost to the steps.
+        original = model.train_step
+
+        def train_step(state, data):
+            _note_batch(model, keras.utils.unpack_x_y_sample_weight(data)[0])
+            return original(state, data)
+        model.train_step = train_step
+        return model
     if keras.backend.backend() == "torch":
         model._gapscope_marks = marks or PhaseMarks()
         model.train_step = types.MethodType(_marked_train_step_torch, model)
@@ -111,6 +124,8 @@ def mark_keras_phases(model, marks: PhaseMarks | None = None):
 def mark_keras_inference(model, marks: PhaseMarks | None = None):
     """Mark Keras' own predict_step as the forward phase (inference runs nothing else)."""
     import keras
+    if keras.backend.backend() == "jax":
+        return model  # a jitted predict step holds forward ops only (no jvp, no transpose)
     original = model.predict_step
     on_torch = keras.backend.backend() == "torch"
     marks = marks or PhaseMarks()
@@ -123,11 +138,12 @@ def mark_keras_inference(model, marks: PhaseMarks | None = None):
 
 
 def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=None,
-                  torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
-                  window_hooks=None):
+                  jax_profile=None, torch_profiler=None, data_between_steps: bool = False, steps_per_call: int = 1,
+                  window_hooks=None, samples_before=None):
     """A Keras callback that times every `train_function` call and records a profile over
     `window`: the TF profiler into `tf_logdir` (one `train` step event per call, as XProf's
-    step view expects), or a started torch.profiler that it steps once per call.
+    step view expects), a JAX profile (`jax_profile`: start, stop, a StepTraceAnnotation per
+    call, the same step event), or a started torch.profiler that it steps once per call.
 
     With steps_per_execution > 1 Keras reports batches in jumps, so the window takes every
     call whose updates overlap it (`steps_per_call` each), even a first call that also holds
@@ -135,7 +151,10 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
     `data_between_steps`: the batch is fetched before `on_train_batch_begin` (Keras on
     torch), so the time since the previous call ended is this step's data_load.
     `window_hooks`: attached (`attach()`) at the window's first call and detached after its
-    last (layer ranges on Keras-on-torch layers): the other steps run without them."""
+    last (layer ranges on Keras-on-torch layers): the other steps run without them.
+    `samples_before(n)`: the samples an epoch's first n batches hold, where Keras' loss mean
+    weighs each update by its batch's size (its own train_step on JAX): the step losses then
+    come out exact for a short last batch too. None: every update weighs one (gapscope's step)."""
     import keras
 
     class GapscopeStepCallback(keras.callbacks.Callback):
@@ -147,6 +166,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             self._previous_end = None
             # Keras numbers batches from 0 in every epoch; the window counts updates of the run.
             self._updates = 0
+            self._in_call = False
             self._call_first = 0
             self._call_begin_batch = 0
             self._epoch_loss_total = 0.0
@@ -157,8 +177,15 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             """Updates (batches) the run has finished so far."""
             return self._updates
 
+        @property
+        def step_in_progress(self) -> int | None:
+            """The first update of the call running now; None between calls (fit's set-up, its
+            end), where what happens is in no step's time."""
+            return self._call_first if self._in_call else None
+
         def on_train_batch_begin(self, batch, logs=None):
             self._call_first, self._call_begin_batch = self._updates, batch
+            self._in_call = True
             call_last = self._call_first + steps_per_call - 1
             in_window = (window is not None and not self._window_done
                          and self._call_first <= window.last and call_last >= window.first)
@@ -170,7 +197,13 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
                     import tensorflow as tf
                     tf.profiler.experimental.start(logdir=str(tf_logdir))
                     self._tracing = True
-            if self._tracing:
+                if jax_profile is not None and not self._tracing:
+                    jax_profile.start()
+                    self._tracing = True
+            if self._tracing and jax_profile is not None:
+                self._step_trace = jax_profile.step(self._call_first)
+                self._step_trace.__enter__()
+            elif self._tracing:
                 import tensorflow as tf
                 self._step_trace = tf.profiler.experimental.Trace(
                     "train", step_num=self._call_first, _r=1)
@@ -184,6 +217,7 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
         def on_train_batch_end(self, batch, logs=None):
             timer.end_step(self._loss_of_call(batch, (logs or {}).get(LOSS_LOG)))
             self._updates += batch - self._call_begin_batch + 1
+            self._in_call = False
             if self._step_trace is not None:
                 self._step_trace.__exit__(None, None, None)
                 self._step_trace = None
@@ -200,22 +234,27 @@ def step_callback(timer: StepTimer, window: TraceWindow | None, *, tf_logdir=Non
             """The mean loss of the updates this call ran. The logs carry the epoch's running
             mean, an unweighted mean over the epoch's updates (_logs), so updates x mean is the
             epoch's loss total, and a call's loss is the difference of two totals over its
-            updates. The mean is float32: the result is off by about updates x loss x 1e-7
-            (2e-5 at the 100th update of a loss of 2)."""
+            updates (weighted by their samples where `samples_before` says them). The mean is
+            float32: the result is off by about updates x loss x 1e-7 (2e-5 at the 100th update
+            of a loss of 2)."""
             if running_mean is None:  # predict, or a model compiled without a loss
                 return None
             before, after = self._call_begin_batch, last_batch + 1
-            total = after * float(running_mean)
+            weight = samples_before or (lambda batches: batches)
+            total = weight(after) * float(running_mean)
             previous = self._epoch_loss_total if before else 0.0  # batch 0: a new epoch
             self._epoch_loss_total = total
-            return (total - previous) / (after - before)
+            return (total - previous) / (weight(after) - weight(before))
 
         def finish_trace(self):
-            """Stops the TF profiler if this callback started it and it still runs."""
+            """Stops the TF or JAX profiler if this callback started it and it still runs."""
             if not self._tracing:
                 return
-            import tensorflow as tf
             self._tracing = False
+            if jax_profile is not None:
+                jax_profile.stop()
+                return
+            import tensorflow as tf
             stop_tf_profiler(tf.profiler.experimental, Path(tf_logdir))
 
         # model.predict (inference runs) calls the same hooks under other names.

@@ -220,6 +220,40 @@ def test_keras_fit_on_the_torch_backend_uses_torch_profiler(tmp_path):
     keras_user_models.assert_user_layers(run_dir, names)
 
 
+def test_keras_fit_on_jax_uses_jax_profiler_and_the_programs_metadata(tmp_path):
+    """Issue 48: a user's own model on Keras' JAX backend. Keras' own jitted step, unmarked: the
+    phases come from the XLA program's HLO metadata, the layers from their scopes in it."""
+    pytest.importorskip("jax")
+    done = _in_subprocess(
+        "import user_loops, pathlib, keras\n"
+        "assert keras.backend.backend() == 'jax'\n"
+        f"cap, model = user_loops.keras_fit(pathlib.Path({str(tmp_path)!r}))\n"
+        "print(cap.run_dir)", KERAS_BACKEND="jax", JAX_PLATFORMS="cpu")
+    assert done.returncode == 0, done.stderr[-3000:]
+    run_dir = Path(done.stdout.strip().splitlines()[-1])
+    manifest = _manifest(run_dir)
+    assert manifest["status"] == "complete" and manifest["framework"] == "keras-jax"
+    assert manifest["settings"]["backend"] == "jax"
+    result = breakdown_of(run_dir, "trace")
+    result.self_check()  # the phases add up to the step
+    doc = result.to_json_dict()
+    # Keras on JAX fetches the next batch between its callbacks' calls: no data_load in the trace.
+    assert doc["unidentified_phases"] == ["data_load"] and doc["steps"] == 4
+    assert all(doc["phases"][p]["ms"] > 0 for p in ("forward", "backward", "optimizer"))
+    assert {doc["phase_sources"][p] for p in ("forward", "backward", "optimizer")} == {"framework markers"}
+    record = json.loads((run_dir / "compile.json").read_text())
+    assert [e["step"] for e in record["jax_events"] if e["function"] == "train_step"] == [0]
+    # The Sequential model's two Dense layers by their names, and the loss (Keras' compile_loss
+    # scope, as on TF), each inside JAX's jvp/transpose scopes.
+    names = [layer["name"] for layer in manifest["layers"]]
+    assert names == ["dense", "dense_1", "loss"]
+    layers = keras_user_models.assert_user_layers(run_dir, names)
+    # The batch, noted while JAX traced the step: dense's forward is 2 x batch x 100 x 64 + bias.
+    assert layers.batch == user_loops.BATCH
+    assert layers.row("dense").forward_gflop == pytest.approx(
+        (2 * user_loops.BATCH * 100 * 64 + user_loops.BATCH * 64 * 2) / 1e9, rel=0.01)
+
+
 @pytest.mark.parametrize("compiled", [True, False], ids=["tf.function", "eager"])
 def test_gradient_tape_loop(tmp_path, compiled):
     cap = user_loops.gradient_tape_loop(tmp_path, compiled)

@@ -36,10 +36,14 @@ def test_list_json(runner):
     doc = json.loads(result.stdout)
     workloads = {w["name"]: w for w in doc["workloads"]}
     assert set(workloads) == {"linreg", "mlp", "mlp_bn_dropout", "cnn", "lstm", "dynamic"}
-    assert doc["frameworks"] == ["torch", "keras", "keras-torch", "tf"]
+    assert doc["frameworks"] == ["torch", "keras", "keras-torch", "keras-jax", "tf"]
     # The same architecture in every framework: 100*128+128 + 128*10+10
     assert workloads["mlp"]["parameters"] == {"torch": 14_218, "keras": 14_218, "tf": 14_218,
-                                              "keras-torch": 14_218}
+                                              "keras-torch": 14_218, "keras-jax": 14_218}
+    # Keras on JAX builds every workload with torch's count (counted in its own process).
+    assert {n: w["parameters"]["keras-jax"] for n, w in workloads.items()} == \
+        {n: w["parameters"]["torch"] for n, w in workloads.items()}
+    assert workloads["cnn"]["parameters"]["keras-jax"] == 563_018
     assert "compile-reduce-overhead" in doc["variants"]["torch"]
 
 

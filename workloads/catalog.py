@@ -9,7 +9,7 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-from gapscope.workloads.registry import FRAMEWORKS, WORKLOADS
+from gapscope.workloads.registry import FRAMEWORKS, WORKLOADS, missing_extra
 from gapscope.workloads.variants import PATTERN_HELP, VARIANTS, names_for
 
 
@@ -25,8 +25,8 @@ def catalog(count_parameters: bool = True, progress=lambda message: None) -> dic
 
 
 def parameter_counts(progress=lambda message: None) -> dict[str, dict[str, int]]:
-    """Trainable parameters of every workload as each framework builds it. Keras on torch
-    is counted in its own process: Keras fixes its backend at import. `progress` hears each
+    """Trainable parameters of every workload as each framework builds it. Keras on torch and
+    on JAX are counted in processes of their own: Keras fixes its backend at import. `progress` hears each
     step (seconds in all: the frameworks' imports and every model built)."""
     from gapscope.workloads.models.params import keras_parameters, torch_parameters
     os.environ.setdefault("KERAS_BACKEND", "tensorflow")
@@ -40,9 +40,13 @@ def parameter_counts(progress=lambda message: None) -> dict[str, dict[str, int]]
         keras_count = keras_parameters(builders.build_keras(spec))
         counts[spec.name] = {"torch": torch_parameters(builders.build_torch(spec)),
                              "keras": keras_count, "tf": keras_count}
-    progress("counting parameters: every workload in keras-torch (its own process)")
-    for name, count in _keras_torch_counts().items():
-        counts[name]["keras-torch"] = count
+    # keras-jax only where its extra is installed: elsewhere it has no count to give.
+    others = {"keras-torch": "torch", **({} if missing_extra("keras-jax") else {"keras-jax": "jax"})}
+    progress(f"counting parameters: every workload in {' and '.join(others)} (processes of their own)")
+    found = _other_backend_counts(list(others.values()))
+    for framework, backend in others.items():
+        for name, count in found[backend].items():
+            counts[name][framework] = count
     return counts
 
 
@@ -62,12 +66,21 @@ def _native_stderr_silenced():
         os.close(saved)
 
 
-def _keras_torch_counts() -> dict[str, int]:
+def _other_backend_counts(backends: list[str]) -> dict[str, dict[str, int]]:
+    """Per Keras backend (torch, jax), every workload's parameters, each backend in a process of
+    its own (Keras fixes its backend at import), the processes side by side."""
     code = ("from gapscope.profilers import strict_json; from gapscope.workloads.registry import WORKLOADS; "
             "from gapscope.workloads.models.params import keras_parameters; "
             "print(strict_json.dumps({n: keras_parameters(s.builders().build_keras(s)) "
             "for n, s in WORKLOADS.items()}))")
-    env = {**os.environ, "KERAS_BACKEND": "torch"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    started = {backend: subprocess.Popen([sys.executable, "-c", code], text=True,
+                                         env={**os.environ, "KERAS_BACKEND": backend},
+                                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+               for backend in backends}
+    found = {}
+    for backend, process in started.items():
+        out, err = process.communicate()
+        if process.returncode:
+            raise subprocess.CalledProcessError(process.returncode, process.args, out, err)
+        found[backend] = json.loads(out.strip().splitlines()[-1])
+    return found

@@ -15,6 +15,16 @@ def torch_device(requested: str):
     return torch.device(requested)
 
 
+def jax_device(requested: str) -> str:
+    """"cuda" or "cpu": where JAX computes (its first device). JAX_PLATFORMS, which the keras-jax
+    runner sets to cpu for --device cpu before JAX is imported, decides which devices exist."""
+    import jax
+    gpu = jax.devices()[0].platform == "gpu"
+    if requested == "cuda" and not gpu:
+        raise UnsupportedVariantError("device cuda requested, but JAX sees no GPU (a CPU jaxlib?)")
+    return "cuda" if gpu else "cpu"
+
+
 def tf_device(requested: str) -> str:
     """A TF device string; TF places ops on a GPU by itself when it sees one."""
     import tensorflow as tf

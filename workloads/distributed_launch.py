@@ -47,9 +47,10 @@ def launch_job(settings: RunSettings, out_dir: str | Path,
     get_workload(settings.workload)
     check_framework(settings.framework)
     use_torchrun = settings.framework == "torch"
-    if settings.framework == "keras-torch":
-        raise GapscopeInputError("--nproc/--nnodes with --framework keras-torch: Keras on torch "
-                                 "has no multi-process strategy here; use torch, or keras (TF)")
+    if settings.framework in ("keras-torch", "keras-jax"):
+        raise GapscopeInputError(f"--nproc/--nnodes with --framework {settings.framework}: Keras on "
+                                 f"{settings.framework[6:]} has no multi-process strategy here; use "
+                                 "torch, or keras (TF)")
     if not use_torchrun and settings.nnodes > 1:
         raise GapscopeInputError(f"--nnodes with --framework {settings.framework}: only torch "
                                  "runs on several nodes here (TensorFlow: set TF_CONFIG yourself)")

@@ -16,7 +16,7 @@ from gapscope.profilers.nvml import gpu_count
 from gapscope.profilers.run_dir import (MATRIX_STATE, effective_status, ensure_out_dir, inside, status_of,
                                utc_now, write_atomic)
 from gapscope.workloads.launch import RunInterrupted, launch
-from gapscope.workloads.registry import get_workload
+from gapscope.workloads.registry import get_workload, missing_extra
 from gapscope.workloads.settings import RunSettings
 
 MATRICES_DIR = Path(__file__).parent / "matrices"
@@ -183,6 +183,8 @@ def _run_row(row: MatrixRow, base: RunSettings, matrix_dir: Path, cuda: bool, ke
              repeats: int) -> RowOutcome:
     if row.needs == "cuda" and not cuda:
         return RowOutcome(row.id, "skipped", reason=f"needs a CUDA GPU: {row.why}".rstrip(": "))
+    if missing_extra(row.framework):  # keras-jax without JAX: the other rows still run
+        return RowOutcome(row.id, "skipped", reason=missing_extra(row.framework))
     settings = RunSettings(**{**base.to_dict(), "workload": row.workload,
                               "framework": row.framework, "variant": row.variant})
     try:

@@ -1,10 +1,12 @@
 """The workloads gapscope knows, by name, and the framework paths that can run them."""
 from __future__ import annotations
 
+import importlib.util
+
 from gapscope.profilers.errors import GapscopeInputError
 from gapscope.workloads.spec import WorkloadSpec
 
-FRAMEWORKS = ("torch", "keras", "keras-torch", "tf")
+FRAMEWORKS = ("torch", "keras", "keras-torch", "keras-jax", "tf")
 
 WORKLOADS = {
     spec.name: spec for spec in (
@@ -96,4 +98,16 @@ def check_framework(framework: str) -> str:
     if framework not in FRAMEWORKS:
         raise GapscopeInputError(
             f"unknown framework {framework!r}; known: {', '.join(FRAMEWORKS)}")
+    missing = missing_extra(framework)
+    if missing:
+        raise GapscopeInputError(missing)
     return framework
+
+
+def missing_extra(framework: str) -> str | None:
+    """Why a framework path cannot run here, in one line, where its optional extra is absent:
+    JAX is not in the base set-up (and must be a CPU build on a CPU machine)."""
+    if framework == "keras-jax" and importlib.util.find_spec("jax") is None:
+        return ("--framework keras-jax needs JAX, which is not installed: pip install -e '.[jax]' "
+                "(a CPU jax/jaxlib)")
+    return None

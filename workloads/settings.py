@@ -24,7 +24,7 @@ _JOB_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 @dataclass(frozen=True)
 class RunSettings:
     workload: str
-    framework: str                      # torch | keras | keras-torch | tf
+    framework: str                      # torch | keras | keras-torch | keras-jax | tf
     variant: str = "default"            # comma-separated variant names (workloads.variants)
     steps: int = 60                     # steps in the run (ignored when epochs is set)
     epochs: int | None = None           # whole passes over the data set instead of a step count

@@ -12,8 +12,10 @@ from dataclasses import dataclass, field
 
 from gapscope.profilers.errors import UnsupportedVariantError
 
-TORCH, KERAS, KERAS_TORCH, TF = "torch", "keras", "keras-torch", "tf"
-KERAS_PATHS = (KERAS, KERAS_TORCH)
+TORCH, KERAS, KERAS_TORCH, KERAS_JAX, TF = "torch", "keras", "keras-torch", "keras-jax", "tf"
+KERAS_PATHS = (KERAS, KERAS_TORCH, KERAS_JAX)
+# Keras on JAX always jits its step (jit_compile 'auto' is True there): jit is its baseline.
+KERAS_JIT_CHOICE = (KERAS, KERAS_TORCH)
 
 
 @dataclass(frozen=True)
@@ -30,8 +32,9 @@ _FIXED = (
     # Eager says "no compiler": combined with a compile variant or torchscript it contradicts it.
     Variant("eager", (TORCH,), "PyTorch eager execution (the baseline)",
             {"compile_mode": None, "compile_backend": None, "torchscript": None}),
-    Variant("default", (TORCH, KERAS, KERAS_TORCH, TF),
-            "the framework's baseline: torch eager, Keras fit without XLA, TF tf.function"),
+    Variant("default", (TORCH, KERAS, KERAS_TORCH, KERAS_JAX, TF),
+            "the framework's baseline: torch eager, Keras fit without XLA (on JAX: jitted, as "
+            "always there), TF tf.function"),
     Variant("compile", (TORCH,), "torch.compile, default mode (Inductor)", {"compile_mode": "default"}),
     Variant("compile-reduce-overhead", (TORCH,), "torch.compile mode='reduce-overhead'",
             {"compile_mode": "reduce-overhead"}),
@@ -49,9 +52,9 @@ _FIXED = (
     Variant("amp-fp16", (TORCH,), "autocast to float16", {"amp_dtype": "float16"}),
     Variant("amp-bf16", (TORCH,), "autocast to bfloat16", {"amp_dtype": "bfloat16"}),
     Variant("scaler", (TORCH,), "torch.amp.GradScaler (with amp-fp16)", {"grad_scaler": True}),
-    Variant("jit", KERAS_PATHS, "compile(jit_compile=True): XLA on TF, torch.compile on torch",
+    Variant("jit", KERAS_JIT_CHOICE, "compile(jit_compile=True): XLA on TF, torch.compile on torch",
             {"jit_compile": True}),
-    Variant("jit-auto", KERAS_PATHS, "compile(jit_compile='auto')", {"jit_compile": "auto"}),
+    Variant("jit-auto", KERAS_JIT_CHOICE, "compile(jit_compile='auto')", {"jit_compile": "auto"}),
     Variant("mixed-float16", KERAS_PATHS, "keras mixed_float16 dtype policy",
             {"mixed_precision": "mixed_float16"}),
     Variant("tf-eager", (TF,), "raw TF loop, GradientTape executed eagerly", {"tf_mode": "eager"}),
@@ -70,13 +73,13 @@ _FIXED = (
             {"pageable": True}, needs_cuda=True),
     Variant("tfdata", (KERAS, TF), "tf.data from_tensor_slices, shuffle(20000), batch, "
             "num_parallel_calls and prefetch AUTOTUNE", {"pipeline": "tfdata"}),
-    Variant("numpy", (KERAS, KERAS_TORCH), "NumPy arrays straight into fit, fit shuffles",
+    Variant("numpy", KERAS_PATHS, "NumPy arrays straight into fit, fit shuffles",
             {"pipeline": "numpy"}),
-    Variant("inference", (TORCH, KERAS, KERAS_TORCH), "forward only, no gradients",
+    Variant("inference", (TORCH, *KERAS_PATHS), "forward only, no gradients",
             {"inference": True}),
     # An allocator setting, not a framework one: a CPU step that frees tens of MB and takes them
     # again pays a page fault per 4 KiB each time (the torch CNN here: 19 % of its step).
-    Variant("malloc-keep", (TORCH, KERAS, KERAS_TORCH, TF),
+    Variant("malloc-keep", (TORCH, *KERAS_PATHS, TF),
             "glibc keeps the memory it frees (mallopt: mmap threshold 32 MiB, trim threshold "
             "1 GiB, top pad 256 MiB): steps take no fresh pages from the kernel",
             {"malloc_keep": True}, needs_glibc=True),
@@ -186,5 +189,8 @@ def _check_combination(framework: str, settings: dict) -> None:
     spe = settings.get("steps_per_execution")
     if spe is not None and not 1 <= spe <= 512:
         raise UnsupportedVariantError("steps_per_execution must be between 1 and 512")
+    if spe and spe > 1 and framework == KERAS_JAX:
+        raise UnsupportedVariantError("keras-jax runs steps_per_execution=1 only here: its steps are "
+                                      "timed and traced one jitted call each")
     if spe and spe > 1 and framework == KERAS_TORCH:
         raise UnsupportedVariantError("Keras on the torch backend runs steps_per_execution=1 only")

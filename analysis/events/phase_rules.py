@@ -40,6 +40,14 @@ _KERAS_OPTIMIZER_SCOPES = frozenset({
     "sgd", "adam", "adam_w", "adamax", "nadam", "adagrad", "adadelta", "adafactor",
     "ftrl", "lion", "lamb", "loss_scale_optimizer", "muon", "rm_sprop"})
 _GAPSCOPE_SCOPES = {TF_SCOPE_PREFIX + p: p for p in MARKED_PHASES}
+# JAX's HLO metadata op_name is its name stack, which wraps each scope in the transformation
+# that made the op: `jit(train_step)/transpose(jvp(conv1))/conv_general_dilated` is a gradient
+# op (transpose of the linearised forward), `jit(train_step)/jvp(conv1)/…` the forward.
+JAX_PROGRAMS = ("jit(", "pmap(")
+# The phase of a JAX op whose names carry no transformation comes from its place in the program
+# (hlo_metadata): the reader names its range `<op_name> (placed in optimizer)` (no colon: a
+# name with one reads as a TF op, and an optimizer one as an optimizer step).
+_BY_PLACE = " (placed in "
 # torch <= 1.9 named a backward op after its autograd node alone (CudnnConvolutionBackward,
 # AddmmBackward, NllLossBackward0), without today's evaluate_function prefix; today's traces
 # hold the same names nested inside that prefix's range, so matching them changes nothing there.
@@ -99,9 +107,34 @@ def annotation_phase(name: str) -> str | None:
     return _LIGHTNING_HOOKS.get(action.group(1)) if action else None
 
 
+def placed_name(op_name: str, phase: str) -> str:
+    """An op name with the phase its place in the program gave it, as jax_phase reads it back."""
+    return f"{op_name}{_BY_PLACE}{phase})"
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def jax_phase(op_name: str) -> str | None:
+    """Phase of a JAX op by its HLO metadata name: backward under `transpose(…)`, forward under
+    `jvp(…)`, the optimizer under a Keras optimizer's scope; the phase its place gave where the
+    name says so (placed_name); None where it says none of these."""
+    _, placed, phase = op_name.rpartition(_BY_PLACE)
+    if placed and phase[:-1] in MARKED_PHASES:
+        return phase[:-1]
+    scopes = op_name.split("/")
+    if any(s.startswith("transpose(") for s in scopes):
+        return "backward"
+    if any(s.startswith("jvp(") for s in scopes):
+        return "forward"
+    if _KERAS_OPTIMIZER_SCOPES.intersection(scopes):
+        return "optimizer"
+    return None
+
+
 @functools.lru_cache(maxsize=1 << 16)
 def framework_phase(name: str) -> str | None:
     """Phase of a marker the framework emits by itself, in traces nobody marked."""
+    if name.startswith(JAX_PROGRAMS) or _BY_PLACE in name:
+        return jax_phase(name.rstrip(":"))
     for prefix, phase in _TORCH_MARKERS:
         if name.startswith(prefix):
             return phase

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from gapscope.analysis.events import intervals
 from gapscope.analysis.events.hlo_metadata import HloModules
 from gapscope.analysis.events.module_depth import DEFAULT_DEPTH, at_depth
-from gapscope.analysis.events.phase_rules import BACKWARD_NODE, MODULE_RANGE_PREFIX
+from gapscope.analysis.events.phase_rules import BACKWARD_NODE, JAX_PROGRAMS, MODULE_RANGE_PREFIX
 from gapscope.analysis.events.timeline import PhaseTimeline
 from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Trace
 from gapscope.analysis.measures.fusion_table import classify
@@ -24,6 +24,8 @@ _TF_BACKWARD = "gradient_tape/"
 _TF_LOSS_SCOPES = ("compile_loss", LOSS_SCOPE)  # Keras' train_step, gapscope's raw TF loop
 _SCOPE_SUFFIX = re.compile(r"(_\d+)+$")  # TF makes a reused scope unique: conv1 -> conv1_1
 _VARIABLE_READ = "ReadVariableOp"  # the op type that ends a TF op event's name (`…:ReadVariableOp`)
+# A JAX name stack's scope made by a transformation: `transpose(jvp(conv1))`, `jvp(conv1)`.
+_JAX_TRANSFORMED = re.compile(r"^((?:\w+\()+)([^()]*)\)+$")
 
 
 @dataclass
@@ -341,6 +343,8 @@ def scope_names(trace: Trace, names: list[str] | None) -> dict[str, str]:
 def scope_layer(op_name: str, known: set[str], resolved: dict[str, str] | None = None) -> tuple[str, str] | None:
     """(layer, phase) an op's scope names, else None. `resolved`: scope_names' reading of the
     trace's raw scopes, where the model's layer names are known."""
+    if op_name.startswith(JAX_PROGRAMS):
+        return jax_scope_layer(op_name, known)
     head, marker, rest = op_name.partition(_TF_FORWARD)
     if not marker:
         return None
@@ -356,3 +360,28 @@ def scope_layer(op_name: str, known: set[str], resolved: dict[str, str] | None =
     if known and layer not in known:
         return None
     return layer, phase
+
+
+def jax_scope_layer(op_name: str, known: set[str]) -> tuple[str, str] | None:
+    """(layer, phase) of a JAX op by its name stack: Keras names each layer's scope, which JAX
+    wraps in the transformation that made the op, `jit(train_step)/transpose(jvp(conv1))/…` (conv1,
+    backward) and `…/jvp(conv1)/…` (forward); Keras' `compile_loss` scope is the loss. Under a
+    model's own scope (`jvp(cnn)/conv1/…`) the layer is the first known name; in a program with
+    no transformation (inference: `jit(predict_step)/dense1/…`), a known layer's forward."""
+    scopes = op_name.split("/")
+    for i, scope in enumerate(scopes):
+        match = _JAX_TRANSFORMED.match(scope)
+        if match is None or not match.group(1).endswith("jvp("):
+            continue
+        phase = "backward" if match.group(1).startswith("transpose(") else "forward"
+        # The last part is the primitive; `jvp()` is code in no named scope (a loss by hand).
+        inside = [name for name in (match.group(2), *scopes[i + 1:-1]) if name]
+        if inside[:1] == ["compile_loss"]:
+            return "loss", phase
+        layer = next((name for name in inside if name in known), None) if known else \
+            next(iter(inside), None)
+        return (layer, phase) if layer else None
+    # No transformation: a program that differentiates nothing (predict_step), whose layer
+    # scopes are forward; only a known layer's name counts (an optimizer's scope is none).
+    layer = next((name for name in scopes[1:-1] if name in known), None)
+    return (layer, "forward") if layer else None

@@ -28,9 +28,10 @@ def read_compile_records(run_dir: str | Path) -> dict | None:
 
 def steps_compiling_after(records: dict | None, warmup_steps: int) -> list[int]:
     """The steps after the warm-up in which something compiled (a Dynamo recompile or a new
-    frame) or a tf.function traced again: events, not steady time."""
+    frame), a tf.function traced again or JAX traced or compiled: events, not steady time."""
     if not records:
         return []
-    entries = [*records["compiles"], *(t for t in records.get("tf_traces") or [] if isinstance(t, dict))]
+    entries = [*records["compiles"], *(t for key in ("tf_traces", "jax_events")
+                                       for t in records.get(key) or [] if isinstance(t, dict))]
     return sorted({s for e in entries if isinstance(s := e.get("step"), int) and not isinstance(s, bool)
                    and s >= warmup_steps})

@@ -229,7 +229,7 @@ def read_manifest(path: Path) -> dict:
 
 # The framework paths gapscope writes runs of (workloads.registry.FRAMEWORKS; the reader does
 # not import the runners' side).
-FRAMEWORKS = ("torch", "keras", "keras-torch", "tf")
+FRAMEWORKS = ("torch", "keras", "keras-torch", "keras-jax", "tf")
 # No run has more steps than --steps allows (10,000,000).
 MAX_STEPS = 10**9
 

@@ -1,9 +1,12 @@
-"""Reads TensorFlow profiler XSpace files (.xplane.pb) into the neutral Trace, without importing TF."""
+"""Reads TensorFlow and JAX profiler XSpace files (.xplane.pb) into the neutral Trace, without importing either."""
 from __future__ import annotations
 
+import bisect
 import re
 from collections import Counter
 from pathlib import Path
+
+import msgspec
 
 from gapscope.profilers.errors import TraceFormatError
 from gapscope.analysis.readers import safe_files, validate, xplane_memory
@@ -80,10 +83,16 @@ def _trace_of(path: Path, space) -> Trace:
             device = _device_properties(plane)
             if device:
                 devices.append(device)
+    jax = _is_jax(events)
+    if jax:
+        events = _jax_annotations(events)
+    modules, hlo_error = _hlo_modules(hlo_protos)
     if not any(e.kind == STEP for e in events):
         # TF 2.x XSpaces may group steps only on the device's Steps line, or by the group_id
-        # the profiler gave every host event of a step (as XProf reads them).
-        events += _one_device(device_steps) or _group_steps(groups)
+        # the profiler gave every host event of a step (as XProf reads them); a JAX loop by
+        # the TraceAnnotation ranges around its training calls.
+        events += _one_device(device_steps) or _group_steps(groups) or \
+            (_jax_annotated_steps(events, modules) if jax and modules else [])
     events, dropped = _valid_times(events)
     if not events and not dropped:
         raise TraceFormatError(f"{path}: XSpace profile holds no host or device events")
@@ -93,7 +102,7 @@ def _trace_of(path: Path, space) -> Trace:
                 "planes": [p.name for p in planes], "hlo_protos": hlo_protos}
     if devices:
         metadata["device_properties"] = devices
-    if _is_jax(events):
+    if jax:
         metadata["framework"] = "jax"
     if dropped:
         metadata["dropped_events"] = dict(dropped)
@@ -101,9 +110,73 @@ def _trace_of(path: Path, space) -> Trace:
         metadata["step_problems"] = step_problems
     if memory:
         metadata["memory_events"] = memory
-    if hlo_protos:
-        events += _framework_ops_of_thunks(events, hlo_protos, metadata)
+    if hlo_error:
+        metadata["hlo_error"] = hlo_error
+    if modules is not None:
+        # Parsed once here; Run.hlo hands these to the kernel view instead of parsing again.
+        metadata["hlo_modules"] = modules
+        events += _framework_ops_of_thunks(events, modules)
     return Trace("xplane", str(path), events, metadata)
+
+
+def _hlo_modules(hlo_protos: dict):
+    """The profile's HLO modules, or None, and why they could not be read."""
+    if not hlo_protos:
+        return None, None
+    from gapscope.analysis.readers.hlo_proto import read_hlo_protos
+    try:
+        return read_hlo_protos(hlo_protos), None
+    except TraceFormatError as exc:
+        return None, str(exc)
+
+
+def _jax_annotations(events: list[Event]) -> list[Event]:
+    """A JAX trace's user ranges (jax.profiler.TraceAnnotation, a TraceMe of the user's code)
+    as annotations: the host events around a jitted call (PjitFunction(f)) on its thread that are
+    neither a call themselves nor a Python frame of JAX's Python tracer ($file.py:10 f). JAX's
+    own host events lie inside the calls, so none encloses one."""
+    calls: dict[str, list[float]] = {}
+    for e in events:
+        if e.kind == OTHER and e.name.startswith(_JAX_CALLS):
+            calls.setdefault(e.track, []).append(e.start_us)
+    for starts in calls.values():
+        starts.sort()
+    found = []
+    for e in events:
+        starts = calls.get(e.track)
+        if starts and e.kind == OTHER and not e.name.startswith(_JAX_CALLS) and not e.name.startswith("$"):
+            i = bisect.bisect_left(starts, e.start_us)
+            if i < len(starts) and starts[i] < e.end_us:
+                e = msgspec.structs.replace(e, kind=ANNOTATION)
+        found.append(e)
+    return found
+
+
+def _jax_annotated_steps(events: list[Event], modules) -> list[Event]:
+    """A JAX loop's steps where it marked them with TraceAnnotation (not StepTraceAnnotation):
+    the annotation, of those repeated around calls that ran gradient ops, that runs most often
+    (the outermost of equals), one step each, numbered in order. None where no range does."""
+    backward = sorted(e.start_us for e in events if e.kind == HOST_OP and e.hlo_op
+                      and (op := modules.find(e.hlo_module, e.hlo_op)) is not None
+                      and "backward" in op.phases)
+    if not backward:
+        return []
+    by_name: dict[str, list[Event]] = {}
+    for e in events:
+        if e.kind == ANNOTATION and e.track.startswith("host"):
+            by_name.setdefault(e.name, []).append(e)
+    candidates = []
+    for name, ranges in by_name.items():
+        ranges.sort(key=lambda e: e.start_us)
+        serial = all(b.start_us >= a.end_us for a, b in zip(ranges, ranges[1:]))
+        each = all(bisect.bisect_left(backward, r.start_us) < len(backward)
+                   and backward[bisect.bisect_left(backward, r.start_us)] < r.end_us for r in ranges)
+        if len(ranges) >= 2 and serial and each:
+            candidates.append((len(ranges), sum(r.dur_us for r in ranges), name))
+    if not candidates:
+        return []
+    _, _, name = max(candidates)
+    return [Event(name, STEP, r.start_us, r.dur_us, r.track, i) for i, r in enumerate(by_name[name])]
 
 
 def _valid_times(events: list[Event]) -> tuple[list[Event], Counter]:
@@ -119,18 +192,11 @@ def _valid_times(events: list[Event]) -> tuple[list[Event], Counter]:
     return kept, dropped
 
 
-def _framework_ops_of_thunks(events: list[Event], hlo_protos: dict, metadata: dict) -> list[Event]:
+def _framework_ops_of_thunks(events: list[Event], modules) -> list[Event]:
     """Under XLA the trace names HLO ops, not the TF ops inside the name scopes that mark
     phases. The profile's own HloProto says which TF op each HLO op was compiled from: add
-    that op (`<op_name>:<op_type>`, as TF op events read) as a range over each thunk."""
-    from gapscope.analysis.readers.hlo_proto import read_hlo_protos
-    try:
-        modules = read_hlo_protos(hlo_protos)
-    except TraceFormatError as exc:
-        metadata["hlo_error"] = str(exc)
-        return []
-    # Parsed once here; Run.hlo hands these to the kernel view instead of parsing again.
-    metadata["hlo_modules"] = modules
+    that op (`<op_name>:<op_type>`, as TF op events read; JAX's name stack) as a range over
+    each thunk."""
     added = []
     for e in events:
         if e.hlo_op and e.track.startswith("host"):
@@ -307,8 +373,16 @@ def _device_properties(plane) -> dict | None:
     for stat in plane.stats:
         which = stat.WhichOneof("value")
         if which:
-            stats[names.get(stat.metadata_id, "")] = getattr(stat, which)
-    name = next((stats[k] for k in _DEVICE_NAME_STATS if isinstance(stats.get(k), str) and stats[k]), None)
+            value = getattr(stat, which)
+            # XLA's GPU tracers store the device's name as a reference to a stat metadata
+            # entry named "AMD GPU - gfx942" (XPlaneBuilder's interned strings), or as bytes.
+            if which == "ref_value":
+                value = names.get(value)
+            elif which == "bytes_value":
+                value = value.decode(errors="replace")
+            stats[names.get(stat.metadata_id, "")] = value
+    name = next((stats[k].strip() for k in _DEVICE_NAME_STATS
+                 if isinstance(stats.get(k), str) and stats[k].strip()), None)
     if name is None:
         return None
     found = {"id": plane.id, "name": name}

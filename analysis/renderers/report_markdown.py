@@ -90,7 +90,10 @@ def _figure(content: ReportContent, role: str, alt: str) -> list[str]:
 
 
 def _environment(runs: list[ReportRun]) -> list[str]:
-    head = ["run", "workload", "framework", "variant", "device", "host", *_VERSIONS, "steps",
+    # JAX is an extra: its column where a run recorded it (runs from before had no such key).
+    shown = [*_VERSIONS[:4], *(["jax"] if any(((r.manifest or {}).get("versions") or {}).get("jax")
+                                              for r in runs) else []), *_VERSIONS[4:]]
+    head = ["run", "workload", "framework", "variant", "device", "host", *shown, "steps",
             "started", "status"]
     rows = []
     for r in runs:
@@ -98,7 +101,7 @@ def _environment(runs: list[ReportRun]) -> list[str]:
         versions = m.get("versions") or {}
         steps = m.get("steps_run") or m.get("steps") or (m.get("settings") or {}).get("steps")
         rows.append([r.label, m.get("workload"), m.get("framework"), m.get("variant"),
-                     m.get("device"), m.get("host"), *(versions.get(v) for v in _VERSIONS), steps,
+                     m.get("device"), m.get("host"), *(versions.get(v) for v in shown), steps,
                      (m.get("started_at") or "")[:19].replace("T", " "),
                      effective_status(m)[0] if m else "n/a"])
     return _table(head, [[_cell(v) for v in row] for row in rows], left=len(head))

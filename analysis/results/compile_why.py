@@ -13,7 +13,10 @@ from gapscope.analysis.readers.compile_records import steps_compiling_after
 STAGES = ("dynamo", "aot_autograd", "inductor", "codegen_and_kernel_compile")
 STAGE_NAMES = {"dynamo": "Dynamo", "aot_autograd": "AOT autograd", "inductor": "Inductor",
                "codegen_and_kernel_compile": "codegen+C++/Triton compile",
-               "tf_trace": "tf.function trace (Python)"}
+               "tf_trace": "tf.function trace (Python)", "jax_trace": "JAX trace (Python)",
+               "lower": "lowering to MLIR", "xla_compile": "XLA compile"}
+# JAX's own compile stages (workloads.runners.jax_compiles.STAGE_EVENTS), in the order they run.
+JAX_STAGES = ("jax_trace", "lower", "xla_compile")
 # Dynamo's per-compile counts of graphs its caches served (kept in compile.json), by cache.
 CACHE_FIELDS = {"fx_graph": "inductor_fx_local_cache_hit_count",
                 "aot_autograd": "aotautograd_local_cache_hit_count"}
@@ -159,6 +162,8 @@ def compile_why(records: dict, measured_ms: float | None, warmup_steps: int) -> 
     step timers (breakdown.compile_ms), which the stages of the warm-up's compiles add up to."""
     if isinstance(records.get("tf_traces"), list):
         return _tf_why(records, measured_ms, warmup_steps)
+    if isinstance(records.get("jax_events"), list):
+        return _jax_why(records, measured_ms, warmup_steps)
     compiles = records["compiles"]
     stages = dict.fromkeys(STAGES, 0.0)
     later = 0.0
@@ -205,6 +210,34 @@ def _tf_why(records: dict, measured_ms: float | None, warmup_steps: int) -> Comp
     return why
 
 
+def _jax_why(records: dict, measured_ms: float | None, warmup_steps: int) -> CompileWhy:
+    """JAX: each jitted function's trace, lowering and XLA compile, timed by JAX itself; a
+    function traced again is a retrace, with JAX's own explanation of the cache miss. Compiles
+    between steps (step None: fit's set-up, Keras' metrics at its end) cost no step's time:
+    counted as traces, left out of the stages."""
+    events = [e for e in records["jax_events"] if isinstance(e, dict) and e.get("stage") in JAX_STAGES]
+    stages = dict.fromkeys(JAX_STAGES, 0.0)
+    later = 0.0
+    counts: dict[str, int] = {}
+    for e in events:
+        step, ms = e.get("step"), float(e.get("ms") or 0.0)
+        if e["stage"] == "jax_trace":
+            counts[str(e.get("function"))] = counts.get(str(e.get("function")), 0) + 1
+        if not isinstance(step, int) or isinstance(step, bool):
+            continue
+        if step < warmup_steps:
+            stages[e["stage"]] += ms
+        else:
+            later += ms
+    retraced = [Retrace(str(m.get("function")), _int(m.get("step"), 0), str(m.get("reason") or "no reason given"))
+                for m in records.get("jax_cache_misses") or []
+                if isinstance(m, dict) and not m.get("first") and isinstance(m.get("step"), int)]
+    why = CompileWhy(measured_ms, stages, later, [], [], [], list(records.get("unavailable") or []),
+                     tf_traces=counts, retraces=retraced)
+    why.steady_events = steady_events(why, records, warmup_steps)
+    return why
+
+
 def steady_events(why: CompileWhy, records: dict, warmup_steps: int) -> dict[int, str]:
     """What compiled in each step after the warm-up (steps_compiling_after, the steps the run's
     loader leaves out of the steady state): its recompiles' guards, retraces' reasons, else the
@@ -216,7 +249,8 @@ def steady_events(why: CompileWhy, records: dict, warmup_steps: int) -> dict[int
         if not words:
             frames = sorted({str(c.get("co_name")) for c in records["compiles"]
                              if c.get("step") == step and c.get("co_name")})
-            functions = sorted({str(t.get("function")) for t in records.get("tf_traces") or []
+            functions = sorted({str(t.get("function")) for t in [*(records.get("tf_traces") or []),
+                                                                 *(records.get("jax_events") or [])]
                                 if isinstance(t, dict) and t.get("step") == step})
             words = ([f"first compile of {', '.join(frames)}"] if frames else
                      [f"first trace of {', '.join(functions)}"] if functions else

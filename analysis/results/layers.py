@@ -229,6 +229,9 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     if run.manifest.get("framework") in ("keras", "tf"):
         notes.append("optimizer per layer: TF's update ops run per variable without the layer's "
                      "name (rm_sprop/Mul_27), so the optimizer is not split by layer")
+    elif run.manifest.get("framework") == "keras-jax":
+        notes.append("optimizer per layer: JAX's update ops carry the optimizer's scope without the "
+                     "layer's name (jit(train_step)/rm_sprop/add), so the optimizer is not split by layer")
     phase_ms = {p: round(ms, _DIGITS) for p, ms in found.phase_ms.items()}
     # An inference trace has no backward to split: its layers' backward is unmeasured, not 0.
     unmeasured = [p for p in LAYER_PHASES if run.timeline.origins.get(p) == PhaseOrigin.NOT_APPLICABLE]

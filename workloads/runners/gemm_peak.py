@@ -26,6 +26,11 @@ def _gemm(framework: str):
         import torch
         a, b = torch.rand(SIZE, SIZE), torch.rand(SIZE, SIZE)
         return lambda: torch.mm(a, b), "torch.mm"
+    if framework == "keras-jax":
+        import jax
+        a, b = jax.random.uniform(jax.random.key(0), (2, SIZE, SIZE))
+        matmul = jax.jit(jax.numpy.matmul)
+        return lambda: matmul(a, b).block_until_ready(), "jax.numpy.matmul"
     import tensorflow as tf
     a, b = tf.random.uniform((SIZE, SIZE)), tf.random.uniform((SIZE, SIZE))
     return lambda: tf.linalg.matmul(a, b).numpy(), "tf.linalg.matmul"

@@ -1,12 +1,13 @@
-"""Keras 3 `model.fit` on the TensorFlow backend (framework `keras`) or the torch backend
-(`keras-torch`), with the phase-marking train_step and a callback that times and traces."""
+"""Keras 3 `model.fit` on the TensorFlow backend (framework `keras`), the torch backend
+(`keras-torch`) or JAX (`keras-jax`), with the phase-marking train_step and a callback that
+times and traces."""
 from __future__ import annotations
 
 import os
 from contextlib import nullcontext
 from pathlib import Path
 
-from gapscope.profilers.environment import tf_device_name, torch_device_name
+from gapscope.profilers.environment import jax_device_name, tf_device_name, torch_device_name
 from gapscope.profilers.errors import GapscopeInputError
 from gapscope.profilers.marks import PhaseMarks
 from gapscope.profilers.run_dir import mark_rows
@@ -16,31 +17,36 @@ from gapscope.workloads.runners.tf_traces import TraceLog
 from gapscope.workloads.datasets import dataset_for
 from gapscope.workloads.models.params import keras_parameters
 from gapscope.workloads.runners.execution_rows import expand_executions
+from gapscope.workloads.runners.jax_profile import JaxProfile
 from gapscope.workloads.settings import RunSettings
+from gapscope.workloads.registry import missing_extra
 from gapscope.workloads.spec import WorkloadSpec
 from gapscope.workloads.runners.tf_distribute import (build_from_local_batch, check_cluster, distributed_facts, make_strategy,
                                      peer_failures, rank_data, sharded_dataset, traces_rank, world_size)
 
 XLA_DUMP_DIR = "xla_dump"
+# Keras' backend per framework path: fixed when Keras is imported, so each run is a process.
+BACKENDS = {"keras": "tensorflow", "keras-torch": "torch", "keras-jax": "jax"}
 
 
 def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple[list[dict], dict]:
     on_torch = settings.framework == "keras-torch"
+    on_jax = settings.framework == "keras-jax"
     world = world_size(settings)
     if world > 1:
         refuse_distributed(settings, on_torch, world)
-    _prepare_environment(settings, run_dir, on_torch)
+    _prepare_environment(settings, run_dir)
     import keras
 
     after_import = resident_mb()  # the framework's footprint, before the model and data
-    if keras.backend.backend() != ("torch" if on_torch else "tensorflow"):
+    if keras.backend.backend() != BACKENDS[settings.framework]:
         raise RuntimeError(f"keras was already imported with backend {keras.backend.backend()}")
     # MultiWorkerMirroredStrategy must exist before TensorFlow's runtime starts: first thing.
     strategy, rank = (make_strategy(), check_cluster(world)) if world > 1 else (None, 0)
-    keras.utils.set_random_seed(spec.seed)
+    _set_random_seed(keras, spec.seed, on_jax)
     if settings.mixed_precision:
         keras.config.set_dtype_policy(settings.mixed_precision)
-    device = _device(settings, on_torch)
+    device = _device(settings)
     if strategy is None:
         x, y = dataset_for(spec, settings, raw=settings.pipeline == "transforms")
         inputs = _inputs(settings, spec, x, y, on_torch, device)
@@ -67,17 +73,25 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             mark_keras_inference(model, marks)
         else:
             mark_keras_phases(model, marks)
+        # Keras on JAX jits its step always ('auto' is True there); False would run it op by op.
         model.compile(optimizer=keras_optimizer(keras, spec), loss=keras_loss(keras, spec),
-                      jit_compile=settings.jit_compile, steps_per_execution=settings.steps_per_execution)
+                      jit_compile=True if on_jax else settings.jit_compile,
+                      steps_per_execution=settings.steps_per_execution)
     callback = step_callback(timer, window if traced else None,
-                             tf_logdir=run_dir if traced and not on_torch else None,
+                             tf_logdir=run_dir if traced and settings.framework == "keras" else None,
+                             jax_profile=JaxProfile(run_dir) if traced and on_jax else None,
                              torch_profiler=profiler, data_between_steps=on_torch,
                              steps_per_call=settings.steps_per_execution,
-                             window_hooks=_torch_layer_ranges(spec, model, settings, profiler))
+                             window_hooks=_torch_layer_ranges(spec, model, settings, profiler),
+                             samples_before=_samples_before(x, spec) if on_jax and strategy is None else None)
     # On TF, the train_step's Python body runs only when Keras' tf.function traces it: each
     # trace, with its input signature and the update it came at, goes to compile.json.
-    trace_log = None
-    if not on_torch and not settings.inference:
+    trace_log = jax_log = None
+    if on_jax:
+        from gapscope.workloads.runners.jax_compiles import JaxCompileLog
+        jax_log = JaxCompileLog(step_of=lambda: callback.step_in_progress)
+        jax_log.start()
+    elif not on_torch and not settings.inference:
         trace_log = TraceLog(step_of=lambda: callback.updates)
         model.train_step = trace_log.wrap(model.train_step, name="train_step")
     if profiler is not None:
@@ -95,6 +109,9 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
             profiler.stop()
         if trace_log is not None:
             trace_log.write(run_dir, jit_compile=bool(getattr(model, "jit_compile", False)))
+        if jax_log is not None:
+            jax_log.stop()
+            jax_log.write(run_dir)
     if callback.updates < steps:
         # Keras ends fit quietly on an OutOfRangeError from anywhere in a step, taking it for
         # the end of the data: a short run is a failure, not a result.
@@ -105,14 +122,35 @@ def run_keras(spec: WorkloadSpec, settings: RunSettings, run_dir: Path) -> tuple
     rows = expand_executions(timer.rows(timed_phases=timed), settings.steps_per_execution,
                              updates_per_epoch, steps)
     mark_rows(rows, settings.warmup_steps, set(callback.traced_calls), "execution_first_step")
-    facts = {"device": (torch_device_name(device) if on_torch
-                        else tf_device_name(gpu=device == "cuda")), "parameters": keras_parameters(model),
+    facts = {"device": _device_name(settings.framework, device), "parameters": keras_parameters(model),
              "steps_per_epoch": updates_per_epoch, "steps_run": steps, "rss_after_import_mb": after_import,
              "jit_compile_resolved": getattr(model, "jit_compile", None),
              "trace_window": [window.first, window.last] if traced else None}
     if strategy is not None:
         facts.update(distributed_facts(model.weights, spec.batch_size, world, rank, settings.trace))
     return rows, facts
+
+
+def _set_random_seed(keras, seed: int, on_jax: bool) -> None:
+    """keras.utils.set_random_seed; on JAX without importing TensorFlow to seed it (Keras does
+    wherever TF is installed): a keras-jax run uses no TF op, and TF's import cost 4.4 s and
+    420 MB of resident memory here, which the run's memory figures would count as JAX's.
+    Python's import system refuses a module whose sys.modules entry is None."""
+    import sys
+    blocked = on_jax and "tensorflow" not in sys.modules
+    if blocked:
+        sys.modules["tensorflow"] = None
+    try:
+        keras.utils.set_random_seed(seed)
+    finally:
+        if blocked:
+            del sys.modules["tensorflow"]
+
+
+def _samples_before(x, spec: WorkloadSpec):
+    """Keras' own JAX train_step weighs each update's loss by its batch size: the samples an
+    epoch's first n batches hold (NumPy arrays into fit: full batches, then the rest)."""
+    return lambda batches: min(batches * spec.batch_size, len(x))
 
 
 def _rank_inputs(spec: WorkloadSpec, settings: RunSettings, rank: int, world: int):
@@ -131,8 +169,8 @@ def refuse_distributed(settings: RunSettings, on_torch: bool, world: int) -> Non
     what = None
     if getattr(settings, "nnodes", 1) > 1:
         what = "--nnodes > 1 (TF workers run on one host here)"
-    elif on_torch:
-        what = "keras-torch (Keras on the torch backend has no tf.distribute)"
+    elif settings.framework != "keras":
+        what = f"{settings.framework} (Keras on {BACKENDS[settings.framework]} has no tf.distribute)"
     elif settings.inference:
         what = "inference"
     elif settings.steps_per_execution > 1:
@@ -177,10 +215,17 @@ def _fit_or_predict(model, inputs, spec: WorkloadSpec, settings: RunSettings, ca
         model.fit(inputs, **fit_args)
 
 
-def _prepare_environment(settings: RunSettings, run_dir: Path, on_torch: bool) -> None:
-    """Before Keras is imported: the backend is fixed at import, and XLA reads its flags once."""
-    os.environ["KERAS_BACKEND"] = "torch" if on_torch else "tensorflow"
-    if not on_torch and settings.jit_compile:
+def _prepare_environment(settings: RunSettings, run_dir: Path) -> None:
+    """Before Keras is imported: the backend is fixed at import, and XLA reads its flags once.
+    On JAX the profile holds each program's HloProto: no dump is needed."""
+    os.environ["KERAS_BACKEND"] = BACKENDS[settings.framework]
+    if settings.framework == "keras-jax":
+        missing = missing_extra(settings.framework)  # launch checked; a child may be started by hand
+        if missing:
+            raise GapscopeInputError(missing)
+        if settings.device == "cpu":
+            os.environ["JAX_PLATFORMS"] = "cpu"  # read once, when JAX starts its backends
+    elif settings.framework == "keras" and settings.jit_compile:
         dump_xla_hlo(run_dir)
 
 
@@ -199,8 +244,19 @@ def _executions_window(window: TraceWindow, settings: RunSettings) -> TraceWindo
     return TraceWindow(first, max(1, -(-window.steps // spe)))
 
 
-def _device(settings: RunSettings, on_torch: bool) -> str:
-    if on_torch:
+def _device_name(framework: str, device: str) -> str:
+    if framework == "keras-torch":
+        return torch_device_name(device)
+    if framework == "keras-jax":
+        return jax_device_name()
+    return tf_device_name(gpu=device == "cuda")
+
+
+def _device(settings: RunSettings) -> str:
+    if settings.framework == "keras-jax":
+        from gapscope.workloads.devices import jax_device
+        return jax_device(settings.device)
+    if settings.framework == "keras-torch":
         from gapscope.workloads.devices import torch_device
         return torch_device(settings.device).type
     from gapscope.workloads.devices import tf_device

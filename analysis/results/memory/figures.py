@@ -230,6 +230,10 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
         events = trace.metadata.get("memory_events") or []
         if events:
             return events, "TF allocator events", []
+        if trace.metadata.get("framework") == "jax":
+            return [], None, [
+                "memory: the XSpace holds no allocator events (JAX's CPU client reports none, nor "
+                "memory_stats()): only the process's RSS is known"]
         if _tf_cpu_allocator(run) == "default":
             return [], None, [
                 "memory: no allocator events: this TensorFlow ran without oneDNN, and its default "
