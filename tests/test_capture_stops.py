@@ -21,11 +21,12 @@ ROOT = Path(__file__).resolve().parent.parent
 STOP_AT = 12
 
 
-def _stopped(out: Path, signum: int) -> Path:
+def _stopped(out: Path, signum: int, loop: str = "stopped_torch_loop") -> Path:
+    """The run of user_loops.`loop` in its own process, stopped at STOP_AT by `signum`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
     done = subprocess.run(
-        [sys.executable, "-c", "import pathlib, user_loops; user_loops.stopped_torch_loop("
-                               f"pathlib.Path({str(out)!r}), {STOP_AT}, {int(signum)})"],
+        [sys.executable, "-c", f"import pathlib, user_loops; user_loops.{loop}("
+                               f"pathlib.Path({str(out)!r}), stop_at={STOP_AT}, signum={int(signum)})"],
         env=env, capture_output=True, text=True, timeout=300)
     # Ended by the signal itself: SIGTERM sent again once the capture recorded its end.
     assert done.returncode == -signum, done.stderr[-2000:]
@@ -129,23 +130,12 @@ def test_a_capture_killed_before_its_first_step_is_refused_in_one_line(killed, t
 
 
 
-def _stopped_keras(out: Path, signum: int) -> Path:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    done = subprocess.run(
-        [sys.executable, "-c", "import pathlib, user_loops; user_loops.keras_fit("
-                               f"pathlib.Path({str(out)!r}), stop_at={STOP_AT}, signum={int(signum)})"],
-        env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == -signum, done.stderr[-2000:]
-    (run_dir,) = out.iterdir()
-    return run_dir
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL], ids=["sigterm", "sigkill"])
 def test_a_stopped_keras_fit_keeps_the_steps_it_did(tmp_path, signum):
     """capture_keras as the torch capture: under `with`, SIGTERM ends the run `interrupted` with
     its steps; a SIGKILL leaves the steps.csv appended as the fit went (user_loops.TRACE (6, 10):
     6-9 traced, 10 paid the TF profiler's stop)."""
-    run_dir = _stopped_keras(tmp_path, signum)
+    run_dir = _stopped(tmp_path, signum, loop="keras_fit")
     manifest = json.loads((run_dir / "manifest.json").read_text())
     rows = _rows(run_dir)
     assert [int(r["step"]) for r in rows] == list(range(STOP_AT))

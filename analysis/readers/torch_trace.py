@@ -311,17 +311,27 @@ class _Reader:
             if isinstance(exc, chunk_pool.WorkerLost):
                 chunk_pool.discard()
             buf.put_back([cut for _, cut in sent], sent[0][1][2] if sent else None)
-            for worker, _ in sent:  # those still decoding chunks now read here
-                worker.stop()
-            sent.clear()
-            while not eof:
-                eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
-                if not eof:
-                    self._decode_chunk(buf)
+            self._stop_sent(sent)
+            if not eof:
+                self._decode_rest(blocks, buf)
             return True
         finally:
             for worker, _ in sent:  # a read that raised: their answers are never read
                 worker.stop()
+
+    @staticmethod
+    def _stop_sent(sent: deque) -> None:
+        for worker, _ in sent:  # those still decoding chunks: the rest is read here
+            worker.stop()
+        sent.clear()
+
+    def _decode_rest(self, blocks, buf: "_Window") -> None:
+        """The rest of the file read and decoded in this process: the workers' path failed."""
+        eof = False
+        while not eof:
+            eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
+            if not eof:
+                self._decode_chunk(buf)
 
     def _read_ranges(self, fd: int, source: tuple, buf: "_Window", size: int) -> bool:
         """_read_parallel for a plain file: each worker reads its chunk's byte range itself
@@ -354,16 +364,9 @@ class _Reader:
                 chunk_pool.discard()
             if sent:
                 position = sent[0][1]
-            for worker, _ in sent:  # those still decoding chunks now read here
-                worker.stop()
-            sent.clear()
-            blocks = _FileBlocks(fd, position, end)
+            self._stop_sent(sent)
             buf.restart(position - 1)
-            eof = False
-            while not eof:
-                eof = self._fill(blocks, buf, max(_CHUNK, len(buf) + 1))
-                if not eof:
-                    self._decode_chunk(buf)
+            self._decode_rest(_FileBlocks(fd, position, end), buf)
             return True
         finally:
             for worker, _ in sent:  # a read that raised: their answers are never read
