@@ -154,9 +154,9 @@ class Views:
                 todo = [(name, entry) for name, entry in entries.items()
                         if not self._current(name, entry)]
             for name, entry in self._pool.map(todo, keep):
-                with self._lock:
-                    self._analysed(name, entry)
-                finished(name)
+                # Analysed outside the lock: a request waiting for it (a page's /runs?wait=2)
+                # took 49 s to get it back from a thread that retook it run after run.
+                keep(analyse_run(name, entry))
             for name in entries.keys() - {name for name, _ in todo}:
                 finished(name)
 
