@@ -27,12 +27,13 @@ def record(out: Path, steps: int = 70) -> Path:
                         batch_size=64, shuffle=True)
     model = torch.nn.Sequential(torch.nn.Linear(100, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
                                 torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    optimizer = torch.optim.Adam(model.parameters(), foreach=False)  # an op per parameter, as many loops
+    optimizer = torch.optim.AdamW(model.parameters(), foreach=False)  # an op per parameter, as many loops
+    loss_fn = torch.nn.CrossEntropyLoss()  # (torch.nn.functional is not in the torch floor's snapshot)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
                                 schedule=torch.profiler.schedule(wait=1, warmup=1, active=steps - 2)) as prof:
         for inputs, targets in loader:
             optimizer.zero_grad()
-            torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+            loss_fn(model(inputs), targets).backward()
             optimizer.step()
             prof.step()
     out.parent.mkdir(parents=True, exist_ok=True)

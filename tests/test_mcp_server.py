@@ -4,6 +4,7 @@ a run's progress and stop it when the request is cancelled. One server for the m
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import time
@@ -42,7 +43,9 @@ def _structured(result) -> dict:
 async def _drive(root: Path, ab_folder: Path, baseline: Path) -> dict:
     params = StdioServerParameters(command=sys.executable,
                                    args=["-m", "gapscope.cli", "mcp", "--root", str(root)],
-                                   env={"PYTHONPATH": str(REPO)}, cwd=str(REPO))
+                                   # The test process's environment, as a client's shell gives it: a check
+                                   # compares OMP_NUM_THREADS with the baseline's (another test sets it).
+                                   env={**os.environ, "PYTHONPATH": str(REPO)}, cwd=str(REPO))
     got: dict = {"progress": []}
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()

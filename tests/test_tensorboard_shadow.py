@@ -19,7 +19,10 @@ from gapscope.analysis.tensorboard.shadow import ShadowLogdir
 from gapscope.profilers.errors import GapscopeInputError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "marked_two_steps.pt.trace.json"
-RSS_LIMIT = 1 << 30
+# Growth of TensorBoard's processes past their size once up at which the watcher stops them: a
+# runaway read of /dev/zero grows without end; TensorBoard's own size (830 MiB to over 1 GiB, with
+# the plugins installed beside it) is no concern of this test.
+RUNAWAY = 512 << 20
 
 
 def _tree(shadow: Path) -> dict[str, str]:
@@ -102,7 +105,7 @@ def test_a_dev_zero_link_and_a_fifo_added_after_start_up_never_reach_the_plugins
         def watch():
             while not stop.wait(0.5):
                 peak[0] = max(peak[0], _group_rss(server.pid))
-                if peak[0] > RSS_LIMIT:  # what main did: stop it before it takes the machine
+                if peak[0] - before > RUNAWAY:  # what main did: stop it before it takes the machine
                     os.killpg(server.pid, 9)
                     return
         watcher = threading.Thread(target=watch, daemon=True)
@@ -115,7 +118,6 @@ def test_a_dev_zero_link_and_a_fifo_added_after_start_up_never_reach_the_plugins
         finally:
             stop.set()
             watcher.join()
-        assert peak[0] < RSS_LIMIT, f"TensorBoard's processes reached {peak[0] >> 20} MiB"
         assert peak[0] - before < 256 << 20, (before >> 20, peak[0] >> 20)  # no read ran away
         assert {"good", "late"} <= set(listed["pytorch_profiler"])
         assert not {"zero_run", "fifo_run"} & set(listed["pytorch_profiler"])
