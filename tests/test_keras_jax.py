@@ -156,3 +156,24 @@ def test_step_losses_are_exact_where_keras_weighs_its_loss_mean_by_batch_size():
 
     assert losses(lambda batches: min(4 * batches, 10)) == pytest.approx([1.0, 2.0, 4.0])
     assert losses(None) == pytest.approx([1.0, 2.0, 3.0])
+
+
+def test_compare_reads_keras_jax_beside_torch_and_keras(jax_cnn, run):
+    """compare of the JAX run (baseline) with the fixture CNN runs of torch and Keras on TF:
+    exit 3, as those two were recorded on a busy machine (their README), each pair with its five
+    phases, and the ratio the two step times make."""
+    from pathlib import Path
+    fixtures = Path(__file__).parent / "fixtures" / "cnn_cpu"
+    result = CliRunner().invoke(cli, ["compare", str(jax_cnn), str(fixtures / "torch"),
+                                      str(fixtures / "keras"), "--format", "json"])
+    assert result.exit_code == 3, result.output
+    doc = json.loads(result.stdout)
+    pairs = doc["comparisons"]
+    assert [(p["a_label"], p["b_label"]) for p in pairs] == [("cnn keras-jax", "cnn torch"),
+                                                              ("cnn keras-jax", "cnn keras")]
+    step = breakdown(run).to_json_dict()["step_ms"]["mean"]
+    for pair, other in zip(pairs, ("torch", "keras")):
+        assert pair["a_step_ms"] == pytest.approx(step, abs=1e-6)
+        assert pair["ratio"] == pytest.approx(pair["b_step_ms"] / pair["a_step_ms"], rel=1e-3)
+        assert set(pair["phases"]) == {"data_load", "forward", "backward", "optimizer", "other"}
+        assert pair["inconclusive"].startswith("busy machine"), other
