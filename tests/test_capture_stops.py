@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import user_loops
 from gapscope.cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent

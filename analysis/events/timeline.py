@@ -14,7 +14,8 @@ from gapscope.analysis.events.gc_pause import collector_paused
 from gapscope.analysis.events.phase_rules import (MODULE_RANGE_PREFIX, PhaseOrigin, annotation_phase, framework_phase,
                                          gapscope_phase)
 from gapscope.analysis.events.step_windows import cut_off_last, step_windows
-from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, OTHER, Event, Trace
+from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, Event, Trace
+from gapscope.analysis.events.trace import OTHER as OTHER_EVENT  # OTHER below is the phase
 from gapscope.analysis.events.trace_rules import TraceRules, unused_patterns
 from gapscope.profilers.phases import MARKED_PHASES
 
@@ -202,7 +203,7 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
 def _module_ranges(columns, kinds: np.ndarray) -> np.ndarray:
     """Rows of with_modules' `nn.Module: …` ranges on the host."""
     ids = [i for i, name in enumerate(columns.names) if name.startswith(MODULE_RANGE_PREFIX)]
-    return np.isin(columns.name, ids) & (kinds == code(OTHER)) & columns.on_host()
+    return np.isin(columns.name, ids) & (kinds == code(OTHER_EVENT)) & columns.on_host()
 
 
 def _any_autograd_op(names: list[str], rows: np.ndarray) -> bool:
