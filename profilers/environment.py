@@ -16,6 +16,13 @@ IMPORT_ROOT = Path(__file__).parents[2]
 GAPSCOPE_PACKAGE = IMPORT_ROOT / "gapscope"
 
 
+def importing_this_gapscope(env: dict) -> dict:
+    """`env` with IMPORT_ROOT first on PYTHONPATH: a child process imports the gapscope this one
+    runs, not another copy an editable install or its working directory would find first."""
+    paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    return {**env, "PYTHONPATH": os.pathsep.join([str(IMPORT_ROOT), *paths])}
+
+
 def versions() -> dict[str, str | None]:
     found = {"python": platform.python_version()}
     for package in _PACKAGES:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from gapscope.profilers.environment import IMPORT_ROOT
+from gapscope.profilers.environment import importing_this_gapscope
 from gapscope.profilers.run_lifecycle import LAUNCHER_PID_ENV, STOP_SIGNALS, Interrupted
 from gapscope.workloads.runners.step_report import parse
 
@@ -41,9 +41,7 @@ class RunInterrupted(Interrupted):
 
 def child_env() -> dict:
     """The environment of a run process (or of torchrun, which passes it on to its ranks)."""
-    env = dict(os.environ)
-    # The child imports the project's packages the same way this process did.
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(IMPORT_ROOT), env.get("PYTHONPATH")]))
+    env = importing_this_gapscope(dict(os.environ))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env[LAUNCHER_PID_ENV] = str(os.getpid())
     return env

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 from gapscope.profilers.errors import GapscopeInputError
-from gapscope.profilers.environment import IMPORT_ROOT
+from gapscope.profilers.environment import importing_this_gapscope
 
 WORKERS_ENV = "GAPSCOPE_READ_WORKERS"  # how many processes decode a trace's chunks; 1: none
 MAX_WORKERS = 8  # past this the reading process, which cuts and merges, is the bottleneck
@@ -108,9 +108,7 @@ class Worker:
     locks (the read-ahead's, TensorFlow's)."""
 
     def __init__(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(IMPORT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]),
-            **{_IN_WORKER_ENV: "1"})
+        env = importing_this_gapscope({**os.environ, _IN_WORKER_ENV: "1"})
         # Its errors are answered as a lost worker (the reader then decodes the rest itself):
         # stderr is dropped, and a Ctrl-C that reaches the whole process group prints nothing.
         self.process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,

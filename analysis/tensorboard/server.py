@@ -22,7 +22,7 @@ from typing import Callable, Iterable, Mapping
 from gapscope.analysis.readers.safe_files import unreadable_under
 from gapscope.analysis.tensorboard.shadow import SOURCE_LOGDIR_ENV, ShadowLogdir
 from gapscope.profilers.errors import GapscopeInputError
-from gapscope.profilers.environment import IMPORT_ROOT
+from gapscope.profilers.environment import importing_this_gapscope
 
 # Run-listing endpoint of each plugin gapscope writes traces for.
 PLUGIN_RUNS = {
@@ -118,13 +118,9 @@ class TensorBoardServer:
         """Starts the server and returns its URL once it answers with its plugins loaded."""
         fd, log = tempfile.mkstemp(prefix="gapscope-tensorboard-", suffix=".log")
         self._log = Path(log)
-        env = dict(os.environ)
+        # The child imports the gapscope this process runs, its plugin included.
+        env = importing_this_gapscope(dict(os.environ))
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        # The child imports the gapscope this process runs (its plugin included), not another
-        # copy an editable install or the working directory would find first.
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(IMPORT_ROOT)]
-            + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         # A subprocess rather than tensorboard.program in-process: the plugins start threads
         # and worker processes that only a process-group kill can stop, and TensorFlow stays
         # out of the caller. Port 0 lets the OS pick a free port with no race; the legacy

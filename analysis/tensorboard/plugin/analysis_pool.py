@@ -12,7 +12,7 @@ from typing import Callable
 
 from gapscope.analysis.readers import chunk_pool
 from gapscope.analysis.tensorboard.plugin.run_analysis import analyse_run
-from gapscope.profilers.environment import IMPORT_ROOT
+from gapscope.profilers.environment import importing_this_gapscope
 
 # Fewer runs than this are analysed in the asking process: a worker's start (a fresh
 # interpreter importing the analysers, about 0.4 s) costs more than it saves.
@@ -89,10 +89,9 @@ class _Worker:
     analysis out on stdout, until stdin closes."""
 
     def __init__(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-            [str(IMPORT_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
         self.process = subprocess.Popen([sys.executable, "-m", __name__], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        env=importing_this_gapscope(dict(os.environ)))
 
     def analyse(self, item: tuple):
         try:
