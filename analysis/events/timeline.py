@@ -99,14 +99,19 @@ def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
     if rules.phases:
         notes = notes + unused_patterns(rules, {e.name for e in trace.events})
     by_phase, origins, copies = phase_intervals(trace, steps, rules) if steps else ({}, {}, [])
+    # Each phase's time outside those before it in PRIORITY, over the whole trace at once, then
+    # cut at each step's bounds (the same pieces as per step: clipping commutes with both).
+    exclusive, taken = {}, []
+    for phase in PRIORITY:
+        own = by_phase.get(phase, [])
+        exclusive[phase] = intervals.subtract(own, taken)
+        if own:
+            taken = intervals.merge(taken + own)
     segments = []
     for step in steps:
-        taken: list[intervals.Interval] = []
         found = []
         for phase in PRIORITY:
-            own = intervals.clip_merged(by_phase.get(phase, []), step.start_us, step.end_us)
-            found += [(s, e, phase) for s, e in intervals.subtract(own, taken)]
-            taken = intervals.merge(taken + own)
+            found += [(s, e, phase) for s, e in intervals.clip_merged(exclusive[phase], step.start_us, step.end_us)]
         segments.append(sorted(found))
     timeline = PhaseTimeline(steps, segments, origins, notes)
     cut = cut_off_last(steps, [timeline.phase_ms(i) for i in range(len(steps))])
@@ -188,10 +193,11 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
         ops = ((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))) | _module_ranges(columns, kinds)
         # A block of ops at a time (the union of the blocks' forward stretches is the whole's).
         forward = []
+        marked = _marked(by_phase)
         for first in range(0, len(ops), _OPS_BLOCK):
             rows = np.flatnonzero(ops[first:first + _OPS_BLOCK]) + first
             forward += _infer_forward(starts[rows], starts[rows] + columns.dur_us[rows], steps, by_phase,
-                                      to_step_end=inference)
+                                      marked, to_step_end=inference)
         forward = intervals.merge(forward)
         if forward:
             by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
@@ -231,8 +237,15 @@ def _claim(name: str, rules: TraceRules) -> tuple[str, PhaseOrigin] | None:
 _OPS_BLOCK = 1 << 20
 
 
+def _marked(by_phase: dict) -> list:
+    """The union of the phases' intervals, merged."""
+    merged = [interval for phase in by_phase.values() for interval in phase]
+    return intervals.merge_arrays(np.array([s for s, _ in merged], np.float64),
+                                  np.array([e for _, e in merged], np.float64))
+
+
 def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict,
-                   to_step_end: bool = False) -> list:
+                   marked: list, to_step_end: bool = False) -> list:
     """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
     its data load ends and before its first backward op begins (the loss computation
     included), or (`to_step_end`, inference) before the step ends. Linear in the ops: each
@@ -260,8 +273,8 @@ def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_
         kept_starts.append(block[keep])
         kept_ends.append(np.minimum(ends[first:first + _OPS_BLOCK][keep], hi[keep]))
     found = intervals.merge_arrays(np.concatenate(kept_starts), np.concatenate(kept_ends))
-    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase.
-    marked = intervals.merge([i for phase in by_phase.values() for i in phase])
+    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase
+    # (`marked`: by_phase's union).
     return intervals.subtract(found, marked)
 
 
