@@ -279,12 +279,13 @@ def test_a_keras_dense_layers_activation_is_forwards_high_water_mark(tmp_path, a
     assert memory.layers["dense"] == pytest.approx(activation, rel=0.10)
 
 
-def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
+def test_the_memory_events_are_decoded_with_the_others_in_one_inflation(tmp_path, monkeypatch):
     import gzip
 
-    from gapscope.analysis.readers.torch_memory import read_torch_memory
-    # 40,000 events of ~250 bytes: 10 MB, so events straddle the reader's 4 MB blocks; an op
-    # between them, and args before the name in some, as other writers order keys.
+    from gapscope.analysis.readers import safe_files, torch_trace
+    # 40,000 events of ~250 bytes: 10 MB, so events straddle the reader's 4 MB chunks (the
+    # first, decoded without the memory fields, is decoded again with them); an op between
+    # them, and args before the name in some, as other writers order keys.
     events = []
     for i in range(40_000):
         sign = 1 if i % 2 == 0 else -1
@@ -298,17 +299,22 @@ def test_the_memory_reader_finds_every_event_across_read_blocks(tmp_path):
                        "ts": 1000.0 + i, "dur": 0.5, "args": {"External id": i}})
     path = tmp_path / "t.pt.trace.json.gz"
     path.write_bytes(gzip.compress(json.dumps({"traceEvents": events}, indent=1).encode()))
-    found = read_torch_memory(path)
-    assert len(found) == 40_000
+    opened = []
+    open_stream = safe_files.open_stream
+    monkeypatch.setattr(safe_files, "open_stream", lambda p: opened.append(p) or open_stream(p))
+    trace = torch_trace.read_torch_trace(path)
+    found = trace.metadata["memory_events"]
+    assert opened == [path]  # the gzip inflated once, for every event
+    assert len(trace.columns) == 40_000 and len(found) == 40_000
     assert sum(e.nbytes for e in found) == 0 and sum(e.nbytes > 0 for e in found) == 20_000
     assert [e.ts_us for e in found] == [1000.0 + i for i in range(40_000)]
     assert {e.track for e in found} == {"host/7/8"} and {e.device for e in found} == {"cpu"}
 
 
 def test_gapscope_trace_draws_the_allocators_level_as_a_counter_track(cnn_run, tmp_path):
-    from gapscope.analysis.readers.torch_memory import read_torch_memory
+    from gapscope.analysis.readers.torch_trace import read_torch_trace
     (trace,) = cnn_run.glob("*.pt.trace.json.gz")
-    events = read_torch_memory(trace)
+    events = read_torch_trace(trace).metadata["memory_events"]
     out = tmp_path / "cnn.trace.json"
     result = CliRunner().invoke(cli, ["trace", str(cnn_run), "--out", str(out)])
     assert result.exit_code == 0, result.output
@@ -420,21 +426,6 @@ def test_resident_memory_creeps_only_past_a_tenth_of_a_megabyte_a_step():
     leaking = MemoryFigures(None, None, rss={"creep": Creep(0.5, (0.4, 0.6), 44)})
     assert leaking.creep_line() == ("memory creeps: resident memory +0.50 MB a step (95 % interval "
                                     "+0.40 to +0.60, 44 steps)")
-
-
-def test_a_trace_without_memory_events_is_not_read_a_second_time(fixtures_dir, monkeypatch, tmp_path):
-    # The reader counts the [memory] instants it passes: where there are none, the memory
-    # figures never scan the file again for them (a 1 GB trace's whole second pass).
-    import shutil
-    from gapscope.analysis.model.run import load_run
-    from gapscope.analysis.readers import torch_memory
-    from gapscope.analysis.results.memory.figures import allocator_events
-    run = tmp_path / "run"
-    run.mkdir()
-    shutil.copy(fixtures_dir / "marked_two_steps.pt.trace.json", run / "w.1.pt.trace.json")
-    monkeypatch.setattr(torch_memory, "read_torch_memory", lambda path: pytest.fail("read again"))
-    events, _, notes = allocator_events(load_run(run))
-    assert events == [] and "no [memory] events" in notes[0]
 
 
 def test_a_step_whose_phases_change_nothing_says_so_not_an_empty_list():

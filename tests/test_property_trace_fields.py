@@ -22,8 +22,10 @@ def _fields(struct_type) -> list[str]:
     return [f.encode_name for f in msgspec.structs.fields(struct_type) if f.type is not msgspec.Raw]
 
 
-# Every field of the schema a value can be wrong in (a Raw field takes any JSON).
-ARG_FIELDS = _fields(trace_chunks._ShapedArgs)
+# Every field of the schema a value can be wrong in (a Raw field takes any JSON): those every
+# event's decode reads (a memory instant's and a gloo range's are read where those are).
+ARG_FIELDS = _fields(trace_chunks._Args)
+MEMORY_FIELDS = [f for f in _fields(trace_chunks._MemoryArgs) if f not in ARG_FIELDS]
 EVENT_FIELDS = [f for f in _fields(trace_chunks.RawEvent) if f != "args"]
 TRACE_FIELDS = [f for f in _fields(torch_trace._RawTrace) if f != "traceEvents"]
 # Numbers (int-typed in some field) that the coercion must read back from their string.
@@ -108,6 +110,27 @@ def test_a_bad_trace_field_is_left_out_and_counted(field, value):
     trace = _read(_trace(trace={field: value}))
     assert trace.metadata["dropped_fields"] == {field: 1}
     assert _summary(trace) == BASE
+
+
+@pytest.mark.parametrize("field", MEMORY_FIELDS)
+def test_a_bad_memory_field_is_left_out_and_counted(field):
+    """A `[memory]` instant's fields are decoded with the events (the chunk again, with them):
+    one of the wrong type is left out and counted; without its bytes the instant says nothing."""
+    trace = _trace()
+    args = {"Bytes": 512, "Total Allocated": 512, "Total Reserved": 0, "Device Type": 1,
+            "Device Id": 0, "Addr": 77}
+    memory = {"ph": "i", "cat": "cpu_instant_event", "s": "t", "name": "[memory]", "pid": 1,
+              "tid": 1, "ts": 1150}
+    trace["traceEvents"] += [{**memory, "args": args}, {**memory, "ts": 1160, "args": {**args, field: [0]}}]
+    read = _read(trace)
+    assert read.metadata["dropped_fields"] == {f"args.{field}": 1}
+    assert _summary(read) == BASE
+    events = read.metadata["memory_events"]
+    assert events[0].nbytes == 512 and events[0].device == "cuda:0" and events[0].addr == 77
+    if field == "Bytes":
+        assert len(events) == 1
+    else:
+        assert len(events) == 2 and events[1].ts_us == 1160.0 and events[1].nbytes == 512
 
 
 @SETTINGS

@@ -30,17 +30,13 @@ def events_from(values: list, event_type: type, dropped_fields: Counter, dropped
     return events
 
 
-def decode_trace(data, trace_type: type, dropped_fields: Counter, dropped_events: Counter):
-    """A whole trace object as `trace_type`, leniently; its traceEvents must be an array."""
+def decode_trace(data, trace_type: type, dropped_fields: Counter):
+    """A whole trace object as `trace_type` (whose traceEvents is left raw, for the events'
+    own decode), leniently; its traceEvents must be an array."""
     value = _ANY.decode(data)
     if not isinstance(value, dict) or not isinstance(value.get("traceEvents"), list):
         raise msgspec.ValidationError("no traceEvents array")
-    event_type = _struct_in(_field(trace_type, "traceEvents").type)
-    events = events_from(value.pop("traceEvents"), event_type, dropped_fields, dropped_events)
-    value["traceEvents"] = []
-    trace = to_struct(value, trace_type, dropped_fields)
-    trace.traceEvents = events
-    return trace
+    return to_struct(value, trace_type, dropped_fields)
 
 
 def to_struct(value: dict, struct_type: type, dropped: Counter, prefix: str = ""):
@@ -66,10 +62,6 @@ def to_struct(value: dict, struct_type: type, dropped: Counter, prefix: str = ""
             except msgspec.ValidationError:
                 dropped[prefix + field.encode_name] += 1
     return struct_type(**kwargs)
-
-
-def _field(struct_type: type, name: str):
-    return next(f for f in msgspec.structs.fields(struct_type) if f.name == name)
 
 
 def _struct_in(annotation) -> type | None:

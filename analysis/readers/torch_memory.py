@@ -1,4 +1,4 @@
-"""Reads the events of a torch.profiler trace that the main decode leaves out, found by name: `[memory]` instants (profile_memory=True) and matrix products' Input Dims (record_shapes=True)."""
+"""A torch.profiler trace's allocator and shape records: the `[memory]` instants (profile_memory=True) the chunk decoder keeps, as MemoryEvents, and matrix products' Input Dims (record_shapes=True), read apart."""
 from __future__ import annotations
 
 import re
@@ -11,33 +11,14 @@ from gapscope.analysis.events.memory_event import MemoryEvent
 from gapscope.analysis.readers import safe_files
 from gapscope.profilers.errors import TraceFormatError
 
-_NAME = b'"[memory]"'
 _BLOCK = 4 << 20
-# Bytes kept before a block's unread end: a memory event is some 300 bytes, so its start lies
-# well within this of its name, and a name cut by the block's end is found in the next round.
+# Bytes kept before a block's unread end: an op's event is some hundreds of bytes, so its start
+# lies well within this of its name, and a name cut by the block's end is found in the next round.
 _KEEP = 4096
 # Kineto's Device Type: c10::DeviceType's numbers (0 CPU, 1 CUDA).
 _DEVICE_TYPES = {0: "cpu", 1: "cuda", 8: "ipu", 9: "xla", 12: "xpu", 13: "mps", 17: "privateuse1"}
 
 
-class _Args(msgspec.Struct, gc=False):
-    nbytes: int | float | None = msgspec.field(default=None, name="Bytes")
-    allocated: int | float | None = msgspec.field(default=None, name="Total Allocated")
-    reserved: int | float | None = msgspec.field(default=None, name="Total Reserved")
-    device_type: int | None = msgspec.field(default=None, name="Device Type")
-    device_id: int | None = msgspec.field(default=None, name="Device Id")
-    addr: int | None = msgspec.field(default=None, name="Addr")
-
-
-class _Raw(msgspec.Struct, gc=False):
-    name: str = ""
-    ts: float | None = None
-    pid: int | str = 0
-    tid: int | str = 0
-    args: _Args | None = None
-
-
-_DECODE = msgspec.json.Decoder(_Raw, strict=False).decode
 # The matrix products whose FLOPs their input shapes give (2·M·N·K): aten::linear runs addmm.
 PRODUCTS = ("aten::addmm", "aten::mm", "aten::bmm", "aten::baddbmm")
 _PRODUCT = re.compile(rb'"name": ?"aten::(?:addmm|mm|bmm|baddbmm)"')
@@ -69,17 +50,32 @@ class OpShapes:
     dims: list
 
 
-def read_torch_memory(path: str | Path) -> list[MemoryEvent]:
-    """Every `[memory]` event of the trace, in the order written (empty: the profiler ran
-    without profile_memory). Only the events holding the name are decoded, so a trace
-    without them costs one scan of its bytes."""
-    return _read(path, lambda data, position: data.find(_NAME, position), _event)
+def memory_events(rows: list[tuple]) -> list[MemoryEvent]:
+    """The `[memory]` instants trace_chunks kept ((ts, bytes, allocated, reserved, device type,
+    device id, addr, pid, tid), in the order written) as MemoryEvents."""
+    events, devices, tracks = [], {}, {}
+    for ts, nbytes, allocated, reserved, device_type, device_id, addr, pid, tid in rows:
+        device = devices.get((device_type, device_id))
+        if device is None:  # one string per device and per thread, shared by their events
+            device = devices[device_type, device_id] = _device(device_type, device_id)
+        track = tracks.get((pid, tid))
+        if track is None:
+            track = tracks[pid, tid] = f"host/{pid}/{tid}"
+        events.append(MemoryEvent(float(ts), int(nbytes), _int(allocated), _int(reserved), device, track, addr=addr))
+    return events
+
+
+def _device(device_type: int | None, device_id: int | None) -> str:
+    device = _DEVICE_TYPES.get(device_type, f"device{device_type}") if device_type is not None else "cpu"
+    if device != "cpu" and device_id is not None and device_id >= 0:
+        device = f"{device}:{device_id}"
+    return device
 
 
 def read_op_shapes(path: str | Path) -> list[OpShapes]:
     """Every matrix product op (PRODUCTS) of the trace with its Input Dims (empty: recorded
-    without record_shapes, or none ran). Read apart, like the memory events, so the main decode
-    keeps no shapes; only `--layers` on a trace without layer specs asks for them."""
+    without record_shapes, or none ran). Read apart, so that the main decode keeps no shapes
+    (they would cost it a third): only `--layers` on a trace without layer specs asks for them."""
     def find(data: bytes, position: int) -> int:
         match = _PRODUCT.search(data, position)
         return match.start() if match else -1
@@ -123,7 +119,7 @@ def _scan(data: bytes, found: list, final: bool, find, decode) -> int:
 
 
 def _object_around(data: bytes, hit: int) -> tuple[int | None, int | None]:
-    """The bounds of the innermost JSON object around `hit`: a memory event nests only its args.
+    """The bounds of the innermost JSON object around `hit`: an op's event nests only its args.
     Found by jumping from brace to brace (a byte-by-byte walk took 85 % of a run's memory read)."""
     lo, hi = max(0, hit - _KEEP + 1), min(len(data), hit + _KEEP)
     start, depth, at = None, 0, hit
@@ -149,22 +145,6 @@ def _object_around(data: bytes, hit: int) -> tuple[int | None, int | None]:
             return start, closing + 1
         else:
             depth, at = depth - 1, closing + 1
-
-
-def _event(text: bytes) -> MemoryEvent | None:
-    try:
-        raw = _DECODE(text)
-    except msgspec.DecodeError:
-        return None
-    args = raw.args
-    if raw.name != "[memory]" or args is None or raw.ts is None or args.nbytes is None:
-        return None
-    device = _DEVICE_TYPES.get(args.device_type, f"device{args.device_type}") \
-        if args.device_type is not None else "cpu"
-    if device != "cpu" and args.device_id is not None and args.device_id >= 0:
-        device = f"{device}:{args.device_id}"
-    return MemoryEvent(float(raw.ts), int(args.nbytes), _int(args.allocated), _int(args.reserved),
-                       device, f"host/{raw.pid}/{raw.tid}", addr=args.addr)
 
 
 def _shapes(text: bytes) -> OpShapes | None:

@@ -14,23 +14,18 @@ from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
 from gapscope.analysis.events.columns import ColumnsBuilder
 from gapscope.analysis.events.gc_pause import collector_paused
 from gapscope.analysis.events.phase_rules import BACKWARD_NODE, MODULE_RANGE_PREFIX
-from gapscope.analysis.readers import chunk_pool, lenient_decode, safe_files, trace_chunks, validate
+from gapscope.analysis.readers import chunk_pool, lenient_decode, safe_files, torch_memory, trace_chunks, validate
 from gapscope.analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
-                                           ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, RawEvent,
-                                           ShapedRawEvent, describe)
+                                           ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, describe)
 from gapscope.profilers.phases import LAYER_RANGE_PREFIX
 from gapscope.analysis.events.trace import KERNEL, MEMCPY, MEMSET, OTHER, STEP, Event, Trace
 
 
 class _RawTrace(msgspec.Struct):
-    traceEvents: list[RawEvent]
+    traceEvents: msgspec.Raw  # decoded by trace_chunks, as a chunk's events are
     deviceProperties: list[dict] = []
     baseTimeNanoseconds: int | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()  # backend, rank, world_size of a DDP rank
-
-
-class _ShapedRawTrace(_RawTrace):
-    traceEvents: list[ShapedRawEvent]
 
 
 class _Header(msgspec.Struct):
@@ -45,7 +40,6 @@ class _Header(msgspec.Struct):
 # Lax, as trace_chunks' decoders: numeric strings read as numbers in the decoder itself.
 _DECODER = msgspec.json.Decoder(_RawTrace, strict=False)
 _HEADER_DECODER = msgspec.json.Decoder(_Header, strict=False)
-_SHAPED_DECODER = msgspec.json.Decoder(_ShapedRawTrace, strict=False)
 
 # A process Kineto names after a device ("GPU 0", "MTIA 1", "XPU 0", a `gapscope trace` export's
 # "device 0"): whatever the categories of its events, they ran on the device.
@@ -115,8 +109,8 @@ def read_torch_trace(path: str | Path) -> Trace:
                 # Which event categories the file holds: a range profiler's say the device was
                 # counted, not traced (measures.kernels.device_not_traced).
                 "categories": sorted({key[0] for key in reader.tracks()})}
-    if reader.memory_events:  # where there are none, the memory figures read no second time
-        metadata["memory_instants"] = reader.memory_events
+    if reader.memory_rows:  # decoded with the events: the memory figures read no second time
+        metadata["memory_events"] = torch_memory.memory_events(reader.memory_rows)
     distributed = _distributed_info(header.distributedInfo)
     if distributed is not None:
         metadata["distributed_info"] = distributed
@@ -173,7 +167,8 @@ class _Reader:
         self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
-        self.memory_events = 0  # `[memory]` instants seen (decoded apart, by readers.torch_memory)
+        self.memory_events = 0  # `[memory]` instants seen
+        self.memory_rows: list[tuple] = []  # and what they say (trace_chunks.ChunkColumns.memory)
         self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
     def read(self, blocks: safe_files.ReadAhead, fd: int | None = None):
@@ -195,7 +190,7 @@ class _Reader:
                     # own word on what is wrong (or a valid but unusual layout).
                     self.decoding_from = buf.base
                     whole = self._decode_trace(buf.contents())
-                    self._keep(whole.traceEvents)
+                    self._merge(trace_chunks.decode_chunk(whole.traceEvents, self._kind()))
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
                 eof = self._fill(blocks, buf, len(buf) + _BLOCK)
@@ -237,7 +232,7 @@ class _Reader:
         # The rest: the last events, "]", and the keys after the array.
         self.decoding_from = buf.base - len(b'{"traceEvents":')
         tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
-        self._keep(tail.traceEvents)
+        self._merge(trace_chunks.decode_chunk(tail.traceEvents, self._kind()))
         if not head.deviceProperties:
             head.deviceProperties = tail.deviceProperties
         if head.baseTimeNanoseconds is None:
@@ -247,17 +242,22 @@ class _Reader:
         return head
 
     def _decode_trace(self, contents: bytes) -> _RawTrace:
-        """A whole trace object (or the array's tail and the keys after it): typed, and leniently
-        where a field has the wrong type; the strict decoder's error where neither reads it."""
-        shaped = trace_chunks.GLOO in contents
+        """A whole trace object (or the array's tail and the keys after it), its events left
+        raw: typed, and leniently where a field has the wrong type; the strict decoder's error
+        where neither reads it."""
         try:
-            return (_SHAPED_DECODER if shaped else _DECODER).decode(contents)
+            return _DECODER.decode(contents)
         except msgspec.ValidationError as exc:
             try:
-                return lenient_decode.decode_trace(contents, _ShapedRawTrace if shaped else _RawTrace,
-                                                   self.dropped_fields, self.dropped)
+                return lenient_decode.decode_trace(contents, _RawTrace, self.dropped_fields)
             except msgspec.DecodeError:
                 raise exc from None
+
+    def _kind(self, number: bool = False):
+        """The fields to decode a chunk with (trace_chunks.KINDS, or its number there): a
+        `[memory]` instant's too once one was seen (a chunk without them is decoded again)."""
+        kind = trace_chunks.MEMORY if self.memory_events else trace_chunks.PLAIN
+        return trace_chunks.KINDS.index(kind) if number else kind
 
     def _decode_header(self, contents: bytes) -> _Header:
         try:
@@ -301,7 +301,7 @@ class _Reader:
                     worker = workers[turn % size]
                     turn += 1
                     sent.append((worker, cut))  # first: a send that fails puts it back too
-                    worker.send(cut[0])
+                    worker.send(cut[0], self._kind(number=True))
                 if not sent:
                     return eof
                 chunk = sent[0][0].receive()
@@ -352,7 +352,7 @@ class _Reader:
                     worker = workers[turn % size]
                     turn += 1
                     sent.append((worker, position))  # first: a send that fails is read here too
-                    worker.send_range(source, position, cut[0] - position)
+                    worker.send_range(source, position, cut[0] - position, self._kind(number=True))
                     position = cut[1]
                 if not sent:
                     break
@@ -444,7 +444,7 @@ class _Reader:
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
                     try:
-                        chunk = trace_chunks.decode_chunk(events)
+                        chunk = trace_chunks.decode_chunk(events, self._kind())
                     except msgspec.DecodeError as exc:
                         error = exc
                         continue
@@ -463,12 +463,6 @@ class _Reader:
             raise TraceFormatError(f"{self.path}: an event of over {_MAX_EVENT >> 20} MB: "
                                    "not a torch profiler trace")
 
-    def _keep(self, raws: list[RawEvent]) -> None:
-        """Decoded events (a whole small file, or the array's tail) join the columns."""
-        chunk = trace_chunks.ChunkColumns()
-        trace_chunks.add_events(chunk, raws)
-        self._merge(chunk)
-
     def _merge(self, chunk: trace_chunks.ChunkColumns) -> None:
         """A chunk's rows join the columns, in file order: its ids made the file's, and what each
         track is (host, device, runtime, steps, skipped) applied to its rows as arrays."""
@@ -481,6 +475,7 @@ class _Reader:
         self.dropped.update(chunk.dropped)
         self.dropped_fields.update(chunk.dropped_fields)
         self.memory_events += chunk.memory_events
+        self.memory_rows.extend(chunk.memory)
         for pid, name in chunk.processes:
             self._process_name(pid, name)
         if not len(chunk.start_us):
@@ -575,14 +570,20 @@ class _Reader:
                 self._keep_sequences = True
                 self._sequences_from = int(layer_rows[0])
         start = self._sequences_from if self._keep_sequences else None
-        nodes = self._node_names
-        for row, value in chunk.sequences.items():
-            if roles[row] != ROLE_HOST or row in step_wheres \
-                    or (start is None or row < start) and int(names[row]) not in nodes:
-                continue
-            sequence = value if type(value) is int and value >= 0 else trace_chunks.count(value)
-            if sequence is not None:
-                stats.setdefault(row, {})[SEQUENCE] = sequence
+        if chunk.sequences:  # a host event's, from `start` on, or an autograd node's anywhere
+            rows = np.fromiter(chunk.sequences, np.int64, len(chunk.sequences))
+            wanted = np.isin(names[rows], list(self._node_names))
+            if start is not None:
+                wanted |= rows >= start
+            wanted &= roles[rows] == ROLE_HOST
+            if step_wheres:
+                wanted &= ~np.isin(rows, list(step_wheres))
+            values = list(chunk.sequences.values())
+            for index in np.flatnonzero(wanted).tolist():
+                value = values[index]
+                sequence = value if type(value) is int and value >= 0 else trace_chunks.count(value)
+                if sequence is not None:
+                    stats.setdefault(int(rows[index]), {})[SEQUENCE] = sequence
         if self._keep_sequences:
             self._sequences_from = 0  # later chunks keep theirs from their first row
         for row in sorted(stats):

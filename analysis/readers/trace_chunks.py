@@ -1,7 +1,6 @@
 """Decodes one chunk of a torch trace's events into plain columns: the part of reading that runs in parallel."""
 from __future__ import annotations
 
-import re
 from array import array
 from collections import Counter
 from dataclasses import dataclass, field
@@ -36,7 +35,18 @@ class _Args(msgspec.Struct, gc=False):
     sequence: int | float | str | None = msgspec.field(default=None, name="Sequence number")
 
 
-class _ShapedArgs(_Args, gc=False):
+class _MemoryArgs(_Args, gc=False):
+    # A `[memory]` instant's (profile_memory): six more keys cost every event's decode some
+    # 15 %, so only the chunks of a trace that holds such instants are decoded with these.
+    memory_bytes: int | float | None = msgspec.field(default=None, name="Bytes")
+    allocated: int | float | None = msgspec.field(default=None, name="Total Allocated")
+    reserved: int | float | None = msgspec.field(default=None, name="Total Reserved")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
+    addr: int | None = msgspec.field(default=None, name="Addr")
+
+
+class _ShapedArgs(_MemoryArgs, gc=False):
     # A gloo range says its size only in its inputs' types and dims (with record_shapes).
     # Every op of such a trace carries them, and keeping them raw costs a third of the
     # decode, so only the chunks that hold a gloo range are decoded with these.
@@ -57,6 +67,10 @@ class RawEvent(msgspec.Struct, gc=False):
     args: _Args | None = None
 
 
+class MemoryRawEvent(RawEvent, gc=False):
+    args: _MemoryArgs | None = None
+
+
 class ShapedRawEvent(RawEvent, gc=False):
     args: _ShapedArgs | None = None
 
@@ -64,12 +78,11 @@ class ShapedRawEvent(RawEvent, gc=False):
 # Lax (strict=False): a numeric string where a number belongs is read as that number in the
 # decoder itself (roctracer's "bytes": "128"), as fast as a strict decode; a value that does
 # not fit even so raises, and that chunk is read by lenient_decode, field by field.
-_EVENTS_DECODER = msgspec.json.Decoder(list[RawEvent], strict=False)
-_SHAPED_EVENTS_DECODER = msgspec.json.Decoder(list[ShapedRawEvent], strict=False)
-GLOO = b'"gloo:'  # in a chunk: it holds a gloo range, whose shapes say its size
-# Searched in every chunk: re finds it in 5 ms a 16 MB where bytearray.find takes 8 (JSON is
-# full of the '"' and ':' that find's skip table keys on).
-_GLOO_SEARCH = re.compile(re.escape(GLOO)).search
+# The event types by what a chunk needs decoded, each a superset of the one before: the usual
+# fields; a `[memory]` instant's too; a gloo range's input shapes too.
+PLAIN, MEMORY, SHAPED = KINDS = (RawEvent, MemoryRawEvent, ShapedRawEvent)  # by number: chunk_pool's
+_DECODERS = {kind: msgspec.json.Decoder(list[kind], strict=False) for kind in (PLAIN, MEMORY, SHAPED)}
+GLOO_PREFIX = "gloo:"  # a gloo range's name: its shapes say its size
 # torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
 # for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
 # whole session's range, read as other, as today's).
@@ -145,24 +158,37 @@ class ChunkColumns:
     step_nums: dict[int, object] = field(default_factory=dict)  # row -> its "step_num"
     comm: dict[int, dict] = field(default_factory=dict)  # row -> what a collective moved
     processes: list[tuple] = field(default_factory=list)  # (pid, name) of process_name events
-    memory_events: int = 0  # `[memory]` instants (profile_memory): read apart, where there are any
+    memory_events: int = 0  # `[memory]` instants (profile_memory) seen
+    # Those decoded with MEMORY: (ts, bytes, allocated, reserved, device type, device id, addr,
+    # pid, tid), for readers.torch_memory.memory_events.
+    memory: list[tuple] = field(default_factory=list)
     dropped: Counter = field(default_factory=Counter)
     dropped_fields: Counter = field(default_factory=Counter)
 
 
-def decode_chunk(data) -> ChunkColumns:
+def decode_chunk(data, kind: type = PLAIN) -> ChunkColumns:
     """A JSON array of events ("[" ... "]") as columns; a value of the wrong type is read
-    leniently (coerced or left out, and counted); DecodeError where the bytes are no array."""
-    shaped = _GLOO_SEARCH(data) is not None
+    leniently (coerced or left out, and counted); DecodeError where the bytes are no array.
+    `kind`: the fields decoded (PLAIN, MEMORY, SHAPED); a chunk that turns out to need more
+    (a `[memory]` instant, a gloo range) is decoded again with them: the reader asks for
+    MEMORY once a chunk held memory instants, so that a trace of them is decoded once."""
+    chunk = _decode(data, kind)
+    if kind is not SHAPED and any(name.startswith(GLOO_PREFIX) for name in chunk.names):
+        return _decode(data, SHAPED)
+    if kind is PLAIN and chunk.memory_events:
+        return _decode(data, MEMORY)
+    return chunk
+
+
+def _decode(data, kind: type) -> ChunkColumns:
     chunk = ChunkColumns()
     try:
-        raws = (_SHAPED_EVENTS_DECODER if shaped else _EVENTS_DECODER).decode(data)
+        raws = _DECODERS[kind].decode(data)
     except msgspec.ValidationError as exc:
         # Valid JSON with a value of the wrong type that no coercion fits (checked only now,
         # so the usual decode pays nothing for it), or a cut inside a string.
         try:
-            raws = lenient_decode.decode_events(data, ShapedRawEvent if shaped else RawEvent,
-                                                chunk.dropped_fields, chunk.dropped)
+            raws = lenient_decode.decode_events(data, kind, chunk.dropped_fields, chunk.dropped)
         except msgspec.DecodeError:
             raise exc from None
     add_events(chunk, raws)
@@ -170,10 +196,12 @@ def decode_chunk(data) -> ChunkColumns:
 
 
 def add_events(chunk: ChunkColumns, raws: list[RawEvent]) -> None:
-    """Complete events that pass the time checks become rows of `chunk`; the others are counted."""
+    """Complete events that pass the time checks become rows of `chunk`; the others are counted
+    (process names and memory instants kept)."""
     chunk.decoded += len(raws)
     names, tracks, dropped, first_rows = chunk.names, chunk.tracks, chunk.dropped, chunk.track_first_rows
-    # Bound appends: this loop runs once per event of the trace (millions).
+    # Bound appends: this loop runs once per event of the trace (millions). (Taking each field
+    # in a C loop of its own, map and compress, cost more: some 15 passes over the events.)
     add_start, add_dur = chunk.start_us.append, chunk.dur_us.append
     add_name, add_track, add_correlation = chunk.name.append, chunk.track.append, chunk.correlation.append
     sequences, wanted = chunk.sequences, chunk.wanted
@@ -182,10 +210,7 @@ def add_events(chunk: ChunkColumns, raws: list[RawEvent]) -> None:
     row = len(chunk.start_us)
     for raw in raws:
         if raw.ph != "X":
-            if raw.ph == "M" and raw.name == "process_name":
-                chunk.processes.append((raw.pid, raw.args.name if raw.args is not None else None))
-            elif raw.ph == "i" and raw.name == "[memory]":
-                chunk.memory_events += 1
+            _add_other(chunk, raw)
             continue
         ts, dur = raw.ts, raw.dur
         # One chained comparison covers the usual case; None and NaN fail it too.
@@ -226,6 +251,18 @@ def add_events(chunk: ChunkColumns, raws: list[RawEvent]) -> None:
         add_name(name_id)
         add_track(track_id)
         row += 1
+
+
+def _add_other(chunk: ChunkColumns, raw: RawEvent) -> None:
+    """What is kept of an event that is no complete one: a process's name, a memory instant."""
+    if raw.ph == "M" and raw.name == "process_name":
+        chunk.processes.append((raw.pid, raw.args.name if raw.args is not None else None))
+    elif raw.ph == "i" and raw.name == "[memory]":
+        chunk.memory_events += 1
+        args = raw.args
+        if isinstance(args, _MemoryArgs) and raw.ts is not None and args.memory_bytes is not None:
+            chunk.memory.append((raw.ts, args.memory_bytes, args.allocated, args.reserved,
+                                 args.device_type, args.device_id, args.addr, raw.pid, raw.tid))
 
 
 # What a track's or a name's events keep of their args, beyond correlation and sequence.

@@ -241,13 +241,7 @@ def allocator_events(run: Run) -> tuple[list[MemoryEvent], str | None, list[str]
                 "starts to record them, with another allocator than the default)"]
         return [], None, ["memory: the XSpace holds no allocator events (TF records them for its BFC "
                           "allocators only: on the CPU, blocks of the oneDNN allocator)"]
-    from gapscope.analysis.readers.torch_memory import read_torch_memory
-    # Read once (a scan for the name: a trace without them costs one pass over its bytes),
-    # then kept with the trace, as the XSpace reader keeps its own.
-    events = trace.metadata.get("memory_events")
-    if events is None:  # the reader counted the instants: a trace with none is not scanned
-        events = trace.metadata["memory_events"] = (
-            read_torch_memory(run.trace_file) if trace.metadata.get("memory_instants") else [])
+    events = trace.metadata.get("memory_events") or []  # decoded with the trace's events
     return events, "torch profiler (profile_memory)", [] if events else [
         "memory: the trace holds no [memory] events (recorded without profile_memory): "
         "only the process's RSS is known"]
