@@ -87,11 +87,15 @@ def _trace_of(path: Path, space) -> Trace:
     if jax:
         events = _jax_annotations(events)
     modules, hlo_error = _hlo_modules(hlo_protos)
-    if not any(e.kind == STEP for e in events):
+    longest, step_note = _longest_device_steps(device_steps)
+    host_steps = [e for e in events if e.kind == STEP]
+    if host_steps:
+        step_note = _xprof_times_devices(host_steps, longest)
+    else:
         # TF 2.x XSpaces may group steps only on the device's Steps line, or by the group_id
         # the profiler gave every host event of a step (as XProf reads them); a JAX loop by
         # the TraceAnnotation ranges around its training calls.
-        events += _one_device(device_steps) or _group_steps(groups) or \
+        events += longest or _group_steps(groups) or \
             (_jax_annotated_steps(events, modules) if jax and modules else [])
     events, dropped = _valid_times(events)
     if not events and not dropped:
@@ -108,6 +112,8 @@ def _trace_of(path: Path, space) -> Trace:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
         metadata["step_problems"] = step_problems
+    if step_note:
+        metadata["step_note"] = step_note
     if memory:
         metadata["memory_events"] = memory
     if hlo_error:
@@ -344,11 +350,48 @@ def _is_jax(events: list[Event]) -> bool:
                for e in events)
 
 
-def _one_device(steps: list[Event]) -> list[Event]:
-    """The Steps line of the first device plane that has one: under MirroredStrategy every GPU
-    plane carries the same steps, which are the job's steps once."""
-    first = steps[0].track.split("/")[1] if steps else None
-    return [s for s in steps if s.track.split("/")[1] == first]
+def _longest_device_steps(steps: list[Event]) -> tuple[list[Event], str | None]:
+    """One step per group from the device planes' Steps lines: the longest device's span, as
+    XProf times a step (StepDetails::StepTime, the longest device step marker). Under
+    MirroredStrategy every GPU plane has its own Steps line, each the span of that GPU's work
+    in the group, and a replica that ends later makes the step longer. Also a note where that
+    differs from the first device's Steps line alone."""
+    if not steps:
+        return [], None
+    planes = list(dict.fromkeys(s.track.split("/")[1] for s in steps))
+    first = [s for s in steps if s.track.split("/")[1] == planes[0]]
+    by_group: dict[int, Event] = {}
+    for s in steps:
+        if s.step_num is not None and (s.step_num not in by_group or s.dur_us > by_group[s.step_num].dur_us):
+            by_group[s.step_num] = s
+    # A step with no number is kept from the first device only (it cannot be matched).
+    found = sorted(list(by_group.values()) + [s for s in first if s.step_num is None],
+                   key=lambda s: s.start_us)
+    longer = sum(1 for s in found if s.track.split("/")[1] != planes[0])
+    if not longer:
+        return found, None
+    ms = sum(s.dur_us for s in found) / len(found) / 1000
+    first_ms = sum(s.dur_us for s in first) / len(first) / 1000
+    return found, (f"steps from the Steps lines of {len(planes)} devices: each is the longest device's "
+                   f"span of its step ({longer} of {len(found)} from a device other than the first), as "
+                   f"XProf times a step; the first device's alone average {first_ms:.3f} ms against "
+                   f"{ms:.3f} ms")
+
+
+def _xprof_times_devices(host_steps: list[Event], device_steps: list[Event]) -> str | None:
+    """Where the host marks steps and the devices have Steps lines too, gapscope's steps are the
+    host's (its phases are the host's ranges inside them), while XProf times a GPU profile's
+    steps by the Steps lines alone (ConvertXSpaceToOpStats ignores host step markers when there
+    is a device): the note says where the two differ."""
+    if not device_steps:
+        return None
+    host_ms = sum(s.dur_us for s in host_steps) / len(host_steps) / 1000
+    device_ms = sum(s.dur_us for s in device_steps) / len(device_steps) / 1000
+    if abs(device_ms - host_ms) <= 0.005 * host_ms:
+        return None
+    return (f"steps are the host's step ranges (mean {host_ms:.3f} ms); XProf times them by the "
+            f"devices' Steps lines instead, the longest device's span of each step (mean "
+            f"{device_ms:.3f} ms over {len(device_steps)})")
 
 
 def _group_steps(groups: dict) -> list[Event]:
