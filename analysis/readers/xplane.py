@@ -374,7 +374,7 @@ def _longest_device_steps(steps: list[Event]) -> tuple[list[Event], str | None]:
     first_ms = sum(s.dur_us for s in first) / len(first) / 1000
     return found, (f"steps from the Steps lines of {len(planes)} devices: each is the longest device's "
                    f"span of its step ({longer} of {len(found)} from a device other than the first), as "
-                   f"XProf times a step; the first device's alone average {first_ms:.3f} ms against "
+                   f"XProf times a step; the first device's line alone averages {first_ms:.3f} ms against "
                    f"{ms:.3f} ms")
 
 
