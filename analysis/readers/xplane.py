@@ -90,7 +90,8 @@ def _trace_of(path: Path, space) -> Trace:
     longest, step_note = _longest_device_steps(device_steps)
     host_steps = [e for e in events if e.kind == STEP]
     if host_steps:
-        step_note = _xprof_times_devices(host_steps, longest)
+        # TF 2.21 stores an XSpace ungrouped (XProf groups it as it reads it): no Steps lines.
+        step_note = _xprof_times_devices(host_steps, longest or _launched_device_steps(events, host_steps))
     else:
         # TF 2.x XSpaces may group steps only on the device's Steps line, or by the group_id
         # the profiler gave every host event of a step (as XProf reads them); a JAX loop by
@@ -379,19 +380,46 @@ def _longest_device_steps(steps: list[Event]) -> tuple[list[Event], str | None]:
 
 
 def _xprof_times_devices(host_steps: list[Event], device_steps: list[Event]) -> str | None:
-    """Where the host marks steps and the devices have Steps lines too, gapscope's steps are the
-    host's (its phases are the host's ranges inside them), while XProf times a GPU profile's
-    steps by the Steps lines alone (ConvertXSpaceToOpStats ignores host step markers when there
-    is a device): the note says where the two differ."""
+    """Where the host marks steps and the devices ran work in them, gapscope's steps are the
+    host's (its phases are the host's ranges inside them, device work counts to its launch),
+    while XProf times a GPU profile's steps by the devices alone (ConvertXSpaceToOpStats ignores
+    host step markers when there is a device): the note says where the two differ."""
     if not device_steps:
         return None
     host_ms = sum(s.dur_us for s in host_steps) / len(host_steps) / 1000
     device_ms = sum(s.dur_us for s in device_steps) / len(device_steps) / 1000
     if abs(device_ms - host_ms) <= 0.005 * host_ms:
         return None
-    return (f"steps are the host's step ranges (mean {host_ms:.3f} ms); XProf times them by the "
-            f"devices' Steps lines instead, the longest device's span of each step (mean "
-            f"{device_ms:.3f} ms over {len(device_steps)})")
+    return (f"steps are the host's step ranges (mean {host_ms:.3f} ms); XProf times them by their "
+            f"device work instead, the longest device's span of each step's work (mean "
+            f"{device_ms:.3f} ms over {len(device_steps)} steps)")
+
+
+def _launched_device_steps(events: list[Event], host_steps: list[Event]) -> list[Event]:
+    """The device steps XProf derives when it groups an XSpace itself: a device event is in the
+    host step whose range holds its launch (the correlation id's runtime call), each device's
+    step spans its events in it (DeriveStepEventsFromGroups), and a step is the longest device's.
+    XProf links launches on other threads to the step through the profiler's context ids; a
+    launch inside the step's time range is taken as the same link."""
+    steps = sorted(host_steps, key=lambda s: s.start_us)
+    starts = [s.start_us for s in steps]
+    step_of: dict[int, int] = {}
+    for e in events:
+        if e.kind == RUNTIME and e.correlation is not None:
+            i = bisect.bisect_right(starts, e.start_us) - 1
+            if i >= 0 and e.start_us < steps[i].end_us:
+                step_of[e.correlation] = i
+    spans: dict[tuple[int, str], list[float]] = {}
+    for e in events:
+        if e.kind in (KERNEL, MEMCPY, MEMSET) and e.correlation in step_of:
+            key = (step_of[e.correlation], e.track.split("/")[1])
+            span = spans.setdefault(key, [e.start_us, e.end_us, e.track])
+            span[0], span[1] = min(span[0], e.start_us), max(span[1], e.end_us)
+    longest: dict[int, Event] = {}
+    for (i, _), (start, end, track) in spans.items():
+        if i not in longest or end - start > longest[i].dur_us:
+            longest[i] = Event(steps[i].name, STEP, start, end - start, track, steps[i].step_num)
+    return [longest[i] for i in sorted(longest)]
 
 
 def _group_steps(groups: dict) -> list[Event]:
