@@ -87,11 +87,16 @@ def _trace_of(path: Path, space) -> Trace:
     if jax:
         events = _jax_annotations(events)
     modules, hlo_error = _hlo_modules(hlo_protos)
-    if not any(e.kind == STEP for e in events):
+    longest, step_note = _longest_device_steps(device_steps)
+    host_steps = [e for e in events if e.kind == STEP]
+    if host_steps:
+        # TF 2.21 stores an XSpace ungrouped (XProf groups it as it reads it): no Steps lines.
+        step_note = _xprof_times_devices(host_steps, longest or _launched_device_steps(events, host_steps))
+    else:
         # TF 2.x XSpaces may group steps only on the device's Steps line, or by the group_id
         # the profiler gave every host event of a step (as XProf reads them); a JAX loop by
         # the TraceAnnotation ranges around its training calls.
-        events += _one_device(device_steps) or _group_steps(groups) or \
+        events += longest or _group_steps(groups) or \
             (_jax_annotated_steps(events, modules) if jax and modules else [])
     events, dropped = _valid_times(events)
     if not events and not dropped:
@@ -108,6 +113,8 @@ def _trace_of(path: Path, space) -> Trace:
         metadata["dropped_events"] = dict(dropped)
     if step_problems:
         metadata["step_problems"] = step_problems
+    if step_note:
+        metadata["step_note"] = step_note
     if memory:
         metadata["memory_events"] = memory
     if hlo_error:
@@ -344,11 +351,75 @@ def _is_jax(events: list[Event]) -> bool:
                for e in events)
 
 
-def _one_device(steps: list[Event]) -> list[Event]:
-    """The Steps line of the first device plane that has one: under MirroredStrategy every GPU
-    plane carries the same steps, which are the job's steps once."""
-    first = steps[0].track.split("/")[1] if steps else None
-    return [s for s in steps if s.track.split("/")[1] == first]
+def _longest_device_steps(steps: list[Event]) -> tuple[list[Event], str | None]:
+    """One step per group from the device planes' Steps lines: the longest device's span, as
+    XProf times a step (StepDetails::StepTime, the longest device step marker). Under
+    MirroredStrategy every GPU plane has its own Steps line, each the span of that GPU's work
+    in the group, and a replica that ends later makes the step longer. Also a note where that
+    differs from the first device's Steps line alone."""
+    if not steps:
+        return [], None
+    planes = list(dict.fromkeys(s.track.split("/")[1] for s in steps))
+    first = [s for s in steps if s.track.split("/")[1] == planes[0]]
+    by_group: dict[int, Event] = {}
+    for s in steps:
+        if s.step_num is not None and (s.step_num not in by_group or s.dur_us > by_group[s.step_num].dur_us):
+            by_group[s.step_num] = s
+    # A step with no number is kept from the first device only (it cannot be matched).
+    found = sorted(list(by_group.values()) + [s for s in first if s.step_num is None],
+                   key=lambda s: s.start_us)
+    longer = sum(1 for s in found if s.track.split("/")[1] != planes[0])
+    if not longer:
+        return found, None
+    ms = sum(s.dur_us for s in found) / len(found) / 1000
+    first_ms = sum(s.dur_us for s in first) / len(first) / 1000
+    return found, (f"steps from the Steps lines of {len(planes)} devices: each is the longest device's "
+                   f"span of its step ({longer} of {len(found)} from a device other than the first), as "
+                   f"XProf times a step; the first device's line alone averages {first_ms:.3f} ms against "
+                   f"{ms:.3f} ms")
+
+
+def _xprof_times_devices(host_steps: list[Event], device_steps: list[Event]) -> str | None:
+    """Where the host marks steps and the devices ran work in them, gapscope's steps are the
+    host's (its phases are the host's ranges inside them, device work counts to its launch),
+    while XProf times a GPU profile's steps by the devices alone (ConvertXSpaceToOpStats ignores
+    host step markers when there is a device): the note says where the two differ."""
+    if not device_steps:
+        return None
+    host_ms = sum(s.dur_us for s in host_steps) / len(host_steps) / 1000
+    device_ms = sum(s.dur_us for s in device_steps) / len(device_steps) / 1000
+    if abs(device_ms - host_ms) <= 0.005 * host_ms:
+        return None
+    return (f"steps are the host's step ranges (mean {host_ms:.3f} ms); XProf times them by their "
+            f"device work instead, the longest device's span of each step's work (mean "
+            f"{device_ms:.3f} ms over {len(device_steps)} steps)")
+
+
+def _launched_device_steps(events: list[Event], host_steps: list[Event]) -> list[Event]:
+    """The device steps XProf derives when it groups an XSpace itself: a device event is in the
+    host step whose range holds its launch (the correlation id's runtime call), each device's
+    step spans its events in it (DeriveStepEventsFromGroups), and a step is the longest device's.
+    XProf links launches on other threads to the step through the profiler's context ids; a
+    launch inside the step's time range is taken as the same link."""
+    steps = sorted(host_steps, key=lambda s: s.start_us)
+    starts = [s.start_us for s in steps]
+    step_of: dict[int, int] = {}
+    for e in events:
+        if e.kind == RUNTIME and e.correlation is not None:
+            i = bisect.bisect_right(starts, e.start_us) - 1
+            if i >= 0 and e.start_us < steps[i].end_us:
+                step_of[e.correlation] = i
+    spans: dict[tuple[int, str], list[float]] = {}
+    for e in events:
+        if e.kind in (KERNEL, MEMCPY, MEMSET) and e.correlation in step_of:
+            key = (step_of[e.correlation], e.track.split("/")[1])
+            span = spans.setdefault(key, [e.start_us, e.end_us, e.track])
+            span[0], span[1] = min(span[0], e.start_us), max(span[1], e.end_us)
+    longest: dict[int, Event] = {}
+    for (i, _), (start, end, track) in spans.items():
+        if i not in longest or end - start > longest[i].dur_us:
+            longest[i] = Event(steps[i].name, STEP, start, end - start, track, steps[i].step_num)
+    return [longest[i] for i in sorted(longest)]
 
 
 def _group_steps(groups: dict) -> list[Event]:

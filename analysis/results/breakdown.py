@@ -168,6 +168,9 @@ def reader_notes(trace: Trace) -> list[str]:
     if fields:
         notes.append(f"{sum(fields.values()):,} trace field value(s) of the wrong type left out: "
                      + ", ".join(f"{n:,} {path}" for path, n in fields.items()))
+    step_note = trace.metadata.get("step_note")
+    if step_note:
+        notes.append(step_note)
     problems = trace.metadata.get("step_problems")
     if problems:
         notes.append("step events flagged: " + ", ".join(f"{n:,} {why}" for why, n in problems.items())
