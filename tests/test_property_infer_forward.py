@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from gapscope.analysis.events import intervals
 from gapscope.analysis.results.breakdown import breakdown_from_trace
 from gapscope.analysis.events.phase_rules import PhaseOrigin
-from gapscope.analysis.events.timeline import _infer_forward, _marked
+from gapscope.analysis.events.timeline import _forward_limits, _infer_forward, _marked
 from gapscope.analysis.events.trace import ANNOTATION, HOST_OP, STEP, Event, Trace
 
 
@@ -52,7 +52,8 @@ def test_same_answer_as_the_per_op_definition(step_spans, op_spans, data, backwa
         by_phase["optimizer"] = intervals.merge(optimizer)
     starts = np.array([op.start_us for op in ops], float)
     ends = np.array([op.end_us for op in ops], float)
-    assert _infer_forward(starts, ends, steps, by_phase, _marked(by_phase)) == _reference(ops, steps, by_phase)
+    assert _infer_forward(starts, ends, _forward_limits(steps, by_phase), _marked(by_phase)) \
+        == _reference(ops, steps, by_phase)
 
 
 def test_foreign_trace_with_many_steps_is_broken_down_in_linear_time():

@@ -25,11 +25,12 @@ def _fields(struct_type) -> list[str]:
 # Every field of the schema a value can be wrong in (a Raw field takes any JSON): those every
 # event's decode reads (a memory instant's and a gloo range's are read where those are).
 ARG_FIELDS = _fields(trace_chunks._Args)
-MEMORY_FIELDS = [f for f in _fields(trace_chunks._MemoryArgs) if f not in ARG_FIELDS]
+COMM_FIELDS = [f for f in _fields(trace_chunks._CommArgs) if f not in ARG_FIELDS]
+MEMORY_FIELDS = [f for f in _fields(trace_chunks._MemoryArgs) if f not in ARG_FIELDS + COMM_FIELDS]
 EVENT_FIELDS = [f for f in _fields(trace_chunks.RawEvent) if f != "args"]
 TRACE_FIELDS = [f for f in _fields(torch_trace._RawTrace) if f != "traceEvents"]
 # Numbers (int-typed in some field) that the coercion must read back from their string.
-INT_FIELDS = ["correlation", "bytes", "In msg nelems", "Out msg nelems", "Group size", "size"]
+INT_FIELDS = ["correlation", "bytes", "size"]
 
 
 def _trace(**changes) -> dict:
@@ -110,6 +111,26 @@ def test_a_bad_trace_field_is_left_out_and_counted(field, value):
     trace = _read(_trace(trace={field: value}))
     assert trace.metadata["dropped_fields"] == {field: 1}
     assert _summary(trace) == BASE
+
+
+@pytest.mark.parametrize("field", COMM_FIELDS)
+def test_a_bad_collective_field_is_left_out_and_counted(field):
+    """A collective's fields are decoded where a chunk holds one (the chunk again, with them):
+    one of the wrong type is left out and counted, and the others still read."""
+    trace = _trace()
+    good = {"Collective name": "allreduce", "In msg nelems": 256, "Out msg nelems": 256,
+            "dtype": "Float", "Group size": 2, "finished": True}
+    trace["traceEvents"].append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1,
+                                 "tid": 1, "ts": 1520, "dur": 10, "args": {**good, field: [0]}})
+    read = _read(trace)
+    assert read.metadata["dropped_fields"] == {f"args.{field}": 1}
+    (kept,) = read.columns.stats.values()
+    # What it moved, less the bad field (a finished collective's `finished` is not kept).
+    assert sorted(COMM_KEYS[key] for key in kept) == sorted(set(COMM_KEYS.values()) - {field})
+
+
+COMM_KEYS = {"collective": "Collective name", "in_nelems": "In msg nelems",
+             "out_nelems": "Out msg nelems", "dtype": "dtype", "group_size": "Group size"}
 
 
 @pytest.mark.parametrize("field", MEMORY_FIELDS)

@@ -1,11 +1,13 @@
 """A trace's events as numpy columns: a few bytes per event instead of an object, for the passes over every event of a large trace."""
 from __future__ import annotations
 
+import hashlib
 from array import array
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from gapscope.analysis.events import intervals
 from gapscope.analysis.events.event import STEP, Event, EventKind
 
 NONE = -(1 << 63)  # an absent correlation id (the smallest int64)
@@ -27,16 +29,37 @@ class EventColumns:
     step_nums: dict[int, int | None]     # row -> step number, for every STEP row
     nbytes: dict[int, int]               # row -> bytes, for the copies and sets that say
     stats: dict[int, dict] = field(default_factory=dict)  # row -> Event.stats, for the few that keep any
+    _made: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # _per_row's
 
     def __len__(self) -> int:
         return len(self.start_us)
 
     def kind_codes(self) -> np.ndarray:
-        """Per row, the index of its kind in EventKind (compare with `code(kind)`)."""
-        return np.array([code(kind) for kind, _ in self.wheres], np.uint8)[self.where]
+        """Per row, the index of its kind in EventKind (compare with `code(kind)`); read-only."""
+        return self._per_row("kind_codes", [code(kind) for kind, _ in self.wheres], np.uint8)
 
     def on_host(self) -> np.ndarray:
-        return np.array([track.startswith("host") for _, track in self.wheres], bool)[self.where]
+        """Per row, whether it is on a host track; read-only."""
+        return self._per_row("on_host", [track.startswith("host") for _, track in self.wheres], bool)
+
+    def union(self, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """intervals.union_of the rows `selected` (a mask), made once per selection: several
+        figures ask for the host ops' union, each a sort of millions of rows; read-only."""
+        key = hashlib.blake2b(np.packbits(selected).tobytes(), digest_size=16).digest()
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = intervals.union_of(self.start_us, self.dur_us, selected)
+            for column in found:
+                column.flags.writeable = False
+        return found
+
+    def _per_row(self, key: str, per_where: list, dtype) -> np.ndarray:
+        # Made once: a breakdown asks for each a dozen times, each a pass over every row.
+        found = self._made.get(key)
+        if found is None:
+            found = self._made[key] = np.array(per_where, dtype)[self.where]
+            found.flags.writeable = False
+        return found
 
     def event(self, row: int) -> Event:
         kind, track = self.wheres[self.where[row]]

@@ -64,6 +64,20 @@ def union_of(start_us: np.ndarray, dur_us: np.ndarray, selected: np.ndarray,
                          np.concatenate(found_ends or [start_us[:0]]))
 
 
+def overlaps(pieces: tuple[np.ndarray, np.ndarray, np.ndarray], starts: np.ndarray,
+             ends: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each piece (three arrays: a label, such as its step's index, its start and end)
+    meets the sorted, disjoint intervals `starts`-`ends`: one piece per meeting of positive
+    length, with its piece's label, in the pieces' order."""
+    label, lo, hi = pieces
+    first = np.searchsorted(ends, lo, side="right")   # the first interval ending after the piece starts
+    stop = np.searchsorted(starts, hi, side="left")   # past the last one starting before it ends
+    count = np.maximum(stop - first, 0)
+    which = np.repeat(np.arange(len(lo)), count)
+    other = first[which] + np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)
+    return label[which], np.maximum(lo[which], starts[other]), np.minimum(hi[which], ends[other])
+
+
 def covered_within(starts: np.ndarray, ends: np.ndarray, windows: list[Interval]) -> float:
     """Time of merged_arrays' intervals inside the disjoint `windows` (merged)."""
     found = 0.0

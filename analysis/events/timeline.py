@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 
@@ -99,20 +100,7 @@ def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
     if rules.phases:
         notes = notes + unused_patterns(rules, {e.name for e in trace.events})
     by_phase, origins, copies = phase_intervals(trace, steps, rules) if steps else ({}, {}, [])
-    # Each phase's time outside those before it in PRIORITY, over the whole trace at once, then
-    # cut at each step's bounds (the same pieces as per step: clipping commutes with both).
-    exclusive, taken = {}, []
-    for phase in PRIORITY:
-        own = by_phase.get(phase, [])
-        exclusive[phase] = intervals.subtract(own, taken)
-        if own:
-            taken = intervals.merge(taken + own)
-    segments = []
-    for step in steps:
-        found = []
-        for phase in PRIORITY:
-            found += [(s, e, phase) for s, e in intervals.clip_merged(exclusive[phase], step.start_us, step.end_us)]
-        segments.append(sorted(found))
+    segments = _cut_at_steps(_exclusive(by_phase), steps)
     timeline = PhaseTimeline(steps, segments, origins, notes)
     cut = cut_off_last(steps, [timeline.phase_ms(i) for i in range(len(steps))])
     if cut:
@@ -120,6 +108,38 @@ def _phase_timeline(trace: Trace, rules: TraceRules) -> PhaseTimeline:
     if copies:
         timeline.notes.append(_batch_copy_note(timeline, copies))
     return timeline
+
+
+def _exclusive(by_phase: dict[str, list]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Per phase in PRIORITY, its merged intervals outside those of the phases before it (as
+    start and end arrays), over the whole trace at once: a piece is where the phase's interval
+    meets a gap between the intervals taken before it (the same pieces as a subtraction)."""
+    found = []
+    taken = (np.zeros(0), np.zeros(0))
+    for phase in PRIORITY:
+        own = np.array(by_phase.get(phase, []), float).reshape(-1, 2)
+        gaps = (np.r_[-np.inf, taken[1]], np.r_[taken[0], np.inf])
+        found.append(intervals.overlaps((np.zeros(len(own), np.int8), own[:, 0], own[:, 1]), *gaps)[1:])
+        taken = intervals.merged_arrays(np.r_[taken[0], own[:, 0]], np.r_[taken[1], own[:, 1]])
+    return found
+
+
+def _cut_at_steps(exclusive: list[tuple[np.ndarray, np.ndarray]],
+                  steps: list[Event]) -> list[list[tuple[float, float, str]]]:
+    """Per step, the phases' disjoint pieces (_exclusive) clipped to its window, sorted, every
+    step's at once (one subtraction, merge, clip and sort a step and phase was two thirds of
+    a 1,000-step timeline; clipping commutes with the subtraction: the same pieces)."""
+    windows = (np.arange(len(steps)), np.array([s.start_us for s in steps], float),
+               np.array([s.end_us for s in steps], float))
+    cut = [intervals.overlaps(windows, starts, ends) for starts, ends in exclusive]
+    step = np.concatenate([c[0] for c in cut])
+    starts, ends = np.concatenate([c[1] for c in cut]), np.concatenate([c[2] for c in cut])
+    phases = np.repeat(np.arange(len(PRIORITY)), [len(c[0]) for c in cut])
+    # Pieces of one step are disjoint and of positive length: their starts differ, and sort them.
+    order = np.lexsort((starts, step))
+    found = list(zip(starts[order].tolist(), ends[order].tolist(), [PRIORITY[p] for p in phases[order].tolist()]))
+    bounds = np.searchsorted(step[order], np.arange(len(steps) + 1)).tolist()
+    return [found[lo:hi] for lo, hi in zip(bounds, bounds[1:])]
 
 
 def _batch_copy_note(timeline: PhaseTimeline, copies: list[intervals.Interval]) -> str:
@@ -193,11 +213,10 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
         ops = ((row_claim == _UNCLAIMED) & (kinds == code(HOST_OP))) | _module_ranges(columns, kinds)
         # A block of ops at a time (the union of the blocks' forward stretches is the whole's).
         forward = []
-        marked = _marked(by_phase)
+        limits, marked = _forward_limits(steps, by_phase, to_step_end=inference), _marked(by_phase)
         for first in range(0, len(ops), _OPS_BLOCK):
             rows = np.flatnonzero(ops[first:first + _OPS_BLOCK]) + first
-            forward += _infer_forward(starts[rows], starts[rows] + columns.dur_us[rows], steps, by_phase,
-                                      marked, to_step_end=inference)
+            forward += _infer_forward(starts[rows], starts[rows] + columns.dur_us[rows], limits, marked)
         forward = intervals.merge(forward)
         if forward:
             by_phase["forward"] = intervals.merge(by_phase.get("forward", []) + forward)
@@ -239,43 +258,40 @@ _OPS_BLOCK = 1 << 20
 
 def _marked(by_phase: dict) -> list:
     """The union of the phases' intervals, merged."""
-    merged = [interval for phase in by_phase.values() for interval in phase]
-    return intervals.merge_arrays(np.array([s for s, _ in merged], np.float64),
-                                  np.array([e for _, e in merged], np.float64))
+    merged = np.fromiter(chain.from_iterable(chain.from_iterable(by_phase.values())), np.float64)
+    return intervals.merge_arrays(merged[0::2], merged[1::2])
 
 
-def _infer_forward(starts: np.ndarray, ends: np.ndarray, steps: list[Event], by_phase: dict,
-                   marked: list, to_step_end: bool = False) -> list:
-    """Forward in an unmarked trace: host ops (given as start and end arrays) of a step after
-    its data load ends and before its first backward op begins (the loss computation
-    included), or (`to_step_end`, inference) before the step ends. Linear in the ops: each
-    step's bounds are found once, by bisection, and the ops are tested against them as arrays
-    (a 1 GB trace holds millions of ops)."""
-    if not len(starts) or not steps:
+def _infer_forward(starts: np.ndarray, ends: np.ndarray, limits: tuple, marked: list) -> list:
+    """Forward in an unmarked trace: host ops (given as start and end arrays, at most _OPS_BLOCK)
+    of a step after its data load ends and before its first backward op begins (the loss
+    computation included), or (inference) before the step ends: `limits` (_forward_limits).
+    Linear in the ops: each step's bounds are found once, by bisection, and the ops are tested
+    against them as arrays (a 1 GB trace holds millions of ops). Ops inside a marked range
+    (zero_grad's aten::zero_, say) belong to that range's phase (`marked`: the phases' union)."""
+    step_starts, step_ends, data_end, first_backward = limits
+    if not len(starts) or not len(step_starts):
         return []
+    step = np.searchsorted(step_starts, starts, side="right") - 1
+    inside = step >= 0
+    step[~inside] = 0
+    inside &= starts < step_ends[step]
+    lo, hi = data_end[step], first_backward[step]
+    del step
+    keep = inside & (lo <= starts) & (starts < hi)  # NaN (no backward in the step) keeps none
+    found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi[keep]))
+    return intervals.subtract(found, marked)
+
+
+def _forward_limits(steps: list[Event], by_phase: dict, to_step_end: bool = False) -> tuple:
+    """Per step (four arrays): its start and end, where its data load ends (its start if it has
+    none), and where its forward stops: its first backward op (NaN if it has none), or its end
+    (`to_step_end`: inference)."""
     data_end, first_backward = _forward_bounds(steps, by_phase)
     if to_step_end:
-        first_backward = np.array([s.end_us for s in steps])
-    step_starts = np.array([s.start_us for s in steps])
-    step_ends = np.array([s.end_us for s in steps])
-    kept_starts, kept_ends = [], []
-    # A block of ops at a time: the per-op temporaries over a 1 GB trace's millions of ops
-    # at once were a few hundred MB; the union of the blocks' kept ops is the same.
-    for first in range(0, len(starts), _OPS_BLOCK):
-        block = starts[first:first + _OPS_BLOCK]
-        step = np.searchsorted(step_starts, block, side="right") - 1
-        inside = step >= 0
-        step[~inside] = 0
-        inside &= block < step_ends[step]
-        lo, hi = data_end[step], first_backward[step]
-        del step
-        keep = inside & (lo <= block) & (block < hi)  # NaN (no backward in the step) keeps none
-        kept_starts.append(block[keep])
-        kept_ends.append(np.minimum(ends[first:first + _OPS_BLOCK][keep], hi[keep]))
-    found = intervals.merge_arrays(np.concatenate(kept_starts), np.concatenate(kept_ends))
-    # Ops inside a marked range (zero_grad's aten::zero_, say) belong to that range's phase
-    # (`marked`: by_phase's union).
-    return intervals.subtract(found, marked)
+        first_backward = np.array([s.end_us for s in steps], float)
+    return (np.array([s.start_us for s in steps], float), np.array([s.end_us for s in steps], float),
+            data_end, first_backward)
 
 
 def _forward_bounds(steps: list[Event], by_phase: dict) -> tuple[np.ndarray, np.ndarray]:

@@ -55,9 +55,9 @@ def other_totals(trace: Trace, timeline: PhaseTimeline) -> dict[OtherPart, float
     # (in order, with Python's sum): the shares come out the same to the last digit.
     left = _outside_phases(timeline)
     for which, part in enumerate(_COVERED):
-        union_starts, union_ends = intervals.union_of(columns.start_us, columns.dur_us, category == which)
-        totals[part] = _sum_by_step(_overlaps(left, union_starts, union_ends))
-        left = _overlaps(left, np.r_[-np.inf, union_ends], np.r_[union_starts, np.inf])
+        union_starts, union_ends = columns.union(category == which)
+        totals[part] = _sum_by_step(intervals.overlaps(left, union_starts, union_ends))
+        left = intervals.overlaps(left, np.r_[-np.inf, union_ends], np.r_[union_starts, np.inf])
     totals[OtherPart.LOOP] = _sum_by_step(left)
     if not columns.on_host().any():  # no host event anywhere: "the loop's own Python" would be a guess
         totals[OtherPart.HOST_UNTRACED], totals[OtherPart.LOOP] = totals[OtherPart.LOOP], 0.0
@@ -70,6 +70,24 @@ _Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 def _outside_phases(timeline: PhaseTimeline) -> _Pieces:
     """Each step's window less its phase segments: the stretches of `other`, in (step, start) order."""
+    counts = np.array([len(found) for found in timeline.segments], np.int64)
+    flat = [(start, end) for found in timeline.segments for start, end, _ in found]
+    starts, ends = (np.array(column, float) for column in (zip(*flat) if flat else ((), ())))
+    step_of = np.repeat(np.arange(len(counts)), counts)
+    if (starts[1:] >= ends[:-1])[step_of[1:] == step_of[:-1]].all():
+        # A step's segments are disjoint and sorted (as the timeline cuts them): what its window
+        # leaves are the gaps between them, all steps' at once. Per step, k segments leave k + 1
+        # stretches, each from the step's start or a segment's end to the next one's start or
+        # the step's end; those of positive length are kept.
+        stretches = counts + 1
+        first = np.cumsum(stretches) - stretches  # each step's first stretch
+        before = np.arange(len(flat)) - (np.cumsum(counts) - counts)[step_of] + first[step_of]
+        lo, hi = np.empty(int(stretches.sum())), np.empty(int(stretches.sum()))
+        lo[first] = [step.start_us for step in timeline.steps]
+        hi[first + counts] = [step.end_us for step in timeline.steps]
+        lo[before + 1], hi[before] = ends, starts
+        kept = hi > lo
+        return np.repeat(np.arange(len(counts)), stretches)[kept], lo[kept], hi[kept]
     found = [(index, start, end) for index, step in enumerate(timeline.steps)
              for start, end in intervals.subtract(
                  [(step.start_us, step.end_us)],
@@ -78,18 +96,6 @@ def _outside_phases(timeline: PhaseTimeline) -> _Pieces:
         return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
     step, start, end = (np.array(column) for column in zip(*found))
     return step.astype(np.int64), start.astype(float), end.astype(float)
-
-
-def _overlaps(pieces: _Pieces, starts: np.ndarray, ends: np.ndarray) -> _Pieces:
-    """Where each piece meets the sorted, disjoint, non-touching intervals `starts`-`ends`:
-    one piece per meeting of positive length, in the pieces' order."""
-    step, lo, hi = pieces
-    first = np.searchsorted(ends, lo, side="right")   # the first interval ending after the piece starts
-    stop = np.searchsorted(starts, hi, side="left")   # past the last one starting before it ends
-    count = np.maximum(stop - first, 0)
-    which = np.repeat(np.arange(len(lo)), count)
-    other = first[which] + np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)
-    return step[which], np.maximum(lo[which], starts[other]), np.minimum(hi[which], ends[other])
 
 
 def _sum_by_step(pieces: _Pieces) -> float:

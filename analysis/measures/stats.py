@@ -47,6 +47,10 @@ class Resampler:
     def means(self, values) -> np.ndarray:
         """(resamples,) means of a per-step array, (resamples x k) of an (n x k) one."""
         values = np.asarray(values, dtype=float)
+        if values.ndim == 2 and values.shape[1]:
+            # A column at a time: gathering every column at once made a (resamples x n x k)
+            # temporary (80 MB for 1,000 steps), four times slower.
+            return np.stack([self.means(column) for column in values.T], axis=1)
         if len(self.starts) == self.n:
             return values[self.indices].mean(axis=1)
         totals = np.add.reduceat(values, self.starts, axis=0)[self.indices].sum(axis=1)

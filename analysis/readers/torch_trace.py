@@ -169,6 +169,7 @@ class _Reader:
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
         self.memory_events = 0  # `[memory]` instants seen
         self.memory_rows: list[tuple] = []  # and what they say (trace_chunks.ChunkColumns.memory)
+        self._kind_number = 0  # what the next chunks are decoded with (trace_chunks.KINDS)
         self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
     def read(self, blocks: safe_files.ReadAhead, fd: int | None = None):
@@ -254,10 +255,10 @@ class _Reader:
                 raise exc from None
 
     def _kind(self, number: bool = False):
-        """The fields to decode a chunk with (trace_chunks.KINDS, or its number there): a
-        `[memory]` instant's too once one was seen (a chunk without them is decoded again)."""
-        kind = trace_chunks.MEMORY if self.memory_events else trace_chunks.PLAIN
-        return trace_chunks.KINDS.index(kind) if number else kind
+        """The fields to decode a chunk with (trace_chunks.KINDS, or its number there): those
+        a chunk read before needed (a collective's, a `[memory]` instant's; a gloo range's are
+        asked for by its own chunk alone, as they cost a third of the decode)."""
+        return self._kind_number if number else trace_chunks.KINDS[self._kind_number]
 
     def _decode_header(self, contents: bytes) -> _Header:
         try:
@@ -475,6 +476,8 @@ class _Reader:
         self.dropped.update(chunk.dropped)
         self.dropped_fields.update(chunk.dropped_fields)
         self.memory_events += chunk.memory_events
+        self._kind_number = max(self._kind_number, min(trace_chunks.KINDS.index(chunk.kind),
+                                                       trace_chunks.KINDS.index(trace_chunks.MEMORY)))
         self.memory_rows.extend(chunk.memory)
         for pid, name in chunk.processes:
             self._process_name(pid, name)

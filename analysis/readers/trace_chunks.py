@@ -14,28 +14,33 @@ from gapscope.analysis.readers import lenient_decode, validate
 
 class _Args(msgspec.Struct, gc=False):
     # Only the fields an analyzer needs: decoding skips every other key without building it.
+    # Each key of an event's args is looked up among these fields, and a real trace's args hold
+    # many keys no analyzer reads: each field costs the decode about 1 %, so those only some
+    # events need are in the kinds below, decoded where a chunk holds such events.
     correlation: int | None = None
     nbytes: int | None = msgspec.field(default=None, name="bytes")  # gpu_memcpy / gpu_memset
-    # What a collective moved, as record_param_comms and NCCL kernels say it: kept for comm
-    # events only (other events lack these keys, which costs their decode nothing).
-    collective: str | None = msgspec.field(default=None, name="Collective name")
-    in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: int | float | str | None = msgspec.field(default=None, name="Out msg nelems")
-    dtype: str | None = None
-    group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
-    finished: bool | int | str | None = None  # false: the profiler stopped before its end
+    # The autograd sequence number that links a backward node to the forward op that made it
+    # (per-layer backward time).
+    sequence: int | float | str | None = msgspec.field(default=None, name="Sequence number")
     # ROCm (roctracer) puts a copy's size on its runtime call (hipMemcpyAsync, "size": "4096"),
     # not on the device copy, which has no bytes.
     size: int | float | str | None = None
     # A `gapscope trace` export: a step's number, and a process's name in its "M" event.
     step_num: int | float | str | None = None
     name: str | int | float | None = None
-    # The autograd sequence number that links a backward node to the forward op that made it
-    # (per-layer backward time).
-    sequence: int | float | str | None = msgspec.field(default=None, name="Sequence number")
 
 
-class _MemoryArgs(_Args, gc=False):
+class _CommArgs(_Args, gc=False):
+    # What a collective moved, as record_param_comms and NCCL kernels say it.
+    collective: str | None = msgspec.field(default=None, name="Collective name")
+    in_nelems: int | float | str | None = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: int | float | str | None = msgspec.field(default=None, name="Out msg nelems")
+    dtype: str | None = None
+    group_size: int | float | str | None = msgspec.field(default=None, name="Group size")
+    finished: bool | int | str | None = None  # false: the profiler stopped before its end
+
+
+class _MemoryArgs(_CommArgs, gc=False):
     # A `[memory]` instant's (profile_memory): six more keys cost every event's decode some
     # 15 %, so only the chunks of a trace that holds such instants are decoded with these.
     memory_bytes: int | float | None = msgspec.field(default=None, name="Bytes")
@@ -57,14 +62,19 @@ class _ShapedArgs(_MemoryArgs, gc=False):
 class RawEvent(msgspec.Struct, gc=False):
     # gc=False: millions of these live at once; tracking them made the collector run for
     # about half of the decode time. None marks a missing ts/dur (counted, not read as 0).
+    # In the order Kineto writes the keys: the decoder looks for the next field first (7 %).
     ph: str = ""
-    name: str = ""
     cat: str = ""
-    ts: float | None = None
-    dur: float | None = None
+    name: str = ""
     pid: int | str = 0
     tid: int | str = 0
+    ts: float | None = None
+    dur: float | None = None
     args: _Args | None = None
+
+
+class CommRawEvent(RawEvent, gc=False):
+    args: _CommArgs | None = None
 
 
 class MemoryRawEvent(RawEvent, gc=False):
@@ -75,13 +85,13 @@ class ShapedRawEvent(RawEvent, gc=False):
     args: _ShapedArgs | None = None
 
 
+# The event types by what a chunk needs decoded, each a superset of the one before: the usual
+# fields; a collective's too; a `[memory]` instant's too; a gloo range's input shapes too.
+PLAIN, COMM, MEMORY, SHAPED = KINDS = (RawEvent, CommRawEvent, MemoryRawEvent, ShapedRawEvent)  # by number: chunk_pool's
 # Lax (strict=False): a numeric string where a number belongs is read as that number in the
 # decoder itself (roctracer's "bytes": "128"), as fast as a strict decode; a value that does
 # not fit even so raises, and that chunk is read by lenient_decode, field by field.
-# The event types by what a chunk needs decoded, each a superset of the one before: the usual
-# fields; a `[memory]` instant's too; a gloo range's input shapes too.
-PLAIN, MEMORY, SHAPED = KINDS = (RawEvent, MemoryRawEvent, ShapedRawEvent)  # by number: chunk_pool's
-_DECODERS = {kind: msgspec.json.Decoder(list[kind], strict=False) for kind in (PLAIN, MEMORY, SHAPED)}
+_DECODERS = {kind: msgspec.json.Decoder(list[kind], strict=False) for kind in KINDS}
 GLOO_PREFIX = "gloo:"  # a gloo range's name: its shapes say its size
 # torch 1.8-1.10 (Kineto's first schema) wrote Kernel, Memcpy, Memset, Operator and Runtime
 # for today's kernel, gpu_memcpy, gpu_memset, cpu_op and cuda_runtime (its Trace is the
@@ -141,6 +151,7 @@ class ChunkColumns:
     Which events are steps, copies or runtime calls is decided by the reader, which knows the
     whole file's tracks; the chunk only keeps what those decisions need."""
 
+    kind: type = RawEvent  # the event type decoded with (KINDS)
     decoded: int = 0  # events decoded, complete or not (the reader's budget counts them)
     start_us: array = field(default_factory=lambda: array("d"))
     dur_us: array = field(default_factory=lambda: array("d"))
@@ -169,19 +180,29 @@ class ChunkColumns:
 def decode_chunk(data, kind: type = PLAIN) -> ChunkColumns:
     """A JSON array of events ("[" ... "]") as columns; a value of the wrong type is read
     leniently (coerced or left out, and counted); DecodeError where the bytes are no array.
-    `kind`: the fields decoded (PLAIN, MEMORY, SHAPED); a chunk that turns out to need more
-    (a `[memory]` instant, a gloo range) is decoded again with them: the reader asks for
-    MEMORY once a chunk held memory instants, so that a trace of them is decoded once."""
+    `kind`: the fields decoded (KINDS); a chunk that turns out to need more (a collective, a
+    `[memory]` instant, a gloo range) is decoded again with them, and says so in its `kind`:
+    the reader asks for that kind from then on (but SHAPED), so that a trace of them is
+    decoded once."""
     chunk = _decode(data, kind)
-    if kind is not SHAPED and any(name.startswith(GLOO_PREFIX) for name in chunk.names):
-        return _decode(data, SHAPED)
-    if kind is PLAIN and chunk.memory_events:
-        return _decode(data, MEMORY)
+    needed = _needed(chunk)
+    if KINDS.index(needed) > KINDS.index(kind):
+        chunk = _decode(data, needed)
     return chunk
 
 
+def _needed(chunk: ChunkColumns) -> type:
+    if any(name.startswith(GLOO_PREFIX) for name in chunk.names):
+        return SHAPED
+    if chunk.memory_events:
+        return MEMORY
+    if any(flags & _COMM for flags in chunk.wanted.values()):
+        return COMM
+    return PLAIN
+
+
 def _decode(data, kind: type) -> ChunkColumns:
-    chunk = ChunkColumns()
+    chunk = ChunkColumns(kind=kind)
     try:
         raws = _DECODERS[kind].decode(data)
     except msgspec.ValidationError as exc:
@@ -293,7 +314,7 @@ def _keep_args(chunk: ChunkColumns, row: int, args: _Args, flags: int) -> None:
         chunk.sizes[row] = args.size
     if flags & _STEP_NUM and args.step_num is not None:
         chunk.step_nums[row] = args.step_num
-    if flags & _COMM:
+    if flags & _COMM and isinstance(args, _CommArgs):  # else the chunk is decoded again, as COMM
         kept = _comm_stats(args)
         if kept:
             chunk.comm[row] = kept

@@ -22,7 +22,7 @@ from gapscope.analysis.measures.other_split import other_shares
 from gapscope.analysis.events.timeline import PhaseTimeline, phase_timeline
 from gapscope.analysis.events.event import EventKind
 from gapscope.analysis.events.columns import code
-from gapscope.analysis.events.intervals import covered_within, merge, union_of
+from gapscope.analysis.events.intervals import covered_within, merge
 from gapscope.analysis.events.trace import Trace
 from gapscope.analysis.measures import page_faults
 from gapscope.analysis.measures.reliability import busy_load, busy_machine, reliability_warnings
@@ -138,10 +138,7 @@ def outside_steps(trace: Trace, timeline: PhaseTimeline) -> str | None:
     kinds = columns.kind_codes()
     if not (kinds == code(EventKind.STEP)).any():
         return None  # iterations found between optimizer steps leave the cold first one out by design
-    host_ops = kinds == code(EventKind.HOST_OP)
-    del kinds
-    ops = union_of(columns.start_us, columns.dur_us, host_ops)
-    del host_ops
+    ops = columns.union((kinds == code(EventKind.HOST_OP)) & columns.on_host())
     if not steps:
         return None
     lo, hi = (steps[0].start_us, max(s.end_us for s in steps)) if len(steps) > 1 else (-np.inf, np.inf)
