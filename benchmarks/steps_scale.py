@@ -30,6 +30,7 @@ MAX_PER_MB_SPREAD = 0.20  # time per MB of trace, most over least among the step
 MAX_TREE_MB = 400.0       # the process tree's peak RSS on a trace of about 800 MB
 MIN_SPEEDUP = 2.0         # new end to end against the older commit, on the traces
 _PAGE = os.sysconf("SC_PAGE_SIZE")
+TINY_TRACE = REPO / "tests" / "fixtures" / "marked_two_steps.pt.trace.json"
 
 
 def grown(run: Path, rows: int, into: Path) -> Path:
@@ -176,6 +177,8 @@ def traces_table(base: Path, mb: float, trees: dict[str, Path], rounds: int, fol
     median, rss = interleaved(trees, traces, rounds, one)
     middle = {TRACE_STEPS[1]: traces[TRACE_STEPS[1]]}
     read, _ = interleaved(trees, middle, rounds, _read_alone)
+    # What every breakdown costs whatever its trace (start-up, imports, output): a two-step one's.
+    fixed, _ = interleaved(trees, {"fixed": TINY_TRACE}, max(rounds, 5), one)
     size = {n: traces[n].stat().st_size / 1e6 for n in TRACE_STEPS}
     print(f"breakdown of {base.name}'s events as traces of {mb:g} MB")
     print(f"{'steps':>8} {'MB':>6} {'old s':>8} {'new s':>8} {'new/old':>8} {'old s/MB':>9} "
@@ -192,7 +195,11 @@ def traces_table(base: Path, mb: float, trees: dict[str, Path], rounds: int, fol
     print(f"reading alone, the {n:,}-step trace: old {size[n] / read['old', n]:.0f} MB/s, new "
           f"{size[n] / read['new', n]:.0f} MB/s (new/old time {read['new', n] / read['old', n]:.2f}); "
           f"the rest of the breakdown (imports, analysis, output) {median['new', n] / read['new', n] - 1:.0%} "
-          f"of the reading, new (old {median['old', n] / read['old', n] - 1:.0%})")
+          f"of the reading, new (old {median['old', n] / read['old', n] - 1:.0%}); less the fixed "
+          f"cost (a two-step trace's whole breakdown: old {fixed['old', 'fixed']:.2f} s, new "
+          f"{fixed['new', 'fixed']:.2f} s), the analysis after reading "
+          f"{_analysis_share(median, read, fixed, 'new', n):.0%} of the reading, new (old "
+          f"{_analysis_share(median, read, fixed, 'old', n):.0%})")
     big = mb >= 800
     print(f"new: time per MB varies {spread:.0%} between {TRACE_STEPS[0]:,} and {TRACE_STEPS[-1]:,} steps "
           f"(target <= {MAX_PER_MB_SPREAD:.0%} at about 800 MB); 10x the steps took "
@@ -207,6 +214,12 @@ def traces_table(base: Path, mb: float, trees: dict[str, Path], rounds: int, fol
         met = met and spread <= MAX_PER_MB_SPREAD and speedup >= MIN_SPEEDUP \
             and max(rss["new", n] for n in TRACE_STEPS) < MAX_TREE_MB
     return met
+
+
+def _analysis_share(median: dict, read: dict, fixed: dict, tree: str, steps: int) -> float:
+    """The analysis after reading, as a share of the reading: the whole breakdown less the
+    reading and less what a breakdown costs whatever its trace."""
+    return (median[tree, steps] - read[tree, steps] - fixed[tree, "fixed"]) / read[tree, steps]
 
 
 def _read_alone(tree: Path, trace: Path) -> tuple[float, float]:
