@@ -109,3 +109,20 @@ def test_clean_files_of_every_cell_gapscope_writes_take_the_column_path(rows, st
     assert step_rows._clean_rows(HEADER, cells) is not None
     by_rows, by_columns = _both(HEADER, cells)
     assert by_columns == by_rows
+
+
+def test_steady_steps_kept_for_the_same_rows_follow_their_changes():
+    """steady() keeps its last answer (a breakdown asks for it some ten times): a step flagged
+    as compiling since, a row appended, another warm-up or other rows each give a fresh one,
+    and the list given out is the caller's own."""
+    rows = [{"step": n, "step_ms": 1.0} for n in range(6)]
+    first = step_rows.steady(rows, 2)
+    assert [r["step"] for r in first] == [2, 3, 4, 5]
+    first.clear()
+    assert [r["step"] for r in step_rows.steady(rows, 2)] == [2, 3, 4, 5]
+    step_rows.mark_compiling(rows, [3])
+    assert [r["step"] for r in step_rows.steady(rows, 2)] == [2, 4, 5]
+    rows.append({"step": 6, "step_ms": 1.0})
+    assert [r["step"] for r in step_rows.steady(rows, 2)] == [2, 4, 5, 6]
+    assert [r["step"] for r in step_rows.steady(rows, 5)] == [5, 6]
+    assert [r["step"] for r in step_rows.steady(list(rows), 0)] == [0, 1, 2, 4, 5, 6]

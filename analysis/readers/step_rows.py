@@ -215,12 +215,26 @@ COMPILING = "compiling"
 def steady(rows: list[dict], warmup_steps: int) -> list[dict]:
     """Rows of steps numbered from `warmup_steps` on: by step number, not position, so a row
     dropped before them does not move a warm-up step into the steady state. A step that
-    compiled after the warm-up (mark_compiling) is left out too."""
-    return [r for r in rows if r["step"] >= warmup_steps and not r.get(COMPILING)]
+    compiled after the warm-up (mark_compiling) is left out too. (A new list each call.)"""
+    global _last_steady
+    # A breakdown asks for the same rows' steady steps some ten times: a pass over 100k rows
+    # each. The last answer is kept, with the rows it was for (so no other list takes their id).
+    last = _last_steady
+    if last is not None and last[0] is rows and last[1:4] == (len(rows), warmup_steps, _marks):
+        return list(last[4])
+    found = [r for r in rows if r["step"] >= warmup_steps and not r.get(COMPILING)]
+    _last_steady = (rows, len(rows), warmup_steps, _marks, found)
+    return list(found)
+
+
+_last_steady: tuple | None = None  # steady's last (rows, their length, warmup, _marks, answer)
+_marks = 0  # mark_compiling's calls: a row flagged since makes steady's last answer stale
 
 
 def mark_compiling(rows: list[dict], steps: list[int]) -> list[dict]:
     """Flags the rows of `steps` (a recompile or a retrace after the warm-up) as no steady steps."""
+    global _marks
+    _marks += 1
     wanted = set(steps)
     for row in rows:
         if row["step"] in wanted:
