@@ -7,7 +7,6 @@ import json
 import os
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from gapscope.cli import cli

@@ -285,7 +285,9 @@ def test_a_wait_is_kept_even_while_a_run_is_analysed(logdir):
     fresh = GapscopePlugin(base_plugin.TBContext(logdir=str(logdir)))
     start = time.monotonic()
     status, doc = get(fresh, "/runs", wait="0.3")
-    assert status == 200 and time.monotonic() - start < 0.3 + 2 * scan + 0.5
+    # Answered while runs were still being analysed, and without an analysis' seconds on top
+    # (the margin is for a loaded machine: 0.5 s failed 1 suite in 2 with the pool's workers busy).
+    assert status == 200 and doc["pending"] > 0 and time.monotonic() - start < 0.3 + 2 * scan + 2.0
     assert doc["pending"] == sum(r["pending"] for r in doc["runs"])
 
 
