@@ -1,5 +1,7 @@
 """Interval algebra against its meaning: on whole-number intervals every operation must give the
 same set of unit cells [k, k+1) as the set operation it stands for."""
+import bisect
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -68,3 +70,24 @@ def test_union_of_blocks_equals_merge_of_the_selected(items, block, chosen):
     found = intervals.union_of(starts, durs, selected, block)
     assert list(zip(found[0].tolist(), found[1].tolist())) == intervals.merge(
         [(s, s + d) for s, d, keep in zip(starts.tolist(), durs.tolist(), selected) if keep])
+
+
+def _walk_back(spans, t):
+    """latest_covering's reference, the walk it replaced: back from the last span begun at or
+    before t to the first that has not ended (quadratic where t lies outside every span)."""
+    i = bisect.bisect_right([s[0] for s in spans], t) - 1
+    while i >= 0:
+        if t < spans[i][1]:
+            return i
+        i -= 1
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(spans=st.lists(st.tuples(st.integers(0, 60), st.integers(0, 30)), max_size=15),
+       times=st.lists(st.integers(-5, 100), max_size=25))
+def test_latest_covering_is_the_walk_back(spans, times):
+    # Nested, overlapping, empty and equal-start spans, sorted as the callers sort theirs.
+    ordered = sorted((float(s), float(s + d), f"s{k}") for k, (s, d) in enumerate(spans))
+    at = sorted(float(t) for t in times)
+    assert intervals.latest_covering(ordered, at) == [_walk_back(ordered, t) for t in at]

@@ -78,6 +78,24 @@ def overlaps(pieces: tuple[np.ndarray, np.ndarray, np.ndarray], starts: np.ndarr
     return label[which], np.maximum(lo[which], starts[other]), np.minimum(hi[which], ends[other])
 
 
+def latest_covering(spans: list[tuple], times: list[float]) -> list[int | None]:
+    """For each of `times` (ascending), the index in `spans` ((start, end, ...), sorted by
+    start) of the last one begun at or before it that has not ended, else None: of spans that
+    nest, the innermost. One sweep with a stack of the spans begun: a span leaves it once a
+    later time or span start is past its end, when it can cover no later time."""
+    found, stack, following = [], [], 0
+    for t in times:
+        while following < len(spans) and spans[following][0] <= t:
+            while stack and spans[stack[-1]][1] <= spans[following][0]:
+                stack.pop()
+            stack.append(following)
+            following += 1
+        while stack and spans[stack[-1]][1] <= t:
+            stack.pop()
+        found.append(stack[-1] if stack else None)
+    return found
+
+
 def covered_within(starts: np.ndarray, ends: np.ndarray, windows: list[Interval]) -> float:
     """Time of merged_arrays' intervals inside the disjoint `windows` (merged)."""
     found = 0.0

@@ -6,6 +6,7 @@ from collections import defaultdict
 
 import numpy as np
 
+from gapscope.analysis.events.intervals import latest_covering
 from gapscope.analysis.events.memory_event import MemoryEvent
 from gapscope.analysis.events.module_depth import at_depth
 from gapscope.analysis.events.phase_rules import MODULE_RANGE_PREFIX
@@ -26,22 +27,21 @@ def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | 
     known = set(names or ())
     resolved = scope_names(trace, names) if any(e.op for e in events) else {}
     ranges = _layer_ranges(trace, {e.track for e in events if not e.op}, depth)
-    starts = {track: [r[0] for r in found] for track, found in ranges.items()}
-    found = []
-    for event in events:
-        layer = None
+    found: list[str | None] = [None] * len(events)
+    by_track: dict[str, list[int]] = defaultdict(list)
+    for i, event in enumerate(events):
         if event.op:
             scoped = scope_layer(event.op, known, resolved)
-            layer = scoped[0] if scoped else None
+            found[i] = scoped[0] if scoped else None
         elif event.track in ranges:
-            track, begun = ranges[event.track], starts[event.track]
-            i = bisect.bisect_right(begun, event.ts_us) - 1
-            while i >= 0 and layer is None:
-                start, end, name = track[i]
-                if event.ts_us < end:
-                    layer = name
-                i -= 1
-        found.append(layer)
+            by_track[event.track].append(i)
+    # The range begun last that still runs, per thread in one sweep (a walk back over every
+    # range begun before each event took 4 s for 76k events outside the layers of 1,000 steps).
+    for track, indices in by_track.items():
+        indices.sort(key=lambda i: events[i].ts_us)
+        spans = ranges[track]
+        for i, span in zip(indices, latest_covering(spans, [events[i].ts_us for i in indices])):
+            found[i] = None if span is None else spans[span][2]
     return found
 
 

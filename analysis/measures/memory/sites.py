@@ -5,6 +5,7 @@ from collections import Counter, defaultdict
 
 import numpy as np
 
+from gapscope.analysis.events.intervals import latest_covering
 from gapscope.analysis.events.memory_event import MemoryEvent
 from gapscope.analysis.events.timeline import PhaseTimeline
 from gapscope.analysis.events.trace import HOST_OP, Trace
@@ -32,20 +33,11 @@ def enclosing_ops(events: list[MemoryEvent], trace: Trace) -> list[str | None]:
     for i, event in enumerate(events):
         by_track[event.track].append(i)
     for track, indices in by_track.items():
-        # Ops of one thread nest: sweep them in start order (outer first) with a stack.
+        # Ops of one thread nest: swept in start order (outer first where two begin together).
         pending = sorted(ops.get(track, []), key=lambda o: (o[0], o[0] - o[1]))
-        stack, next_op = [], 0
-        for i in sorted(indices, key=lambda i: events[i].ts_us):
-            t = events[i].ts_us
-            while next_op < len(pending) and pending[next_op][0] <= t:
-                op = pending[next_op]
-                while stack and stack[-1][1] <= op[0]:
-                    stack.pop()
-                stack.append(op)
-                next_op += 1
-            while stack and stack[-1][1] <= t:
-                stack.pop()
-            names[i] = stack[-1][2] if stack else None
+        indices.sort(key=lambda i: events[i].ts_us)
+        for i, op in zip(indices, latest_covering(pending, [events[i].ts_us for i in indices])):
+            names[i] = None if op is None else pending[op][2]
     return names
 
 
