@@ -16,28 +16,29 @@ UNNAMED = "(no op around it)"
 def enclosing_ops(events: list[MemoryEvent], trace: Trace) -> list[str | None]:
     """For each event, the innermost host op running on its thread at its instant (torch's
     memory events name no op: the op that allocated is the one around them). Read from the
-    trace's columns: only the ops of the events' threads become tuples."""
+    trace's columns: only the ops that hold one of the events' instants become tuples."""
     columns = trace.columns
-    wanted = {e.track for e in events}
-    where_track = {i: track for i, (kind, track) in enumerate(columns.wheres)
-                   if kind == HOST_OP and track in wanted}
-    ops: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    if where_track:
-        rows = np.flatnonzero(np.isin(columns.where, list(where_track)))
-        for row in rows.tolist():
-            start = float(columns.start_us[row])
-            ops[where_track[int(columns.where[row])]].append(
-                (start, start + float(columns.dur_us[row]), columns.names[columns.name[row]]))
     names: list[str | None] = [None] * len(events)
     by_track: dict[str, list[int]] = defaultdict(list)
     for i, event in enumerate(events):
         by_track[event.track].append(i)
-    for track, indices in by_track.items():
-        # Ops of one thread nest: swept in start order (outer first where two begin together).
-        pending = sorted(ops.get(track, []), key=lambda o: (o[0], o[0] - o[1]))
+    for where, (kind, track) in enumerate(columns.wheres):
+        indices = by_track.get(track)
+        if kind != HOST_OP or not indices:
+            continue
         indices.sort(key=lambda i: events[i].ts_us)
-        for i, op in zip(indices, latest_covering(pending, [events[i].ts_us for i in indices])):
-            names[i] = None if op is None else pending[op][2]
+        times = [events[i].ts_us for i in indices]
+        rows = np.flatnonzero(columns.where == where)
+        starts = columns.start_us[rows]
+        ends = starts + columns.dur_us[rows]
+        # An op that holds no event's instant names none (a 1,000-step trace's 1.5 M ops each
+        # made a tuple and a step of the sweep for 76k events).
+        holds = np.searchsorted(times, starts, "left") < np.searchsorted(times, ends, "left")
+        ops = list(zip(starts[holds].tolist(), ends[holds].tolist(), columns.name[rows[holds]].tolist()))
+        # Ops of one thread nest: swept in start order (outer first where two begin together).
+        ops.sort(key=lambda o: (o[0], o[0] - o[1]))
+        for i, op in zip(indices, latest_covering(ops, times)):
+            names[i] = None if op is None else columns.names[ops[op][2]]
     return names
 
 
