@@ -167,8 +167,7 @@ class _Reader:
         self._named_devices: set = set()  # processes named after a device (GPU 0, MTIA 1)
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
-        self.memory_events = 0  # `[memory]` instants seen
-        self.memory_rows: list[tuple] = []  # and what they say (trace_chunks.ChunkColumns.memory)
+        self.memory_rows: list[tuple] = []  # `[memory]` instants (trace_chunks.ChunkColumns.memory)
         self._kind_number = 0  # what the next chunks are decoded with (trace_chunks.KINDS)
         self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
@@ -475,7 +474,6 @@ class _Reader:
                 f"{MAX_EVENTS_ENV}=N to read up to N events")
         self.dropped.update(chunk.dropped)
         self.dropped_fields.update(chunk.dropped_fields)
-        self.memory_events += chunk.memory_events
         self._kind_number = max(self._kind_number, min(trace_chunks.KINDS.index(chunk.kind),
                                                        trace_chunks.KINDS.index(trace_chunks.MEMORY)))
         self.memory_rows.extend(chunk.memory)
