@@ -69,33 +69,24 @@ _Pieces = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
 def _outside_phases(timeline: PhaseTimeline) -> _Pieces:
-    """Each step's window less its phase segments: the stretches of `other`, in (step, start) order."""
+    """Each step's window less its phase segments: the stretches of `other`, in (step, start)
+    order. A step's segments are disjoint and sorted (timeline._cut_at_steps cuts them so), so
+    what its window leaves are the gaps between them, every step's at once: k segments leave
+    k + 1 stretches, each from the step's start or a segment's end to the next one's start or
+    the step's end; those of positive length are kept."""
     counts = np.array([len(found) for found in timeline.segments], np.int64)
     flat = [(start, end) for found in timeline.segments for start, end, _ in found]
     starts, ends = (np.array(column, float) for column in (zip(*flat) if flat else ((), ())))
     step_of = np.repeat(np.arange(len(counts)), counts)
-    if (starts[1:] >= ends[:-1])[step_of[1:] == step_of[:-1]].all():
-        # A step's segments are disjoint and sorted (as the timeline cuts them): what its window
-        # leaves are the gaps between them, all steps' at once. Per step, k segments leave k + 1
-        # stretches, each from the step's start or a segment's end to the next one's start or
-        # the step's end; those of positive length are kept.
-        stretches = counts + 1
-        first = np.cumsum(stretches) - stretches  # each step's first stretch
-        before = np.arange(len(flat)) - (np.cumsum(counts) - counts)[step_of] + first[step_of]
-        lo, hi = np.empty(int(stretches.sum())), np.empty(int(stretches.sum()))
-        lo[first] = [step.start_us for step in timeline.steps]
-        hi[first + counts] = [step.end_us for step in timeline.steps]
-        lo[before + 1], hi[before] = ends, starts
-        kept = hi > lo
-        return np.repeat(np.arange(len(counts)), stretches)[kept], lo[kept], hi[kept]
-    found = [(index, start, end) for index, step in enumerate(timeline.steps)
-             for start, end in intervals.subtract(
-                 [(step.start_us, step.end_us)],
-                 intervals.merge([(s, e) for s, e, _ in timeline.segments[index]]))]
-    if not found:
-        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0)
-    step, start, end = (np.array(column) for column in zip(*found))
-    return step.astype(np.int64), start.astype(float), end.astype(float)
+    stretches = counts + 1
+    first = np.cumsum(stretches) - stretches  # each step's first stretch
+    before = np.arange(len(flat)) - (np.cumsum(counts) - counts)[step_of] + first[step_of]
+    lo, hi = np.empty(int(stretches.sum())), np.empty(int(stretches.sum()))
+    lo[first] = [step.start_us for step in timeline.steps]
+    hi[first + counts] = [step.end_us for step in timeline.steps]
+    lo[before + 1], hi[before] = ends, starts
+    kept = hi > lo
+    return np.repeat(np.arange(len(counts)), stretches)[kept], lo[kept], hi[kept]
 
 
 def _sum_by_step(pieces: _Pieces) -> float:

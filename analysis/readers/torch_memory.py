@@ -76,13 +76,6 @@ def read_op_shapes(path: str | Path) -> list[OpShapes]:
     """Every matrix product op (PRODUCTS) of the trace with its Input Dims (empty: recorded
     without record_shapes, or none ran). Read apart, so that the main decode keeps no shapes
     (they would cost it a third): only `--layers` on a trace without layer specs asks for them."""
-    def find(data: bytes, position: int) -> int:
-        match = _PRODUCT.search(data, position)
-        return match.start() if match else -1
-    return _read(path, find, _shapes)
-
-
-def _read(path: str | Path, find, decode) -> list:
     path = Path(path)
     found: list = []
     pending = b""
@@ -91,7 +84,7 @@ def _read(path: str | Path, find, decode) -> list:
             while True:
                 block = blocks.read()
                 data = pending + block
-                done = _scan(data, found, not block, find, decode)
+                done = _scan(data, found, not block)
                 if not block:
                     break
                 pending = data[done:]
@@ -100,19 +93,20 @@ def _read(path: str | Path, find, decode) -> list:
     return found
 
 
-def _scan(data: bytes, found: list, final: bool, find, decode) -> int:
-    """Decodes the events `find` finds whose whole object lies in `data`; returns where the
-    next round starts (before the first event left incomplete, else `_KEEP` from the end)."""
+def _scan(data: bytes, found: list, final: bool) -> int:
+    """Decodes the matrix products whose whole object lies in `data`; returns where the next
+    round starts (before the first event left incomplete, else `_KEEP` from the end)."""
     position = 0
     while True:
-        hit = find(data, position)
+        match = _PRODUCT.search(data, position)
+        hit = match.start() if match else -1
         if hit < 0:
             return len(data) if final else max(position, len(data) - _KEEP)
         start, end = _object_around(data, hit)
         if end is None:
             return len(data) if final else (start if start is not None else hit)
         if start is not None:
-            event = decode(data[start:end])
+            event = _shapes(data[start:end])
             if event is not None:
                 found.append(event)
         position = end
