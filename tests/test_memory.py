@@ -373,6 +373,26 @@ def test_hand_made_trace_gives_each_phases_net_change_and_high_water_mark(tmp_pa
     assert (backward_site["op"], backward_site["phase"]) == ("AddmmBackward0", "backward")
 
 
+def test_an_activation_backward_frees_is_kept_though_a_forward_scoped_op_runs_after(tmp_path):
+    # TF's executor runs forward-scoped ops (metrics) while backward runs: forward's last range
+    # (72-80) ends after backward (50-70) freed the layer's activation (addr 7, at 60). Kept
+    # is what backward found held: the 1000 bytes, not the 500 freed inside forward (addr 8).
+    def mem(ts, nbytes, total, addr):
+        event = _mem(ts, nbytes, total)
+        event["args"]["Addr"] = addr
+        return event
+    events = [_x("ProfilerStep#1", "user_annotation", 1000, 100),
+              _x("gapscope/forward", "user_annotation", 1010, 30),
+              _x("gapscope_layer/dense", "user_annotation", 1012, 23),
+              mem(1015, 1000, 1000, 7), mem(1020, 500, 1500, 8), mem(1030, -500, 1000, 8),
+              _x("gapscope/backward", "user_annotation", 1050, 20), mem(1060, -1000, 0, 7),
+              _x("gapscope/forward", "user_annotation", 1072, 8)]
+    path = tmp_path / "late.pt.trace.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    memory = breakdown(load_run(path)).memory
+    assert memory.layers == {"dense": 1000.0}
+
+
 def test_a_timers_breakdown_gives_the_rss_without_reading_the_trace(cnn_run):
     run = load_run(cnn_run)
     memory = breakdown(run, "timers").memory

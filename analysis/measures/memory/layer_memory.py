@@ -1,4 +1,4 @@
-"""Activations each layer keeps: bytes a layer allocated in forward that are still held when forward ends."""
+"""Activations each layer keeps: bytes a layer allocated in forward that are still held when backward begins."""
 from __future__ import annotations
 
 import bisect
@@ -46,31 +46,36 @@ def layer_of_events(events: list[MemoryEvent], trace: Trace, names: list[str] | 
 
 
 def kept_by_layer(levels: Levels, layers: list[str | None], timeline: PhaseTimeline) -> dict[str, float]:
-    """Per layer, the bytes a step's forward allocated in it and had not freed when forward
-    ended (matched by address), averaged over the traced steps: what it keeps for backward."""
+    """Per layer, the bytes a step's forward allocated in it and had not freed (matched by
+    address) when backward next began, averaged over the traced steps: what it keeps for
+    backward. Without a backward after it, an allocation is kept if forward's end finds it held."""
     events = levels.events
     kept: dict[str, float] = defaultdict(float)
     steps = len(timeline.steps)
     for index, window in enumerate(timeline.steps):
-        forward = [(a, b) for a, b, phase in timeline.covering(index) if phase == "forward"]
+        segments = timeline.covering(index)
+        forward = [b for _, b, phase in segments if phase == "forward"]
         if not forward:
             continue
-        forward_end = forward[-1][1]
+        # Backward's starts, not forward's end: TF's executor runs forward-scoped ops (metrics)
+        # while backward runs, and backward's frees of activations came before such an op's end.
+        backward = [a for a, _, phase in segments if phase == "backward"]
         inside = levels.between(window.start_us, window.end_us)
-        # Per address, when forward's frees of it came (in time order: events are sorted).
+        # Per address, the times of its frees (in time order: events are sorted).
         frees: dict[int, list[float]] = defaultdict(list)
         for i in inside:
-            if events[i].nbytes < 0 and events[i].addr is not None and events[i].ts_us < forward_end:
+            if events[i].nbytes < 0 and events[i].addr is not None:
                 frees[events[i].addr].append(events[i].ts_us)
         for i in inside:
             event, layer = events[i], layers[i]
             if (layer is None or event.nbytes <= 0 or event.addr is None
                     or event_phase(event, timeline, index) != "forward"):
                 continue
-            # Freed if a free of its address came after it and before forward's end.
+            after = bisect.bisect_left(backward, event.ts_us)
+            until = backward[after] if after < len(backward) else max(forward[-1], event.ts_us)
             times = frees.get(event.addr, ())
-            freed = bisect.bisect_left(times, event.ts_us) < len(times)
-            if not freed:
+            first_free = bisect.bisect_left(times, event.ts_us)
+            if first_free == len(times) or times[first_free] >= until:
                 kept[layer] += event.nbytes
     return {layer: total / steps for layer, total in kept.items()} if steps else {}
 
