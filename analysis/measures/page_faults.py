@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import statistics
 
+import numpy as np
+
 from gapscope.analysis.readers import step_rows
 
 # The variant that keeps freed memory (workloads/variants.py), named in the notes and suggestions.
@@ -30,11 +32,12 @@ def faults_per_step(rows: list[dict] | None, warmup_steps: int) -> float | None:
     if not rows:
         return None
     steady = step_rows.steady(rows, warmup_steps)
-    chosen = [r for r in steady if not r.get("traced")] or steady
-    counts = [r.get("minor_faults") for r in chosen]
-    if not counts or any(c is None for c in counts):
+    counts, traced = step_rows.column(steady, "minor_faults"), step_rows.flagged(steady, "traced")
+    if not traced.all():
+        counts = counts[~traced]
+    if not len(counts) or np.isnan(counts).any():
         return None
-    return statistics.fmean(counts)
+    return statistics.fmean(counts.tolist())
 
 
 def estimated_cost_ms(faults: float) -> float:

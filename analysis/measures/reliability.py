@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-import statistics
 
 import numpy as np
 
@@ -104,31 +103,40 @@ def _load_warnings(load) -> list[str]:
 def two_levels(times: list[float]) -> tuple[tuple[int, float], tuple[int, float]] | None:
     """((count, median) of the fast group, (count, median) of the slow) where the sorted steps
     break at one wide gap into two groups SPLIT_RATIO apart; None for one level."""
-    values = sorted(t for t in times if t > 0)
+    values = np.asarray(times, float)
+    values = np.sort(values[values > 0])
     least = max(LEVEL_MIN_STEPS, math.ceil(LEVEL_MIN_SHARE * len(values)))
     if len(values) < 2 * least:
         return None
-    gaps = [(math.log(values[i] / values[i - 1]), i) for i in range(least, len(values) - least + 1)]
-    _, cut = max(gaps)
+    at = np.arange(least, len(values) - least + 1)
+    gaps = np.log(values[at] / values[at - 1])
+    cut = int(at[len(at) - 1 - np.argmax(gaps[::-1])])  # the widest gap, the last of equals
     low, high = values[:cut], values[cut:]
-    if statistics.median(high) / statistics.median(low) < SPLIT_RATIO:
+    if _sorted_median(high) / _sorted_median(low) < SPLIT_RATIO:
         return None
     # A continuum of step times has no wide gap: half the ratio must lie between the groups.
     if values[cut] / values[cut - 1] < math.sqrt(SPLIT_RATIO):
         return None
-    return (len(low), statistics.median(low)), (len(high), statistics.median(high))
+    return (len(low), _sorted_median(low)), (len(high), _sorted_median(high))
+
+
+def _sorted_median(ordered: np.ndarray) -> float:
+    """statistics.median of values already in order."""
+    middle = len(ordered) // 2
+    return float(ordered[middle]) if len(ordered) % 2 else float((ordered[middle - 1] + ordered[middle]) / 2)
 
 
 def level_shift(times: list[float]) -> tuple[int, float, float] | None:
     """(index, median before, median after) where the steps, in time order, change level for
     good: the two stretches LEVEL_RATIO apart and hardly overlapping; None otherwise."""
-    if not times or min(times) <= 0:
+    times = np.asarray(times, float)
+    if not len(times) or times.min() <= 0:
         return None
     # On logs so a 2x step change counts alike at any speed.
-    cut = change_point([math.log(t) for t in times])
+    cut = change_point(np.log(times))
     if cut is None:
         return None
-    before, after = statistics.median(times[:cut]), statistics.median(times[cut:])
+    before, after = float(np.median(times[:cut])), float(np.median(times[cut:]))
     if abs(math.log(after / before)) < math.log(LEVEL_RATIO):
         return None
     if not apart(times[:cut], times[cut:]):
@@ -154,12 +162,12 @@ def change_point(values: list[float]) -> int | None:
 
 def apart(before: list[float], after: list[float]) -> bool:
     """Most of the higher stretch above most of the lower one: a step change, not a drift."""
-    high, low = (before, after) if statistics.median(before) > statistics.median(after) else (after, before)
+    before, after = np.sort(np.asarray(before, float)), np.sort(np.asarray(after, float))
+    high, low = (before, after) if _sorted_median(before) > _sorted_median(after) else (after, before)
     return _quantile(low, 0.9) < _quantile(high, 0.1)
 
 
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
+def _quantile(ordered: np.ndarray, q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 

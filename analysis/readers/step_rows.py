@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -79,14 +80,36 @@ def as_dict(header: list[str], cells: list[str]) -> dict:
     return row
 
 
+def plain_table(text: str) -> list[dict] | None:
+    """The rows of a whole steps.csv as gapscope writes it (no quotes, no blank or partial
+    line, every line as wide as the header), parsed as checked_table parses them; None for any
+    other file, which checked_table reads. Without quotes each comma parts two cells, so the
+    cells are split in one pass rather than csv's, line by line (a third of reading 100k rows)."""
+    text = text.replace("\r\n", "\n")  # csv.writer's line end
+    if '"' in text or "\r" in text or not text.endswith("\n"):
+        return None
+    lines = text.split("\n")
+    header, lines = lines[0].split(","), lines[1:-1]
+    commas = len(header) - 1
+    if any(count != commas for count in map(str.count, lines, repeat(","))):
+        return None
+    cells = ",".join(lines).split(",")
+    return _clean_columns(header, {key: cells[i::len(header)] for i, key in enumerate(header)},
+                          len(lines))
+
+
 def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
     """The parsed rows when every row passes every check of _row and no step repeats, else
     None (the row-by-row path then says which rows fail, and why)."""
-    width = len(header)
-    if not cells or len(set(header)) != width or not {"step", "step_ms"} <= set(header) \
-            or any(len(row) != width for row in cells):
+    if any(len(row) != len(header) for row in cells):
         return None
-    columns = dict(zip(header, zip(*cells)))
+    return _clean_columns(header, dict(zip(header, zip(*cells))), len(cells))
+
+
+def _clean_columns(header: list[str], columns: dict[str, list[str]], count: int) -> list[dict] | None:
+    """_clean_rows of the cells a column at a time, `count` rows."""
+    if not count or len(set(header)) != len(header) or not {"step", "step_ms"} <= set(header):
+        return None
     try:
         parsed = {key: _column(texts, loss=key == "loss") for key, texts in columns.items()}
     except ValueError:
@@ -95,7 +118,7 @@ def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
     written = "".join(steps)
     if not (written.isascii() and written.isdigit() and max(map(len, steps)) <= 18
             and "" not in steps) \
-            or None in parsed["step_ms"] or len(set(parsed["step"])) != len(cells):
+            or None in parsed["step_ms"] or len(set(parsed["step"])) != count:
         return None
     checked = [key for key in header if key in (*_FLAGS, "minor_faults", "step_ms")
                or key.removesuffix("_ms") in MARKED_PHASES]
@@ -103,7 +126,7 @@ def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
                              [np.nan if v is None else v for v in parsed[key]], dtype=float)
                for key in checked}
     given = {key: numbers[key] if "" not in columns[key] else
-             numbers[key][np.fromiter((t != "" for t in columns[key]), bool, len(cells))]
+             numbers[key][np.fromiter((t != "" for t in columns[key]), bool, count)]
              for key in checked}  # the cells written, "nan" among them
     if any(not np.isin(given[flag], (0, 1)).all() for flag in _FLAGS if flag in given):
         return None
@@ -115,7 +138,7 @@ def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
         if not (np.isfinite(given[key]) & (given[key] >= 0) & (given[key] <= MAX_STEP_MS)).all():
             return None
     step_ms = numbers["step_ms"]
-    phases = sum((np.nan_to_num(numbers[key]) for key in timed), np.zeros(len(cells)))
+    phases = sum((np.nan_to_num(numbers[key]) for key in timed), np.zeros(count))
     if (step_ms == 0).any() or (phases > step_ms + PHASE_SLACK_MS).any():
         return None
     order = ["step", *(key for key in header if key != "step")]  # as _row builds a row
@@ -212,48 +235,86 @@ def _number(text: str) -> float | int | None:
 COMPILING = "compiling"
 
 
-def steady(rows: list[dict], warmup_steps: int) -> list[dict]:
+class StepRows(list):
+    """steps.csv's rows, dicts as every figure reads them, whose cells a figure over all of them
+    takes a column at a time (`column`): each column is made once and kept, since a breakdown
+    of 100k rows passed over their dicts some thirty times. A subset (`where`) takes its
+    columns from its parent's while both still hold the rows it was taken from."""
+
+    def __init__(self, rows=(), parent: StepRows | None = None, kept: np.ndarray | None = None):
+        super().__init__(rows)
+        self._columns: dict[str, np.ndarray] = {}
+        self._parent, self._kept = parent, kept
+
+    def column(self, key: str) -> np.ndarray:
+        """The cells of `key` as floats (a flag 1.0), NaN where a row has none."""
+        made = self._columns.get(key)
+        if made is None or len(made) != len(self):
+            parent, kept = self._parent, self._kept
+            if parent is not None and len(parent) == len(kept) and np.count_nonzero(kept) == len(self):
+                made = parent.column(key)[kept]
+            else:
+                made = _column_of(self, key)
+            made.flags.writeable = False  # shared by every figure that asks
+            self._columns[key] = made
+        return made
+
+    def forget(self) -> None:
+        """Drops the columns made: the rows' dicts changed (mark_compiling)."""
+        self._columns.clear()
+
+
+def column(rows: list[dict], key: str) -> np.ndarray:
+    """The cells of `key` over `rows` as floats, NaN where a row has none (StepRows keep it)."""
+    return rows.column(key) if isinstance(rows, StepRows) else _column_of(rows, key)
+
+
+def _column_of(rows: list[dict], key: str) -> np.ndarray:
+    return np.fromiter((np.nan if (v := r.get(key)) is None else v for r in rows), float, len(rows))
+
+
+def flagged(rows: list[dict], key: str) -> np.ndarray:
+    """Which rows have `key` set (a flag: traced, compiling), as `r.get(key)` is true."""
+    cells = column(rows, key)
+    return (cells != 0) & ~np.isnan(cells)
+
+
+def where(rows: list[dict], keep: np.ndarray) -> StepRows:
+    """The rows `keep` marks, in their order, their columns taken from `rows` where it keeps them."""
+    return StepRows(compress(rows, keep), rows if isinstance(rows, StepRows) else None, keep)
+
+
+def steady(rows: list[dict], warmup_steps: int) -> StepRows:
     """Rows of steps numbered from `warmup_steps` on: by step number, not position, so a row
     dropped before them does not move a warm-up step into the steady state. A step that
     compiled after the warm-up (mark_compiling) is left out too. (A new list each call.)"""
-    global _last_steady
-    # A breakdown asks for the same rows' steady steps some ten times: a pass over 100k rows
-    # each. The last answer is kept, with the rows it was for (so no other list takes their id).
-    last = _last_steady
-    if last is not None and last[0] is rows and last[1:4] == (len(rows), warmup_steps, _marks):
-        return list(last[4])
-    found = [r for r in rows if r["step"] >= warmup_steps and not r.get(COMPILING)]
-    _last_steady = (rows, len(rows), warmup_steps, _marks, found)
-    return list(found)
-
-
-_last_steady: tuple | None = None  # steady's last (rows, their length, warmup, _marks, answer)
-_marks = 0  # mark_compiling's calls: a row flagged since makes steady's last answer stale
+    return where(rows, (column(rows, "step") >= warmup_steps) & ~flagged(rows, COMPILING))
 
 
 def mark_compiling(rows: list[dict], steps: list[int]) -> list[dict]:
     """Flags the rows of `steps` (a recompile or a retrace after the warm-up) as no steady steps."""
-    global _marks
-    _marks += 1
     wanted = set(steps)
     for row in rows:
         if row["step"] in wanted:
             row[COMPILING] = True
+    if isinstance(rows, StepRows):
+        rows.forget()
     return rows
 
 
-def compiling(rows: list[dict]) -> list[dict]:
+def compiling(rows: list[dict]) -> StepRows:
     """The rows mark_compiling flagged."""
-    return [r for r in rows if r.get(COMPILING)]
+    return where(rows, flagged(rows, COMPILING))
 
 
-def warm_up(rows: list[dict], warmup_steps: int) -> list[dict]:
-    return [r for r in rows if r["step"] < warmup_steps]
+def warm_up(rows: list[dict], warmup_steps: int) -> StepRows:
+    return where(rows, column(rows, "step") < warmup_steps)
 
 
 def warmup_from_rows(rows: list[dict]) -> int | None:
     """The warm-up steps.csv itself records (its `warmup` column): the step after the last one
     flagged. None when the file has no such column (a foreign or older file)."""
-    if not rows or any(r.get("warmup") is None for r in rows):
+    if not rows or np.isnan(column(rows, "warmup")).any():
         return None
-    return max((r["step"] + 1 for r in rows if r["warmup"]), default=0)
+    flagged_steps = column(rows, "step")[flagged(rows, "warmup")]
+    return int(flagged_steps.max()) + 1 if len(flagged_steps) else 0

@@ -3,8 +3,6 @@ each phase from the step timers where they saw it, else from the trace (see phas
 from __future__ import annotations
 
 import enum
-import operator
-import statistics
 
 import numpy as np
 
@@ -190,13 +188,14 @@ def breakdown_from_timers(rows: list[dict], warmup_steps: int,
     """Steps from the per-step timers (steps.csv rows); warm-up steps become compile_ms.
     `why_untraced`: why the run holds no trace where it was asked for one."""
     steady = _steady(rows, warmup_steps)
-    untraced = [r for r in steady if not r.get("traced")] or steady
+    traced = step_rows.flagged(steady, "traced")
+    untraced = step_rows.where(steady, ~traced) if not traced.all() else steady
     timed = _timed_phases(rows, warmup_steps)
     per_step = [StepBreakdown.from_marked(int(r["step"]), r["step_ms"],
                                           {p: r[f"{p}_ms"] or 0.0 for p in timed}, r.get("loss"))
                 for r in untraced]
-    samples = PhaseSamples(np.array([r["step_ms"] for r in untraced], float),
-                           {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed})
+    samples = PhaseSamples(step_rows.column(untraced, "step_ms"),
+                           {p: _phase_column(untraced, p) for p in timed})
     origins = {p: PhaseOrigin.MARKED if p in timed else PhaseOrigin.MISSING for p in MARKED_PHASES}
     notes = []
     if any(p not in timed for p in runs_phases):
@@ -204,8 +203,13 @@ def breakdown_from_timers(rows: list[dict], warmup_steps: int,
                      + (why_untraced or "run with --trace for them"))
     result = _from_samples(samples, per_step, origins, notes, runs_phases=runs_phases)
     result.compile_ms = compile_ms(rows, warmup_steps)
-    result.unprofiled = any(not r.get("traced") for r in steady)
+    result.unprofiled = not traced.all()
     return result
+
+
+def _phase_column(rows: list[dict], phase: str) -> np.ndarray:
+    """A timed phase's ms over `rows`, 0 where a row has none (as `r[f"{phase}_ms"] or 0.0`)."""
+    return np.nan_to_num(step_rows.column(rows, f"{phase}_ms"), nan=0.0)
 
 
 def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool) -> Breakdown:
@@ -214,14 +218,14 @@ def _combined(run: Run, traced: list[StepBreakdown], timed: list[str], raw: bool
     notes = []
     origins = dict(run.timeline.origins)
     steady = _steady(rows, run.warmup_steps) if rows else []
-    untraced = [r for r in steady if not r.get("traced")]
+    untraced = step_rows.where(steady, ~step_rows.flagged(steady, "traced")) if rows else []
     traced_rows = recorded_rows(steady, run.manifest.get("trace_window"),
                                 run.settings.get("steps_per_execution", 1))
     samples = PhaseSamples(
-        np.array([r["step_ms"] for r in untraced], float) if untraced else None,
-        {p: np.array([r[f"{p}_ms"] or 0.0 for r in untraced]) for p in timed} if untraced else {},
+        step_rows.column(untraced, "step_ms") if untraced else None,
+        {p: _phase_column(untraced, p) for p in timed} if untraced else {},
         _phase_matrix(traced),
-        np.array([r["step_ms"] for r in traced_rows], float) if traced_rows else None)
+        step_rows.column(traced_rows, "step_ms") if traced_rows else None)
     if rows and not untraced and not raw:
         notes.append("no unprofiled steady steps: figures are the trace's, profiler cost inside; "
                      "run more steps than --warmup + --trace-steps")
@@ -347,7 +351,7 @@ def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list
     window nor the teardown step after it, which also count as traced (not unprofiled). Where a
     call runs several updates the trace holds whole calls, which the window's update numbers do
     not bound: all traced rows then."""
-    traced = [r for r in rows if r.get("traced")]
+    traced = step_rows.where(rows, step_rows.flagged(rows, "traced"))
     if steps_per_execution != 1 or not (isinstance(trace_window, list) and len(trace_window) == 2
             and all(isinstance(n, int) for n in trace_window)):
         return traced
@@ -357,9 +361,10 @@ def recorded_rows(rows: list[dict], trace_window, steps_per_execution=1) -> list
 
 def _timed_phases(rows: list[dict], warmup_steps: int) -> list[str]:
     """Phases the step timers measured on the unprofiled steady steps."""
-    steady = [r for r in step_rows.steady(rows, warmup_steps) if not r.get("traced")]
+    steady = step_rows.steady(rows, warmup_steps)
+    untraced = ~step_rows.flagged(steady, "traced")
     return [p for p in MARKED_PHASES
-            if steady and None not in map(operator.methodcaller("get", f"{p}_ms"), steady)]
+            if untraced.any() and not np.isnan(step_rows.column(steady, f"{p}_ms")[untraced]).any()]
 
 
 def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
@@ -367,7 +372,7 @@ def compile_ms(rows: list[dict], warmup_steps: int) -> float | None:
     steady = step_rows.steady(rows, warmup_steps)
     if warmup_steps == 0 or not steady:
         return None
-    median = statistics.median(r["step_ms"] for r in steady)
+    median = float(np.median(step_rows.column(steady, "step_ms")))
     return sum(max(0.0, r["step_ms"] - median) for r in step_rows.warm_up(rows, warmup_steps))
 
 
@@ -388,11 +393,10 @@ def per_update(steps: list[StepBreakdown], steps_per_execution: int, steps_run: 
 def trace_overhead_pct(rows: list[dict], warmup_steps: int) -> float | None:
     """Profiling distorts small steps: median traced step against median untraced step."""
     steady = step_rows.steady(rows, warmup_steps)
-    traced = [r["step_ms"] for r in steady if r.get("traced")]
-    untraced = [r["step_ms"] for r in steady if not r.get("traced")]
-    if not traced or not untraced:
+    step_ms, traced = step_rows.column(steady, "step_ms"), step_rows.flagged(steady, "traced")
+    if traced.all() or not traced.any():
         return None
-    return 100.0 * (statistics.median(traced) / statistics.median(untraced) - 1.0)
+    return 100.0 * (float(np.median(step_ms[traced])) / float(np.median(step_ms[~traced])) - 1.0)
 
 
 def _label(result: Breakdown, run: Run) -> None:

@@ -3,7 +3,6 @@ told apart from a one-off level change."""
 from __future__ import annotations
 
 import math
-import statistics
 from dataclasses import dataclass
 
 import numpy as np
@@ -43,9 +42,7 @@ def creep(steps: list[float], values: list[float], groups: list[int] | None = No
     if n < 2 or n != len(steps):
         return None
     # As arrays: a run of 100k steps made the sums over Python lists a tenth of its breakdown.
-    labels = {}
-    group = np.array([labels.setdefault(g, len(labels)) for g in groups], np.intp) if groups \
-        else np.zeros(n, np.intp)
+    group = _numbered(groups) if groups is not None and len(groups) else np.zeros(n, np.intp)
     xs, ys = np.asarray(steps, float), np.asarray(values, float)
     counts = np.bincount(group)
     dx = xs - (np.bincount(group, xs) / counts)[group]
@@ -72,27 +69,33 @@ def trend(steps: list[float], values: list[float], groups: list[int] | None = No
     under `negligible` a step, which no view calls creep, does not keep the level change from
     being told (a page or so over 18 flat steps fits to a slope beyond noise), and a jump that
     such a slope would make over its stretch is not told as one."""
-    groups = groups or [0] * len(values)
-    found = creep(steps, values, groups)
+    label = _numbered(groups) if groups is not None and len(groups) else np.zeros(len(values), np.intp)
+    found = creep(steps, values, label)
+    ys_all = np.asarray(values, float)
     best = None
-    for g in dict.fromkeys(groups):
-        idx = [i for i, h in enumerate(groups) if h == g]
-        ys = [values[i] for i in idx]
+    for g in range(int(label.max()) + 1 if len(label) else 0):  # in their order of appearance
+        idx = np.flatnonzero(label == g)
+        ys = ys_all[idx]
         cut = change_point(ys)
         if cut is None or not apart(ys[:cut], ys[cut:]):
             continue
-        jump = abs(statistics.median(ys[cut:]) - statistics.median(ys[:cut]))
+        jump = abs(float(np.median(ys[cut:])) - float(np.median(ys[:cut])))
         if best is None or jump > best[0]:
             best = (jump, idx, cut)
     # A jump no larger than a negligible slope would make over its stretch is no finding either.
     if best is None or best[0] < negligible * len(best[1]):
         return found, None
     _, idx, cut = best
-    split = list(groups)
-    for i in idx[cut:]:
-        split[i] = ("after", groups[i])
+    split = label.copy()
+    split[idx[cut:]] += int(label.max()) + 1  # the stretch after the jump: a group of its own
     within = creep(steps, values, split)
     if within is None or within.significant and abs(within.per_step) >= negligible:
         return found, None
-    before, after = [values[i] for i in idx[:cut]], [values[i] for i in idx[cut:]]
-    return within, LevelChange(steps[idx[cut]], statistics.median(before), statistics.median(after))
+    before, after = ys_all[idx[:cut]], ys_all[idx[cut:]]
+    return within, LevelChange(steps[int(idx[cut])], float(np.median(before)), float(np.median(after)))
+
+
+def _numbered(groups) -> np.ndarray:
+    """Each point's group (whole numbers) as 0, 1, ... in the order the groups first appear."""
+    _, first, inverse = np.unique(np.asarray(groups, np.intp), return_index=True, return_inverse=True)
+    return np.argsort(np.argsort(first))[inverse.reshape(-1)]

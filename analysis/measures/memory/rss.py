@@ -1,6 +1,8 @@
 """The process's resident memory per step (steps.csv `rss_mb`): its level and creep over the steady steps."""
 from __future__ import annotations
 
+import numpy as np
+
 from gapscope.analysis.measures.memory.creep import trend
 from gapscope.analysis.readers import step_rows
 
@@ -22,25 +24,29 @@ def rss_rows(rows: list[dict] | None, warmup_steps: int) -> tuple[list[dict], bo
     while it records (that growth is no creep of the loop's)."""
     if not rows:
         return [], False
-    steady = [r for r in step_rows.steady(rows, warmup_steps) if r.get(RSS_COLUMN) is not None]
-    unprofiled = [r for r in steady if not r.get("traced")]
-    return (unprofiled, True) if unprofiled else (steady, False)
+    steady = step_rows.steady(rows, warmup_steps)
+    recorded = ~np.isnan(step_rows.column(steady, RSS_COLUMN))
+    unprofiled = recorded & ~step_rows.flagged(steady, "traced")
+    return (step_rows.where(steady, unprofiled), True) if unprofiled.any() \
+        else (step_rows.where(steady, recorded), False)
 
 
-def outside_window(rows: list[dict], warmup_steps: int) -> list[list[dict]]:
+def outside_window(rows: list[dict], warmup_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The unprofiled steady stretches with RSS, before and after the traced window (a traced
-    step or a missing one ends a stretch), each at least _MIN_STRETCH long. The window's
-    profiler buffers move the level between them; inside one, nothing of the profiler's runs."""
-    found, current = [], []
-    for row in sorted(step_rows.steady(rows or [], warmup_steps), key=lambda r: r["step"]):
-        gap = current and row["step"] != current[-1]["step"] + 1
-        if row.get("traced") or row.get(RSS_COLUMN) is None or gap:
-            found.append(current)
-            current = []
-        if not row.get("traced") and row.get(RSS_COLUMN) is not None:
-            current.append(row)
-    found.append(current)
-    return [s for s in found if len(s) >= _MIN_STRETCH]
+    step or a missing one ends a stretch), each at least _MIN_STRETCH long, as their steps,
+    RSS and stretch (0, 1, ...) in step order. The window's profiler buffers move the level
+    between them; inside one, nothing of the profiler's runs."""
+    steady = step_rows.steady(rows or [], warmup_steps)
+    order = np.argsort(step_rows.column(steady, "step"), kind="stable")
+    steps, rss = step_rows.column(steady, "step")[order], step_rows.column(steady, RSS_COLUMN)[order]
+    kept = (~step_rows.flagged(steady, "traced") & ~np.isnan(step_rows.column(steady, RSS_COLUMN)))[order]
+    # A stretch begins at a kept step whose step before is not kept or not the step before it.
+    begins = kept & np.r_[True, ~kept[:-1] | (steps[1:] != steps[:-1] + 1)]
+    stretch = np.cumsum(begins) - 1
+    long_enough = np.bincount(stretch[kept], minlength=int(begins.sum())) >= _MIN_STRETCH
+    used = kept & long_enough[np.maximum(stretch, 0)] if len(long_enough) else kept & False
+    renumbered = np.cumsum(long_enough) - 1
+    return steps[used], rss[used], renumbered[stretch[used]]
 
 
 def rss_figures(rows: list[dict] | None, warmup_steps: int) -> dict | None:
@@ -51,14 +57,12 @@ def rss_figures(rows: list[dict] | None, warmup_steps: int) -> dict | None:
     chosen, _ = rss_rows(rows, warmup_steps)
     if not chosen:
         return None
-    values = [float(r[RSS_COLUMN]) for r in chosen]
-    stretches = outside_window(rows, warmup_steps)
-    used = [r for s in stretches for r in s]
+    values = step_rows.column(chosen, RSS_COLUMN).tolist()
+    steps, levels, stretches = outside_window(rows, warmup_steps)
     found, change = None, None
-    if len(used) >= MIN_TREND_STEPS:
-        found, change = trend([float(r["step"]) for r in used], [float(r[RSS_COLUMN]) for r in used],
-                              [i for i, s in enumerate(stretches) for _ in s], NEGLIGIBLE_RSS_MB)
+    if len(steps) >= MIN_TREND_STEPS:
+        found, change = trend(steps.tolist(), levels.tolist(), stretches, NEGLIGIBLE_RSS_MB)
     return {"mean_mb": sum(values) / len(values), "peak_mb": max(values), "first_mb": values[0],
             "last_mb": values[-1], "steps": len(values), "creep": found, "level_change": change,
-            "trend_steps": len(used),
-            "trend_unknown": None if len(used) >= MIN_TREND_STEPS else f"{TOO_FEW} ({len(used)} steps)"}
+            "trend_steps": len(steps),
+            "trend_unknown": None if len(steps) >= MIN_TREND_STEPS else f"{TOO_FEW} ({len(steps)} steps)"}
