@@ -285,7 +285,7 @@ def read_steps(path: Path) -> tuple[list[dict], Counter]:
         text = safe_files.read_bytes(path, safe_files.MAX_SIDE_FILE_BYTES).decode()
         rows = step_rows.plain_table(text)
         if rows is not None:
-            return step_rows.StepRows(rows), Counter()
+            return rows, Counter()
         with io.StringIO(text, newline="") as handle:
             reader = csv.reader(handle)
             header = next(reader, None)
@@ -298,7 +298,7 @@ def read_steps(path: Path) -> tuple[list[dict], Counter]:
         rows, dropped = step_rows.checked_table(path, header, raw[:-1] if partial else raw)
         if partial:
             dropped[step_rows.PARTIAL_LINE] += 1
-        return step_rows.StepRows(rows), dropped
+        return rows if isinstance(rows, step_rows.StepRows) else step_rows.StepRows(rows), dropped
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, csv.Error) as exc:  # UnicodeDecodeError; a cell over csv's field limit

@@ -80,7 +80,7 @@ def as_dict(header: list[str], cells: list[str]) -> dict:
     return row
 
 
-def plain_table(text: str) -> list[dict] | None:
+def plain_table(text: str) -> StepRows | None:
     """The rows of a whole steps.csv as gapscope writes it (no quotes, no blank or partial
     line, every line as wide as the header), parsed as checked_table parses them; None for any
     other file, which checked_table reads. Without quotes each comma parts two cells, so the
@@ -106,7 +106,7 @@ def _clean_rows(header: list[str], cells: list[list[str]]) -> list[dict] | None:
     return _clean_columns(header, dict(zip(header, zip(*cells))), len(cells))
 
 
-def _clean_columns(header: list[str], columns: dict[str, list[str]], count: int) -> list[dict] | None:
+def _clean_columns(header: list[str], columns: dict[str, list[str]], count: int) -> StepRows | None:
     """_clean_rows of the cells a column at a time, `count` rows."""
     if not count or len(set(header)) != len(header) or not {"step", "step_ms"} <= set(header):
         return None
@@ -142,7 +142,10 @@ def _clean_columns(header: list[str], columns: dict[str, list[str]], count: int)
     if (step_ms == 0).any() or (phases > step_ms + PHASE_SLACK_MS).any():
         return None
     order = ["step", *(key for key in header if key != "step")]  # as _row builds a row
-    return [dict(zip(order, row)) for row in zip(*(parsed[key] for key in order))]
+    if COMPILING not in parsed:  # no row is flagged yet: mark_compiling flags them once read
+        numbers[COMPILING] = np.full(count, np.nan)
+    return StepRows([dict(zip(order, row)) for row in zip(*(parsed[key] for key in order))],
+                    columns=numbers, cells=parsed)
 
 
 def _column(texts: tuple[str, ...], loss: bool) -> list:
@@ -241,27 +244,39 @@ class StepRows(list):
     of 100k rows passed over their dicts some thirty times. A subset (`where`) takes its
     columns from its parent's while both still hold the rows it was taken from."""
 
-    def __init__(self, rows=(), parent: StepRows | None = None, kept: np.ndarray | None = None):
+    def __init__(self, rows=(), parent: StepRows | None = None, kept: np.ndarray | None = None,
+                 columns: dict[str, np.ndarray] | None = None, cells: dict[str, list] | None = None):
         super().__init__(rows)
         self._columns: dict[str, np.ndarray] = {}
         self._parent, self._kept = parent, kept
+        # What the reader parsed, a column at a time: its arrays, and its lists of numbers.
+        self._cells = cells or {}
+        for key, made in (columns or {}).items():
+            self._keep(key, made)
 
     def column(self, key: str) -> np.ndarray:
         """The cells of `key` as floats (a flag 1.0), NaN where a row has none."""
         made = self._columns.get(key)
         if made is None or len(made) != len(self):
-            parent, kept = self._parent, self._kept
+            parent, kept, cells = self._parent, self._kept, self._cells.get(key)
             if parent is not None and len(parent) == len(kept) and np.count_nonzero(kept) == len(self):
                 made = parent.column(key)[kept]
+            elif cells is not None and len(cells) == len(self):
+                made = np.array(cells if None not in cells else [np.nan if v is None else v for v in cells], float)
             else:
                 made = _column_of(self, key)
-            made.flags.writeable = False  # shared by every figure that asks
-            self._columns[key] = made
+            self._keep(key, made)
         return made
 
-    def forget(self) -> None:
-        """Drops the columns made: the rows' dicts changed (mark_compiling)."""
-        self._columns.clear()
+    def _keep(self, key: str, made: np.ndarray) -> None:
+        made.flags.writeable = False  # shared by every figure that asks
+        self._columns[key] = made
+
+    def flag(self, key: str, rows: np.ndarray) -> None:
+        """Keeps `key`'s column as the flag just set on the dicts of `rows` (mark_compiling)."""
+        made = self.column(key).copy()
+        made[rows] = 1.0
+        self._keep(key, made)
 
 
 def column(rows: list[dict], key: str) -> np.ndarray:
@@ -293,12 +308,13 @@ def steady(rows: list[dict], warmup_steps: int) -> StepRows:
 
 def mark_compiling(rows: list[dict], steps: list[int]) -> list[dict]:
     """Flags the rows of `steps` (a recompile or a retrace after the warm-up) as no steady steps."""
-    wanted = set(steps)
-    for row in rows:
-        if row["step"] in wanted:
-            row[COMPILING] = True
+    if not steps:
+        return rows
+    hit = np.flatnonzero(np.isin(column(rows, "step"), sorted(set(steps))))
+    for i in hit.tolist():
+        rows[i][COMPILING] = True
     if isinstance(rows, StepRows):
-        rows.forget()
+        rows.flag(COMPILING, hit)
     return rows
 
 
