@@ -122,7 +122,7 @@ def kernel_layers(trace: Trace, timeline: PhaseTimeline, specs: list[dict] | Non
     if not items:
         return None
     stacks, ops = _stacks(trace, {id(at) for _, at in items})
-    ranges, _, _ = layer_ranges(trace, depth)
+    ranges, _ = layer_ranges(trace, depth)
     kept = {(track, start, end) for track, spans in ranges.items() for start, end, _ in spans}
 
     def stack_of(at: Event) -> list[Event]:
