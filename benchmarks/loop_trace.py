@@ -13,11 +13,13 @@ STEP_PREFIX = "ProfilerStep#"
 _DIGITS = 3
 
 
-def record(out: Path, steps: int = 70) -> Path:
+def record(out: Path, steps: int = 70, shapes: bool = False) -> Path:
     """A real trace, `out`: the PyTorch tutorials' loop (DataLoader, forward, loss, backward,
     Adam step) for `steps` iterations under torch.profiler on the CPU, prof.step() each (the
     last `steps` - 2 recorded, each a ProfilerStep#N), and no gapscope mark in it, as the
-    59 MB trace of the issue-46 measurements was made."""
+    59 MB trace of the issue-46 measurements was made. `shapes`: recorded with record_shapes,
+    with_stack and with_modules, as a user recording their model's layers does (every op's
+    Input Dims, the `nn.Module: …` ranges)."""
     import torch
     from torch.utils.data import DataLoader, TensorDataset
 
@@ -30,7 +32,8 @@ def record(out: Path, steps: int = 70) -> Path:
     optimizer = torch.optim.AdamW(model.parameters(), foreach=False)  # an op per parameter, as many loops
     loss_fn = torch.nn.CrossEntropyLoss()  # (torch.nn.functional is not in the torch floor's snapshot)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
-                                schedule=torch.profiler.schedule(wait=1, warmup=1, active=steps - 2)) as prof:
+                                schedule=torch.profiler.schedule(wait=1, warmup=1, active=steps - 2),
+                                record_shapes=shapes, with_stack=shapes, with_modules=shapes) as prof:
         for inputs, targets in loader:
             optimizer.zero_grad()
             loss_fn(model(inputs), targets).backward()

@@ -199,8 +199,8 @@ def test_every_chunk_of_a_plain_file_is_decoded_by_the_workers(tmp_path, monkeyp
                         lambda self, buf: decoded_here.append(1) or original(self, buf))
     send_range = chunk_pool.Worker.send_range
     monkeypatch.setattr(chunk_pool.Worker, "send_range",
-                        lambda self, source, offset, length, kind: ranges.append((offset, length))
-                        or send_range(self, source, offset, length, kind))
+                        lambda self, source, offset, length, *how: ranges.append((offset, length))
+                        or send_range(self, source, offset, length, *how))
     monkeypatch.setattr(chunk_pool.Worker, "send", None)  # no chunk's bytes go through a pipe
     split = read_torch_trace(path)
     assert _as_tuples(split) == _as_tuples(whole)
@@ -226,7 +226,7 @@ def test_a_gzip_goes_through_the_pipes_inflated_once(tmp_path, monkeypatch, para
     from gapscope.analysis.readers import gunzip
     sent, inflations = [], []
     send = chunk_pool.Worker.send
-    monkeypatch.setattr(chunk_pool.Worker, "send", lambda self, data, kind: sent.append(bytes(data)) or send(self, data, kind))
+    monkeypatch.setattr(chunk_pool.Worker, "send", lambda self, data, *how: sent.append(bytes(data)) or send(self, data, *how))
     monkeypatch.setattr(chunk_pool.Worker, "send_range", None)
     start = gunzip.ChildGunzip.__init__
     monkeypatch.setattr(gunzip.ChildGunzip, "__init__",

@@ -29,7 +29,8 @@ import bisect
 from collections import defaultdict
 from dataclasses import dataclass
 
-from gapscope.analysis.readers.torch_memory import read_op_shapes
+from gapscope.analysis.events.trace import Trace
+from gapscope.analysis.readers.op_shapes import FLOPS_KEY
 
 
 @dataclass(frozen=True)
@@ -145,38 +146,19 @@ def layer_params(layer: dict) -> int:
     return 0
 
 
-def product_flops(name: str, dims: list) -> int | None:
-    """A matrix product op's FLOPs from its Input Dims (2·M·N·K, times the batch for bmm):
-    aten::addmm [bias, [M, K], [K, N], …], aten::mm [[M, K], [K, N]], aten::bmm [[B, M, K],
-    [B, K, N]], aten::baddbmm [bias, [B, M, K], [B, K, N], …]; None where the shapes are not so."""
-    at = 1 if name in ("aten::addmm", "aten::baddbmm") else 0
-    if len(dims) < at + 2:
-        return None
-    left, right = dims[at], dims[at + 1]
-    if not (isinstance(left, list) and isinstance(right, list) and len(left) == len(right) in (2, 3)
-            and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in left + right)):
-        return None
-    if left[-1] != right[-2] or (len(left) == 3 and left[0] != right[0]):
-        return None
-    batch = left[0] if len(left) == 3 else 1
-    return 2 * batch * left[-2] * left[-1] * right[-1]
-
-
-def traced_layer_flops(path, spans: list[tuple[float, float, str, str, int]], steps: int) -> dict[str, LayerFlops]:
+def traced_layer_flops(trace: Trace, spans: list[tuple[float, float, str, str, int]], steps: int) -> dict[str, LayerFlops]:
     """Each layer's FLOPs per step from the matrix products that ran in its time (layer_spans:
-    forward inside its range, backward inside the autograd nodes linked to it), their shapes
-    from the trace's Input Dims (record_shapes); {} where the trace has none. Only matrix
-    products count (what torch's FLOP counter counts for Linear and attention layers)."""
-    if not spans or steps < 1:
+    forward inside its range, backward inside the autograd nodes linked to it), their FLOPs
+    from the trace's Input Dims (record_shapes, readers.op_shapes); {} where the trace has none.
+    Only matrix products count (what torch's FLOP counter counts for Linear and attention layers)."""
+    found = trace.metadata.get(FLOPS_KEY)
+    if not spans or steps < 1 or found is None:
         return {}
     starts = [s[0] for s in spans]
     totals: dict[str, dict[str, int]] = defaultdict(lambda: {"forward": 0, "backward": 0})
-    for op in read_op_shapes(path):
-        i = bisect.bisect_right(starts, op.start_us) - 1
-        if i < 0 or op.start_us >= spans[i][1]:
-            continue
-        flops = product_flops(op.name, op.dims)
-        if flops is not None:
+    for start_us, flops in zip(found[0].tolist(), found[1].tolist()):
+        i = bisect.bisect_right(starts, start_us) - 1
+        if i >= 0 and start_us < spans[i][1]:
             totals[spans[i][2]][spans[i][3]] += flops
     return {name: LayerFlops(t["forward"] // steps, t["backward"] // steps, t["forward"] // steps)
             for name, t in totals.items()}

@@ -118,20 +118,22 @@ class Worker:
     def ready(self) -> bool:
         return self.process.poll() is None and not self.busy
 
-    def send(self, data: bytes, kind: int = 0) -> None:
-        """Has the worker decode `data`, a chunk's events, with trace_chunks.KINDS[kind]."""
+    def send(self, data: bytes, kind: int = 0, products: bool = True) -> None:
+        """Has the worker decode `data`, a chunk's events, with trace_chunks.KINDS[kind] (and
+        its matrix products' FLOPs where `products`)."""
         try:
-            self.process.stdin.write(_LENGTH.pack(len(data)) + bytes((kind,)))
+            self.process.stdin.write(_LENGTH.pack(len(data)) + bytes((kind, products)))
             self.process.stdin.write(data)
             self.process.stdin.flush()
         except OSError:
             raise WorkerLost from None
         self.busy = True
 
-    def send_range(self, source: tuple[str, int, int], offset: int, length: int, kind: int = 0) -> None:
+    def send_range(self, source: tuple[str, int, int], offset: int, length: int, kind: int = 0,
+                   products: bool = True) -> None:
         """Has the worker read `length` bytes of the file at `offset` itself and decode them as
         a chunk's events (as send does): no chunk is copied into the pipe, nor held here meanwhile."""
-        request = pickle.dumps((source, offset, length, kind), protocol=pickle.HIGHEST_PROTOCOL)
+        request = pickle.dumps((source, offset, length, kind, products), protocol=pickle.HIGHEST_PROTOCOL)
         try:
             self.process.stdin.write(_LENGTH.pack(_RANGE) + _LENGTH.pack(len(request)) + request)
             self.process.stdin.flush()
@@ -188,12 +190,12 @@ def _serve() -> None:
         (length,) = _LENGTH.unpack(head)
         try:
             if length == _RANGE:
-                source, offset, length, kind = pickle.loads(stdin.read(_LENGTH.unpack(stdin.read(_LENGTH.size))[0]))
+                source, offset, length, kind, products = pickle.loads(stdin.read(_LENGTH.unpack(stdin.read(_LENGTH.size))[0]))
                 data = _read_range(opened, source, offset, length)
             else:
-                kind = stdin.read(1)[0]
+                kind, products = stdin.read(2)
                 data = stdin.read(length)
-            answer = (True, decode_chunk(data, KINDS[kind]))
+            answer = (True, decode_chunk(data, KINDS[kind], bool(products)))
         except RangeUnreadable as exc:
             answer = (None, str(exc))
         except Exception as exc:  # noqa: BLE001 - a decode error goes back to the reader

@@ -8,9 +8,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import msgspec
+import numpy as np
 
 from gapscope.analysis.events.trace import STEP, Trace
 from gapscope.analysis.readers import safe_files
+from gapscope.analysis.readers.op_shapes import FLOPS_KEY
 from gapscope.profilers.errors import GapscopeInputError
 
 # What `--session` takes besides a number or a file: every session, as one trace.
@@ -94,9 +96,12 @@ def read_combined(paths: list[Path], read) -> tuple[Trace, str]:
                                  "a job's ranks are no successive windows; give the folder of ranks")
     bases = [t.metadata.get("base_time_ns") for t in traces]
     origin = min(bases) if all(isinstance(b, int) for b in bases) else None
-    events, seen_steps, correlation_offset = [], set(), 0
+    events, seen_steps, correlation_offset, products = [], set(), 0, []
     for trace, base in zip(traces, bases):
         shift = (base - origin) / 1000.0 if origin is not None else 0.0
+        if FLOPS_KEY in trace.metadata:
+            starts, flops = trace.metadata[FLOPS_KEY]
+            products.append((starts + shift, flops))
         steps = {e.step_num for e in trace.events if e.step_num is not None and e.kind == STEP}
         if steps & seen_steps:
             raise GapscopeInputError(
@@ -109,6 +114,9 @@ def read_combined(paths: list[Path], read) -> tuple[Trace, str]:
             for e in trace.events]
         correlation_offset += 1 + max((e.correlation or 0 for e in trace.events), default=0)
     metadata = dict(traces[0].metadata, base_time_ns=origin, sessions=[str(p) for p in paths])
+    metadata.pop(FLOPS_KEY, None)
+    if products:
+        metadata[FLOPS_KEY] = tuple(np.concatenate(column) for column in zip(*products))
     note = (f"{len(paths)} profiler sessions read as one run ({', '.join(p.name for p in paths)}): "
             "their steps are put together; the time between the windows is in no step")
     return Trace(traces[0].source_format, str(paths[0].parent), events, metadata), note

@@ -4,6 +4,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from array import array
 from collections import Counter, deque
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
 from gapscope.analysis.events.columns import ColumnsBuilder
 from gapscope.analysis.events.gc_pause import collector_paused
 from gapscope.analysis.events.phase_rules import BACKWARD_NODE, MODULE_RANGE_PREFIX
-from gapscope.analysis.readers import chunk_pool, lenient_decode, safe_files, torch_memory, trace_chunks, validate
+from gapscope.analysis.readers import chunk_pool, lenient_decode, op_shapes, safe_files, torch_memory, trace_chunks, validate
 from gapscope.analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, describe)
 from gapscope.profilers.phases import LAYER_RANGE_PREFIX
@@ -35,6 +36,10 @@ class _Header(msgspec.Struct):
     baseTimeNanoseconds: int | None = None
     distributedInfo: msgspec.Raw = msgspec.Raw()
     with_modules: msgspec.Raw = msgspec.Raw()  # torch.profiler's own flag, written as 1
+    # Kineto writes the flags that are on beside its trace_id: with it and without these, the
+    # trace holds no Input Dims, or no `nn.Module: …` ranges for their FLOPs to count in.
+    record_shapes: msgspec.Raw = msgspec.Raw()
+    trace_id: msgspec.Raw = msgspec.Raw()
 
 
 # Lax, as trace_chunks' decoders: numeric strings read as numbers in the decoder itself.
@@ -111,6 +116,9 @@ def read_torch_trace(path: str | Path) -> Trace:
                 "categories": sorted({key[0] for key in reader.tracks()})}
     if reader.memory_rows:  # decoded with the events: the memory figures read no second time
         metadata["memory_events"] = torch_memory.memory_events(reader.memory_rows)
+    if reader.product_flops:  # record_shapes: the matrix products' FLOPs, read in the same pass
+        metadata[op_shapes.FLOPS_KEY] = (np.frombuffer(reader.product_start_us, float),
+                                   np.frombuffer(reader.product_flops, np.int64))
     distributed = _distributed_info(header.distributedInfo)
     if distributed is not None:
         metadata["distributed_info"] = distributed
@@ -168,7 +176,9 @@ class _Reader:
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
         self.memory_rows: list[tuple] = []  # `[memory]` instants (trace_chunks.ChunkColumns.memory)
+        self.product_start_us, self.product_flops = array("d"), array("q")  # readers.op_shapes
         self._kind_number = 0  # what the next chunks are decoded with (trace_chunks.KINDS)
+        self._products = True  # whether chunks are searched for matrix products (readers.op_shapes)
         self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
     def read(self, blocks: safe_files.ReadAhead, fd: int | None = None):
@@ -190,7 +200,7 @@ class _Reader:
                     # own word on what is wrong (or a valid but unusual layout).
                     self.decoding_from = buf.base
                     whole = self._decode_trace(buf.contents())
-                    self._merge(trace_chunks.decode_chunk(whole.traceEvents, self._kind()))
+                    self._merge(trace_chunks.decode_chunk(whole.traceEvents, self._kind(), self._products))
                     return whole
                 searched = max(0, len(buf) - 64)  # the key may straddle two blocks
                 eof = self._fill(blocks, buf, len(buf) + _BLOCK)
@@ -203,10 +213,14 @@ class _Reader:
                 break
             except msgspec.DecodeError as exc:
                 head_error, searched = exc, match.end()
-        if bytes(head.with_modules).strip() not in (b"", b"0", b"false", b"null"):
+        if _says(head.with_modules):
             # Kineto writes the ops before the Python ranges (`nn.Module: …`): a trace whose head
             # says with_modules keeps its sequence numbers from the first event.
             self._keep_sequences = True
+        # Matrix products' FLOPs count only inside layer ranges: looked for where the trace may
+        # hold both, and not in every read of a trace of products without shapes (the search
+        # costs a chunk's decode some 15 %, 20 % where it finds them).
+        self._products = not len(head.trace_id) or (_says(head.record_shapes) and _says(head.with_modules))
         buf.keep_from(match.end() - 1)  # the buffer now starts with the array's "["
         consumed, size = 0, chunk_pool.workers()
         # A plain file says its size: one past PARALLEL_AFTER goes to the workers from its first
@@ -232,7 +246,7 @@ class _Reader:
         # The rest: the last events, "]", and the keys after the array.
         self.decoding_from = buf.base - len(b'{"traceEvents":')
         tail = self._decode_trace(b'{"traceEvents":' + buf.contents())
-        self._merge(trace_chunks.decode_chunk(tail.traceEvents, self._kind()))
+        self._merge(trace_chunks.decode_chunk(tail.traceEvents, self._kind(), self._products))
         if not head.deviceProperties:
             head.deviceProperties = tail.deviceProperties
         if head.baseTimeNanoseconds is None:
@@ -301,7 +315,7 @@ class _Reader:
                     worker = workers[turn % size]
                     turn += 1
                     sent.append((worker, cut))  # first: a send that fails puts it back too
-                    worker.send(cut[0], self._kind(number=True))
+                    worker.send(cut[0], self._kind(number=True), self._products)
                 if not sent:
                     return eof
                 chunk = sent[0][0].receive()
@@ -352,7 +366,7 @@ class _Reader:
                     worker = workers[turn % size]
                     turn += 1
                     sent.append((worker, position))  # first: a send that fails is read here too
-                    worker.send_range(source, position, cut[0] - position, self._kind(number=True))
+                    worker.send_range(source, position, cut[0] - position, self._kind(number=True), self._products)
                     position = cut[1]
                 if not sent:
                     break
@@ -444,7 +458,7 @@ class _Reader:
             try:
                 with memoryview(data) as view, view[:close + 2] as events:
                     try:
-                        chunk = trace_chunks.decode_chunk(events, self._kind())
+                        chunk = trace_chunks.decode_chunk(events, self._kind(), self._products)
                     except msgspec.DecodeError as exc:
                         error = exc
                         continue
@@ -477,6 +491,8 @@ class _Reader:
         self._kind_number = max(self._kind_number, min(trace_chunks.KINDS.index(chunk.kind),
                                                        trace_chunks.KINDS.index(trace_chunks.MEMORY)))
         self.memory_rows.extend(chunk.memory)
+        self.product_start_us.extend(chunk.product_start_us)
+        self.product_flops.extend(chunk.product_flops)
         for pid, name in chunk.processes:
             self._process_name(pid, name)
         if not len(chunk.start_us):
@@ -735,6 +751,11 @@ SEQUENCE = "sequence"  # the Event.stats key of an autograd sequence number
 
 def is_layer_range(name: str) -> bool:
     return name.startswith(LAYER_RANGE_PREFIXES)
+
+
+def _says(flag: msgspec.Raw) -> bool:
+    """Whether a header flag (torch.profiler writes 1) is on."""
+    return bytes(flag).strip() not in (b"", b"0", b"false", b"null")
 
 
 def _distributed_info(raw: msgspec.Raw) -> dict | None:

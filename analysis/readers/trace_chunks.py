@@ -9,7 +9,7 @@ import msgspec
 
 from gapscope.analysis.events.columns import NONE
 from gapscope.analysis.events.event import ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP
-from gapscope.analysis.readers import lenient_decode, validate
+from gapscope.analysis.readers import lenient_decode, op_shapes, validate
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -173,21 +173,26 @@ class ChunkColumns:
     # Those decoded with MEMORY: (ts, bytes, allocated, reserved, device type, device id, addr,
     # pid, tid), for readers.torch_memory.memory_events.
     memory: list[tuple] = field(default_factory=list)
+    # Matrix products' starts (µs) and FLOPs, from their Input Dims (op_shapes; record_shapes).
+    product_start_us: array = field(default_factory=lambda: array("d"))
+    product_flops: array = field(default_factory=lambda: array("q"))
     dropped: Counter = field(default_factory=Counter)
     dropped_fields: Counter = field(default_factory=Counter)
 
 
-def decode_chunk(data, kind: type = PLAIN) -> ChunkColumns:
+def decode_chunk(data, kind: type = PLAIN, products: bool = True) -> ChunkColumns:
     """A JSON array of events ("[" ... "]") as columns; a value of the wrong type is read
     leniently (coerced or left out, and counted); DecodeError where the bytes are no array.
     `kind`: the fields decoded (KINDS); a chunk that turns out to need more (a collective, a
     `[memory]` instant, a gloo range) is decoded again with them, and says so in its `kind`:
     the reader asks for that kind from then on (but SHAPED), so that a trace of them is
-    decoded once."""
+    decoded once. `products`: matrix products' FLOPs are looked for too (op_shapes)."""
     chunk = _decode(data, kind)
     needed = _needed(chunk)
     if KINDS.index(needed) > KINDS.index(kind):
         chunk = _decode(data, needed)
+    if products and op_shapes.holds_products(chunk.names):
+        chunk.product_start_us, chunk.product_flops = op_shapes.product_flops_in(data)
     return chunk
 
 

@@ -201,9 +201,9 @@ def layer_breakdown(run: Run, label: str | None = None, updates: int | None = No
     fused = layer_fused(run.trace, names, depth)
     rows, notes = [], list(found.notes) + recorded + optimizer_note
     # A foreign torch trace has no layer specs: its matrix products' Input Dims give FLOPs.
-    traced = (traced_layer_flops(run.trace.path, layer_spans(run.trace, run.timeline, names, run.hlo, depth),
+    traced = (traced_layer_flops(run.trace, layer_spans(run.trace, run.timeline, names, run.hlo, depth),
                                  len(run.timeline.steps))
-              if not specs and run.trace.source_format == "torch" and run.trace.path else {})
+              if not specs and run.trace.source_format == "torch" else {})
     for name, times in found.layers.items():
         spec = by_name.get(name)
         flops = spec_flops(spec, batch) or traced.get(name)
