@@ -52,22 +52,22 @@ def layer_flops(doc: dict) -> dict:
 def scan_share(trace: Path, chunks: int = 5) -> tuple[float, float]:
     """Best-of-5 ms of decoding one 4 MB chunk of `trace` (whole events) with and without the
     matrix-product scan, alternated."""
-    from gapscope.analysis.readers import op_shapes, trace_chunks
+    from gapscope.analysis.readers import torch_records, trace_chunks
     data = trace.read_bytes()
     start = data.index(b"[", data.index(b'"traceEvents"')) + 1
     cut = data.index(b"},\n{", start + (4 << 20)) + 1
     chunk = b"[" + data[start:cut] + b"]"
     times = {True: [], False: []}
-    holds = op_shapes.holds_products
+    holds = torch_records.holds_products
     try:
         for _ in range(chunks):
             for scan in (True, False):
-                op_shapes.holds_products = holds if scan else (lambda names: False)
+                torch_records.holds_products = holds if scan else (lambda names: False)
                 begin = time.perf_counter()
                 trace_chunks.decode_chunk(chunk)
                 times[scan].append(time.perf_counter() - begin)
     finally:
-        op_shapes.holds_products = holds
+        torch_records.holds_products = holds
     return min(times[True]) * 1e3, min(times[False]) * 1e3
 
 

@@ -294,3 +294,56 @@ def test_distributed_info_after_the_events_is_found(tmp_path, gzipped):
     jb = breakdown_of(folder)
     assert jb.world_size == 128 and jb.numbers == [0, 1]
     assert any("missing 2-127;" in note for note in jb.notes)
+
+
+def _inflations(monkeypatch) -> list:
+    """The gzip inflations of the command that follows (each one's child process)."""
+    from gapscope.analysis.readers import gunzip
+    started = []
+    start = gunzip.ChildGunzip.__init__
+    monkeypatch.setattr(gunzip.ChildGunzip, "__init__", lambda self, *args: started.append(1) or start(self, *args))
+    return started
+
+
+@pytest.mark.parametrize("in_folder", [False, True])
+def test_a_lone_gzip_rank_with_its_info_after_the_events_is_inflated_once(tmp_path, monkeypatch, in_folder):
+    """Its head does not say its rank: the trace read to learn it is the one its run analyses
+    (before, the whole gzip was inflated for its tail, then again for the run)."""
+    import gzip
+    doc = json.loads(_trace(LONE_NCCL).read_text())
+    info = doc.pop("distributedInfo")
+    text = json.dumps({"traceEvents": doc.pop("traceEvents"), **doc, "padding": "x" * 300_000,
+                       "distributedInfo": info})
+    folder = tmp_path / "lone"
+    folder.mkdir()
+    path = folder / "host1.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(text.encode()))
+    started = _inflations(monkeypatch)
+    result = CliRunner().invoke(cli, ["breakdown", str(folder if in_folder else path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    job = json.loads(result.output)["job"]
+    assert (job["world_size"], job["ranks_present"]) == (info["world_size"], [info["rank"]])
+    assert len(started) == 1
+
+
+def test_a_gzip_trace_of_no_job_is_inflated_once(tmp_path, monkeypatch):
+    import gzip
+    doc = json.loads(_trace(LONE_NCCL).read_text())
+    doc.pop("distributedInfo")
+    path = tmp_path / "one.pt.trace.json.gz"
+    path.write_bytes(gzip.compress(json.dumps(doc).encode()))
+    started = _inflations(monkeypatch)
+    result = CliRunner().invoke(cli, ["breakdown", str(path), "--format", "json"])
+    assert result.exit_code == 0, result.output
+    assert "job" not in json.loads(result.output) and len(started) == 1
+
+
+def test_a_trace_changed_after_it_was_read_ahead_is_read_again(tmp_path):
+    from gapscope.analysis.model import kept_traces
+    from gapscope.analysis.model.run import read_trace
+    path = tmp_path / "w.pt.trace.json"
+    path.write_text(_trace(LONE_NCCL).read_text())
+    first = kept_traces.read_ahead(path, read_trace)
+    assert kept_traces.read_ahead(path, read_trace) is first  # looked at twice, read once
+    path.write_text(path.read_text() + " ")  # another size: another file
+    assert read_trace(path) is not first and kept_traces.take(path) is None

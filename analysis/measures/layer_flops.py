@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from gapscope.analysis.events.trace import Trace
-from gapscope.analysis.readers.op_shapes import FLOPS_KEY
+from gapscope.analysis.readers.torch_records import FLOPS_KEY
 
 
 @dataclass(frozen=True)
@@ -149,7 +149,7 @@ def layer_params(layer: dict) -> int:
 def traced_layer_flops(trace: Trace, spans: list[tuple[float, float, str, str, int]], steps: int) -> dict[str, LayerFlops]:
     """Each layer's FLOPs per step from the matrix products that ran in its time (layer_spans:
     forward inside its range, backward inside the autograd nodes linked to it), their FLOPs
-    from the trace's Input Dims (record_shapes, readers.op_shapes); {} where the trace has none.
+    from the trace's Input Dims (record_shapes, readers.torch_records); {} where the trace has none.
     Only matrix products count (what torch's FLOP counter counts for Linear and attention layers)."""
     found = trace.metadata.get(FLOPS_KEY)
     if not spans or steps < 1 or found is None:

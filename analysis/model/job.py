@@ -8,7 +8,8 @@ from pathlib import Path
 
 from gapscope.analysis.model.locate import (ForeignRanks, ForeignTrace, JobDir, JobPlace, RankDirs, RunPlace,
                                    distributed_info, foreign_ranks, locate, unfinished)
-from gapscope.analysis.model.run import Run, load_run
+from gapscope.analysis.model import kept_traces
+from gapscope.analysis.model.run import Run, load_run, read_trace
 from gapscope.profilers.errors import GapscopeInputError
 from gapscope.profilers.job_dir import rank_entries, root_cause
 from gapscope.profilers.run_dir import MANIFEST, effective_status
@@ -96,14 +97,19 @@ def lone_rank(place) -> ForeignRanks | None:
     if not isinstance(place, ForeignTrace) or place.problem is not None:
         return None
     if place.path.is_dir():
-        traces = foreign_ranks(place.path)
+        traces = foreign_ranks(place.path, _read_ahead)
     else:
-        info = distributed_info(place.path) or {}
+        info = distributed_info(place.path, _read_ahead) or {}
         rank, world = info.get("rank"), info.get("world_size")
         traces = [(rank, (place.path, world))] if _whole(rank) and _whole(world) else []
     if len(traces) != 1 or not _whole(traces[0][1][1]) or traces[0][1][1] < 2:
         return None
     return ForeignRanks(place.path, tuple(traces))
+
+
+def _read_ahead(path: Path):
+    """A lone trace read whole for what its head does not say, kept for the run that reads it."""
+    return kept_traces.read_ahead(path, read_trace)
 
 
 def _whole(value) -> bool:
@@ -123,7 +129,7 @@ def load_job(path) -> Job:
     # only after its traces' ranks were looked at.
     if isinstance(place, RunPlace) and not isinstance(place, ForeignTrace) and place.problem is not None:
         raise place.problem
-    traces = foreign_ranks(place.path) if place.path.is_dir() else []
+    traces = foreign_ranks(place.path, _read_ahead) if place.path.is_dir() else []
     if traces:  # a rank alone: _load_foreign says which are missing
         return _load_foreign(ForeignRanks(place.path, tuple(traces)))
     if isinstance(place, RunPlace) and place.problem is not None:
@@ -238,7 +244,7 @@ def _load_foreign(place: ForeignRanks) -> Job:
     runs = [load_run(trace, label=f"rank{rank}") for rank, (trace, _) in ordered]
     manifest = {"run_id": path.name, "status": "complete", "workload": None, "framework": "torch",
                 "distributed": {"world_size": len(runs) + len(missing),
-                                "backend": _backend(ordered[0][1][0]), "launcher": None}}
+                                "backend": _backend(ordered[0][1][0], lone=len(ordered) == 1), "launcher": None}}
     job = Job(path, manifest, runs, {rank: None for rank, _ in ordered}, foreign=True)
     named = [p.name for rank, (p, world) in ordered if world is None]
     if named:
@@ -317,8 +323,10 @@ def _load_rank(job_id: str, rank: int, place) -> Run:
     return load_run(place, label=f"rank{rank}")
 
 
-def _backend(trace: Path) -> str | None:
-    info = distributed_info(trace)
+def _backend(trace: Path, lone: bool) -> str | None:
+    # A lone rank is analysed in this process (the local engine runs one rank here): the trace
+    # read for its tail is its run's. A job's ranks go to workers; the driver keeps none of theirs.
+    info = distributed_info(trace, _read_ahead if lone else None)
     return info.get("backend") if info else None
 
 

@@ -192,14 +192,17 @@ def stopped_early(manifest: dict | None) -> str | None:
     return None
 
 
-def foreign_ranks(folder: Path) -> list[tuple[int, tuple[Path, int | None]]]:
+def foreign_ranks(folder: Path, read_lone=None) -> list[tuple[int, tuple[Path, int | None]]]:
     """(rank, (trace, world size or None)) for each torch trace under `folder` that says its
-    rank; a folder where some trace has none is no foreign job."""
+    rank; a folder where some trace has none is no foreign job. A folder of one trace is a job
+    only as a lone rank: without `read_lone` (distributed_info's read_whole), none is looked at."""
     traces = sorted(p for p in find_torch_traces(folder, lambda p: not _in_run_dir(p, folder))
                     if safe_files.is_readable_regular_file(p))
+    if len(traces) == 1 and read_lone is None:
+        return []
     found = []
     for trace in traces:
-        info = distributed_info(trace)
+        info = distributed_info(trace, read_lone if len(traces) == 1 else None)
         rank = info.get("rank") if info else None
         world = info.get("world_size") if info else None
         if not isinstance(rank, int):
@@ -227,12 +230,16 @@ def rank_from_name(trace: Path, root: Path) -> int | None:
     return None
 
 
-def distributed_info(trace: Path) -> dict | None:
+def distributed_info(trace: Path, read_whole=None) -> dict | None:
     """The trace's `distributedInfo` object (backend, rank, world_size), read from its head,
     else from its tail: newer Kineto writes it after traceEvents, and a lone or sampled rank
-    was missed there."""
+    was missed there. A gzip has no tail to seek to: given `read_whole` (a trace reader whose
+    answer its run takes over, kept_traces), a gzip is read whole for it instead of inflated
+    twice, once for its tail and once for its run."""
     for read in (safe_files.read_head, safe_files.read_tail):
         try:
+            if read is safe_files.read_tail and read_whole is not None and safe_files.is_gzip(trace):
+                return read_whole(trace).metadata.get("distributed_info")
             part = read(trace, HEAD_BYTES)
         except GapscopeInputError:
             return None

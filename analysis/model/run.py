@@ -9,6 +9,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gapscope.analysis.model import kept_traces
 from gapscope.analysis.readers.compile_records import read_compile_records, steps_compiling_after
 from gapscope.analysis.readers.resources_csv import RESOURCES_CSV, read_resources_csv
 from gapscope.analysis.readers import step_rows
@@ -171,7 +172,11 @@ class Run:
 
 
 def read_trace(path: Path) -> Trace:
-    """The reader for the file's format: the only place that picks one."""
+    """The reader for the file's format: the only place that picks one (a trace read ahead of
+    its run, to tell whether it is a lone rank, is taken over)."""
+    kept = kept_traces.take(path)
+    if kept is not None:
+        return kept
     if path.name.endswith(".xplane.pb"):
         from gapscope.analysis.readers.xplane import read_xplane
         return read_xplane(path)

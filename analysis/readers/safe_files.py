@@ -95,6 +95,15 @@ def read_bytes(path: str | Path, max_bytes: int | None = None) -> bytes:
         return handle.read()
 
 
+def is_gzip(path: str | Path) -> bool:
+    """Whether the file's content is gzip (by its magic bytes, whatever its name)."""
+    with open_regular(path) as handle:
+        try:
+            return handle.peek(2)[:2] == _GZIP_MAGIC
+        except OSError as exc:
+            raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
+
+
 def read_head(path: str | Path, nbytes: int) -> bytes:
     """The first `nbytes` of the file's content, gunzipped in-process when it is gzip (by its
     magic bytes): enough to tell what a file is without reading all of it."""

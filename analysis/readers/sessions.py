@@ -12,7 +12,7 @@ import numpy as np
 
 from gapscope.analysis.events.trace import STEP, Trace
 from gapscope.analysis.readers import safe_files
-from gapscope.analysis.readers.op_shapes import FLOPS_KEY
+from gapscope.analysis.readers.torch_records import FLOPS_KEY
 from gapscope.profilers.errors import GapscopeInputError
 
 # What `--session` takes besides a number or a file: every session, as one trace.

@@ -15,7 +15,7 @@ from gapscope.profilers.errors import GapscopeInputError, TraceFormatError
 from gapscope.analysis.events.columns import ColumnsBuilder
 from gapscope.analysis.events.gc_pause import collector_paused
 from gapscope.analysis.events.phase_rules import BACKWARD_NODE, MODULE_RANGE_PREFIX
-from gapscope.analysis.readers import chunk_pool, lenient_decode, op_shapes, safe_files, torch_memory, trace_chunks, validate
+from gapscope.analysis.readers import chunk_pool, lenient_decode, safe_files, torch_records, trace_chunks, validate
 from gapscope.analysis.readers.trace_chunks import (DEVICE_CATEGORIES, NONE, ROLE_DEVICE, ROLE_HOST, ROLE_RUNTIME,
                                            ROLE_SKIP, ROLE_STEPS, STEP_KINDS, STEP_PREFIXES, describe)
 from gapscope.profilers.phases import LAYER_RANGE_PREFIX
@@ -115,9 +115,9 @@ def read_torch_trace(path: str | Path) -> Trace:
                 # counted, not traced (measures.kernels.device_not_traced).
                 "categories": sorted({key[0] for key in reader.tracks()})}
     if reader.memory_rows:  # decoded with the events: the memory figures read no second time
-        metadata["memory_events"] = torch_memory.memory_events(reader.memory_rows)
+        metadata["memory_events"] = torch_records.memory_events(reader.memory_rows)
     if reader.product_flops:  # record_shapes: the matrix products' FLOPs, read in the same pass
-        metadata[op_shapes.FLOPS_KEY] = (np.frombuffer(reader.product_start_us, float),
+        metadata[torch_records.FLOPS_KEY] = (np.frombuffer(reader.product_start_us, float),
                                    np.frombuffer(reader.product_flops, np.int64))
     distributed = _distributed_info(header.distributedInfo)
     if distributed is not None:
@@ -176,9 +176,9 @@ class _Reader:
         self._copy_sizes: dict[int, int] = {}  # correlation -> bytes, from ROCm runtime calls
         self._sizeless: list[tuple[int, int]] = []  # (row, correlation) of copies without bytes
         self.memory_rows: list[tuple] = []  # `[memory]` instants (trace_chunks.ChunkColumns.memory)
-        self.product_start_us, self.product_flops = array("d"), array("q")  # readers.op_shapes
+        self.product_start_us, self.product_flops = array("d"), array("q")  # readers.torch_records
         self._kind_number = 0  # what the next chunks are decoded with (trace_chunks.KINDS)
-        self._products = True  # whether chunks are searched for matrix products (readers.op_shapes)
+        self._products = True  # whether chunks are searched for matrix products (readers.torch_records)
         self.used_workers = False  # chunk_pool's workers decoded chunks of this read
 
     def read(self, blocks: safe_files.ReadAhead, fd: int | None = None):

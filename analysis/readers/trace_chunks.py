@@ -9,7 +9,7 @@ import msgspec
 
 from gapscope.analysis.events.columns import NONE
 from gapscope.analysis.events.event import ANNOTATION, HOST_OP, KERNEL, MEMCPY, MEMSET, OTHER, RUNTIME, STEP
-from gapscope.analysis.readers import lenient_decode, op_shapes, validate
+from gapscope.analysis.readers import lenient_decode, torch_records, validate
 
 
 class _Args(msgspec.Struct, gc=False):
@@ -171,9 +171,9 @@ class ChunkColumns:
     processes: list[tuple] = field(default_factory=list)  # (pid, name) of process_name events
     memory_events: int = 0  # `[memory]` instants (profile_memory) seen
     # Those decoded with MEMORY: (ts, bytes, allocated, reserved, device type, device id, addr,
-    # pid, tid), for readers.torch_memory.memory_events.
+    # pid, tid), for readers.torch_records.memory_events.
     memory: list[tuple] = field(default_factory=list)
-    # Matrix products' starts (µs) and FLOPs, from their Input Dims (op_shapes; record_shapes).
+    # Matrix products' starts (µs) and FLOPs, from their Input Dims (torch_records; record_shapes).
     product_start_us: array = field(default_factory=lambda: array("d"))
     product_flops: array = field(default_factory=lambda: array("q"))
     dropped: Counter = field(default_factory=Counter)
@@ -186,13 +186,13 @@ def decode_chunk(data, kind: type = PLAIN, products: bool = True) -> ChunkColumn
     `kind`: the fields decoded (KINDS); a chunk that turns out to need more (a collective, a
     `[memory]` instant, a gloo range) is decoded again with them, and says so in its `kind`:
     the reader asks for that kind from then on (but SHAPED), so that a trace of them is
-    decoded once. `products`: matrix products' FLOPs are looked for too (op_shapes)."""
+    decoded once. `products`: matrix products' FLOPs are looked for too (torch_records)."""
     chunk = _decode(data, kind)
     needed = _needed(chunk)
     if KINDS.index(needed) > KINDS.index(kind):
         chunk = _decode(data, needed)
-    if products and op_shapes.holds_products(chunk.names):
-        chunk.product_start_us, chunk.product_flops = op_shapes.product_flops_in(data)
+    if products and torch_records.holds_products(chunk.names):
+        chunk.product_start_us, chunk.product_flops = torch_records.product_flops_in(data)
     return chunk
 
 

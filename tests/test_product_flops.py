@@ -1,5 +1,5 @@
 """Matrix products' FLOPs from record_shapes' Input Dims are found in the one pass that decodes
-the trace (readers.op_shapes): every chunk's products, none kept from a trace without shapes,
+the trace (readers.torch_records): every chunk's products, none kept from a trace without shapes,
 and `--layers` on a foreign trace opens the file once."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from gapscope.analysis.model.run import load_run
-from gapscope.analysis.readers import op_shapes, safe_files, torch_trace
+from gapscope.analysis.readers import safe_files, torch_records, torch_trace
 from gapscope.analysis.readers.sessions import read_combined
 from gapscope.analysis.results.layers import layer_breakdown
 
@@ -37,10 +37,10 @@ def test_a_chunks_products_are_found_past_one_too_large_to_bound_and_in_any_buff
               _op("aten::bmm", 50.0, [[4, 8, 16], [4, 16, 2]])]
     data = json.dumps(events).encode()
     for buffer in (data, bytearray(data), memoryview(data)):
-        starts, flops = op_shapes.product_flops_in(buffer)
+        starts, flops = torch_records.product_flops_in(buffer)
         assert list(starts) == [10.0, 50.0] and list(flops) == [16_777_216, 2_048]
     plain = json.dumps([_op("aten::mm", 1.0, None)] * 3).encode()
-    assert [list(column) for column in op_shapes.product_flops_in(plain)] == [[], []]
+    assert [list(column) for column in torch_records.product_flops_in(plain)] == [[], []]
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +62,7 @@ def test_every_chunks_products_come_back_from_one_inflation(big_gzip, monkeypatc
     open_stream = safe_files.open_stream
     monkeypatch.setattr(safe_files, "open_stream", lambda p: opened.append(p) or open_stream(p))
     trace = torch_trace.read_torch_trace(big_gzip)
-    starts, flops = trace.metadata[op_shapes.FLOPS_KEY]
+    starts, flops = trace.metadata[torch_records.FLOPS_KEY]
     assert opened == [big_gzip]
     assert len(trace.columns) == 60_000 and len(flops) == 30_000
     assert int(flops.sum()) == 30_000 * 8_192
@@ -80,7 +80,7 @@ def test_successive_sessions_keep_each_ones_products_on_the_one_clock(big_gzip, 
         docs.append(tmp_path / f"w.{n}.pt.trace.json")
         docs[-1].write_text(json.dumps(doc))
     trace, _ = read_combined(docs, torch_trace.read_torch_trace)
-    starts, flops = trace.metadata[op_shapes.FLOPS_KEY]
+    starts, flops = trace.metadata[torch_records.FLOPS_KEY]
     assert list(starts) == [10.0, 5010.0] and list(flops) == [48, 48]
 
 
@@ -108,7 +108,7 @@ def test_products_are_looked_for_where_the_header_says_shapes_and_module_ranges(
     the FLOPs to count in, without record_shapes no Input Dims (a stray one is not searched for)."""
     path = tmp_path / "k.pt.trace.json"
     path.write_text(_kineto_document(flags))
-    found = torch_trace.read_torch_trace(path).metadata.get(op_shapes.FLOPS_KEY)
+    found = torch_trace.read_torch_trace(path).metadata.get(torch_records.FLOPS_KEY)
     assert (found is not None) == looked_for
     if looked_for:
         assert list(found[1]) == [48] * 40
@@ -136,5 +136,5 @@ def test_the_workers_find_the_products_of_the_chunks_they_decode(tmp_path, monke
         trace = torch_trace.read_torch_trace(path)
     finally:
         chunk_pool.discard()
-    starts, flops = trace.metadata[op_shapes.FLOPS_KEY]
+    starts, flops = trace.metadata[torch_records.FLOPS_KEY]
     assert decoded_here == [] and list(flops) == [48] * 300 and list(starts) == [10.0 + i for i in range(300)]
