@@ -164,15 +164,19 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
     keys = sorted({claim for claim in claims if claim is not None})
     index = {claim: i for i, claim in enumerate(keys)}
     name_claim = np.array([-1 if claim is None else index[claim] for claim in claims], np.int32)
-    row_claim = np.where(considered, name_claim[columns.name], _NOT_CONSIDERED)
+    row_claim = name_claim[columns.name]
+    row_claim[~considered] = _NOT_CONSIDERED  # in place: each array of every row costs (4M rows)
     starts = columns.start_us
     # Each claim's rows (32-bit), its times taken only for the origin a phase uses: a 1 GB
     # trace's times of every claimed event at once were a few hundred MB.
+    claimed = np.flatnonzero(row_claim >= 0).astype(np.int32)
+    claim_of = row_claim[claimed]
     found = {}
     for i, claim in enumerate(keys):
-        rows = np.flatnonzero(row_claim == i).astype(np.int32)
+        rows = claimed[claim_of == i]
         if len(rows):
             found[claim] = rows
+    del claimed, claim_of
 
     by_phase, origins = {}, {}
     for phase in MARKED_PHASES:
@@ -187,8 +191,7 @@ def phase_intervals(trace: Trace, steps: list[Event], rules: TraceRules = TraceR
     if origins["data_load"] in (PhaseOrigin.ANNOTATED, PhaseOrigin.FRAMEWORK):
         # gapscope's own data mark holds the copy where the loop put it; elsewhere the batch's
         # copy right after the loader's range is data_load's (see batch_copy).
-        data_rows = np.flatnonzero(row_claim == index[("data_load", origins["data_load"])])
-        copies = batch_copies(trace, by_phase["data_load"], data_rows)
+        copies = batch_copies(trace, by_phase["data_load"], found[("data_load", origins["data_load"])])
         if copies:
             by_phase["data_load"] = intervals.merge(by_phase["data_load"] + copies)
     else:
@@ -272,7 +275,11 @@ def _infer_forward(starts: np.ndarray, ends: np.ndarray, limits: tuple, marked: 
     step_starts, step_ends, data_end, first_backward = limits
     if not len(starts) or not len(step_starts):
         return []
-    step = _step_of(step_starts, starts)
+    if _in_order(starts) and _in_order(step_starts):
+        keep, hi = _forward_rows(starts, limits)
+        found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi))
+        return intervals.subtract(found, marked)
+    step = np.searchsorted(step_starts, starts, side="right") - 1
     inside = step >= 0
     step[~inside] = 0
     inside &= starts < step_ends[step]
@@ -283,15 +290,26 @@ def _infer_forward(starts: np.ndarray, ends: np.ndarray, limits: tuple, marked: 
     return intervals.subtract(found, marked)
 
 
-def _step_of(step_starts: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Per op, the index of the last step begun at or before it (-1: none). A trace's ops mostly
-    come in start order: then each step's first op is found once (a search per step, not per op:
-    45 of a 1,000-step trace's 530 ms of analysis)."""
-    if not ((starts[1:] >= starts[:-1]).all() and (step_starts[1:] >= step_starts[:-1]).all()):
-        return np.searchsorted(step_starts, starts, side="right") - 1
-    firsts = np.searchsorted(starts, step_starts, side="left")  # where each step's ops begin
-    counts = np.diff(np.concatenate(([0], firsts, [len(starts)])))
-    return np.repeat(np.arange(-1, len(step_starts)), counts)
+def _in_order(values: np.ndarray) -> bool:
+    return bool((values[1:] >= values[:-1]).all())
+
+
+def _forward_rows(starts: np.ndarray, limits: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """_infer_forward's kept ops where ops and steps come in start order (a trace's mostly do),
+    and the end of their step's forward: each of the per-op tests is a bound on the ops' index
+    within the step, found by one search per step, so only the kept ops are ever gathered (a
+    test of every op against its step's limits made some ten arrays of every op: 45 of a
+    1,000-step trace's 530 ms of analysis). An op's step is the last one begun at or before it."""
+    step_starts, step_ends, data_end, first_backward = limits
+    begins = np.searchsorted(starts, step_starts, side="left")  # where each step's ops begin
+    lo = np.maximum(begins, np.searchsorted(starts, data_end, side="left"))
+    no_backward = np.isnan(first_backward)  # its step keeps none
+    stop = np.minimum.reduce([np.append(begins[1:], len(starts)),
+                              np.searchsorted(starts, step_ends, side="left"),
+                              np.searchsorted(starts, np.where(no_backward, -np.inf, first_backward), side="left")])
+    counts = np.maximum(stop - lo, 0)
+    keep = np.arange(counts.sum()) + np.repeat(lo - (np.cumsum(counts) - counts), counts)
+    return keep, np.repeat(first_backward, counts)
 
 
 def _forward_limits(steps: list[Event], by_phase: dict, to_step_end: bool = False) -> tuple:
