@@ -7,10 +7,11 @@ import numpy as np
 
 def track_ids(columns) -> np.ndarray:
     """Per row of `columns` (an EventColumns), the number of its track; equal tracks, equal
-    numbers. Made once per trace (the copies and the blocking calls both ask); read-only."""
+    numbers. 32-bit, and made anew for each caller: kept with the trace it added 17 MB to a
+    1,000-step trace's peak, for 10 ms a call."""
     ids: dict[str, int] = {}
-    return columns.per_row("track_ids", [ids.setdefault(track, len(ids)) for _, track in columns.wheres],
-                           np.int32)
+    per_where = np.array([ids.setdefault(track, len(ids)) for _, track in columns.wheres], np.int32)
+    return per_where[columns.where] if len(per_where) else np.zeros(len(columns), np.int32)
 
 
 def outer_first(starts: np.ndarray, durs: np.ndarray) -> np.ndarray:
