@@ -29,18 +29,18 @@ class EventColumns:
     step_nums: dict[int, int | None]     # row -> step number, for every STEP row
     nbytes: dict[int, int]               # row -> bytes, for the copies and sets that say
     stats: dict[int, dict] = field(default_factory=dict)  # row -> Event.stats, for the few that keep any
-    _made: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # per_row's
+    _made: dict = field(default_factory=dict, init=False, repr=False, compare=False)  # _per_row's
 
     def __len__(self) -> int:
         return len(self.start_us)
 
     def kind_codes(self) -> np.ndarray:
         """Per row, the index of its kind in EventKind (compare with `code(kind)`); read-only."""
-        return self.per_row("kind_codes", [code(kind) for kind, _ in self.wheres], np.uint8)
+        return self._per_row("kind_codes", [code(kind) for kind, _ in self.wheres], np.uint8)
 
     def on_host(self) -> np.ndarray:
         """Per row, whether it is on a host track; read-only."""
-        return self.per_row("on_host", [track.startswith("host") for _, track in self.wheres], bool)
+        return self._per_row("on_host", [track.startswith("host") for _, track in self.wheres], bool)
 
     def union(self, selected: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """intervals.union_of the rows `selected` (a mask), made once per selection: several
@@ -53,9 +53,8 @@ class EventColumns:
                 column.flags.writeable = False
         return found
 
-    def per_row(self, key: str, per_where: list, dtype) -> np.ndarray:
-        """A value per row from one per track kind (`per_where`, by `where` id), kept under `key`:
-        a breakdown asks for each a dozen times, each a pass over every row; read-only."""
+    def _per_row(self, key: str, per_where: list, dtype) -> np.ndarray:
+        # Made once: a breakdown asks for each a dozen times, each a pass over every row.
         found = self._made.get(key)
         if found is None:
             found = self._made[key] = np.array(per_where, dtype)[self.where]
