@@ -1209,6 +1209,8 @@ def mcp_command(root):
 
 
 def main():
+    from gapscope.analysis.model.own_process import no_huge_page_stalls
+    no_huge_page_stalls()
     cli(prog_name="gapscope")
 
 
