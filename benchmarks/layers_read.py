@@ -4,9 +4,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -14,22 +12,13 @@ from pathlib import Path
 
 from benchmarks import loop_trace
 from benchmarks.reader_versions import export_commit
-from benchmarks.steps_scale import REPO, TreePeak, interleaved
+from benchmarks.steps_scale import REPO, interleaved, timed_breakdown
 
 
 def layers_json(tree: Path, target: Path, layers: bool) -> tuple[float, float, dict]:
     """Seconds, the tree's peak RSS (MB) and the JSON of `breakdown TARGET [--layers]` by `tree`."""
-    start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, str(tree / "cli.py"), "breakdown", str(target),
-                                *(["--layers"] if layers else []), "--format", "json"], env={**os.environ, "PYTHONPATH": str(tree)},
-                               cwd=tree, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = TreePeak(process.pid)
-    stdout, stderr = process.communicate()
-    seconds = time.perf_counter() - start
-    peak.stop()
-    if process.returncode != 0:
-        raise SystemExit(f"{tree}: breakdown --layers of {target} failed: {stderr.decode()[-500:]}")
-    return seconds, peak.mb, json.loads(stdout)
+    seconds, mb, printed = timed_breakdown(tree, target, *(["--layers"] if layers else []), output=True)
+    return seconds, mb, json.loads(printed)
 
 
 def layer_flops(doc: dict) -> dict:

@@ -55,18 +55,25 @@ def grown(run: Path, rows: int, into: Path) -> Path:
 def one(tree: Path, target: Path) -> tuple[float, float]:
     """Seconds and the process tree's peak RSS (MB) of `breakdown TARGET --format json` run by
     `tree`'s cli.py."""
+    seconds, mb, _ = timed_breakdown(tree, target)
+    return seconds, mb
+
+
+def timed_breakdown(tree: Path, target: Path, *options: str, output: bool = False) -> tuple[float, float, bytes]:
+    """Seconds, the process tree's peak RSS (MB) and (with `output`) the printed JSON of
+    `breakdown TARGET [OPTIONS] --format json` run by `tree`'s cli.py in a fresh process."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     start = time.perf_counter()
-    process = subprocess.Popen([sys.executable, str(tree / "cli.py"), "breakdown", str(target),
+    process = subprocess.Popen([sys.executable, str(tree / "cli.py"), "breakdown", str(target), *options,
                                 "--format", "json"], env=env, cwd=tree,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                               stdout=subprocess.PIPE if output else subprocess.DEVNULL, stderr=subprocess.PIPE)
     peak = TreePeak(process.pid)
-    _, stderr = process.communicate()
+    stdout, stderr = process.communicate()
     seconds = time.perf_counter() - start
     peak.stop()
     if process.returncode != 0:
-        raise SystemExit(f"{tree}: breakdown of {target} failed: {stderr.decode()[-500:]}")
-    return seconds, peak.mb
+        raise SystemExit(f"{tree}: breakdown {' '.join(options)} of {target} failed: {stderr.decode()[-500:]}")
+    return seconds, peak.mb, stdout or b""
 
 
 class TreePeak:
