@@ -275,7 +275,7 @@ def _infer_forward(starts: np.ndarray, ends: np.ndarray, limits: tuple, marked: 
     step_starts, step_ends, data_end, first_backward = limits
     if not len(starts) or not len(step_starts):
         return []
-    if _in_order(starts) and _in_order(step_starts):
+    if intervals.in_start_order(starts) and intervals.in_start_order(step_starts):
         keep, hi = _forward_rows(starts, limits)
         found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi))
         return intervals.subtract(found, marked)
@@ -288,10 +288,6 @@ def _infer_forward(starts: np.ndarray, ends: np.ndarray, limits: tuple, marked: 
     keep = inside & (lo <= starts) & (starts < hi)  # NaN (no backward in the step) keeps none
     found = intervals.merge_arrays(starts[keep], np.minimum(ends[keep], hi[keep]))
     return intervals.subtract(found, marked)
-
-
-def _in_order(values: np.ndarray) -> bool:
-    return bool((values[1:] >= values[:-1]).all())
 
 
 def _forward_rows(starts: np.ndarray, limits: tuple) -> tuple[np.ndarray, np.ndarray]:

@@ -298,7 +298,7 @@ def read_steps(path: Path) -> tuple[list[dict], Counter]:
         rows, dropped = step_rows.checked_table(path, header, raw[:-1] if partial else raw)
         if partial:
             dropped[step_rows.PARTIAL_LINE] += 1
-        return rows if isinstance(rows, step_rows.StepRows) else step_rows.StepRows(rows), dropped
+        return rows, dropped
     except OSError as exc:
         raise TraceFormatError(f"{path}: cannot read ({exc.strerror or exc})") from None
     except (ValueError, csv.Error) as exc:  # UnicodeDecodeError; a cell over csv's field limit

@@ -58,7 +58,7 @@ def checked_rows(path, raw_rows) -> tuple[list[dict], Counter]:
     return rows, dropped
 
 
-def checked_table(path, header: list[str], cells: list[list[str]]) -> tuple[list[dict], Counter]:
+def checked_table(path, header: list[str], cells: list[list[str]]) -> tuple[StepRows, Counter]:
     """checked_rows of csv.reader rows under `header`, blank lines skipped as csv.DictReader
     does. A file whose every row is a clean measurement (what gapscope writes) is checked and
     parsed a column at a time, so 100k rows cost little more than reading them; any other is
@@ -67,7 +67,8 @@ def checked_table(path, header: list[str], cells: list[list[str]]) -> tuple[list
     rows = _clean_rows(header, cells)
     if rows is not None:
         return rows, Counter()
-    return checked_rows(path, (as_dict(header, row) for row in cells))
+    rows, dropped = checked_rows(path, (as_dict(header, row) for row in cells))
+    return StepRows(rows), dropped
 
 
 def as_dict(header: list[str], cells: list[str]) -> dict:
@@ -122,9 +123,7 @@ def _clean_columns(header: list[str], columns: dict[str, list[str]], count: int)
         return None
     checked = [key for key in header if key in (*_FLAGS, "minor_faults", "step_ms")
                or key.removesuffix("_ms") in MARKED_PHASES]
-    numbers = {key: np.array(parsed[key] if None not in parsed[key] else
-                             [np.nan if v is None else v for v in parsed[key]], dtype=float)
-               for key in checked}
+    numbers = {key: _floats(parsed[key]) for key in checked}
     given = {key: numbers[key] if "" not in columns[key] else
              numbers[key][np.fromiter((t != "" for t in columns[key]), bool, count)]
              for key in checked}  # the cells written, "nan" among them
@@ -146,6 +145,11 @@ def _clean_columns(header: list[str], columns: dict[str, list[str]], count: int)
         numbers[COMPILING] = np.full(count, np.nan)
     return StepRows([dict(zip(order, row)) for row in zip(*(parsed[key] for key in order))],
                     columns=numbers, cells=parsed)
+
+
+def _floats(values: list) -> np.ndarray:
+    """A parsed column (numbers, None where a cell is empty) as floats, NaN for None."""
+    return np.array(values if None not in values else [np.nan if v is None else v for v in values], float)
 
 
 def _column(texts: tuple[str, ...], loss: bool) -> list:
@@ -262,7 +266,7 @@ class StepRows(list):
             if parent is not None and len(parent) == len(kept) and np.count_nonzero(kept) == len(self):
                 made = parent.column(key)[kept]
             elif cells is not None and len(cells) == len(self):
-                made = np.array(cells if None not in cells else [np.nan if v is None else v for v in cells], float)
+                made = _floats(cells)
             else:
                 made = _column_of(self, key)
             self._keep(key, made)
