@@ -195,6 +195,9 @@ class OnDemandWindows:
         if self._withdrawn and self._steps < 1:
             self._window_run.fail(rows, {"steps": len(rows)}, RuntimeError(
                 "withdrawn by gapscope capture before a step was traced"))
+        elif len(rows) - 1 < first:  # the job ended on the window's warm-up step
+            self._window_run.fail(rows, {"steps": len(rows)}, RuntimeError(
+                "the job ended before the window traced a step"))
         else:
             facts = {"steps": len(rows), "trace_window": [first, min(last, len(rows) - 1)]}
             self._window_run.complete(rows, {**facts, **({"withdrawn": True} if self._withdrawn else {})})
